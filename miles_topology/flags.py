@@ -1,0 +1,174 @@
+"""The bridge from the long miles/Megatron/SGLang flag names to the model's short fields.
+
+This is the only place that knows flag spellings. Flags it does not know pass through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import Problem
+
+
+@dataclass(frozen=True)
+class Spec:
+    field: str
+    kind: str  # "int", "switch", "freq", "str"
+
+
+# flag -> Spec. The first flag listed for a field is the name quoted in messages.
+FLAGS: dict[str, Spec] = {
+    "--actor-num-nodes": Spec("nodes", "int"),
+    "--actor-num-gpus-per-node": Spec("gpus_per_node", "int"),
+    "--num-gpus-per-node": Spec("node_gpus", "int"),
+    "--critic-num-nodes": Spec("critic_nodes", "int"),
+    "--critic-num-gpus-per-node": Spec("critic_gpus_per_node", "int"),
+    "--use-critic": Spec("use_critic", "switch"),
+    "--rollout-num-gpus": Spec("rollout_gpus", "int"),
+    "--rollout-num-gpus-per-engine": Spec("engine_size", "int"),
+    "--colocate": Spec("colocate", "switch"),
+    "--rollout-external": Spec("rollout_external", "switch"),
+    "--debug-train-only": Spec("train_only", "switch"),
+    "--debug-rollout-only": Spec("rollout_only", "switch"),
+    "--tensor-model-parallel-size": Spec("tp", "int"),
+    "--pipeline-model-parallel-size": Spec("pp", "int"),
+    "--num-virtual-stages-per-pipeline-rank": Spec("vpp", "int"),
+    "--num-layers-per-virtual-pipeline-stage": Spec("vpp_layers", "int"),
+    "--decoder-first-pipeline-num-layers": Spec("first_stage_layers", "int"),
+    "--decoder-last-pipeline-num-layers": Spec("last_stage_layers", "int"),
+    "--context-parallel-size": Spec("cp", "int"),
+    "--expert-model-parallel-size": Spec("ep", "int"),
+    "--expert-tensor-parallel-size": Spec("etp", "int"),
+    "--sequence-parallel": Spec("sp", "switch"),
+    "--use-tp-pp-dp-mapping": Spec("tp_pp_dp_mapping", "switch"),
+    "--num-layers": Spec("layers", "int"),
+    "--num-attention-heads": Spec("heads", "int"),
+    "--num-query-groups": Spec("query_groups", "int"),
+    "--num-experts": Spec("experts", "int"),
+    "--moe-router-topk": Spec("topk", "int"),
+    "--moe-layer-freq": Spec("moe_layer_freq", "freq"),
+    "--moe-router-fusion": Spec("router_fusion", "switch"),
+    "--sglang-ep-size": Spec("engine_ep", "int"),
+    "--sglang-expert-parallel-size": Spec("engine_ep", "int"),
+    "--sglang-dp-size": Spec("engine_dp", "int"),
+    "--sglang-enable-dp-attention": Spec("dp_attention", "switch"),
+    "--use-routing-replay": Spec("routing_replay", "switch"),
+    "--use-rollout-routing-replay": Spec("rollout_routing_replay", "switch"),
+    "--rollout-batch-size": Spec("rollout_batch_size", "int"),
+    "--n-samples-per-prompt": Spec("n_samples_per_prompt", "int"),
+    "--global-batch-size": Spec("global_batch_size", "int"),
+    "--micro-batch-size": Spec("micro_batch_size", "int"),
+    "--use-dynamic-batch-size": Spec("dynamic_batch", "switch"),
+    "--max-tokens-per-gpu": Spec("max_tokens_per_gpu", "int"),
+}
+
+# old flag -> (new flag, how the old spelling maps onto the model)
+RENAMED: dict[str, tuple[str, Spec | None]] = {
+    "--rollout-num-gpus-per-node": ("--num-gpus-per-node", Spec("node_gpus", "int")),
+    "--sglang-enable-ep-moe": ("--sglang-ep-size N", None),
+    "--sglang-enable-deepep-moe": ("--sglang-moe-a2a-backend deepep", None),
+}
+
+FIELD_FLAG: dict[str, str] = {}
+for _flag, _spec in FLAGS.items():
+    FIELD_FLAG.setdefault(_spec.field, _flag)
+FIELD_FLAG["order"] = "--use-tp-pp-dp-mapping"
+
+
+def flag_of(name: str) -> str:
+    """The user-facing flag of a model field (what messages quote)."""
+    return FIELD_FLAG.get(name, name)
+
+
+@dataclass
+class Parsed:
+    """Fields read from argv, the flags that set them, and what is not ours."""
+
+    fields: dict = field(default_factory=dict)
+    given_by: dict[str, str] = field(default_factory=dict)  # field -> flag spelling used
+    passthrough: list[str] = field(default_factory=list)
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("--") and len(token) > 2
+
+
+def parse_flags(argv: list[str]) -> Parsed:
+    """Read topology flags from argv (argparse semantics: the last occurrence wins)."""
+    out = Parsed()
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        name, eq, inline = token.partition("=")
+        if not _is_flag(token) or (name not in FLAGS and name not in RENAMED):
+            out.passthrough.append(token)
+            continue
+        value: str | None = inline if eq else None
+        spec = FLAGS.get(name)
+        if name in RENAMED:
+            new, spec = RENAMED[name]
+            out.warnings.append(
+                Problem(
+                    "deprecated-flag",
+                    f"{name} was renamed; it now reads {new}.",
+                    f"replace {name} with {new} (`miles-topology migrate SCRIPT --write` "
+                    "does it for a launch script).",
+                    (name,),
+                    "warning",
+                )
+            )
+            if spec is None:  # a switch with a new meaning
+                out.fields.setdefault("_renamed", []).append(name)
+                if name == "--sglang-enable-deepep-moe":
+                    out.passthrough += ["--sglang-moe-a2a-backend", "deepep"]
+                continue
+        if spec.kind == "switch":
+            if value is not None and value.lower() not in ("true", "1", "false", "0"):
+                out.errors.append(
+                    _bad_value(name, value, "a switch takes no value", f"write {name} alone.")
+                )
+                continue
+            _set(out, spec.field, value is None or value.lower() in ("true", "1"), name)
+            continue
+        if value is None:
+            if i < len(argv) and not _is_flag(argv[i]):
+                value = argv[i]
+                i += 1
+            else:
+                out.errors.append(_bad_value(name, None, "it needs a value"))
+                continue
+        if spec.kind == "int":
+            try:
+                parsed: object = int(value)
+            except ValueError:
+                out.errors.append(_bad_value(name, value, "it must be a whole number"))
+                continue
+        else:
+            parsed = value
+        _set(out, spec.field, parsed, name)
+    return out
+
+
+def _set(out: Parsed, name: str, value: object, flag: str) -> None:
+    earlier = out.given_by.get(name)
+    if earlier is not None and earlier != flag and out.fields[name] != value:
+        out.errors.append(
+            Problem(
+                "flag-conflict",
+                f"{earlier} {out.fields[name]} and {flag} {value} set the same size "
+                "to two different values.",
+                f"keep one of them: either {earlier} {out.fields[name]} or {flag} {value}.",
+                (earlier, flag),
+            )
+        )
+    out.fields[name] = value
+    out.given_by[name] = flag
+
+
+def _bad_value(flag: str, value: str | None, rule: str, fix: str = "") -> Problem:
+    shown = "no value" if value is None else f"{value!r}"
+    fix = fix or f"give {flag} a whole number (e.g. {flag} 1), or drop it to use the default."
+    return Problem("invalid-flag-value", f"{flag} got {shown}; {rule}.", fix, (flag,))

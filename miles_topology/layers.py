@@ -1,0 +1,143 @@
+"""Which decoder layers live on which pipeline stage, and which of them are MoE layers.
+
+Megatron's layout: every pipeline rank holds `vpp` chunks; chunk v of every stage comes
+before chunk v+1 of any stage, so chunk (pp_rank p, vpp_rank v) starts after
+v * (layers of one chunk round) + the v-th chunks of stages 0..p-1.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TOKEN = re.compile(r"\s*(?:(\d+)|(.))")
+
+
+def parse_layer_freq(text: str) -> int | tuple[int, ...]:
+    """Parse `--moe-layer-freq`: an int, or a list expression like `([0]*3+[1]*45)`.
+
+    Scripts are untrusted, so this is a small parser for ints, list literals, `*` by an
+    int, `+` and parentheses; it never evaluates Python.
+    """
+    tokens: list[str | int] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            break
+        tokens.append(int(m.group(1)) if m.group(1) is not None else m.group(2))
+        pos = m.end()
+    tokens = [t for t in tokens if not (isinstance(t, str) and t.isspace())]
+    parser = _Parser(tokens, text)
+    value = parser.expr()
+    if parser.pos != len(tokens):
+        raise ValueError(f"unexpected {tokens[parser.pos]!r} in moe_layer_freq {text!r}")
+    if isinstance(value, list):
+        if any(v not in (0, 1) for v in value):
+            raise ValueError(f"moe_layer_freq list {text!r} may hold only 0 and 1")
+        return tuple(value)
+    if value < 1:
+        raise ValueError(f"moe_layer_freq {value} must be >= 1")
+    return value
+
+
+class _Parser:
+    def __init__(self, tokens: list, text: str):
+        self.tokens, self.pos, self.text = tokens, 0, text
+
+    def _peek(self):
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def _take(self, want=None):
+        tok = self._peek()
+        if tok is None or (want is not None and tok != want):
+            raise ValueError(f"cannot read moe_layer_freq {self.text!r}: expected {want!r}")
+        self.pos += 1
+        return tok
+
+    def expr(self):
+        value = self.term()
+        while self._peek() == "+":
+            self._take("+")
+            right = self.term()
+            if not (isinstance(value, list) and isinstance(right, list)):
+                if isinstance(value, int) and isinstance(right, int):
+                    value = value + right
+                    continue
+                raise ValueError(f"cannot add a list and an int in {self.text!r}")
+            value = value + right
+        return value
+
+    def term(self):
+        value = self.atom()
+        while self._peek() == "*":
+            self._take("*")
+            right = self.atom()
+            if isinstance(value, list) and isinstance(right, int):
+                value = value * right
+            elif isinstance(value, int) and isinstance(right, list):
+                value = right * value
+            elif isinstance(value, int) and isinstance(right, int):
+                value = value * right
+            else:
+                raise ValueError(f"cannot multiply two lists in {self.text!r}")
+            if isinstance(value, list) and len(value) > 100_000:
+                raise ValueError(f"moe_layer_freq {self.text!r} is implausibly long")
+        return value
+
+    def atom(self):
+        tok = self._peek()
+        if isinstance(tok, int):
+            self.pos += 1
+            return tok
+        if tok == "(":
+            self._take("(")
+            value = self.expr()
+            self._take(")")
+            return value
+        if tok == "[":
+            self._take("[")
+            items: list[int] = []
+            while self._peek() != "]":
+                item = self.expr()
+                if not isinstance(item, int):
+                    raise ValueError(f"nested lists are not allowed in {self.text!r}")
+                items.append(item)
+                if self._peek() == ",":
+                    self._take(",")
+            self._take("]")
+            return items
+        raise ValueError(f"cannot read moe_layer_freq {self.text!r}")
+
+
+def moe_pattern(num_layers: int, freq: int | tuple[int, ...]) -> tuple[bool, ...]:
+    """Per decoder layer: is it an MoE layer (Megatron: layer i is MoE when i % freq == 0)."""
+    if isinstance(freq, int):
+        return tuple(i % freq == 0 for i in range(num_layers))
+    return tuple(bool(x) for x in freq)
+
+
+def stage_counts(
+    num_layers: int, pp: int, first: int | None, last: int | None
+) -> tuple[int, ...] | None:
+    """Layers per pipeline stage, or None when they cannot be split as given."""
+    if pp == 1:
+        return (num_layers,) if first is None and last is None else None
+    head = [first] if first is not None else []
+    tail = [last] if last is not None else []
+    middle_stages = pp - len(head) - len(tail)
+    middle_layers = num_layers - sum(head) - sum(tail)
+    if middle_layers < 0 or (middle_stages == 0 and middle_layers != 0):
+        return None
+    if middle_stages == 0:
+        return tuple(head + tail)
+    if middle_layers % middle_stages:
+        return None
+    return tuple(head + [middle_layers // middle_stages] * middle_stages + tail)
+
+
+def chunk_layers(counts: tuple[int, ...], vpp: int, pp_rank: int, vpp_rank: int) -> range:
+    """Global layer ids of chunk (pp_rank, vpp_rank); each stage count divides by vpp."""
+    per_chunk = [c // vpp for c in counts]
+    start = vpp_rank * sum(per_chunk) + sum(per_chunk[:pp_rank])
+    return range(start, start + per_chunk[pp_rank])

@@ -1,0 +1,423 @@
+"""`Topology`: the one immutable, validated description of a miles job's parallel layout.
+
+Unset values are inferred in one step before validation; cross-field rules run once
+after it (see checks.py). Everything else (groups, ownership, placement, layers) is
+derived here, from the fields, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    computed_field,
+    field_validator,
+    model_validator,
+)
+
+from . import layers as _layers
+from .checks import run_checks
+from .errors import Problem, TopologyError
+from .flags import flag_of
+from .grid import Grid
+
+Pos = Field(default=1, ge=1)
+AXES = ("tp", "cp", "ep", "dp", "pp")
+ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+
+
+class Topology(BaseModel):
+    """Every parallel size of a miles job and the model facts they depend on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # cluster
+    nodes: int = Pos
+    gpus_per_node: int = Field(default=8, ge=1)
+    node_gpus: int = Field(default=8, ge=1)  # physical GPUs per node (--num-gpus-per-node)
+    cluster_nodes: int | None = Field(default=None, ge=1)
+    use_critic: bool = False
+    critic_nodes: int | None = Field(default=None, ge=1)
+    critic_gpus_per_node: int | None = Field(default=None, ge=1)
+    # train grid
+    tp: int = Pos
+    pp: int = Pos
+    vpp: int | None = Field(default=None, ge=1)
+    vpp_layers: int | None = Field(default=None, ge=1)
+    cp: int = Pos
+    ep: int = Pos
+    etp: int = Pos  # inferred = tp when not given
+    etp_implied: bool = False
+    sp: bool = False
+    order: Literal["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"] = "tp-cp-ep-dp-pp"
+    # rollout
+    colocate: bool = False
+    rollout_gpus: int | None = Field(default=None, ge=0)
+    engine_size: int = Pos
+    engine_ep: int = Pos
+    engine_dp: int = Pos
+    dp_attention: bool = False
+    rollout_external: bool = False
+    train_only: bool = False
+    rollout_only: bool = False
+    # model shape
+    layers: int | None = Field(default=None, ge=1)
+    heads: int | None = Field(default=None, ge=1)
+    query_groups: int | None = Field(default=None, ge=1)
+    experts: int | None = Field(default=None, ge=1)
+    topk: int = Field(default=2, ge=1)
+    moe_layer_freq: int | tuple[int, ...] = 1
+    first_stage_layers: int | None = Field(default=None, ge=0)
+    last_stage_layers: int | None = Field(default=None, ge=0)
+    # routing replay
+    routing_replay: bool = False
+    rollout_routing_replay: bool = False
+    router_fusion: bool = False
+    # batch
+    rollout_batch_size: int | None = Field(default=None, ge=1)
+    n_samples_per_prompt: int = Pos
+    global_batch_size: int | None = Field(default=None, ge=1)
+    micro_batch_size: int = Pos
+    dynamic_batch: bool = False
+    max_tokens_per_gpu: int | None = Field(default=None, ge=1)
+
+    _warnings: tuple[Problem, ...] = PrivateAttr(default=())
+
+    # ---- construction ------------------------------------------------------------------
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise _as_topology_error(e) from None
+
+    @field_validator("moe_layer_freq", mode="before")
+    @classmethod
+    def _parse_freq(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return _layers.parse_layer_freq(v)
+        if isinstance(v, list):
+            return tuple(v)
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer(cls, data: Any) -> Any:
+        """Fill every value the user may leave unset, the way miles and Megatron do."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("etp") is None:
+            data["etp"] = data.get("tp", 1)
+            data["etp_implied"] = True
+        if data.get("rollout_routing_replay"):
+            data["routing_replay"] = True
+        if data.get("rollout_only") and data.get("rollout_gpus"):
+            data["gpus_per_node"] = min(8, data["rollout_gpus"])
+        return data
+
+    @model_validator(mode="after")
+    def _validate(self) -> Topology:
+        found = run_checks(self)
+        errors = [p for p in found if p.severity == "error"]
+        warnings = [p for p in found if p.severity == "warning"]
+        if errors:
+            raise TopologyError(errors, warnings, self.summary() if self.forms_grid else None)
+        self._warnings = tuple(warnings)
+        return self
+
+    @classmethod
+    def from_flags(cls, argv: list[str]) -> Topology:
+        from .sources import from_flags
+
+        return from_flags(argv)
+
+    @classmethod
+    def from_yaml(cls, path: str, overrides: list[str] | None = None) -> Topology:
+        from .config import from_yaml
+
+        return from_yaml(path, overrides)
+
+    def to_yaml(self) -> str:
+        from .config import to_yaml
+
+        return to_yaml(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Topology) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    @cached_property
+    def _key(self) -> tuple:
+        return tuple(getattr(self, f) for f in type(self).model_fields)
+
+    @property
+    def warnings(self) -> tuple[Problem, ...]:
+        return self._warnings
+
+    # ---- sizes (each product defined here, once) ------------------------------------
+
+    @computed_field
+    @cached_property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @cached_property
+    def dense_model_size(self) -> int:
+        return self.tp * self.cp * self.pp
+
+    @cached_property
+    def expert_model_size(self) -> int:
+        return self.etp * self.ep * self.pp
+
+    @computed_field
+    @cached_property
+    def dp(self) -> int:
+        return self.world_size // self.dense_model_size
+
+    @computed_field
+    @cached_property
+    def edp(self) -> int:
+        return self.world_size // self.expert_model_size
+
+    @property
+    def forms_grid(self) -> bool:
+        return self.world_size % self.dense_model_size == 0 and (
+            self.world_size % self.expert_model_size == 0
+        )
+
+    @cached_property
+    def chunks(self) -> int:
+        """Virtual pipeline stages per pipeline rank (1 without interleaving)."""
+        if self.vpp is not None:
+            return self.vpp
+        if self.vpp_layers is not None and self.layers is not None and self.pp > 1:
+            return max(1, self.layers // (self.pp * self.vpp_layers))
+        return 1
+
+    # ---- grids and groups ----------------------------------------------------------
+
+    @cached_property
+    def dense_grid(self) -> Grid:
+        return Grid(dict(tp=self.tp, cp=self.cp, ep=1, dp=self.dp, pp=self.pp), self.order)
+
+    @cached_property
+    def expert_grid(self) -> Grid:
+        return Grid(dict(tp=self.etp, cp=1, ep=self.ep, dp=self.edp, pp=self.pp), self.order)
+
+    def grid(self, expert: bool = False) -> Grid:
+        return self.expert_grid if expert else self.dense_grid
+
+    def rank_groups(self, token: str, expert: bool = False) -> list[list[int]]:
+        """Groups for `token` exactly as megatron-core RankGenerator.get_ranks(token).
+
+        On the expert grid "tp" means etp and "dp" means edp ("etp"/"edp" are accepted).
+        """
+        if expert:
+            token = "-".join({"etp": "tp", "edp": "dp"}.get(t, t) for t in token.split("-"))
+        return self.grid(expert).groups(token)
+
+    def coord(self, rank: int, expert: bool = False) -> dict[str, int]:
+        """Coordinates of a global rank: dense {tp,cp,ep,dp,pp}; expert {etp,ep,edp,pp}."""
+        c = self.grid(expert).coord(rank)
+        if not expert:
+            return c
+        return {"etp": c["tp"], "ep": c["ep"], "edp": c["dp"], "pp": c["pp"]}
+
+    def rank(self, expert: bool = False, **coord: int) -> int:
+        if expert:
+            coord = {{"etp": "tp", "edp": "dp"}.get(k, k): v for k, v in coord.items()}
+        return self.grid(expert).rank(**coord)
+
+    def megatron_args(self) -> dict[str, Any]:
+        """Keyword arguments for megatron-core `parallel_state.initialize_model_parallel`."""
+        return dict(
+            tensor_model_parallel_size=self.tp,
+            pipeline_model_parallel_size=self.pp,
+            virtual_pipeline_model_parallel_size=self.chunks if self.chunks > 1 else None,
+            context_parallel_size=self.cp,
+            expert_model_parallel_size=self.ep,
+            expert_tensor_parallel_size=self.etp,
+            order=self.order,
+        )
+
+    # ---- experts --------------------------------------------------------------------
+
+    @property
+    def is_moe(self) -> bool:
+        """An MoE model: experts given and (when layers are known) some MoE layer."""
+        return self.experts is not None and (self.layers is None or any(self.moe_pattern))
+
+    @cached_property
+    def experts_per_rank(self) -> int:
+        return (self.experts or 0) // self.ep
+
+    def ep_rank(self, rank: int) -> int:
+        return self.expert_grid.coord(rank)["ep"]
+
+    def local_experts(self, rank: int) -> tuple[int, ...]:
+        """Global expert ids held by `rank`: EP rank e owns [e*E/ep, (e+1)*E/ep)."""
+        start = self.ep_rank(rank) * self.experts_per_rank
+        return tuple(range(start, start + self.experts_per_rank))
+
+    def expert_owners(self, expert: int) -> tuple[int, ...]:
+        """Every global rank holding `expert` (one per expert-DP replica, ETP rank, stage)."""
+        if self.experts is None or not 0 <= expert < self.experts:
+            raise IndexError(f"expert {expert} outside 0..{(self.experts or 0) - 1}")
+        e = expert // self.experts_per_rank
+        return tuple(sorted(g[e] for g in self.expert_grid._groups("ep")))
+
+    # ---- layers ---------------------------------------------------------------------
+
+    @cached_property
+    def moe_pattern(self) -> tuple[bool, ...]:
+        if self.experts is None or self.layers is None:
+            return ()
+        return _layers.moe_pattern(self.layers, self.moe_layer_freq)
+
+    @cached_property
+    def stage_counts(self) -> tuple[int, ...] | None:
+        if self.layers is None:
+            return None
+        return _layers.stage_counts(
+            self.layers, self.pp, self.first_stage_layers, self.last_stage_layers
+        )
+
+    def stage_layers(self, pp_rank: int, vpp_rank: int = 0) -> tuple[int, ...]:
+        """Global decoder layer ids of virtual stage (pp_rank, vpp_rank)."""
+        if self.stage_counts is None:
+            raise TopologyError([_needs("layers", "stage_layers")])
+        if not (0 <= pp_rank < self.pp and 0 <= vpp_rank < self.chunks):
+            raise IndexError(f"stage ({pp_rank}, {vpp_rank}) outside pp={self.pp} x vpp={self.chunks}")
+        return tuple(_layers.chunk_layers(self.stage_counts, self.chunks, pp_rank, vpp_rank))
+
+    def replay_layers(self, pp_rank: int) -> tuple[int, ...]:
+        """MoE layer ids of a pipeline rank in the order its routers consume replay data."""
+        return tuple(
+            layer
+            for v in range(self.chunks)
+            for layer in self.stage_layers(pp_rank, v)
+            if self.moe_pattern[layer]
+        )
+
+    # ---- placement ------------------------------------------------------------------
+
+    def placement(self, rank: int) -> tuple[int, int]:
+        """(node, GPU) of train rank `rank`: ranks fill a node's GPUs before the next node."""
+        if not 0 <= rank < self.world_size:
+            raise IndexError(f"rank {rank} outside the world of {self.world_size} ranks")
+        return divmod(rank, self.gpus_per_node)
+
+    @computed_field
+    @cached_property
+    def rollout_gpu_count(self) -> int:
+        if self.colocate:
+            return self.world_size
+        if self.rollout_external or self.train_only:
+            return 0
+        return self.rollout_gpus or 0
+
+    @computed_field
+    @cached_property
+    def num_engines(self) -> int:
+        return self.rollout_gpu_count // self.engine_size
+
+    @cached_property
+    def engine_node_size(self) -> int:
+        """GPUs per node where engines are placed: the actor's nodes when colocated."""
+        return self.gpus_per_node if self.colocate else self.node_gpus
+
+    @cached_property
+    def rollout_first_node(self) -> int:
+        return 0 if self.colocate else self.train_nodes_used
+
+    @cached_property
+    def train_nodes_used(self) -> int:
+        critic = 0
+        if self.use_critic or self.critic_nodes is not None:
+            critic = self.critic_nodes or self.nodes
+        return self.nodes + critic
+
+    def engine_gpus(self, engine: int) -> tuple[tuple[int, int], ...]:
+        """(node, GPU) of each GPU of rollout engine `engine`."""
+        if not 0 <= engine < self.num_engines:
+            raise IndexError(f"engine {engine} outside 0..{self.num_engines - 1}")
+        node = self.engine_node_size
+        start = engine * self.engine_size
+        return tuple(
+            (self.rollout_first_node + s // node, s % node)
+            for s in range(start, start + self.engine_size)
+        )
+
+    @computed_field
+    @cached_property
+    def nodes_needed(self) -> int:
+        rollout = 0 if self.colocate else -(-self.rollout_gpu_count // self.node_gpus)
+        return self.train_nodes_used + rollout
+
+    @property
+    def gpu_budget(self) -> str:
+        parts = [f"actor {self.world_size}"]
+        if self.train_nodes_used > self.nodes:
+            parts.append(f"critic {(self.train_nodes_used - self.nodes) * self.gpus_per_node}")
+        if not self.colocate and self.rollout_gpu_count:
+            parts.append(f"rollout {self.rollout_gpu_count}")
+        return " + ".join(parts) + " GPUs"
+
+    # ---- reporting ------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """The sizes reported by `check --format json` (also for an invalid topology)."""
+        d = {"world_size": self.world_size}
+        if self.forms_grid:
+            d.update(dp=self.dp, edp=self.edp)
+        d.update(
+            tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.chunks, ep=self.ep, etp=self.etp,
+            order=self.order, nodes=self.nodes, gpus_per_node=self.gpus_per_node,
+            rollout_gpus=self.rollout_gpu_count, engine_size=self.engine_size,
+            num_engines=self.rollout_gpu_count // self.engine_size,
+        )
+        return d
+
+
+def _needs(name: str, what: str) -> Problem:
+    return Problem(
+        "missing-model-fact",
+        f"{what} needs {flag_of(name)}, which was not given.",
+        f"add {flag_of(name)}",
+        (flag_of(name),),
+    )
+
+
+def _as_topology_error(e: ValidationError) -> TopologyError:
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    summary = None
+    for err in e.errors():
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, TopologyError):
+            problems += inner.problems
+            warnings += inner.warnings
+            summary = inner.summary
+            continue
+        name = str(err["loc"][0]) if err["loc"] else "topology"
+        flag = flag_of(name)
+        shown = err.get("input")
+        if err["type"] == "extra_forbidden":
+            problems.append(Problem(
+                "unknown-field", f"{name} is not a topology field.",
+                f"remove {name}; valid fields: {', '.join(Topology.model_fields)}", (name,)))
+        else:
+            problems.append(Problem(
+                "invalid-flag-value", f"{flag} got {shown!r}: {err['msg'].lower()}.",
+                f"give {flag} a valid value (e.g. {flag} 1), or drop it to use the default.",
+                (flag,)))
+    return TopologyError(problems, warnings, summary)
