@@ -282,7 +282,7 @@ class Parser:
         if nxt == "\n":
             self.i = i + 2
             return
-        if nxt in " \t":
+        if nxt and nxt in " \t":
             j = i + 1
             while j < self.n and s[j] in " \t\r":
                 j += 1
@@ -470,9 +470,12 @@ class Parser:
                     break
             if op is None:
                 op = "?bad"
+                arg = self.arg_word("}", quoted)
             else:
                 self.i += len(op)
-            if op in ("/", "//", "/#", "/%"):
+            if op == "?bad":
+                pass
+            elif op in ("/", "//", "/#", "/%"):
                 arg = self.arg_word("/}", quoted)
                 if self.i < n and s[self.i] == "/":
                     self.i += 1
@@ -673,7 +676,7 @@ class Parser:
             if self.i >= n:
                 break
             c = s[self.i]
-            if c == "#" and (self.i == 0 or s[self.i - 1] in " \t\n"):
+            if c == "#":
                 self.comment()
                 break
             if c in "<>" or (c == "&" and s.startswith("&>", self.i)):

@@ -162,7 +162,10 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
     counts = topo.stage_counts
     if counts is None:
         if topo.first_stage_layers is None and topo.last_stage_layers is None:
-            pps = [p for p in _divisors(topo.layers) if topo.world_size % (topo.tp * topo.cp * p) == 0]
+            pps = [
+                p for p in _divisors(topo.layers)
+                if topo.world_size % (topo.tp * topo.cp * p) == 0
+            ]
             yield _err(
                 "layers-not-divisible-by-pp",
                 f"{topo.layers} layers cannot be split evenly over pp = {topo.pp} stages "

@@ -48,7 +48,9 @@ class Grid:
             masked = {self.index(t) for t in token.split("-")}
             inside = [i for i in range(len(self.names)) if i in masked]
             outside = [i for i in range(len(self.names)) if i not in masked]
-            offsets_in = _offsets([self.sizes[i] for i in inside], [self.strides[i] for i in inside])
+            offsets_in = _offsets(
+                [self.sizes[i] for i in inside], [self.strides[i] for i in inside]
+            )
             offsets_out = _offsets(
                 [self.sizes[i] for i in outside], [self.strides[i] for i in outside]
             )

@@ -296,7 +296,9 @@ class Topology(BaseModel):
         if self.stage_counts is None:
             raise TopologyError([_needs("layers", "stage_layers")])
         if not (0 <= pp_rank < self.pp and 0 <= vpp_rank < self.chunks):
-            raise IndexError(f"stage ({pp_rank}, {vpp_rank}) outside pp={self.pp} x vpp={self.chunks}")
+            raise IndexError(
+                f"stage ({pp_rank}, {vpp_rank}) outside pp={self.pp} x vpp={self.chunks}"
+            )
         return tuple(_layers.chunk_layers(self.stage_counts, self.chunks, pp_rank, vpp_rank))
 
     def replay_layers(self, pp_rank: int) -> tuple[int, ...]:

@@ -1,0 +1,204 @@
+"""`miles-topology`: check, show and migrate parallel layouts.
+
+Exit codes: 0 valid (warnings allowed), 1 invalid configuration, 2 unreadable input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InputError, Problem, TopologyError
+from .model import Topology
+from .sources import read_flags
+
+USAGE = """\
+miles-topology check [--format text|json] [--env KEY=VALUE ...]
+                     (SCRIPT.sh... | TOPOLOGY.yaml | -- FLAGS...)
+miles-topology show  [--svg FILE] [--env KEY=VALUE ...] (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
+miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]"""
+
+
+@dataclass
+class Verdict:
+    """What `check` found for one input."""
+
+    path: str
+    topology: Topology | None = None
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    skipped: list[Problem] = field(default_factory=list)
+    summary: dict | None = None
+    extra: dict = field(default_factory=dict)  # script reports: values, unresolved, notes
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def as_dict(self) -> dict:
+        d = {
+            "ok": self.ok,
+            "errors": [p.as_dict() for p in self.errors],
+            "warnings": [p.as_dict() for p in self.warnings],
+            "topology": self.summary,
+        }
+        if self.path != "flags":
+            d = {"path": self.path, **d, "skipped": [p.as_dict() for p in self.skipped]}
+            d.update(self.extra)
+        return d
+
+
+def verdict_of(path: str, build) -> Verdict:
+    """Run `build()` -> Topology and file its outcome; InputError propagates (exit 2)."""
+    v = Verdict(path)
+    try:
+        topo = build()
+    except TopologyError as e:
+        v.errors, v.warnings, v.summary = list(e.problems), list(e.warnings), e.summary
+        return v
+    v.topology, v.warnings, v.summary = topo, list(topo.warnings), topo.summary()
+    return v
+
+
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise InputError(f"--env {pair!r}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> list[Verdict]:
+    if flags is not None:
+        if paths:
+            raise InputError("give either files or `-- FLAGS...`, not both")
+        return [verdict_of("flags", lambda: read_flags(flags).topology)]
+    if not paths:
+        raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
+    out = []
+    for p in paths:
+        if p.endswith((".yaml", ".yml")):
+            out.append(verdict_of(p, lambda p=p: Topology.from_yaml(p)))
+        else:
+            from .check_script import check_script
+
+            out.append(check_script(p, env))
+    return out
+
+
+def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, None
+
+
+def _print_text(v: Verdict, out) -> None:
+    s = v.summary
+    state = "OK" if v.ok else "INVALID"
+    sizes = ""
+    if s:
+        sizes = f"  world {s['world_size']}"
+        if "dp" in s:
+            sizes += f", dp {s['dp']}, edp {s['edp']}"
+        sizes += (
+            f" | tp {s['tp']} cp {s['cp']} pp {s['pp']} ep {s['ep']} etp {s['etp']}"
+            f" | {s['num_engines']} engine(s) x {s['engine_size']} GPU"
+        )
+    print(f"{v.path}: {state}{sizes}", file=out)
+    for p in v.extra.get("report_lines", []):
+        print(f"  {p}", file=out)
+    for kind, problems in (("error", v.errors), ("warning", v.warnings), ("skipped", v.skipped)):
+        for p in problems:
+            print(f"  {kind} [{p.code}] {p.message}", file=out)
+            print(f"    fix: {p.fix}", file=out)
+            if p.flags:
+                print(f"    flags: {', '.join(p.flags)}", file=out)
+
+
+def cmd_check(args, flags) -> int:
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
+    if args.format == "json":
+        data = [v.as_dict() for v in verdicts]
+        print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
+    else:
+        for v in verdicts:
+            _print_text(v, sys.stdout)
+        if len(verdicts) > 1:
+            bad = sum(not v.ok for v in verdicts)
+            print(f"\n{len(verdicts)} inputs: {len(verdicts) - bad} valid, {bad} invalid")
+    return 0 if all(v.ok for v in verdicts) else 1
+
+
+def cmd_show(args, flags) -> int:
+    from .show import svg_map, text_map
+
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
+    code = 0
+    for v in verdicts:
+        if v.topology is None:
+            _print_text(v, sys.stdout)
+            code = 1
+            continue
+        print(f"{v.path}:")
+        print(text_map(v.topology))
+        if args.svg:
+            Path(args.svg).write_text(svg_map(v.topology))
+            print(f"\nwrote {args.svg}")
+    return code
+
+
+def cmd_migrate(args, flags) -> int:
+    try:
+        from migrations.runner import main as migrate_main
+    except ImportError:
+        raise InputError("migrate is not available in this build") from None
+    return migrate_main(args, _parse_env(args.env))
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="miles-topology", usage=USAGE)
+    sub = top.add_subparsers(dest="cmd", required=True)
+    for name in ("check", "show", "migrate"):
+        p = sub.add_parser(name, usage=USAGE)
+        p.add_argument("inputs", nargs="*")
+        p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+        if name == "check":
+            p.add_argument("--format", choices=("text", "json"), default="text")
+        if name == "show":
+            p.add_argument("--svg", metavar="FILE")
+        if name == "migrate":
+            p.add_argument("--write", action="store_true")
+            p.add_argument("--check", action="store_true")
+            p.add_argument("--inline", action="store_true")
+    return top
+
+
+class _Usage(Exception):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    head, flags = _split_dashdash(argv)
+    p = parser()
+    p.error = lambda msg: (_ for _ in ()).throw(_Usage(msg))  # exit 2 with our message
+    try:
+        args = p.parse_args(head)
+        run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate}[args.cmd]
+        return run(args, flags)
+    except _Usage as e:
+        print(f"miles-topology: {e}\nusage:\n{USAGE}", file=sys.stderr)
+        return 2
+    except InputError as e:
+        print(f"miles-topology: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
