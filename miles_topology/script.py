@@ -306,6 +306,7 @@ class _Reader:
         self.notes: list[Note] = []
         self.unresolved: list[Unresolved] = []
         self.calls = 0
+        self.why_unknown = ""
 
     # -- files
 
@@ -393,8 +394,11 @@ class _Reader:
             items, is_list = self.part(part)
             quoted = part.quoted
             for n, f in enumerate(items):
-                if n and is_list and (quoted or True):
-                    flush()
+                if n:
+                    if is_list or not quoted:
+                        flush()
+                    else:
+                        cur.append(" ")
                 if f.unk is not None:
                     add(Field(None, f.src, f.unk, f.text, f.extra or not quoted and is_list,
                               f.cond))
@@ -534,7 +538,7 @@ class _Reader:
             return items, is_list
         if op in (":?", "?"):
             if items is None or (empty and op == ":?"):
-                msg = p.arg.text if p.arg is not None and p.arg.text else "parameter null or not set"
+                msg = p.arg.text if p.arg is not None and p.arg.text else "null or not set"
                 why = f"{name} must be set ({msg}): pass --env {name}=VALUE"
                 return [self.unknown(p, why)], False
             return items, is_list
@@ -681,11 +685,10 @@ class _Reader:
             status = self.status([n.items[0][1]], cond)
             self.node(n.items[0][1], cond)
             for op, cmd in n.items[1:]:
-                line = getattr(cmd, "line", n.items[0][1].__dict__.get("line", 0)) \
-                    if hasattr(cmd, "line") else 0
                 if status is None:
-                    why = f"runs only if the command before '{op}' " + (
-                        "succeeds" if op == "&&" else "fails") + " at run time"
+                    line = _line(n)
+                    why = f"only if the command before '{op}' at {self.src(line)} " + (
+                        "succeeds" if op == "&&" else "fails") + self.why_unknown
                     self.node(cmd, cond or Unk(op, self.src(line), why))
                     status = None
                 elif status == (op == "&&"):
@@ -727,8 +730,8 @@ class _Reader:
                 return
             if status is None:
                 line = test[0].line if test and hasattr(test[0], "line") else n.line
-                why = f"inside an 'if' whose condition at {self.src(line)} is only known at " \
-                      "run time"
+                why = f"inside the 'if' at {self.src(line)}, whose condition is decided at " \
+                      "run time" + self.why_unknown
                 inner = inner or Unk("if", self.src(line), why)
                 self.run(body, inner)
         if n.orelse is not None:
@@ -765,7 +768,11 @@ class _Reader:
                 self.run(body, inner)
 
     def status(self, nodes: list, cond: Unk | None) -> bool | None:
-        """Exit status of a test command when it is decided by known values, else None."""
+        """Exit status of a test command when it is decided by known values, else None.
+
+        When None, `why_unknown` says which value the test depends on.
+        """
+        self.why_unknown = ""
         if len(nodes) != 1 or type(nodes[0]) is not bash.Simple or not nodes[0].words:
             return None
         words = nodes[0].words
@@ -790,7 +797,11 @@ class _Reader:
             fancy = False
         else:
             return None
-        return _test(vals, fancy)
+        got = _test(vals, fancy)
+        bad = next((f.unk or f.cond for f in vals if f.unk or f.cond), None)
+        if got is None and bad is not None:
+            self.why_unknown = f" ({bad.why})"
+        return got
 
     def assign(self, a: bash.Assign, cond: Unk | None):
         src = self.src(a.line)
@@ -914,7 +925,7 @@ class _Reader:
             f"line {n.line} starts with '{shown}' but {above} does not end in '\\', so bash "
             f"ends the command there and runs line {n.line} on its own "
             f"('{flags[0]}: command not found'); these flags never reach the launch command",
-            f"end {above} with ' \\'" + ("" if prev is None else f" (line {prev})"),
+            f"end {above} with ' \\'",
             self.src(n.line)))
 
     def source(self, args: list[Field], n: bash.Simple, cond: Unk | None):
@@ -1035,6 +1046,12 @@ class _Reader:
         return None if not module else None
 
 
+def _line(node) -> int:
+    while not hasattr(node, "line"):
+        node = node.items[0][1] if type(node) is bash.AndOr else node.cmds[0]
+    return node.line
+
+
 def _test(vals: list[Field], fancy: bool) -> bool | None:
     """``[ ... ]`` / ``[[ ... ]]`` over known strings; None for anything else."""
     if any(f.unk or f.cond for f in vals):
@@ -1084,11 +1101,15 @@ def _argv(fields: list, unresolved: list[Unresolved]) -> list[FlagValue]:
         f = fields[i]
         i += 1
         if f.cond is not None:
-            unresolved.append(Unresolved(f.value if _is_flag(f) else None, f.value or f.text,
-                                         f.cond.src, f.cond.why))
-            while _is_flag(f) and i < n and not _is_flag(fields[i]) and fields[i].cond \
+            flag = f.value.partition("=")[0] if _is_flag(f) else None
+            text = [f.value or f.text]
+            while flag and i < n and not _is_flag(fields[i]) and fields[i].cond \
                     and not fields[i].extra:
+                text.append(fields[i].value or fields[i].text)
                 i += 1
+            if flag:
+                out.append(FlagValue(flag, None, f.src, unresolved=" ".join(text)))
+            unresolved.append(Unresolved(flag, " ".join(text), f.cond.src, f.cond.why))
             continue
         if f.unk is not None:
             unresolved.append(Unresolved(None, f.unk.expr, f.unk.src, f.unk.why))
