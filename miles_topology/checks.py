@@ -76,7 +76,7 @@ def dense_grid(topo: Topology) -> Iterator[Problem]:
         fixes.append(f"--pipeline-model-parallel-size {_or(_nearest(pps, topo.pp))}")
     yield _err(
         "dense-grid-divisibility",
-        f"world size {topo.nodes} nodes x {topo.gpus_per_node} GPUs = {world} is not divisible "
+        f"world size {topo.nodes} node(s) x {topo.gpus_per_node} GPUs = {world} is not divisible "
         f"by tp*cp*pp = {topo.tp}*{topo.cp}*{topo.pp} = {m} ({world}/{m} = {world / m:.2f}); "
         "Megatron needs world % (tp*cp*pp) == 0.",
         _with_nodes("try " + ", or ".join(fixes), topo),
@@ -101,7 +101,7 @@ def expert_grid(topo: Topology) -> Iterator[Problem]:
             fix += f", or --expert-tensor-parallel-size {_or(_nearest(etps, topo.etp))}"
     yield _err(
         "expert-grid-divisibility",
-        f"world size {topo.nodes} nodes x {topo.gpus_per_node} GPUs = {world} is not divisible "
+        f"world size {topo.nodes} node(s) x {topo.gpus_per_node} GPUs = {world} is not divisible "
         f"by etp*ep*pp = {topo.etp}*{topo.ep}*{topo.pp} = {m} ({world}/{m} = {world / m:.2f}); "
         "Megatron needs world % (etp*ep*pp) == 0 for the expert grid.",
         _with_nodes(fix, topo),

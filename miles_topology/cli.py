@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,9 +162,20 @@ def cmd_migrate(args, flags) -> int:
     return migrate_main(args, _parse_env(args.env))
 
 
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors become exit 2 with our own one-line message."""
+
+    def error(self, message: str):
+        raise _Usage(message)
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="miles-topology", usage=USAGE)
-    sub = top.add_subparsers(dest="cmd", required=True)
+    top = _Parser(prog="miles-topology", usage=USAGE)
+    sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     for name in ("check", "show", "migrate"):
         p = sub.add_parser(name, usage=USAGE)
         p.add_argument("inputs", nargs="*")
@@ -179,17 +191,11 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-class _Usage(Exception):
-    pass
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     head, flags = _split_dashdash(argv)
-    p = parser()
-    p.error = lambda msg: (_ for _ in ()).throw(_Usage(msg))  # exit 2 with our message
     try:
-        args = p.parse_args(head)
+        args = parser().parse_args(head)
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate}[args.cmd]
         return run(args, flags)
     except _Usage as e:
@@ -197,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except InputError as e:
         print(f"miles-topology: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a bug of ours: say so in one line, keep the traceback on request
+        if os.environ.get("MILES_TOPOLOGY_DEBUG"):
+            raise
+        print(f"miles-topology: internal error: {type(e).__name__}: {e} "
+              "(set MILES_TOPOLOGY_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
 
 

@@ -17,6 +17,7 @@ def load_fields(path: str | Path, overrides: list[str] | None = None) -> dict[st
     """Read a topology YAML into plain field values, interpolations resolved."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
 
     path = Path(path)
     try:
@@ -26,7 +27,7 @@ def load_fields(path: str | Path, overrides: list[str] | None = None) -> dict[st
         data = OmegaConf.to_container(cfg, resolve=True)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (OmegaConfBaseException, ValueError, OSError) as e:
+    except (OmegaConfBaseException, YAMLError, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{path}: cannot read the topology YAML: {first}") from None
     if data is None:

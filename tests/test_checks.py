@@ -1,0 +1,162 @@
+"""One case per problem code: the code fires, and its message and fix carry the numbers."""
+
+import pytest
+
+from miles_topology import Topology, TopologyError
+
+BASE = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--colocate"]
+
+ERRORS = [
+    ("dense-grid-divisibility", ["--tensor-model-parallel-size", "3"],
+     ["= 8 is not divisible", "tp*cp*pp = 3*1*1 = 3", "8/3 = 2.67"],
+     ["--tensor-model-parallel-size 2 or 4", "3 nodes of 8 GPUs"]),
+    ("expert-grid-divisibility",
+     ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size",
+      "2", "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1",
+      "--num-experts", "64"],
+     ["etp*ep*pp = 1*8*2 = 16", "8/16 = 0.50"],
+     ["--expert-model-parallel-size 2 or 4", "2 nodes of 8 GPUs"]),
+    ("experts-not-divisible-by-ep", ["--expert-model-parallel-size", "4", "--num-experts", "6"],
+     ["6 experts", "ep = 4", "6/4 = 1.50"], ["--expert-model-parallel-size 1 or 2"]),
+    ("heads-not-divisible-by-tp",
+     ["--tensor-model-parallel-size", "4", "--num-attention-heads", "6"],
+     ["6 attention heads", "tp = 4", "6/4 = 1.50"], ["--tensor-model-parallel-size 1 or 2"]),
+    ("layers-not-divisible-by-pp",
+     ["--pipeline-model-parallel-size", "4", "--num-layers", "10"],
+     ["10 layers", "pp = 4", "10/4 = 2.50"], ["--pipeline-model-parallel-size 1 or 2"]),
+    ("vpp-requires-pp", ["--num-virtual-stages-per-pipeline-rank", "2", "--num-layers", "8"],
+     ["pp = 1"], ["drop --num-virtual-stages-per-pipeline-rank",
+                  "--pipeline-model-parallel-size 2"]),
+    ("rollout-gpus-not-multiple-of-engine",
+     ["--actor-num-nodes", "1", "--rollout-num-gpus", "6", "--rollout-num-gpus-per-engine", "4",
+      "--colocate=false"],
+     ["6 rollout GPUs", "engines of 4 GPUs", "6/4 = 1.50"], ["--rollout-num-gpus 4 or 8"]),
+    ("engine-straddles-nodes",
+     ["--rollout-num-gpus", "12", "--rollout-num-gpus-per-engine", "3", "--colocate=false"],
+     ["engine 2 of 3 GPUs", "nodes of 8 GPUs", "8 % 3 = 2"],
+     ["--rollout-num-gpus-per-engine 2 or 4"]),
+    ("sglang-dp-invalid",
+     ["--rollout-num-gpus-per-engine", "4", "--sglang-dp-size", "3",
+      "--sglang-enable-dp-attention"],
+     ["engine DP 3 does not divide the engine's 4 GPUs"], ["--sglang-dp-size 2 or 4"]),
+    ("sglang-ep-invalid",
+     ["--rollout-num-gpus-per-engine", "4", "--sglang-ep-size", "3", "--num-experts", "8"],
+     ["engine EP 3 must divide", "4 % 3 = 1", "8 % 3 = 2"], ["--sglang-ep-size 2 or 4"]),
+    ("gpu-budget-exceeded", ["--actor-num-gpus-per-node", "16"],
+     ["asks for 16 GPUs per node", "nodes have 8 GPUs"],
+     ["--actor-num-gpus-per-node 8 with --actor-num-nodes 2"]),
+    ("r3-requires-moe", ["--use-rollout-routing-replay"],
+     ["no MoE layers", "no --num-experts"], ["drop --use-rollout-routing-replay"]),
+    ("r3-router-fusion",
+     ["--use-rollout-routing-replay", "--num-experts", "8", "--moe-router-fusion"],
+     ["fused router top-k", "bypasses the replay"], ["remove --moe-router-fusion"]),
+    ("flag-conflict", ["--sglang-ep-size", "2", "--sglang-expert-parallel-size", "4"],
+     ["--sglang-ep-size 2 and --sglang-expert-parallel-size 4"],
+     ["keep one of them"]),
+    ("moe-tp-requires-sp",
+     ["--tensor-model-parallel-size", "2", "--num-experts", "8"],
+     ["MoE model with tp = 2"], ["add --sequence-parallel"]),
+    ("invalid-flag-value", ["--tensor-model-parallel-size", "None"],
+     ["--tensor-model-parallel-size got 'None'", "whole number"],
+     ["--tensor-model-parallel-size 1"]),
+    ("rollout-batch-not-multiple-of-global-batch",
+     ["--rollout-batch-size", "6", "--n-samples-per-prompt", "2", "--global-batch-size", "8"],
+     ["6 x 2 = 12 samples", "12/8 = 1.50"], ["--global-batch-size 6 or 12"]),
+    ("global-batch-not-divisible-by-dp",
+     ["--global-batch-size", "12", "--micro-batch-size", "1"],
+     ["dp x micro_batch_size = 8 x 1 = 8", "12/8 = 1.50"], ["--global-batch-size 8 or 16"]),
+]
+
+WARNINGS = [
+    ("etp-implied", ["--tensor-model-parallel-size", "2", "--sequence-parallel",
+                     "--num-experts", "8"],
+     ["etp = tp = 2"], ["--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 1"]),
+    ("colocate-ignores-rollout-gpus", ["--rollout-num-gpus", "4"],
+     ["--rollout-num-gpus 4 is ignored", "actor's 8 GPUs"], ["remove --rollout-num-gpus"]),
+    ("tp-group-crosses-nodes",
+     ["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size",
+      "4"],
+     ["TP group of 4 ranks spans 2 nodes"], ["keep TP <= GPUs per node (2)"]),
+    ("deprecated-flag", ["--rollout-num-gpus-per-node", "8"],
+     ["--rollout-num-gpus-per-node was renamed", "--num-gpus-per-node"],
+     ["replace --rollout-num-gpus-per-node with --num-gpus-per-node", "miles-topology migrate"]),
+    ("sp-ignored", ["--sequence-parallel"], ["no effect with tp = 1"],
+     ["remove --sequence-parallel"]),
+    ("no-rollout-gpus", ["--colocate=false"], ["no rollout engine"], ["--rollout-num-gpus N"]),
+]
+
+
+def _only(problems, code):
+    found = [p for p in problems if p.code == code]
+    assert found, [p.code for p in problems]
+    return found[0]
+
+
+@pytest.mark.parametrize("code,argv,message,fix", ERRORS, ids=[c[0] for c in ERRORS])
+def test_error_message_and_fix(code, argv, message, fix):
+    with pytest.raises(TopologyError) as info:
+        Topology.from_flags(BASE + argv)
+    p = _only(info.value.problems, code)
+    assert p.severity == "error" and p.flags
+    for text in message:
+        assert text in p.message
+    for text in fix:
+        assert text in p.fix
+
+
+@pytest.mark.parametrize("code,argv,message,fix", WARNINGS, ids=[c[0] for c in WARNINGS])
+def test_warning_message_and_fix(code, argv, message, fix):
+    topo = Topology.from_flags(BASE + argv)
+    p = _only(topo.warnings, code)
+    assert p.severity == "warning"
+    for text in message:
+        assert text in p.message
+    for text in fix:
+        assert text in p.fix
+
+
+def test_every_design_code_is_covered():
+    design = {
+        "dense-grid-divisibility", "expert-grid-divisibility", "experts-not-divisible-by-ep",
+        "heads-not-divisible-by-tp", "layers-not-divisible-by-pp", "vpp-requires-pp",
+        "rollout-gpus-not-multiple-of-engine", "engine-straddles-nodes", "sglang-dp-invalid",
+        "sglang-ep-invalid", "gpu-budget-exceeded", "r3-requires-moe", "r3-router-fusion",
+        "flag-conflict", "etp-implied", "colocate-ignores-rollout-gpus", "tp-group-crosses-nodes",
+        "deprecated-flag",
+    }
+    assert design <= {c[0] for c in ERRORS + WARNINGS}
+
+
+def test_all_problems_collected_at_once():
+    with pytest.raises(TopologyError) as info:
+        Topology.from_flags(BASE + ["--tensor-model-parallel-size", "3", "--num-experts", "6",
+                                    "--expert-model-parallel-size", "4", "--sequence-parallel",
+                                    "--num-attention-heads", "4"])
+    codes = set(info.value.codes)
+    assert {"dense-grid-divisibility", "experts-not-divisible-by-ep",
+            "heads-not-divisible-by-tp"} <= codes
+    assert isinstance(info.value, ValueError)
+
+
+def test_sglang_dp_needs_dp_attention():
+    with pytest.raises(TopologyError) as info:
+        Topology.from_flags(BASE + ["--rollout-num-gpus-per-engine", "4", "--sglang-dp-size", "2"])
+    assert "--sglang-enable-dp-attention" in _only(info.value.problems, "sglang-dp-invalid").fix
+
+
+def test_gpu_budget_with_cluster_size():
+    with pytest.raises(TopologyError) as info:
+        Topology(nodes=2, gpus_per_node=8, rollout_gpus=16, cluster_nodes=3)
+    p = _only(info.value.problems, "gpu-budget-exceeded")
+    assert "needs 4 nodes of 8 GPUs (actor 16 + rollout 16 GPUs)" in p.message
+    assert "the cluster has 3" in p.message
+
+
+def test_uneven_stages_with_remainder():
+    argv = BASE + ["--pipeline-model-parallel-size", "4", "--num-layers", "10",
+                   "--decoder-first-pipeline-num-layers"]
+    assert Topology.from_flags(argv + ["1"]).stage_counts == (1, 3, 3, 3)
+    with pytest.raises(TopologyError) as info:
+        Topology.from_flags(argv + ["2"])
+    p = _only(info.value.problems, "layers-not-divisible-by-pp")
+    assert "(2 layers), 8 layers remain for 3 middle stage(s)" in p.message

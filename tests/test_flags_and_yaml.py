@@ -1,0 +1,145 @@
+"""Reading the flag surface and topology YAML files."""
+
+import pytest
+from pydantic import ValidationError
+
+from miles_topology import Topology, TopologyError
+from miles_topology.sources import read_flags
+
+
+def test_real_defaults():
+    topo = Topology.from_flags(["--colocate"])
+    assert (topo.nodes, topo.gpus_per_node, topo.node_gpus) == (1, 8, 8)
+    assert (topo.tp, topo.pp, topo.cp, topo.ep, topo.etp) == (1, 1, 1, 1, 1)
+    assert topo.engine_size == 1 and topo.num_engines == 8
+    assert topo.order == "tp-cp-ep-dp-pp"
+
+
+def test_unknown_flags_pass_through_in_order():
+    argv = ["--lr", "1e-6", "--colocate", "--hf-checkpoint", "/x", "--use-wandb", "--num-experts",
+            "8"]
+    read = read_flags(argv)
+    assert read.passthrough == ["--lr", "1e-6", "--hf-checkpoint", "/x", "--use-wandb"]
+    assert read.topology.experts == 8
+
+
+def test_tp_pp_dp_mapping_selects_order():
+    assert Topology.from_flags(["--colocate", "--use-tp-pp-dp-mapping"]).order == "tp-cp-ep-pp-dp"
+
+
+def test_etp_implied_and_explicit():
+    argv = ["--colocate", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+            "--num-experts", "8"]
+    implied = Topology.from_flags(argv)
+    assert implied.etp == 2 and [w.code for w in implied.warnings] == ["etp-implied"]
+    explicit = Topology.from_flags(argv + ["--expert-tensor-parallel-size", "2"])
+    assert explicit.etp == 2 and not explicit.warnings
+
+
+def test_last_occurrence_wins_and_equals_syntax():
+    topo = Topology.from_flags(["--colocate", "--tensor-model-parallel-size", "4",
+                                "--tensor-model-parallel-size=2"])
+    assert topo.tp == 2
+
+
+def test_missing_value_is_an_error_not_a_traceback():
+    with pytest.raises(TopologyError) as info:
+        Topology.from_flags(["--colocate", "--expert-model-parallel-size"])
+    assert info.value.codes == ["invalid-flag-value"]
+    assert "needs a value" in info.value.problems[0].message
+
+
+def test_renamed_ep_moe_sets_engine_ep():
+    topo = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
+                                "--sglang-enable-ep-moe", "--num-experts", "8"])
+    assert topo.engine_ep == 4
+    assert [w.code for w in topo.warnings] == ["deprecated-flag"]
+    assert "--sglang-ep-size N" in topo.warnings[0].message
+
+
+def test_vpp_from_layers_per_virtual_stage():
+    topo = Topology.from_flags(["--colocate", "--pipeline-model-parallel-size", "2",
+                                "--num-layers", "8", "--num-layers-per-virtual-pipeline-stage",
+                                "2"])
+    assert topo.chunks == 2
+    assert topo.stage_layers(0, 0) == (0, 1) and topo.stage_layers(1, 0) == (2, 3)
+    assert topo.stage_layers(0, 1) == (4, 5) and topo.stage_layers(1, 1) == (6, 7)
+    assert topo.megatron_args()["virtual_pipeline_model_parallel_size"] == 2
+
+
+def test_moe_layer_freq_list_expression_is_parsed_not_evaluated():
+    topo = Topology.from_flags(["--colocate", "--num-layers", "6", "--num-experts", "4",
+                                "--moe-layer-freq", "([0]*2+[1]*4)",
+                                "--pipeline-model-parallel-size", "2"])
+    assert topo.moe_pattern == (False, False, True, True, True, True)
+    assert topo.replay_layers(0) == (2,) and topo.replay_layers(1) == (3, 4, 5)
+    with pytest.raises(TopologyError) as info:
+        Topology.from_flags(["--colocate", "--moe-layer-freq", "__import__('os').system('x')"])
+    assert info.value.codes == ["invalid-flag-value"]
+
+
+def test_yaml_round_trip_and_dotlist(tmp_path):
+    topo = Topology.from_flags(["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4",
+                                "--expert-model-parallel-size", "2", "--num-experts", "8",
+                                "--colocate", "--moe-layer-freq", "[1,0,1,0]", "--num-layers", "4"])
+    path = tmp_path / "t.yaml"
+    path.write_text(topo.to_yaml())
+    assert Topology.from_yaml(str(path)) == topo
+    assert Topology.from_yaml(str(path), ["ep=4"]).ep == 4
+
+
+def test_yaml_interpolation_from_env(tmp_path, monkeypatch):
+    path = tmp_path / "t.yaml"
+    path.write_text("nodes: ${oc.env:NNODES,2}\ngpus_per_node: 4\ncolocate: true\n")
+    assert Topology.from_yaml(str(path)).world_size == 8
+    monkeypatch.setenv("NNODES", "3")
+    assert Topology.from_yaml(str(path)).world_size == 12
+
+
+def test_flag_conflict_between_yaml_and_flag(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("nodes: 2\ngpus_per_node: 4\nep: 2\ncolocate: true\n")
+    same = read_flags(["--topology", str(path), "--expert-model-parallel-size", "2"])
+    assert same.topology.ep == 2
+    with pytest.raises(TopologyError) as info:
+        read_flags(["--topology", str(path), "--expert-model-parallel-size", "4"])
+    assert info.value.codes == ["flag-conflict"]
+    assert "sets ep: 2 but --expert-model-parallel-size gives 4" in info.value.problems[0].message
+
+
+def test_unknown_yaml_field_is_reported(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("nodes: 2\ntensor_parallel: 2\n")
+    with pytest.raises(TopologyError) as info:
+        Topology.from_yaml(str(path))
+    assert info.value.codes == ["unknown-field"]
+
+
+def test_model_dump_has_sizes():
+    d = Topology.from_flags(["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4",
+                             "--colocate", "--expert-model-parallel-size", "2"]).model_dump()
+    assert (d["world_size"], d["dp"], d["edp"]) == (8, 8, 4)
+
+
+def test_frozen_and_hashable():
+    topo = Topology.from_flags(["--colocate"])
+    with pytest.raises(ValidationError, match="frozen"):
+        topo.tp = 2
+    assert {topo: 1}[Topology.from_flags(["--colocate"])] == 1
+
+
+def test_uneven_first_last_with_vpp_matches_megatron_offsets():
+    topo = Topology(nodes=1, gpus_per_node=4, pp=4, vpp=2, layers=20, first_stage_layers=2,
+                    last_stage_layers=2, colocate=True)
+    assert topo.stage_counts == (2, 8, 8, 2)
+    # chunk v of every stage precedes chunk v+1 of any stage
+    assert topo.stage_layers(0, 0) == (0,) and topo.stage_layers(1, 0) == (1, 2, 3, 4)
+    assert topo.stage_layers(3, 0) == (9,) and topo.stage_layers(0, 1) == (10,)
+    every = sorted(x for p in range(4) for v in range(2) for x in topo.stage_layers(p, v))
+    assert every == list(range(20))
+
+
+def test_engines_spanning_whole_nodes_and_disaggregated_start():
+    topo = Topology(nodes=2, gpus_per_node=4, node_gpus=4, rollout_gpus=8, engine_size=8)
+    assert topo.num_engines == 1 and topo.nodes_needed == 4
+    assert topo.engine_gpus(0) == tuple((n, g) for n in (2, 3) for g in range(4))

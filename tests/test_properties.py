@@ -1,0 +1,100 @@
+"""Hypothesis properties of the derived layout (1,200+ examples in total)."""
+
+from itertools import combinations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from miles_topology import Topology
+
+AXES = ["tp", "cp", "ep", "dp", "pp"]
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@st.composite
+def topologies(draw):
+    nodes = draw(st.integers(1, 6))
+    gpn = draw(st.sampled_from([1, 2, 4, 8]))
+    world = nodes * gpn
+    tp = draw(st.sampled_from(_divisors(world)))
+    cp = draw(st.sampled_from(_divisors(world // tp)))
+    pp = draw(st.sampled_from(_divisors(world // (tp * cp))))
+    etp = draw(st.sampled_from(_divisors(world // pp)))
+    ep = draw(st.sampled_from(_divisors(world // (pp * etp))))
+    experts = ep * draw(st.integers(1, 4))
+    colocate = draw(st.booleans())
+    if colocate:  # engines inside a node, or whole nodes that divide the world
+        engine = draw(st.sampled_from(_divisors(gpn) + [gpn * k for k in _divisors(nodes)]))
+        rollout = None
+    else:  # separate rollout nodes of 8 GPUs
+        engine = draw(st.sampled_from([1, 2, 4, 8, 16]))
+        rollout = engine * draw(st.integers(1, 4))
+    return Topology(
+        nodes=nodes, gpus_per_node=gpn, node_gpus=8, tp=tp, cp=cp, pp=pp, etp=etp, ep=ep,
+        sp=tp > 1, experts=experts, colocate=colocate, rollout_gpus=rollout,
+        engine_size=engine,
+        order=draw(st.sampled_from(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])),
+    )
+
+
+def tokens(names):
+    return ["-".join(c) for k in range(1, len(names) + 1) for c in combinations(names, k)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(topologies(), st.data())
+def test_groups_partition_the_world(topo, data):
+    for expert in (False, True):
+        token = data.draw(st.sampled_from(tokens(AXES)))
+        groups = topo.rank_groups(token, expert=expert)
+        flat = [r for g in groups for r in g]
+        assert sorted(flat) == list(range(topo.world_size))
+        size = 1
+        for axis in token.split("-"):
+            size *= topo.grid(expert).sizes[topo.grid(expert).index(axis)]
+        assert all(len(g) == size for g in groups)
+
+
+@settings(max_examples=300, deadline=None)
+@given(topologies())
+def test_coord_and_rank_are_inverse(topo):
+    for expert in (False, True):
+        for r in range(topo.world_size):
+            assert topo.rank(expert=expert, **topo.coord(r, expert=expert)) == r
+
+
+@settings(max_examples=300, deadline=None)
+@given(topologies())
+def test_every_expert_owned_once_per_ep_group(topo):
+    for r in range(topo.world_size):
+        for e in topo.local_experts(r):
+            assert r in topo.expert_owners(e)
+    for e in range(topo.experts):
+        for r in topo.expert_owners(e):
+            assert e in topo.local_experts(r)
+        # one owner per (edp replica, etp rank, pp stage): world / ep owners in all
+        assert len(topo.expert_owners(e)) == topo.world_size // topo.ep
+    for group in topo.rank_groups("ep", expert=True):
+        owned = [e for r in group for e in topo.local_experts(r)]
+        assert sorted(owned) == list(range(topo.experts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(topologies())
+def test_placement_is_a_bijection_onto_the_gpus(topo):
+    spots = [topo.placement(r) for r in range(topo.world_size)]
+    assert len(set(spots)) == topo.world_size
+    assert set(spots) == {(n, g) for n in range(topo.nodes) for g in range(topo.gpus_per_node)}
+    engine_spots = [s for e in range(topo.num_engines) for s in topo.engine_gpus(e)]
+    assert len(set(engine_spots)) == len(engine_spots) == topo.rollout_gpu_count
+    for e in range(topo.num_engines):
+        nodes = {n for n, _ in topo.engine_gpus(e)}
+        # an engine fits in one node or spans whole nodes
+        assert len(nodes) == 1 or topo.engine_size % topo.engine_node_size == 0
+    if topo.colocate:
+        assert set(engine_spots) == set(spots)
+    else:
+        assert not set(engine_spots) & set(spots)
