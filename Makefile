@@ -1,0 +1,29 @@
+# The two commands of the README: `make run` (the main job) and `make test` (the tests).
+# Both create .venv/ when it is missing: torch first (the CPU build on this machine's disk),
+# then the project with its pinned dependencies.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+.PHONY: run test test-slow lint bench
+run: $(STAMP)
+	$(PY) -m miles.train $(ARGS)
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) bench/topology_scale.py
+	$(PY) bench/r3_packing.py
+	$(PY) bench/check_scripts.py
