@@ -1,0 +1,124 @@
+"""Pack one train rank's R3 replay rows from decoded per-sample routes, following its plan.
+
+miles used to send every rank of a DP replica the full [tokens - 1, layers, topk] routes of
+all its samples and let each rank cut out its part. Here the rollout side cuts first: a
+rank is shipped only the rows and MoE layers its routers consume
+(`miles_topology.replay.replay_plan`), one contiguous array with a view per micro-batch.
+Pad rows (CP/TP padding and each sample's last token, which the engine does not record)
+get a valid, deterministic route, experts 0..topk-1, never -1: a -1 row makes a whole
+sequence-parallel chunk fall back to live routing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from miles_topology.replay import RankReplay
+
+Routes = Mapping[int, np.ndarray] | Sequence[np.ndarray]
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """What one rank receives: `data` [rows, len(layers), topk] and micro-batch offsets."""
+
+    rank: int
+    layers: tuple[int, ...]
+    data: np.ndarray
+    offsets: tuple[int, ...]  # micro-batch i is data[offsets[i]:offsets[i + 1]]
+
+    @property
+    def batches(self) -> list[np.ndarray]:
+        return [self.data[a:b] for a, b in zip(self.offsets, self.offsets[1:])]
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+
+def fill_route(topk: int, dtype: np.dtype) -> np.ndarray:
+    """The route given to pad rows: experts 0..topk-1 (valid, distinct, deterministic)."""
+    return np.arange(topk, dtype=dtype)
+
+
+def ship(
+    routes: Routes,
+    plan: RankReplay,
+    *,
+    out: np.ndarray | None = None,
+    topk: int | None = None,
+    dtype: np.dtype | str | None = None,
+) -> Shipment:
+    """Copy exactly `plan`'s rows and layers out of `routes` (global sample id -> array).
+
+    Each `routes[s]` is the decoded [tokens - 1, layers, topk] array of sample s; shapes are
+    checked against the plan so a mismatch fails here instead of replaying wrong routes.
+    `out` may be a preallocated [plan.rows, len(plan.layers), topk] array.
+    """
+    arrays = {s: routes[s] for s in plan.samples}
+    if arrays:
+        first = next(iter(arrays.values()))
+        topk = first.shape[-1] if topk is None else topk
+        dtype = first.dtype if dtype is None else dtype
+    if topk is None or dtype is None:
+        raise ValueError(f"rank {plan.rank} has no samples: give topk and dtype")
+    dtype = np.dtype(dtype)
+    need = max(plan.layers, default=-1) + 1
+    for s, t in zip(plan.samples, plan.tokens):
+        a = arrays[s]
+        if a.ndim != 3 or a.shape[0] != t - 1 or a.shape[1] < need or a.shape[2] != topk:
+            raise ValueError(
+                f"routes of sample {s} have shape {a.shape}; the plan needs "
+                f"[{t - 1}, >= {need} layers, {topk}] ({t} tokens)"
+            )
+        if a.dtype != dtype:
+            raise ValueError(f"routes of sample {s} are {a.dtype}, others {dtype}")
+    shape = (plan.rows, len(plan.layers), topk)
+    if out is None:
+        out = np.empty(shape, dtype)
+    elif out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"out is {out.dtype}{out.shape}, need {dtype}{shape}")
+    runs = _runs(plan.layers)
+    fill = fill_route(topk, dtype)
+    pos = 0
+    offsets = [0]
+    for mb in plan.micro_batches:
+        for seg in mb.segments:
+            n = seg.rows
+            real = 0
+            if not seg.pad:
+                a = arrays[seg.sample]
+                real = max(0, min(seg.stop, a.shape[0]) - seg.start)
+                for dst, src in runs:
+                    out[pos : pos + real, dst] = a[seg.start : seg.start + real, src]
+            if real < n:  # pad rows, or the sample's unrecorded last token
+                out[pos + real : pos + n] = fill
+            pos += n
+        offsets.append(pos)
+    return Shipment(plan.rank, plan.layers, out, tuple(offsets))
+
+
+def replica_bytes(routes: Routes, plan: RankReplay) -> int:
+    """Bytes the old scheme sent this rank: every layer of every token of its samples."""
+    return sum(routes[s].nbytes for s in plan.samples)
+
+
+def _runs(layers: Sequence[int]) -> list[tuple[slice, slice]]:
+    """Split layer ids into (dst, src) slice pairs of constant stride, so copies stay views."""
+    out: list[tuple[slice, slice]] = []
+    i = 0
+    while i < len(layers):
+        j = i + 1
+        step = layers[j] - layers[i] if j < len(layers) else 1
+        if step <= 0:
+            step = 1
+            j = i + 1
+        else:
+            while j < len(layers) and layers[j] - layers[j - 1] == step:
+                j += 1
+        out.append((slice(i, j), slice(layers[i], layers[j - 1] + 1, step)))
+        i = j
+    return out
