@@ -102,6 +102,9 @@ def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
 def _print_text(v: Verdict, out) -> None:
     s = v.summary
     state = "OK" if v.ok else "INVALID"
+    if v.ok and v.extra.get("unresolved"):
+        n = len(v.extra["unresolved"])
+        state = f"OK as far as known ({n} unresolved: pass --env KEY=VALUE)"
     sizes = ""
     if s:
         sizes = f"  world {s['world_size']}"
@@ -122,6 +125,21 @@ def _print_text(v: Verdict, out) -> None:
                 print(f"    flags: {', '.join(p.flags)}", file=out)
 
 
+def _print_table(verdicts: list[Verdict]) -> None:
+    rows = [("input", "verdict", "world", "dp", "edp", "problems")]
+    for v in verdicts:
+        s = v.summary or {}
+        codes = [p.code for p in v.errors] + [f"({p.code})" for p in v.skipped]
+        rows.append((v.path, "ok" if v.ok else "INVALID", str(s.get("world_size", "?")),
+                     str(s.get("dp", "?")), str(s.get("edp", "?")), " ".join(codes) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    print()
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    bad = sum(not v.ok for v in verdicts)
+    print(f"\n{len(verdicts)} inputs: {len(verdicts) - bad} valid, {bad} invalid")
+
+
 def cmd_check(args, flags) -> int:
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
     if args.format == "json":
@@ -130,9 +148,12 @@ def cmd_check(args, flags) -> int:
     else:
         for v in verdicts:
             _print_text(v, sys.stdout)
+        if len(verdicts) == 1 and verdicts[0].topology is not None and verdicts[0].extra:
+            from .show import text_map
+
+            print("\n" + text_map(verdicts[0].topology))
         if len(verdicts) > 1:
-            bad = sum(not v.ok for v in verdicts)
-            print(f"\n{len(verdicts)} inputs: {len(verdicts) - bad} valid, {bad} invalid")
+            _print_table(verdicts)
     return 0 if all(v.ok for v in verdicts) else 1
 
 
