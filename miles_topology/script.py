@@ -400,8 +400,7 @@ class _Reader:
                     else:
                         cur.append(" ")
                 if f.unk is not None:
-                    add(Field(None, f.src, f.unk, f.text, f.extra or not quoted and is_list,
-                              f.cond))
+                    add(Field(None, f.src, f.unk, f.text, f.extra, f.cond))
                     continue
                 v = f.value
                 if quoted:
@@ -627,7 +626,11 @@ class _Reader:
                 cmds.append(node)
         for node in cmds:
             if type(node) is not bash.Simple or node.assigns or not node.words:
-                return self.unknown(sub, "command substitution is only known when it runs")
+                first = node.cmds[0] if type(node) is bash.Pipe else node
+                what = first.words[0].text if type(first) is bash.Simple and first.words \
+                    else "commands"
+                return self.unknown(sub, f"command substitution runs '{what}' (a pipeline "
+                                         "or compound command) when the script runs")
             args = []
             for w in node.words:
                 args.extend(self.expand(w))
@@ -894,6 +897,11 @@ class _Reader:
                 self.cwd = os.path.normpath(target)
             else:
                 self.cwd = None
+        elif name == "shift":
+            frame = self.frames[-1]
+            k = fields[1].value if len(fields) > 1 else "1"
+            if frame is not None and k is not None and k.isdigit():
+                self.frames[-1] = frame[int(k):]
         elif name in ("read", "mapfile", "readarray"):
             names = [f.value for f in fields[1:] if f.value and not f.value.startswith("-")]
             if name != "read":
