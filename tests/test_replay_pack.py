@@ -1,0 +1,227 @@
+"""The replay plan and packer against a plain full-tensor reference, on random topologies.
+
+The reference follows miles' old path literally: every rank holds the full routes of its
+samples; per micro-batch it appends the last-token row, pads and splits each sample for CP,
+concatenates, pads to tp x pad multiple, takes the SP slice and then its stage's MoE layers.
+Stage layers and the MoE pattern are recomputed here from Megatron's formulas, not asked
+of the Topology.
+"""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from miles.replay import replica_bytes, ship
+from miles_topology import Topology
+from miles_topology.replay import PAD, Segment, replay_plan, replay_plans
+
+
+@st.composite
+def cases(draw):
+    tp = draw(st.sampled_from([1, 2, 4]))
+    cp = draw(st.sampled_from([1, 2, 3]))
+    pp = draw(st.sampled_from([1, 2, 3]))
+    dp = draw(st.sampled_from([1, 2, 3]))
+    vpp = draw(st.sampled_from([None, 2])) if pp > 1 else None
+    per_chunk = draw(st.integers(1, 3))
+    layers = pp * (vpp or 1) * per_chunk
+    if draw(st.booleans()):
+        freq = draw(st.integers(1, 3))
+    else:
+        bits = draw(st.lists(st.sampled_from([0, 1]), min_size=layers, max_size=layers))
+        bits[draw(st.integers(0, layers - 1))] = 1  # at least one MoE layer
+        freq = "[" + ",".join(map(str, bits)) + "]"
+    dynamic = draw(st.booleans())
+    mbs = draw(st.integers(1, 3))
+    gbs = draw(st.sampled_from([None, 1, 2])) if not dynamic else draw(st.sampled_from([None, 3]))
+    world = tp * cp * pp * dp
+    topo = Topology(
+        nodes=1, gpus_per_node=world, node_gpus=world, tp=tp, cp=cp, pp=pp, vpp=vpp,
+        sp=tp > 1 or draw(st.booleans()), experts=8, topk=draw(st.integers(1, 3)),
+        layers=layers, moe_layer_freq=freq, micro_batch_size=mbs, dynamic_batch=dynamic,
+        max_tokens_per_gpu=draw(st.integers(4, 40)) if dynamic else None,
+        global_batch_size=gbs * dp * mbs if gbs else None,
+        order=draw(st.sampled_from(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])),
+    )
+    tokens = draw(st.lists(st.integers(1, 30), min_size=1, max_size=10))
+    return topo, tokens, draw(st.integers(1, 3)), draw(st.sampled_from([np.uint8, np.uint16]))
+
+
+def make_routes(topo, tokens, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, topo.experts, (t - 1, topo.layers, topo.topk)).astype(dtype)
+            for t in tokens]
+
+
+# ---- the plain reference ------------------------------------------------------------------
+
+
+def ref_moe_layers(topo, pp_rank):
+    """Megatron: chunk v of stage p holds layers from v*pp*n + p*n; MoE when i % freq == 0."""
+    vpp = topo.vpp or 1
+    n = topo.layers // (topo.pp * vpp)
+    freq = topo.moe_layer_freq
+    moe = [i % freq == 0 for i in range(topo.layers)] if isinstance(freq, int) else freq
+    return [i for v in range(vpp) for i in range(v * topo.pp * n + pp_rank * n,
+                                                    v * topo.pp * n + (pp_rank + 1) * n)
+            if moe[i]]
+
+
+def ref_micro_batches(topo, tokens, dp_rank):
+    mine = [i for i in range(len(tokens)) if i % topo.dp == dp_rank]
+    gbs = topo.global_batch_size or len(tokens)
+    out = []
+    for step in sorted({i // gbs for i in mine}):
+        group = [i for i in mine if i // gbs == step]
+        if not topo.dynamic_batch:
+            m = topo.micro_batch_size
+            out += [group[k:k + m] for k in range(0, len(group), m)]
+            continue
+        cur, used = [], 0
+        for i in group:
+            n = tokens[i] if topo.cp == 1 else 2 * -(-tokens[i] // (2 * topo.cp))
+            if cur and used + n > topo.max_tokens_per_gpu:
+                out.append(cur)
+                cur, used = [], 0
+            cur.append(i)
+            used += n
+        out.append(cur)
+    return out
+
+
+def reference(topo, tokens, routes, rank, pad_multiple):
+    """Per micro-batch replay rows of `rank`, built from the full tensors."""
+    c = topo.coord(rank)
+    k, dtype = topo.topk, routes[0].dtype
+    fill = lambda n: np.broadcast_to(np.arange(k, dtype=dtype), (n, topo.layers, k))  # noqa: E731
+    out = []
+    for mb in ref_micro_batches(topo, tokens, c["dp"]):
+        parts = []
+        for s in mb:
+            x = np.concatenate([routes[s], fill(1)])  # the unrecorded last token
+            if topo.cp > 1:
+                x = np.concatenate([x, fill((-len(x)) % (2 * topo.cp))])
+                ch = len(x) // (2 * topo.cp)
+                r = c["cp"]
+                x = np.concatenate([x[r * ch:(r + 1) * ch],
+                                    x[(2 * topo.cp - 1 - r) * ch:(2 * topo.cp - r) * ch]])
+            parts.append(x)
+        x = np.concatenate(parts)
+        x = np.concatenate([x, fill((-len(x)) % (topo.tp * pad_multiple))])
+        if topo.sp and topo.tp > 1:
+            n = len(x) // topo.tp
+            x = x[n * c["tp"]:n * (c["tp"] + 1)]
+        out.append(x[:, ref_moe_layers(topo, c["pp"])])
+    return out
+
+
+# ---- properties ---------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_ship_matches_full_tensor_reference(case):
+    topo, tokens, pad_multiple, dtype = case
+    routes = make_routes(topo, tokens, dtype)
+    for rank in range(topo.world_size):
+        plan = replay_plan(topo, tokens, rank, pad_multiple)
+        got = ship(routes, plan, topk=topo.topk, dtype=dtype)
+        want = reference(topo, tokens, routes, rank, pad_multiple)
+        assert plan.layers == tuple(ref_moe_layers(topo, topo.coord(rank)["pp"]))
+        assert len(got.batches) == len(want)
+        for g, w in zip(got.batches, want):
+            np.testing.assert_array_equal(g, w)
+        assert got.data.dtype == dtype and got.data.flags.c_contiguous
+        assert got.nbytes == plan.rows * len(plan.layers) * topo.topk * np.dtype(dtype).itemsize
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_plan_partitions_rows_across_replica(case):
+    """Every (sample, token, MoE layer) is replayed by exactly one rank of each TP/CP/PP
+    position set: once per replica with SP (tp times without), on the rank holding the layer."""
+    topo, tokens, pad_multiple, _ = case
+    plans = replay_plans(topo, tokens, pad_multiple)
+    seen = Counter()
+    for plan in plans:
+        c = topo.coord(plan.rank)
+        assert set(plan.samples) == {i for i in range(len(tokens)) if i % topo.dp == c["dp"]}
+        assert [s for mb in plan.micro_batches for s in mb.samples] == list(plan.samples)
+        for mb in plan.micro_batches:
+            assert mb.packed % (topo.tp * pad_multiple) == 0
+            assert mb.packed >= sum(mb.lengths)
+            assert mb.rows == (mb.packed // topo.tp if topo.sp and topo.tp > 1 else mb.packed)
+            for seg in mb.segments:
+                assert seg.rows > 0
+                if seg.sample == PAD:
+                    continue
+                assert seg.sample in mb.samples and 0 <= seg.start < seg.stop <= tokens[seg.sample]
+                for t in range(seg.start, seg.stop):
+                    for layer in plan.layers:
+                        seen[seg.sample, t, layer, c["dp"]] += 1
+    moe = [i for i in range(topo.layers) if topo.moe_pattern[i]]
+    copies = 1 if topo.sp or topo.tp == 1 else topo.tp
+    want = {(s, t, layer, s % topo.dp): copies
+            for s, n in enumerate(tokens) for t in range(n) for layer in moe}
+    assert dict(seen) == want
+
+
+def test_plan_golden_example():
+    """tp 2 + SP, cp 2, dp 2: what rank 5 (tp 1, cp 0, dp 1) replays, worked by hand."""
+    topo = Topology(nodes=2, gpus_per_node=4, tp=2, sp=True, cp=2, ep=2, experts=8,
+                    layers=4, moe_layer_freq=2, micro_batch_size=2)
+    plan = replay_plan(topo, [5, 9, 3, 7, 2], rank=5)
+    assert plan.samples == (1, 3) and plan.tokens == (9, 7) and plan.layers == (0, 2)
+    (mb,) = plan.micro_batches
+    # sample 1: 9 tokens -> 12 rows, chunks of 3; cp 0 takes [0,3) and [9,12) = [9] + 2 pad.
+    # sample 3: 7 tokens -> 8 rows, chunks of 2; cp 0 takes [0,2) and [6,8) = [6] + 1 pad.
+    # packed: 1[0:3] 1[8:9] pad2 | 3[0:2] 3[6:7] pad1 = 10 rows; tp 1 keeps rows 5..9.
+    assert mb.lengths == (6, 4) and mb.packed == 10
+    assert mb.segments == (Segment(PAD, 0, 1), Segment(3, 0, 2), Segment(3, 6, 7),
+                           Segment(PAD, 0, 1))
+
+
+def test_pad_rows_get_a_valid_route_never_minus_one():
+    topo = Topology(nodes=1, gpus_per_node=4, tp=4, sp=True, experts=8, topk=2, layers=2,
+                    micro_batch_size=2)
+    tokens = [3, 2]
+    routes = make_routes(topo, tokens, np.uint8)
+    data = np.concatenate([ship(routes, replay_plan(topo, tokens, r, pad_multiple=8)).data
+                           for r in range(4)])  # the tp ranks' slices, in order
+    assert data.shape == (32, 2, 2)  # 5 tokens padded to a multiple of tp x 8
+    np.testing.assert_array_equal(data[[0, 1]], routes[0])
+    np.testing.assert_array_equal(data[[3]], routes[1])
+    assert (data[[2, 4]] == [0, 1]).all() and (data[5:] == [0, 1]).all()  # last tokens, pads
+
+
+def test_ship_only_this_ranks_share():
+    topo = Topology(nodes=4, gpus_per_node=4, tp=2, sp=True, cp=2, pp=2, experts=8, topk=2,
+                    layers=8)
+    tokens = [64] * 8
+    routes = make_routes(topo, tokens, np.uint8)
+    plan = replay_plan(topo, tokens, rank=0)
+    got = ship(routes, plan)
+    assert got.nbytes * topo.tp * topo.cp * topo.pp == replica_bytes(routes, plan) * 64 // 63
+
+
+def test_ship_rejects_mismatched_routes():
+    topo = Topology(nodes=1, gpus_per_node=1, experts=8, topk=2, layers=2)
+    plan = replay_plan(topo, [4, 5], 0)
+    routes = make_routes(topo, [4, 5], np.uint8)
+    with pytest.raises(ValueError, match="sample 1 have shape"):
+        ship([routes[0], routes[1][:-1]], plan)
+    with pytest.raises(ValueError, match="uint16"):
+        ship([routes[0], routes[1].astype(np.uint16)], plan)
+
+
+def test_plan_rejects_dense_models_and_bad_tokens():
+    with pytest.raises(ValueError, match="MoE"):
+        replay_plan(Topology(nodes=1, gpus_per_node=1, layers=2), [3], 0)
+    topo = Topology(nodes=1, gpus_per_node=1, experts=8, layers=2)
+    with pytest.raises(ValueError, match="sample 1 has 0 tokens"):
+        replay_plan(topo, [3, 0], 0)
+    with pytest.raises(IndexError):
+        replay_plan(topo, [3], 1)
