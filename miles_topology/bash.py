@@ -108,10 +108,12 @@ class AndOr:
 
 
 class Pipe:
-    __slots__ = ("cmds",)
+    """``a | b``, or ``! a`` (`neg`): the status is the last command's, maybe negated."""
 
-    def __init__(self, cmds):
-        self.cmds = cmds
+    __slots__ = ("cmds", "neg")
+
+    def __init__(self, cmds, neg=False):
+        self.cmds, self.neg = cmds, neg
 
 
 class If:
@@ -577,7 +579,8 @@ class Parser:
 
     def pipeline(self):
         self.ws()
-        if self.peek_reserved() == "!":
+        neg = self.peek_reserved() == "!"
+        if neg:
             self.i += 1
         cmds = [self.command()]
         s = self.s
@@ -591,7 +594,7 @@ class Parser:
                 cmds.append(self.command())
             else:
                 break
-        return cmds[0] if len(cmds) == 1 else Pipe(cmds)
+        return cmds[0] if len(cmds) == 1 and not neg else Pipe(cmds, neg)
 
     def command(self):
         self.ws()

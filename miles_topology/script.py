@@ -686,12 +686,13 @@ class _Reader:
             self.simple(n, cond)
         elif t is bash.AndOr:
             status = self.status([n.items[0][1]], cond)
+            reason = self.why_unknown
             self.node(n.items[0][1], cond)
             for op, cmd in n.items[1:]:
                 if status is None:
                     line = _line(n)
                     why = f"only if the command before '{op}' at {self.src(line)} " + (
-                        "succeeds" if op == "&&" else "fails") + self.why_unknown
+                        "succeeds" if op == "&&" else "fails") + reason
                     self.node(cmd, cond or Unk(op, self.src(line), why))
                     status = None
                 elif status == (op == "&&"):
@@ -727,6 +728,7 @@ class _Reader:
         inner = cond
         for test, body in n.branches:
             status = self.status(test, inner)
+            reason = self.why_unknown
             self.run(test, inner)
             if status is True:
                 self.run(body, inner)
@@ -734,7 +736,7 @@ class _Reader:
             if status is None:
                 line = test[0].line if test and hasattr(test[0], "line") else n.line
                 why = f"inside the 'if' at {self.src(line)}, whose condition is decided at " \
-                      "run time" + self.why_unknown
+                      "run time" + reason
                 inner = inner or Unk("if", self.src(line), why)
                 self.run(body, inner)
         if n.orelse is not None:
@@ -776,9 +778,23 @@ class _Reader:
         When None, `why_unknown` says which value the test depends on.
         """
         self.why_unknown = ""
-        if len(nodes) != 1 or type(nodes[0]) is not bash.Simple or not nodes[0].words:
+        if len(nodes) != 1:
             return None
-        words = nodes[0].words
+        node = nodes[0]
+        if type(node) is bash.Pipe:
+            got = self.status(node.cmds[-1:], cond)
+            return None if got is None else (not got if node.neg else got)
+        if type(node) is bash.AndOr:
+            got = self.status([node.items[0][1]], cond)
+            for op, cmd in node.items[1:]:
+                if got is None:
+                    return None
+                if got == (op == "&&"):
+                    got = self.status([cmd], cond)
+            return got
+        if type(node) is not bash.Simple or not node.words:
+            return None
+        words = node.words
         head = words[0].text
         if head in ("true", ":"):
             return True

@@ -1,0 +1,360 @@
+"""The static launch-script reader against hand-written fixtures and small bash snippets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from miles_topology.script import (
+    FlagValue,
+    ScriptRead,
+    ScriptReadError,
+    Source,
+    read_script,
+)
+
+HERE = Path(__file__).parent / "fixtures" / "scripts"
+EXPECTED = json.loads((HERE / "expected.json").read_text())["fixtures"]
+CASES = [(name, k) for name, spec in EXPECTED.items() for k in range(len(spec["cases"]))]
+
+
+def rel(src: Source) -> str:
+    return f"{os.path.relpath(src.path, HERE)}:{src.line}"
+
+
+def test_at_least_25_fixtures_all_listed():
+    scripts = {p.name for p in HERE.glob("*.sh")}
+    assert len(scripts) >= 25
+    assert scripts == set(EXPECTED)
+
+
+@pytest.mark.parametrize(("name", "case"), CASES, ids=[f"{n}[{k}]" for n, k in CASES])
+def test_fixture(name: str, case: int):
+    want = EXPECTED[name]["cases"][case]
+    read = read_script(HERE / name, env=want["env"])
+    assert (read.launcher, read.entry) == (want["launcher"], want["entry"])
+    values = read.values()
+    for flag, value in want["values"].items():
+        assert flag in values, f"{flag} missing"
+        assert values[flag][-1].value == value, flag
+    for flag, where in want["sources"].items():
+        assert rel(values[flag][-1].source) == where, flag
+    for flag in want["absent"]:
+        assert flag not in values, flag
+    got = sorted([u.flag or "", rel(u.source)] for u in read.unresolved)
+    assert got == sorted([f or "", w] for f, w in want["unresolved"])
+    assert sorted(n.code for n in read.notes) == sorted(want["notes"])
+    for code, where in want.get("note_lines", {}).items():
+        assert [rel(n.source) for n in read.notes if n.code == code] == [where]
+    for u in read.unresolved:
+        assert u.expression and u.why
+    # flags() is argv without the unresolved flags, in order
+    flat = read.flags()
+    for fv in read.argv:
+        if fv.value is None:
+            assert fv.flag not in flat or any(o.value is not None for o in values[fv.flag])
+
+
+def write(tmp_path: Path, text: str, name: str = "run.sh") -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def read_text(tmp_path: Path, text: str, env=None) -> ScriptRead:
+    return read_script(write(tmp_path, text), env=env)
+
+
+def final(read: ScriptRead) -> dict[str, str | None]:
+    return {k: v[-1].value for k, v in read.values().items()}
+
+
+def test_api_shapes(tmp_path):
+    read = read_text(tmp_path, "python3 train.py --a 1 --b --c=x --d 1 2 3 pos\n")
+    assert str(read.argv[0].source) == f"{tmp_path / 'run.sh'}:1"
+    assert read.argv[0] == FlagValue("--a", "1", Source(str(tmp_path / "run.sh"), 1))
+    assert final(read) == {"--a": "1", "--b": "", "--c": "x", "--d": "1 2 3 pos"}
+    assert read.flags() == ["--a", "1", "--b", "--c", "x", "--d", "1", "2", "3", "pos"]
+
+
+def test_positional_before_flags_and_empty_value(tmp_path):
+    read = read_text(tmp_path, 'python3 train.py cfg.yaml --name "" --on\n')
+    assert read.argv[0].flag == "" and read.argv[0].value == "cfg.yaml"
+    assert read.flags() == ["cfg.yaml", "--name", "", "--on"]
+    assert "" not in read.values()
+
+
+@pytest.mark.parametrize(("expr", "value"), [
+    ("$((1 + 2 * 3))", "7"), ("$(( (1 + 2) * 3 ))", "9"), ("$((7 / 2))", "3"),
+    ("$((-7 / 2))", "-3"), ("$((7 % 3))", "1"), ("$((-7 % 3))", "-1"), ("$((2 ** 10))", "1024"),
+    ("$((N * 2))", "8"), ("$(($N*2))", "8"), ("$((${N} + ${M:-3}))", "7"), ("$((0x10 + 010))", "24"),
+    ("$(( - (N - 10) ))", "6"), ("$((N))", "4"),
+])
+def test_arithmetic(tmp_path, expr, value):
+    read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
+    assert final(read)["--x"] == value
+
+
+@pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 2))", "$((2 ** 99))",
+                                  "$((N ? 1 : 2))", "$((9999999999 * 9999999999))", "$((1 +))"])
+def test_arithmetic_unknowable(tmp_path, expr):
+    read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
+    assert final(read)["--x"] is None
+    assert read.unresolved[0].flag == "--x"
+    assert read.unresolved[0].source.line == 2
+
+
+@pytest.mark.parametrize(("setup", "word", "value"), [
+    ("X=abc.tar.gz", "${X%.*}", "abc.tar"), ("X=abc.tar.gz", "${X%%.*}", "abc"),
+    ("X=a/b/c", "${X#*/}", "b/c"), ("X=a/b/c", "${X##*/}", "c"), ("X=a-b-c", "${X//-/_}", "a_b_c"),
+    ("X=a-b-c", "${X/-/_}", "a_b-c"), ("X=Abc", "${X,,}", "abc"), ("X=abc", "${X^^}", "ABC"),
+    ("X=abcdef", "${X:2:3}", "cde"), ("X=abcdef", "${#X}", "6"), ("A=(a b c)", "${#A[@]}", "3"),
+    ("A=(a b c)", "${A[1]}", "b"), ("A=(a b c)", "${A[-1]}", "c"), ("A=(a b c)", "$A", "a"),
+    ("X=", "${X:-d}", "d"), ("X=", "${X-d}", ""), ("", "${X-d}", "d"), ("X=1", "${X:+on}", "on"),
+    ("", "${X:+on}", ""), ("", "${X:-${Y:-${Z:-deep}}}", "deep"), ("A=(x y)", '"${A[*]}"', "x y"),
+    ("X='a  b'", '"$X"', "a  b"), ("X=1", "'$X'", "$X"), ("X=1", '\\$X', "$X"), ("", "$'a\\tb'", "a\tb"),
+    ("X=v", "pre${X}post", "prevpost"), ("X=v", '"${X}"-"$X"', "v-v"),
+])
+def test_expansions(tmp_path, setup, word, value):
+    read = read_text(tmp_path, f"{setup}\npython3 train.py --x {word} --end\n")
+    assert final(read)["--x"] == value
+
+
+def test_default_assign_and_required(tmp_path):
+    read = read_text(tmp_path, ': ${TP:=4}\nX=${NEED:?set NEED}\n'
+                     'python3 train.py --tp $TP --x $X\n')
+    assert final(read) == {"--tp": "4", "--x": None}
+    (u,) = read.unresolved
+    assert (u.flag, u.source.line, u.expression) == ("--x", 2, "${NEED:?set NEED}")
+    assert "set NEED" in u.why and "--env NEED" in u.why
+    assert final(read_script(tmp_path / "run.sh", env={"NEED": "y"}))["--x"] == "y"
+
+
+def test_word_splitting(tmp_path):
+    read = read_text(tmp_path, 'A="--a 1  --b"\nB=(" --c  2 " "--d")\nC="x  y"\n'
+                     'python3 train.py $A "$C" ${B[@]} --e "${B[@]}"\n')
+    assert [(f.flag, f.value) for f in read.argv] == [
+        ("--a", "1"), ("--b", "x  y"), ("--c", "2"), ("--d", ""), ("--e", " --c  2 "), ("--d", "")]
+
+
+def test_empty_array_and_empty_quotes(tmp_path):
+    read = read_text(tmp_path, 'E=()\npython3 train.py --a "${E[@]}" --b "" --c ${E[@]}\n')
+    assert [(f.flag, f.value) for f in read.argv] == [("--a", ""), ("--b", ""), ("--c", "")]
+    assert read.flags() == ["--a", "--b", "", "--c"]
+
+
+def test_arrays_comments_and_append(tmp_path):
+    read = read_text(tmp_path, """
+ARGS=(
+   --a 1   # trailing comment
+   # --b 2
+   #--c 3
+
+   --d 4 --e
+)
+ARGS+=(--f 5)
+ARGS+=(
+   --g "six seven"
+)
+python3 train.py "${ARGS[@]}"
+""")
+    assert final(read) == {"--a": "1", "--d": "4", "--e": "", "--f": "5", "--g": "six seven"}
+    assert [f.source.line for f in read.argv] == [3, 7, 7, 9, 11]
+
+
+def test_process_environment_is_not_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("MT_SECRET_TP", "8")
+    read = read_text(tmp_path, "python3 train.py --tp ${MT_SECRET_TP}\n")
+    assert final(read)["--tp"] is None
+    assert final(read_script(tmp_path / "run.sh", env={"MT_SECRET_TP": "2"}))["--tp"] == "2"
+
+
+def test_env_resolves_command_substitution_but_not_literal_assignment(tmp_path):
+    path = write(tmp_path, "N=$(nproc)\nM=3\npython3 train.py --n $N --m $M\n")
+    assert final(read_script(path)) == {"--n": None, "--m": "3"}
+    assert final(read_script(path, env={"N": "8", "M": "9"})) == {"--n": "8", "--m": "3"}
+
+
+def test_positional_arguments(tmp_path):
+    path = write(tmp_path, 'TP=${1:-2}\npython3 train.py --tp $TP "$@"\n')
+    read = read_script(path)
+    assert final(read) == {"--tp": None}
+    assert {(u.flag, u.source.line) for u in read.unresolved} == {("--tp", 1), (None, 2)}
+    read = read_script(path, env={"1": "4", "2": "--extra"})
+    assert final(read) == {"--tp": "4", "4": None} or read.flags() == ["--tp", "4", "4", "--extra"]
+    assert read.unresolved == []
+
+
+def test_dirname_idioms(tmp_path):
+    write(tmp_path, "MODEL_ARGS=(--num-layers 2)\n", "scripts/models/m.sh")
+    for idiom in [
+        'D="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"\nsource "$D/models/m.sh"',
+        'source "$(dirname "${BASH_SOURCE[0]}")/models/m.sh"',
+        'D=$(dirname $(readlink -f "$0"))\n. $D/models/m.sh',
+        'D=$(realpath "$(dirname "$0")")\nsource "${D}/../scripts/models/m.sh"',
+        'D=`dirname $0`\nsource $D/models/m.sh',
+        'D=$(cd "$(dirname "$0")"/.. && pwd -P)\nsource "$D/scripts/models/m.sh"',
+        "source models/m.sh",
+        "source scripts/models/m.sh",
+    ]:
+        path = write(tmp_path, idiom + '\npython3 train.py "${MODEL_ARGS[@]}"\n', "scripts/run.sh")
+        read = read_script(path)
+        assert final(read) == {"--num-layers": "2"}, idiom
+        assert read.argv[0].source.path.endswith("models/m.sh")
+
+
+def test_missing_source_is_unresolved(tmp_path):
+    read = read_text(tmp_path, 'source "${ROOT}/m.sh"\nsource ./nope.sh\npython3 train.py --a 1\n')
+    assert [(u.flag, u.source.line) for u in read.unresolved] == [(None, 1), (None, 2)]
+    assert "not found" in read.unresolved[1].why
+
+
+def test_source_cycle_is_noted_not_infinite(tmp_path):
+    write(tmp_path, 'source "$(dirname "${BASH_SOURCE[0]}")/b.sh"\nA=1\n', "a.sh")
+    write(tmp_path, 'source "$(dirname "${BASH_SOURCE[0]}")/a.sh"\n', "b.sh")
+    read = read_text(tmp_path, "source a.sh\npython3 train.py --a $A\n")
+    assert final(read) == {"--a": "1"}
+    assert "source-cycle" in [n.code for n in read.notes]
+
+
+@pytest.mark.parametrize(("text", "launcher", "entry"), [
+    ("python3 train.py --a 1", "python3", "train.py"),
+    ("python train_async.py --a 1", "python", "train_async.py"),
+    ("/usr/bin/python3.11 -u -X dev ../miles/train.py --a 1", "python3.11", "../miles/train.py"),
+    ("python -m miles.train --a 1", "python", "miles.train"),
+    ("torchrun --nproc-per-node=8 --nnodes 2 --rdzv_endpoint h:1 train.py --a 1", "torchrun",
+     "train.py"),
+    ("python3 -m torch.distributed.run --nproc_per_node 8 train.py --a 1",
+     "python3 -m torch.distributed.run", "train.py"),
+    ("ray job submit --address=http://h:8265 --no-wait -- python3 train.py --a 1",
+     "ray job submit", "train.py"),
+    ("ray job submit --working-dir . -- torchrun --standalone train.py --a 1", "ray job submit",
+     "train.py"),
+    ("X=1 exec nohup env A=1 B=2 timeout -s INT 10h python3 train.py --a 1 &", "python3",
+     "train.py"),
+    ("${PYTHON:-python3} train.py --a 1", "python3", "train.py"),
+])
+def test_launch_forms(tmp_path, text, launcher, entry):
+    read = read_text(tmp_path, text + "\n")
+    assert (read.launcher, read.entry) == (launcher, entry)
+    assert read.flags() == ["--a", "1"]
+
+
+def test_training_launch_preferred_over_helpers(tmp_path):
+    read = read_text(tmp_path, "python3 tools/convert.py --x 1\npython3 train.py --a 1\n"
+                     "python3 tools/after.py --y 2\npython3 -c 'print(1)'\n")
+    assert (read.entry, read.flags()) == ("train.py", ["--a", "1"])
+    assert read.notes == []
+
+
+def test_no_launch(tmp_path):
+    read = read_text(tmp_path, "echo hi\nlaunch() { python3 train.py --a 1; }\n")
+    assert (read.launcher, read.entry, read.argv) == (None, None, [])
+    assert [n.code for n in read.notes] == ["no-launch-command"]
+
+
+def test_test_conditions_decided_statically(tmp_path):
+    text = """
+X=1
+if [ "$X" -eq 1 ] && true; then A=one; else A=other; fi
+if [[ $X == 1 && -n "$X" ]]; then B=yes; fi
+if [ -z "$X" ]; then C=empty; elif [ "$X" != 2 ]; then C=not2; fi
+case "$X" in 0|2) D=a ;; [1]) D=b ;; *) D=c ;; esac
+[ "$X" = 1 ] || E=set
+[ "$X" = 1 ] && F=set
+python3 train.py --a $A --b $B --c $C --d $D --e ${E:-unset} --f $F
+"""
+    read = read_text(tmp_path, text)
+    assert final(read) == {"--a": "one", "--b": "yes", "--c": "not2", "--d": "b", "--e": "unset",
+                           "--f": "set"}
+    assert read.unresolved == []
+
+
+def test_loop_assignment_is_unresolved(tmp_path):
+    read = read_text(tmp_path, "for n in 1 2; do TP=$n; done\nwhile false; do X=1; done\n"
+                     "python3 train.py --tp $TP\n")
+    assert final(read) == {"--tp": None}
+    assert "loop" in read.unresolved[0].why
+
+
+def test_subshell_assignment_does_not_leak(tmp_path):
+    read = read_text(tmp_path, "TP=1\n(TP=2; cd /tmp)\npython3 train.py --tp $TP\n")
+    assert final(read) == {"--tp": "1"}
+
+
+def test_unset_and_read(tmp_path):
+    read = read_text(tmp_path, "A=1\nunset A\nread B < f\npython3 train.py --a ${A:-u} --b $B\n")
+    assert final(read) == {"--a": "u", "--b": None}
+
+
+def test_missing_continuation_after_array_expansion(tmp_path):
+    read = read_text(tmp_path, "A=(--a 1)\nB=(--b 2)\npython3 train.py \\\n  ${A[@]}\n"
+                     "  ${B[@]}\n")
+    assert final(read) == {"--a": "1"}
+    (note,) = read.notes
+    assert note.code == "missing-line-continuation" and note.source.line == 5
+    assert "line 4" in note.fix
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ('python3 train.py --a "x\n', 1, "double quote"),
+    ("python3 train.py --a 'x\n", 1, "single quote"),
+    ("A=(\n --a 1\n", 1, "array"),
+    ("if true; then\n echo\n", 1, "fi"),
+    ("X=$(echo\n", 1, "$("),
+    ("X=${A\n", 1, "${"),
+    ("X=$((1 + 2)\n", 1, "arithmetic"),
+    ("echo a\nfi\n", 2, "unexpected"),
+    ("case x in\n a) echo ;;\n", 1, "esac"),
+    ("X=`echo\n", 1, "backquote"),
+    ("for x in 1; do\n", 1, "done"),
+])
+def test_syntax_errors(tmp_path, text, line, words):
+    path = write(tmp_path, text)
+    with pytest.raises(ScriptReadError) as err:
+        read_script(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:{line}:") and words in msg and "Fix:" in msg
+
+
+def test_syntax_error_in_sourced_file_names_it(tmp_path):
+    write(tmp_path, "A=(--a\n", "models/m.sh")
+    with pytest.raises(ScriptReadError, match=r"models/m.sh:1: array"):
+        read_text(tmp_path, "source models/m.sh\npython3 train.py\n")
+
+
+def test_unreadable_inputs(tmp_path):
+    with pytest.raises(ScriptReadError, match="no such file"):
+        read_script(tmp_path / "missing.sh")
+    with pytest.raises(ScriptReadError):
+        read_script(tmp_path)
+    (tmp_path / "bin.sh").write_bytes(b"\x00\x01\x02")
+    with pytest.raises(ScriptReadError, match="not a text file"):
+        read_script(tmp_path / "bin.sh")
+
+
+def test_heredoc_and_ansi_and_crlf(tmp_path):
+    read = read_text(tmp_path, "cat <<EOF\n--x 1\nEOF\r\npython3 train.py \\\r\n --a $'1'\r\n")
+    assert final(read)["--a"] is not None
+
+
+def test_function_positional_frames(tmp_path):
+    read = read_text(tmp_path, 'run() {\n  local tp=$1; shift\n  python3 train.py --tp "$tp" "$@"\n}\n'
+                     'run 4 --a "x y" --b\n')
+    assert final(read) == {"--tp": "4", "--a": "x y", "--b": ""}
+
+
+def test_import_is_light():
+    code = ("import sys; import miles_topology.script as s; "
+            "bad = [m for m in ('torch', 'ray', 'megatron', 'numpy', 'pydantic') if m in sys.modules];"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent)
+    # the package __init__ may pull the core (pydantic); script.py itself adds no heavy import
+    assert "torch" not in out.stdout and "ray" not in out.stdout and "megatron" not in out.stdout
