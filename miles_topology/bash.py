@@ -271,12 +271,17 @@ class Parser:
             elif c == "`":
                 parts.append(self.backtick(False))
             else:
-                m = _LIT.match(s, i)
-                parts.append(Lit(m.group(), False, self.line_at(i)))
-                self.i = m.end()
+                self.lit(_LIT, parts, False)
         if self.i == start:
             return None
         return Word(parts, self.line_at(start), s[start:self.i])
+
+    def lit(self, rx: re.Pattern, parts: list, quoted: bool):
+        """A run of plain characters (at least one, whatever the pattern says)."""
+        m = rx.match(self.s, self.i)
+        end = m.end() if m and m.end() > self.i else self.i + 1
+        parts.append(Lit(self.s[self.i:end], quoted, self.line_at(self.i)))
+        self.i = end
 
     def backslash(self, parts: list, quoted: bool):
         s, i = self.s, self.i
@@ -334,9 +339,7 @@ class Parser:
             elif c == "`":
                 parts.append(self.backtick(True))
             else:
-                m = _DQ_LIT.match(s, i)
-                parts.append(Lit(m.group(), True, self.line_at(i)))
-                self.i = m.end()
+                self.lit(_DQ_LIT, parts, True)
         return parts or [Lit("", True, self.line_at(start))]
 
     def backtick(self, quoted: bool) -> Sub:
@@ -437,9 +440,7 @@ class Parser:
             elif c == "\\":
                 self.backslash(parts, True)
             else:
-                m = _AR_LIT.match(s, i)
-                parts.append(Lit(m.group(), True, self.line_at(i)))
-                self.i = m.end()
+                self.lit(_AR_LIT, parts, True)
 
     def param(self, quoted: bool) -> Param:
         s, n, start = self.s, self.n, self.i
@@ -512,9 +513,7 @@ class Parser:
             elif c == "`":
                 parts.append(self.backtick(quoted))
             else:
-                m = lit.match(s, i)
-                parts.append(Lit(m.group(), quoted, self.line_at(i)))
-                self.i = m.end()
+                self.lit(lit, parts, quoted)
         return Word(parts, self.line_at(start), s[start:self.i])
 
     # -- commands

@@ -93,8 +93,8 @@ def test_positional_before_flags_and_empty_value(tmp_path):
 @pytest.mark.parametrize(("expr", "value"), [
     ("$((1 + 2 * 3))", "7"), ("$(( (1 + 2) * 3 ))", "9"), ("$((7 / 2))", "3"),
     ("$((-7 / 2))", "-3"), ("$((7 % 3))", "1"), ("$((-7 % 3))", "-1"), ("$((2 ** 10))", "1024"),
-    ("$((N * 2))", "8"), ("$(($N*2))", "8"), ("$((${N} + ${M:-3}))", "7"), ("$((0x10 + 010))", "24"),
-    ("$(( - (N - 10) ))", "6"), ("$((N))", "4"),
+    ("$((N * 2))", "8"), ("$(($N*2))", "8"), ("$((${N} + ${M:-3}))", "7"),
+    ("$((0x10 + 010))", "24"), ("$(( - (N - 10) ))", "6"), ("$((N))", "4"),
 ])
 def test_arithmetic(tmp_path, expr, value):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
@@ -118,7 +118,8 @@ def test_arithmetic_unknowable(tmp_path, expr):
     ("A=(a b c)", "${A[1]}", "b"), ("A=(a b c)", "${A[-1]}", "c"), ("A=(a b c)", "$A", "a"),
     ("X=", "${X:-d}", "d"), ("X=", "${X-d}", ""), ("", "${X-d}", "d"), ("X=1", "${X:+on}", "on"),
     ("", "${X:+on}", ""), ("", "${X:-${Y:-${Z:-deep}}}", "deep"), ("A=(x y)", '"${A[*]}"', "x y"),
-    ("X='a  b'", '"$X"', "a  b"), ("X=1", "'$X'", "$X"), ("X=1", '\\$X', "$X"), ("", "$'a\\tb'", "a\tb"),
+    ("X='a  b'", '"$X"', "a  b"), ("X=1", "'$X'", "$X"), ("X=1", '\\$X', "$X"),
+    ("", "$'a\\tb'", "a\tb"),
     ("X=v", "pre${X}post", "prevpost"), ("X=v", '"${X}"-"$X"', "v-v"),
 ])
 def test_expansions(tmp_path, setup, word, value):
@@ -187,14 +188,15 @@ def test_positional_arguments(tmp_path):
     assert final(read) == {"--tp": None}
     assert {(u.flag, u.source.line) for u in read.unresolved} == {("--tp", 1), (None, 2)}
     read = read_script(path, env={"1": "4", "2": "--extra"})
-    assert final(read) == {"--tp": "4", "4": None} or read.flags() == ["--tp", "4", "4", "--extra"]
+    assert read.flags() == ["--tp", "4", "4", "--extra"]
     assert read.unresolved == []
 
 
 def test_dirname_idioms(tmp_path):
     write(tmp_path, "MODEL_ARGS=(--num-layers 2)\n", "scripts/models/m.sh")
     for idiom in [
-        'D="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"\nsource "$D/models/m.sh"',
+        'D="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"\n'
+        'source "$D/models/m.sh"',
         'source "$(dirname "${BASH_SOURCE[0]}")/models/m.sh"',
         'D=$(dirname $(readlink -f "$0"))\n. $D/models/m.sh',
         'D=$(realpath "$(dirname "$0")")\nsource "${D}/../scripts/models/m.sh"',
@@ -345,16 +347,14 @@ def test_heredoc_and_ansi_and_crlf(tmp_path):
 
 
 def test_function_positional_frames(tmp_path):
-    read = read_text(tmp_path, 'run() {\n  local tp=$1; shift\n  python3 train.py --tp "$tp" "$@"\n}\n'
-                     'run 4 --a "x y" --b\n')
+    read = read_text(tmp_path, 'run() {\n  local tp=$1; shift\n'
+                     '  python3 train.py --tp "$tp" "$@"\n}\nrun 4 --a "x y" --b\n')
     assert final(read) == {"--tp": "4", "--a": "x y", "--b": ""}
 
 
 def test_import_is_light():
-    code = ("import sys; import miles_topology.script as s; "
-            "bad = [m for m in ('torch', 'ray', 'megatron', 'numpy', 'pydantic') if m in sys.modules];"
-            "print(bad)")
+    code = ("import sys; import miles_topology.script; "
+            "print([m for m in ('torch', 'ray', 'megatron') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent)
-    # the package __init__ may pull the core (pydantic); script.py itself adds no heavy import
-    assert "torch" not in out.stdout and "ray" not in out.stdout and "megatron" not in out.stdout
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,85 @@
+"""Mutated launch scripts: the reader answers or raises ScriptReadError, never anything else."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from miles_topology.script import ScriptRead, ScriptReadError, read_script
+
+FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
+TEXTS = [p.read_text() for p in sorted(FIXTURES.glob("*.sh"))]
+NASTY = ["'", '"', "{", "}", "(", ")", "$((", "$(", "${", "`", "\\", "\\\n", "\n", "#", ";", ";;",
+         "|", "&&", "<<EOF\n", "[[", "]]", "fi", "done", "esac", "then", "=(", "$", "!", "*", "\0",
+         "$((1/0))", "${X:-${Y:?", "if true; then", "case x in", "\t", " "]
+
+
+@st.composite
+def mutated(draw) -> str:
+    lines = draw(st.sampled_from(TEXTS)).split("\n")
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["delete", "duplicate", "swap", "insert", "truncate"]))
+        n = len(lines)
+        if n == 0:
+            break
+        i = draw(st.integers(0, n - 1))
+        if kind == "delete":
+            del lines[i]
+        elif kind == "duplicate":
+            lines.insert(i, lines[i])
+        elif kind == "swap":
+            j = draw(st.integers(0, n - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif kind == "insert":
+            at = draw(st.integers(0, len(lines[i])))
+            lines[i] = lines[i][:at] + draw(st.sampled_from(NASTY)) + lines[i][at:]
+        else:
+            text = "\n".join(lines)
+            lines = text[: draw(st.integers(0, len(text)))].split("\n")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A folder beside which the fixtures' model files resolve, as for the real scripts."""
+    d = tmp_path_factory.mktemp("fuzz")
+    os.symlink(FIXTURES / "models", d / "models")
+    return d
+
+
+def check(workdir: Path, text: str, env=None) -> None:
+    path = workdir / "run.sh"
+    path.write_text(text, errors="surrogateescape")
+    try:
+        read = read_script(path, env=env)
+    except ScriptReadError as e:
+        assert str(e).startswith(f"{path}") or "models/" in str(e)
+        return
+    assert isinstance(read, ScriptRead)
+    read.flags()
+    read.values()
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=mutated())
+def test_mutated_fixture_scripts(workdir, text):
+    check(workdir, text)
+
+
+@settings(max_examples=800, deadline=None)
+@given(text=st.lists(st.sampled_from(NASTY + ["--a", "1", "X=", "A=(", ")", "python3 train.py",
+                                               "$X", "${A[@]}", "source models/qwen3-4B.sh"]),
+                     max_size=40).map(" ".join),
+       env=st.dictionaries(st.sampled_from(["X", "A", "1", "Y"]), st.text(max_size=5), max_size=3))
+def test_random_shell_soup(workdir, text, env):
+    check(workdir, text, env)
+
+
+def test_deep_nesting_is_a_read_error(workdir):
+    for text in ["X=" + "$(" * 500, "X=$((" + "(" * 2000 + "1" + ")" * 2000 + "))",
+                 "X=" + "${A:-" * 500, "if true; then " * 300]:
+        check(workdir, text + "\npython3 train.py --a 1\n")
