@@ -35,6 +35,9 @@ class ScriptReadError(Exception):
 
 @dataclass(frozen=True)
 class Source:
+    """A file as the user named it (sourced files relative to the script's folder) and a
+    1-based line; values given by ``env`` have path ``<env>`` and line 0."""
+
     path: str
     line: int
 
@@ -124,6 +127,9 @@ class Field:
 
 
 class Var:
+    """A variable: one field for a string (its source is the line of its last assignment),
+    one per element for an array (each keeps the line it was written on)."""
+
     __slots__ = ("items", "array")
 
     def __init__(self, items: list[Field], array: bool):
@@ -442,8 +448,9 @@ class _Reader:
                 if n:
                     out.append(" ")
                 out.append(f.value)
-        return Field(None if unk else "".join(out), self.src(word.line), unk, word.text,
-                     cond=cnd)
+        if unk is None and cnd is not None:
+            unk = Unk(word.text, cnd.src, f"it includes a value added {cnd.why}")
+        return Field(None if unk else "".join(out), self.src(word.line), unk, word.text)
 
     def part(self, part) -> tuple[list[Field], bool]:
         t = type(part)
@@ -481,8 +488,8 @@ class _Reader:
             return [Field(str(len(self.frames[-1])), self.src(part.line))], False
         if name in "#?$!-":
             return [self.unknown(part, f"${name} is only known when the script runs")], False
-        if name == "BASH_SOURCE" and index in (None, "0") or (
-                name == "BASH_SOURCE" and getattr(index, "text", "").strip() == "0"):
+        if name == "BASH_SOURCE" and (index is None or getattr(index, "text", "").strip() == "0"):
+            # the file being read, absolute, so the dirname idioms locate model files
             return [Field(self.stack[-1][0], self.src(part.line), text=part.text)], False
         var = self.vars.get(name)
         if var is None:
@@ -624,12 +631,16 @@ class _Reader:
                 cmds.extend(c for _, c in node.items)
             else:
                 cmds.append(node)
+        ifs = False
         for node in cmds:
+            if type(node) is bash.Simple and node.assigns and not node.words:
+                ifs = ifs or any(a.name == "IFS" for a in node.assigns)
+                continue
             if type(node) is not bash.Simple or node.assigns or not node.words:
                 first = node.cmds[0] if type(node) is bash.Pipe else node
                 what = first.words[0].text if type(first) is bash.Simple and first.words \
                     else "commands"
-                return self.unknown(sub, f"command substitution runs '{what}' (a pipeline "
+                return self.unknown(sub, f"command substitution runs '{what}' (in a pipeline "
                                          "or compound command) when the script runs")
             args = []
             for w in node.words:
@@ -637,6 +648,11 @@ class _Reader:
             for f in args:
                 if f.unk:
                     return Field(None, f.src, f.unk, sub.text)
+                if f.cond:
+                    return Field(None, f.cond.src, Unk(sub.text, f.cond.src, "it includes a "
+                                                       f"value added {f.cond.why}"), sub.text)
+            if ifs:
+                return self.unknown(sub, "IFS is changed, which changes how words are joined")
             vals = [f.value for f in args]
             name, rest = vals[0], [v for v in vals[1:] if not v.startswith("-")]
             if name == "cd" and len(rest) == 1:
@@ -865,16 +881,39 @@ class _Reader:
                 unk = old.items[0].unk
             else:
                 value = (old.items[0].value if old and old.items else "") + value
+        self.set(name, value, unk, src, cond, a.text, a.value.text)
+
+    def set(self, name: str, value: str | None, unk: Unk | None, src: Source,
+            cond: Unk | None, expr: str, text: str):
+        """Set a string variable; under a run-time condition it becomes unknown (unless
+        unchanged), and an unknown value is taken from ``env`` when it has the name."""
+        old = self.vars.get(name)
         if cond and not unk:
             same = old is not None and not old.array and old.items and \
                 old.items[0].value == value
             if not same:
-                unk = Unk(a.text, src, f"{name} is assigned {cond.why}")
+                unk = Unk(expr, src, f"{name} is assigned {cond.why}")
         if unk is not None and name in self.env:
             v = self.env[name]
             self.vars[name] = Var([Field(v, Source("<env>", 0), text=f"--env {name}={v}")], False)
             return
-        self.vars[name] = Var([Field(None if unk else value, src, unk, a.value.text)], False)
+        self.vars[name] = Var([Field(None if unk else value, src, unk, text)], False)
+
+    def printf_v(self, fields: list[Field], n: bash.Simple, cond: Unk | None):
+        """``printf -v NAME FORMAT ARGS``: only %s, %d and %% are formatted statically."""
+        name, src = fields[2].value, self.src(n.line)
+        expr = " ".join(f.text if f.unk else f.value for f in fields)
+        bad = next((f.unk for f in fields[3:] if f.unk), None)
+        value = None
+        if bad is None and len(fields) > 3:
+            fmt, args = fields[3].value, [f.value for f in fields[4:]]
+            specs = re.findall(r"%[sd%]|%", fmt)
+            if "%" not in specs and len([x for x in specs if x != "%%"]) == len(args):
+                it = iter(args)
+                value = re.sub(r"%[sd%]", lambda m: "%" if m.group() == "%%" else next(it), fmt)
+        if value is None and bad is None:
+            bad = Unk(expr, src, f"{name} is formatted by printf at run time")
+        self.set(name, value, bad, src, cond, expr, expr)
 
     def simple(self, n: bash.Simple, cond: Unk | None):
         words = n.words
@@ -913,6 +952,8 @@ class _Reader:
                 self.cwd = os.path.normpath(target)
             else:
                 self.cwd = None
+        elif name == "printf" and len(fields) > 2 and fields[1].value == "-v" and fields[2].value:
+            self.printf_v(fields, n, cond)
         elif name == "shift":
             frame = self.frames[-1]
             k = fields[1].value if len(fields) > 1 else "1"
@@ -1057,17 +1098,14 @@ class _Reader:
         return None
 
     def torchrun(self, fields, vals, i, launcher) -> tuple[str, str, list] | None:
-        module = False
+        """Skip torchrun's own options (``--opt value``, ``--opt=value``, switches)."""
         while i < len(vals):
             v = vals[i]
-            if v in ("-m", "--module"):
-                module = True
-                i += 1
-            elif v.startswith("-"):
+            if v.startswith("-"):
                 i += 1 if ("=" in v or v in _TORCHRUN_SWITCHES) else 2
             else:
                 return launcher, v, fields[i + 1:]
-        return None if not module else None
+        return None
 
 
 def _line(node) -> int:
