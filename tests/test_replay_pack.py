@@ -47,13 +47,18 @@ def cases(draw):
         order=draw(st.sampled_from(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])),
     )
     tokens = draw(st.lists(st.integers(1, 30), min_size=1, max_size=10))
-    return topo, tokens, draw(st.integers(1, 3)), draw(st.sampled_from([np.uint8, np.uint16]))
+    dtype = draw(st.sampled_from([np.uint8, np.uint16]))
+    return topo, tokens, draw(st.integers(1, 3)), dtype, draw(st.booleans())
 
 
-def make_routes(topo, tokens, dtype, seed=0):
+def make_routes(topo, tokens, dtype, seed=0, layer_major=False):
+    """Random routes, C order or layer-major (the layout decode_routes returns)."""
     rng = np.random.default_rng(seed)
-    return [rng.integers(0, topo.experts, (t - 1, topo.layers, topo.topk)).astype(dtype)
-            for t in tokens]
+    out = [rng.integers(0, topo.experts, (t - 1, topo.layers, topo.topk)).astype(dtype)
+           for t in tokens]
+    if layer_major:
+        out = [np.ascontiguousarray(a.transpose(1, 0, 2)).transpose(1, 0, 2) for a in out]
+    return out
 
 
 # ---- the plain reference ------------------------------------------------------------------
@@ -124,8 +129,8 @@ def reference(topo, tokens, routes, rank, pad_multiple):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_ship_matches_full_tensor_reference(case):
-    topo, tokens, pad_multiple, dtype = case
-    routes = make_routes(topo, tokens, dtype)
+    topo, tokens, pad_multiple, dtype, layer_major = case
+    routes = make_routes(topo, tokens, dtype, layer_major=layer_major)
     for rank in range(topo.world_size):
         plan = replay_plan(topo, tokens, rank, pad_multiple)
         got = ship(routes, plan, topk=topo.topk, dtype=dtype)
@@ -135,6 +140,7 @@ def test_ship_matches_full_tensor_reference(case):
         for g, w in zip(got.batches, want):
             np.testing.assert_array_equal(g, w)
         assert got.data.dtype == dtype and got.data.flags.c_contiguous
+        assert got.data.shape == (len(plan.layers), plan.rows, topo.topk)  # layer-major
         assert got.nbytes == plan.rows * len(plan.layers) * topo.topk * np.dtype(dtype).itemsize
 
 
@@ -143,7 +149,7 @@ def test_ship_matches_full_tensor_reference(case):
 def test_plan_partitions_rows_across_replica(case):
     """Every (sample, token, MoE layer) is replayed by exactly one rank of each TP/CP/PP
     position set: once per replica with SP (tp times without), on the rank holding the layer."""
-    topo, tokens, pad_multiple, _ = case
+    topo, tokens, pad_multiple, _, _ = case
     plans = replay_plans(topo, tokens, pad_multiple)
     seen = Counter()
     for plan in plans:
@@ -189,7 +195,7 @@ def test_pad_rows_get_a_valid_route_never_minus_one():
                     micro_batch_size=2)
     tokens = [3, 2]
     routes = make_routes(topo, tokens, np.uint8)
-    data = np.concatenate([ship(routes, replay_plan(topo, tokens, r, pad_multiple=8)).data
+    data = np.concatenate([ship(routes, replay_plan(topo, tokens, r, pad_multiple=8)).batches[0]
                            for r in range(4)])  # the tp ranks' slices, in order
     assert data.shape == (32, 2, 2)  # 5 tokens padded to a multiple of tp x 8
     np.testing.assert_array_equal(data[[0, 1]], routes[0])

@@ -40,7 +40,8 @@ def test_writable_no_torch_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         a = decode_routes(payload, t, tokens=9)
-        assert a.flags.writeable and a.flags.owndata
+        assert a.flags.writeable and a.base.flags.owndata and a.base.flags.writeable
+        assert a[:, 1].flags.c_contiguous  # layer-major storage
         torch.from_numpy(a)  # would raise UserWarning-as-error if read-only
         a[0, 0, 0] = 1  # and it really is writable
         # the check can fail: the old frombuffer path trips the same filter

@@ -3,7 +3,7 @@
 miles used to send every rank of a DP replica the full [tokens - 1, layers, topk] routes of
 all its samples and let each rank cut out its part. Here the rollout side cuts first: a
 rank is shipped only the rows and MoE layers its routers consume
-(`miles_topology.replay.replay_plan`), one contiguous array with a view per micro-batch.
+(`miles_topology.replay.replay_plan`): one layer-major buffer, a view per micro-batch.
 Pad rows (CP/TP padding and each sample's last token, which the engine does not record)
 get a valid, deterministic route, experts 0..topk-1, never -1: a -1 row makes a whole
 sequence-parallel chunk fall back to live routing.
@@ -23,16 +23,21 @@ Routes = Mapping[int, np.ndarray] | Sequence[np.ndarray]
 
 @dataclass(frozen=True)
 class Shipment:
-    """What one rank receives: `data` [rows, len(layers), topk] and micro-batch offsets."""
+    """What one rank receives: its rows of its MoE layers, one buffer for all micro-batches.
+
+    `data` is layer-major, [len(layers), rows, topk], so each router's rows of a micro-batch
+    are contiguous; `batches` gives the [rows, layers, topk] view of each micro-batch.
+    """
 
     rank: int
     layers: tuple[int, ...]
     data: np.ndarray
-    offsets: tuple[int, ...]  # micro-batch i is data[offsets[i]:offsets[i + 1]]
+    offsets: tuple[int, ...]  # micro-batch i is rows offsets[i]:offsets[i + 1]
 
     @property
     def batches(self) -> list[np.ndarray]:
-        return [self.data[a:b] for a, b in zip(self.offsets, self.offsets[1:])]
+        bounds = zip(self.offsets, self.offsets[1:])
+        return [self.data[:, a:b].transpose(1, 0, 2) for a, b in bounds]
 
     @property
     def nbytes(self) -> int:
@@ -54,9 +59,10 @@ def ship(
 ) -> Shipment:
     """Copy exactly `plan`'s rows and layers out of `routes` (global sample id -> array).
 
-    Each `routes[s]` is the decoded [tokens - 1, layers, topk] array of sample s; shapes are
-    checked against the plan so a mismatch fails here instead of replaying wrong routes.
-    `out` may be a preallocated [plan.rows, len(plan.layers), topk] array.
+    Each `routes[s]` is the decoded [tokens - 1, layers, topk] array of sample s (any
+    strides; layer-major, as `decode_routes` returns, copies fastest); shapes are checked
+    against the plan so a mismatch fails here instead of replaying wrong routes. `out` may
+    be a preallocated layer-major [len(plan.layers), plan.rows, topk] array.
     """
     arrays = {s: routes[s] for s in plan.samples}
     if arrays:
@@ -76,13 +82,14 @@ def ship(
             )
         if a.dtype != dtype:
             raise ValueError(f"routes of sample {s} are {a.dtype}, others {dtype}")
-    shape = (plan.rows, len(plan.layers), topk)
+    shape = (len(plan.layers), plan.rows, topk)
     if out is None:
         out = np.empty(shape, dtype)
     elif out.shape != shape or out.dtype != dtype:
         raise ValueError(f"out is {out.dtype}{out.shape}, need {dtype}{shape}")
     runs = _runs(plan.layers)
-    fill = fill_route(topk, dtype)
+    by_layer = {s: a.transpose(1, 0, 2) for s, a in arrays.items()}  # [layers, rows, topk]
+    pads: list[range] = []
     pos = 0
     offsets = [0]
     for mb in plan.micro_batches:
@@ -90,14 +97,17 @@ def ship(
             n = seg.rows
             real = 0
             if not seg.pad:
-                a = arrays[seg.sample]
-                real = max(0, min(seg.stop, a.shape[0]) - seg.start)
+                a = by_layer[seg.sample]
+                real = max(0, min(seg.stop, a.shape[1]) - seg.start)
                 for dst, src in runs:
-                    out[pos : pos + real, dst] = a[seg.start : seg.start + real, src]
+                    out[dst, pos : pos + real] = a[src, seg.start : seg.start + real]
             if real < n:  # pad rows, or the sample's unrecorded last token
-                out[pos + real : pos + n] = fill
+                pads.append(range(pos + real, pos + n))
             pos += n
         offsets.append(pos)
+    if pads:  # one fancy-index write instead of a call per pad run
+        idx = np.fromiter((i for r in pads for i in r), np.intp)
+        out[:, idx] = fill_route(topk, dtype)
     return Shipment(plan.rank, plan.layers, out, tuple(offsets))
 
 

@@ -2,9 +2,10 @@
 
 The engine returns, per sample, base64 of int32 expert ids shaped [tokens - 1, layers, topk].
 `np.frombuffer` over the decoded bytes is read-only (torch.from_numpy then warns), so the
-one copy we make anyway, the cast to the smallest dtype that holds the expert ids, is the
-writable array we keep. A payload that does not fit the Topology raises `RoutesError`
-naming the sample: a wrong route replayed silently is worse than a failed step.
+one copy we make anyway, the cast to the smallest dtype that holds the expert ids (stored
+layer-major, see `decode_routes`), is the writable array we keep. A payload that does not
+fit the Topology raises `RoutesError` naming the sample: a wrong route replayed silently is
+worse than a failed step.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def decode_routes(
 
     Shape and expert range come from `topo` (layers, topk, experts). With `tokens` the row
     count is checked too. Only MoE layers are validated; dense layers carry whatever the
-    engine wrote and are never replayed.
+    engine wrote and are never replayed. The array is a transposed view of a fresh
+    layer-major buffer: `a[:, layer]` is contiguous.
     """
     layers, topk, experts = topo.layers, topo.topk, topo.experts
     if layers is None or experts is None:
@@ -84,7 +86,11 @@ def decode_routes(
                 f"expert id {int(check[row, i, j])} at token {row}, layer "
                 f"{sl.start + i * sl.step} is outside 0..{experts - 1}",
             )
-    out = ids.astype(route_dtype(experts))  # the one copy; owns its (writable) memory
+    # The one copy: cast to the compact dtype, stored layer-major so that a pipeline stage's
+    # layers are one contiguous block (packing then moves long runs, not 8-byte pieces).
+    store = np.empty((layers, ids.shape[0], topk), route_dtype(experts))
+    np.copyto(store, ids.transpose(1, 0, 2), casting="unsafe")
+    out = store.transpose(1, 0, 2)
     for sl in runs:
         dup = _duplicate_row(out[:, sl])
         if dup is not None:
