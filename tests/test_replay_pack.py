@@ -7,6 +7,8 @@ Stage layers and the MoE pattern are recomputed here from Megatron's formulas, n
 of the Topology.
 """
 
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -126,7 +128,7 @@ def reference(topo, tokens, routes, rank, pad_multiple):
 # ---- properties ---------------------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_ship_matches_full_tensor_reference(case):
     topo, tokens, pad_multiple, dtype, layer_major = case
@@ -137,14 +139,17 @@ def test_ship_matches_full_tensor_reference(case):
         want = reference(topo, tokens, routes, rank, pad_multiple)
         assert plan.layers == tuple(ref_moe_layers(topo, topo.coord(rank)["pp"]))
         assert len(got.batches) == len(want)
-        for g, w in zip(got.batches, want):
+        for m, (g, w) in enumerate(zip(got.batches, want)):
             np.testing.assert_array_equal(g, w)
+            for i in range(len(plan.layers)):
+                assert got.router(m, i).flags.c_contiguous
+                np.testing.assert_array_equal(got.router(m, i), w[:, i])
         assert got.data.dtype == dtype and got.data.flags.c_contiguous
         assert got.data.shape == (len(plan.layers), plan.rows, topo.topk)  # layer-major
         assert got.nbytes == plan.rows * len(plan.layers) * topo.topk * np.dtype(dtype).itemsize
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(cases())
 def test_plan_partitions_rows_across_replica(case):
     """Every (sample, token, MoE layer) is replayed by exactly one rank of each TP/CP/PP
@@ -231,3 +236,10 @@ def test_plan_rejects_dense_models_and_bad_tokens():
         replay_plan(topo, [3, 0], 0)
     with pytest.raises(IndexError):
         replay_plan(topo, [3], 1)
+
+
+def test_plan_is_pure():
+    """The plan lives in the light core: importing it pulls in no numpy, torch or ray."""
+    code = ("import sys, miles_topology.replay; "
+            "sys.exit(bool({'numpy', 'torch', 'ray'} & set(sys.modules)))")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -89,6 +89,7 @@ def test_malformed_encoding():
 
 
 def test_wrong_token_count():
+    assert "at least 1 token" in err("", tokens=0)
     msg = err(encode_routes(routes(4, 3, 2, 8)), tokens=5)
     assert "3 token rows" in msg and "4" in msg
     with pytest.raises(RoutesError, match="whole number of rows"):

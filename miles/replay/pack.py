@@ -43,6 +43,10 @@ class Shipment:
     def nbytes(self) -> int:
         return self.data.nbytes
 
+    def router(self, mb: int, i: int) -> np.ndarray:
+        """Contiguous [rows, topk] that the router of layers[i] replays for micro-batch mb."""
+        return self.data[i, self.offsets[mb] : self.offsets[mb + 1]]
+
 
 def fill_route(topk: int, dtype: np.dtype) -> np.ndarray:
     """The route given to pad rows: experts 0..topk-1 (valid, distinct, deterministic)."""

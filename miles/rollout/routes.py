@@ -57,6 +57,8 @@ def decode_routes(
     layers, topk, experts = topo.layers, topo.topk, topo.experts
     if layers is None or experts is None:
         raise ValueError("decoding routes needs --num-layers and --num-experts")
+    if tokens is not None and tokens < 1:
+        raise RoutesError(sample, f"a sample has at least 1 token, got tokens={tokens}")
     try:
         raw = binascii.a2b_base64(payload, strict_mode=True)  # C, validates characters
     except (binascii.Error, ValueError, TypeError) as e:
