@@ -224,6 +224,8 @@ def test_ship_rejects_mismatched_routes():
     routes = make_routes(topo, [4, 5], np.uint8)
     with pytest.raises(ValueError, match="sample 1 have shape"):
         ship([routes[0], routes[1][:-1]], plan)
+    with pytest.raises(ValueError, match="sample 1, which has no routes"):
+        ship({0: routes[0]}, plan)
     with pytest.raises(ValueError, match="uint16"):
         ship([routes[0], routes[1].astype(np.uint16)], plan)
 

@@ -68,7 +68,12 @@ def ship(
     against the plan so a mismatch fails here instead of replaying wrong routes. `out` may
     be a preallocated layer-major [len(plan.layers), plan.rows, topk] array.
     """
-    arrays = {s: routes[s] for s in plan.samples}
+    arrays = {}
+    for s in plan.samples:
+        try:
+            arrays[s] = routes[s]
+        except (KeyError, IndexError):
+            raise ValueError(f"rank {plan.rank} replays sample {s}, which has no routes") from None
     if arrays:
         first = next(iter(arrays.values()))
         topk = first.shape[-1] if topk is None else topk
