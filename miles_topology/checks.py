@@ -41,7 +41,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def _nearest(candidates: list[int], target: int, k: int = 2) -> list[int]:
-    return sorted(sorted(set(candidates), key=lambda c: (abs(c - target), -c))[:k])
+    """The k valid values closest to what the user gave, closest first."""
+    return sorted(set(candidates), key=lambda c: (abs(c - target), -c))[:k]
 
 
 def _or(values: list[int]) -> str:

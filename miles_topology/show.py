@@ -68,7 +68,7 @@ def text_map(topo: Topology) -> str:
     for n in nodes:
         gpus = sorted(g for m, g in grid if m == n)
         out.append(f"node {n}")
-        out.append("  " + "".join(f"gpu {g}".ljust(width) for g in gpus))
+        out.append("  " + "".join(f"gpu {g}".ljust(width) for g in gpus).rstrip())
         depth = max(len(grid[(n, g)]) for g in gpus)
         for i in range(depth):
             row = [grid[(n, g)][i] if i < len(grid[(n, g)]) else "" for g in gpus]
