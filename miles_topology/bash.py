@@ -66,10 +66,14 @@ class Arith:
 
 
 class Word:
-    __slots__ = ("parts", "line", "text")
+    """`start`/`end`: character offsets of the word in the file (-1 when not known, e.g. inside
+    backquotes), so a rewrite can edit exactly the text a word occupies."""
 
-    def __init__(self, parts: list, line: int, text: str):
+    __slots__ = ("parts", "line", "text", "start", "end")
+
+    def __init__(self, parts: list, line: int, text: str, start: int = -1, end: int = -1):
         self.parts, self.line, self.text = parts, line, text
+        self.start, self.end = start, end
 
     def literal(self) -> str | None:
         """The word's text when it has no expansion at all (quotes removed)."""
@@ -92,10 +96,13 @@ class Assign:
 
 
 class Simple:
-    __slots__ = ("assigns", "words", "line", "end")
+    """`start`: character offset where the command begins (-1 when not known)."""
 
-    def __init__(self, assigns, words, line, end):
+    __slots__ = ("assigns", "words", "line", "end", "start")
+
+    def __init__(self, assigns, words, line, end, start=-1):
         self.assigns, self.words, self.line, self.end = assigns, words, line, end
+        self.start = start
 
 
 class AndOr:
@@ -180,6 +187,7 @@ class Parser:
         self.heredocs: list[tuple[str, bool]] = []
         self.notes: list[tuple[str, int, str, str]] = []  # (code, line, message, fix)
         self.depth = 0
+        self.located = True  # offsets are into the file (not into unescaped backquote text)
 
     # -- positions and errors
 
@@ -274,7 +282,9 @@ class Parser:
                 self.lit(_LIT, parts, False)
         if self.i == start:
             return None
-        return Word(parts, self.line_at(start), s[start:self.i])
+        if not self.located:
+            return Word(parts, self.line_at(start), s[start:self.i])
+        return Word(parts, self.line_at(start), s[start:self.i], start, self.i)
 
     def lit(self, rx: re.Pattern, parts: list, quoted: bool):
         """A run of plain characters (at least one, whatever the pattern says)."""
@@ -360,7 +370,7 @@ class Parser:
         self.i = j + 1
         self.enter(start)
         sub = Parser("".join(buf), self.line_at(start))
-        sub.depth = self.depth
+        sub.depth, sub.located = self.depth, False
         body = sub.parse()
         self.depth -= 1
         return Sub(body, quoted, s[start:self.i], self.line_at(start))
@@ -705,7 +715,7 @@ class Parser:
             if len(words) == 1 and w.text == "[[":
                 self.test_words(words, at)
         end = self.line_at(max(start, self.i - 1))
-        return Simple(assigns, words, line, end)
+        return Simple(assigns, words, line, end, start if self.located else -1)
 
     def funcdef(self, name: Word, line: int) -> Func:
         self.i += 1

@@ -11,6 +11,7 @@ to resolve variables; the process environment is never read, so a check is repro
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import os
 import re
@@ -22,8 +23,8 @@ from typing import NamedTuple
 from miles_topology import bash
 from miles_topology.bash import Arith, Lit, Param, Sub
 
-__all__ = ["FlagValue", "Note", "ScriptRead", "ScriptReadError", "Source", "Unresolved",
-           "read_script"]
+__all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
+           "Unresolved", "read_script"]
 
 MAX_SOURCE_DEPTH = 16
 MAX_CALL_DEPTH = 32
@@ -46,11 +47,39 @@ class Source:
 
 
 @dataclass(frozen=True)
+class Span:
+    """The exact text a word occupies, so a rewrite can edit that word and nothing else.
+
+    `file` is absolute; `start`/`end` are character offsets into its text; `line` and
+    `end_line` are 1-based, `col` and `end_col` 0-based. `stmt_line` is the line where the
+    command or assignment holding the word starts, and `branch` the if/case/loop/&& it runs
+    under (None at the top level), because moving a word out of a branch changes its meaning.
+    """
+
+    file: str
+    start: int
+    end: int
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    stmt_line: int = 0
+    branch: Source | None = None
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.file, self.start, self.end)
+
+
+@dataclass(frozen=True)
 class FlagValue:
     """One flag after the entry script; `value` is "" for a switch, None when unknown.
 
     `tokens` holds the value words as they reach argv (several for ``nargs='+'`` flags,
-    none for a switch); `value` is them joined by spaces.
+    none for a switch); `value` is them joined by spaces. `span` is where the flag word is
+    written (the whole word for ``--flag=value``) and `value_spans` where each value word is;
+    None where a word cannot be pinned to text of its own (for example one of several flags
+    held in one string variable, or the output of a command substitution).
     """
 
     flag: str
@@ -58,6 +87,29 @@ class FlagValue:
     source: Source
     unresolved: str | None = None
     tokens: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    span: Span | None = field(default=None, compare=False, repr=False)
+    value_spans: tuple[Span | None, ...] = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    """Where the launch command is and what the shell holds when it runs.
+
+    `statement` marks where the command starts and `entry` the entry script word
+    (``train.py``), both None when not pinned to the file's text; `variables` are the string
+    variables at the launch (None: known only at run time) and `exported` the names a child
+    process sees, which is what a topology YAML's ``${oc.env:VAR}`` reads.
+    """
+
+    statement: Span | None
+    entry: Span | None
+    branch: Source | None
+    variables: Mapping[str, str | None]
+    exported: frozenset[str]
+
+    def environ(self) -> dict[str, str]:
+        """The environment the launched process gets, as far as it is known."""
+        return {k: v for k, v in self.variables.items() if k in self.exported and v is not None}
 
 
 @dataclass(frozen=True)
@@ -84,6 +136,9 @@ class ScriptRead:
     argv: list[FlagValue]
     unresolved: list[Unresolved]
     notes: list[Note]
+    site: LaunchSite | None = None
+    # Span.key -> the commands (file:line) whose words a located word reached
+    uses: dict[tuple[str, int, int], frozenset[Source]] = field(default_factory=dict)
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""
@@ -117,13 +172,14 @@ class Unk(NamedTuple):
 
 
 class Field:
-    """One word of an expansion. `extra`: unknown number of words; `cond`: maybe absent."""
+    """One word of an expansion. `extra`: unknown number of words; `cond`: maybe absent;
+    `span`: (file, start, end, stmt_line, branch) of the one word that wrote it, or None."""
 
-    __slots__ = ("value", "src", "unk", "text", "extra", "cond")
+    __slots__ = ("value", "src", "unk", "text", "extra", "cond", "span")
 
-    def __init__(self, value, src, unk=None, text="", extra=False, cond=None):
+    def __init__(self, value, src, unk=None, text="", extra=False, cond=None, span=None):
         self.value, self.src, self.unk, self.text = value, src, unk, text
-        self.extra, self.cond = extra, cond
+        self.extra, self.cond, self.span = extra, cond, span
 
 
 class Var:
@@ -138,6 +194,9 @@ class Var:
 
 class _ArithError(Exception):
     pass
+
+
+_OWN = object()  # marks text of the word being expanded (not an item passed on from a list)
 
 
 _ARITH_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|[0-9]+)|\$?\{?([A-Za-z_]\w*)\}?|"
@@ -286,6 +345,7 @@ class Launch(NamedTuple):
     argv: list
     src: Source
     cond: Unk | None
+    site: LaunchSite | None = None
 
 
 class _Reader:
@@ -313,6 +373,16 @@ class _Reader:
         self.unresolved: list[Unresolved] = []
         self.calls = 0
         self.why_unknown = ""
+        # for rewriting: the text of each file, where each word came from, and the shell state
+        self.text: str | None = None  # the main script's text, when given instead of its file
+        self.newlines: dict[str, list[int]] = {}
+        self.where: list[str] = []  # absolute file of the code being run (function bodies too)
+        self.func_file: dict[str, str] = {}
+        self.stmt_line = 0
+        self.branch: list[Source] = []
+        self.uses: dict[tuple, set[Source]] = {}
+        self.exported = {k for k in self.env if not k.isdigit()}
+        self.allexport = False
 
     # -- files
 
@@ -329,7 +399,8 @@ class _Reader:
         if abs_path in self.cache:
             return self.cache[abs_path]
         try:
-            data = Path(abs_path).read_bytes()
+            data = Path(abs_path).read_bytes() if abs_path != self.main_abs or self.text is None \
+                else self.text.encode("utf-8", "surrogateescape")
         except OSError as e:
             raise ScriptReadError(f"{disp}:0: cannot read the file ({e.strerror or e}). "
                                   "Fix: check the path and its permissions.") from None
@@ -337,6 +408,7 @@ class _Reader:
             raise ScriptReadError(f"{disp}:1: not a text file (it contains NUL bytes). "
                                   "Fix: pass the bash launch script.")
         text = data.decode("utf-8", errors="replace")
+        self.newlines[abs_path] = [k for k, c in enumerate(text) if c == "\n"]
         try:
             body, notes = bash.parse(text)
         except bash.BashSyntaxError as e:
@@ -350,10 +422,12 @@ class _Reader:
         disp = self.disp(abs_path)
         body = self.parse_file(abs_path, disp)
         self.stack.append((abs_path, disp))
+        self.where.append(abs_path)
         try:
             self.run(body, cond)
         finally:
             self.stack.pop()
+            self.where.pop()
 
     @property
     def file(self) -> str:
@@ -367,11 +441,17 @@ class _Reader:
     def expand(self, word, cond: Unk | None = None) -> list[Field]:
         """A word as the fields bash would pass (word splitting, "${A[@]}", no globbing)."""
         fields: list[Field] = []
+        owns: list[bool] = []
         cur: list[str] = []
         st = {"has": False, "src": None, "unk": None, "text": None, "extra": True,
-              "cond": cond, "any": False}
+              "cond": cond, "any": False, "own": False, "spans": []}
 
-        def add(f: Field):
+        def add(f: Field, origin=_OWN):
+            """`origin`: _OWN for text of this word, else the span of a list item passed on."""
+            if origin is _OWN:
+                st["own"] = True
+            else:
+                st["spans"].append(origin)
             if st["src"] is None:
                 st["src"], st["text"] = f.src, f.text
             if f.unk is not None and st["unk"] is None:
@@ -386,10 +466,14 @@ class _Reader:
         def flush():
             if st["has"]:
                 unk = st["unk"]
+                spans = st["spans"]
                 fields.append(Field(None if unk else "".join(cur), st["src"], unk,
-                                    st["text"], unk is not None and st["extra"], st["cond"]))
+                                    st["text"], unk is not None and st["extra"], st["cond"],
+                                    spans[0] if len(spans) == 1 and not st["own"] else None))
+                owns.append(st["own"] and not spans)
             cur.clear()
-            st.update(has=False, src=None, unk=None, text=None, extra=True, cond=cond)
+            st.update(has=False, src=None, unk=None, text=None, extra=True, cond=cond, own=False,
+                      spans=[])
 
         for part in word.parts:
             t = type(part)
@@ -411,7 +495,7 @@ class _Reader:
                 v = f.value
                 if quoted:
                     cur.append(v)
-                    add(f)
+                    add(f, f.span if is_list else _OWN)
                     continue
                 pieces = v.split()
                 if not pieces:
@@ -420,14 +504,19 @@ class _Reader:
                     continue
                 if v[0] in " \t\n":
                     flush()
+                whole = f.span if is_list and len(pieces) == 1 and pieces[0] == v else None
                 for k, piece in enumerate(pieces):
                     if k:
                         flush()
                     cur.append(piece)
-                    add(Field(piece, f.src, None, f.text, False, f.cond))
+                    add(Field(piece, f.src, None, f.text, False, f.cond),
+                        whole if is_list else _OWN)
                 if v[-1] in " \t\n":
                     flush()
         flush()
+        if len(fields) == 1 and owns[0] and word.start >= 0 and self.where:
+            branch = self.branch[-1] if self.branch else None
+            fields[0].span = (self.where[-1], word.start, word.end, self.stmt_line, branch)
         return fields
 
     def join(self, word) -> Field:
@@ -704,24 +793,50 @@ class _Reader:
             status = self.status([n.items[0][1]], cond)
             reason = self.why_unknown
             self.node(n.items[0][1], cond)
-            for op, cmd in n.items[1:]:
-                if status is None:
-                    line = _line(n)
-                    why = f"only if the command before '{op}' at {self.src(line)} " + (
-                        "succeeds" if op == "&&" else "fails") + reason
-                    self.node(cmd, cond or Unk(op, self.src(line), why))
-                    status = None
-                elif status == (op == "&&"):
-                    status = self.status([cmd], cond)
-                    self.node(cmd, cond)
+            self.branch.append(self.src(_line(n)))
+            try:
+                self.and_or(n, status, reason, cond)
+            finally:
+                self.branch.pop()
         elif t is bash.Pipe:
             for c in n.cmds:
                 self.node(c, cond)
-        elif t is bash.If:
+        elif t in (bash.If, bash.Case, bash.Loop):
+            self.branch.append(self.src(n.line))
+            try:
+                self.compound(n, cond)
+            finally:
+                self.branch.pop()
+        elif t is bash.Func:
+            self.funcs[n.name] = [n.body]
+            self.func_file[n.name] = self.where[-1]
+        elif t is bash.Group:
+            if n.subshell:
+                saved = dict(self.vars)
+                self.run(n.body, cond)
+                self.vars = saved
+            else:
+                self.run(n.body, cond)
+
+    def and_or(self, n: bash.AndOr, status: bool | None, reason: str, cond: Unk | None):
+        for op, cmd in n.items[1:]:
+            if status is None:
+                line = _line(n)
+                why = f"only if the command before '{op}' at {self.src(line)} " + (
+                    "succeeds" if op == "&&" else "fails") + reason
+                self.node(cmd, cond or Unk(op, self.src(line), why))
+                status = None
+            elif status == (op == "&&"):
+                status = self.status([cmd], cond)
+                self.node(cmd, cond)
+
+    def compound(self, n, cond: Unk | None):
+        t = type(n)
+        if t is bash.If:
             self.if_(n, cond)
         elif t is bash.Case:
             self.case(n, cond)
-        elif t is bash.Loop:
+        else:
             why = f"inside a '{n.kind}' loop at {self.src(n.line)}, run a number of times known "\
                   "only at run time"
             inner = cond or Unk(n.kind, self.src(n.line), why)
@@ -730,15 +845,6 @@ class _Reader:
                                                                    f"loop variable {n.var}"))],
                                        False)
             self.run(n.body, inner)
-        elif t is bash.Func:
-            self.funcs[n.name] = [n.body]
-        elif t is bash.Group:
-            if n.subshell:
-                saved = dict(self.vars)
-                self.run(n.body, cond)
-                self.vars = saved
-            else:
-                self.run(n.body, cond)
 
     def if_(self, n: bash.If, cond: Unk | None):
         inner = cond
@@ -849,7 +955,7 @@ class _Reader:
                 old = self.vars.get(name)
                 base = list(old.items) if old else []
                 if cond:
-                    items = [Field(f.value, f.src, f.unk, f.text, f.extra, f.cond or cond)
+                    items = [Field(f.value, f.src, f.unk, f.text, f.extra, f.cond or cond, f.span)
                              for f in items]
                 self.vars[name] = Var(base + items, True)
             elif cond:
@@ -918,15 +1024,22 @@ class _Reader:
     def simple(self, n: bash.Simple, cond: Unk | None):
         words = n.words
         head = words[0].text if words else ""
+        self.stmt_line = n.line
         if not words or head in bash.DECLARE:
             for a in n.assigns:
                 self.assign(a, cond)
+            self.export(n, head)
         if not words:
             self.prev_end[self.file] = n.end
             return
         fields: list[Field] = []
         for w in words:
             fields.extend(self.expand(w))
+        if fields and fields[0].value not in self.funcs:  # a call's words are used inside it
+            here = self.src(n.line)
+            for f in fields:
+                if f.span is not None:
+                    self.uses.setdefault(f.span[:3], set()).add(here)
         prev = self.prev_end.get(self.file)
         self.prev_end[self.file] = n.end
         if not fields:
@@ -941,6 +1054,13 @@ class _Reader:
             return
         if name in ("source", "."):
             self.source(fields[1:], n, cond)
+        elif name == "set":
+            for f in fields[1:]:
+                v = f.value or ""
+                if v[:1] in "-+" and v[1:2] != "-" and "a" in v:
+                    self.allexport = v[0] == "-"
+            if [f.value for f in fields[1:3]] in (["-o", "allexport"], ["+o", "allexport"]):
+                self.allexport = fields[1].value == "-o"
         elif name == "unset":
             for f in fields[1:]:
                 if f.value and not f.value.startswith("-"):
@@ -971,15 +1091,52 @@ class _Reader:
         elif name in self.funcs and self.calls < MAX_CALL_DEPTH:
             self.calls += 1
             self.frames.append(fields[1:])
+            self.where.append(self.func_file.get(name, self.where[-1]))
             try:
                 self.run(self.funcs[name], cond)
             finally:
                 self.frames.pop()
+                self.where.pop()
                 self.calls -= 1
         else:
             launch = self.launch(fields, n, cond)
             if launch:
-                self.launches.append(launch)
+                self.launches.append(launch._replace(site=self.site(fields, launch, n)))
+
+    def export(self, n: bash.Simple, head: str):
+        """Track which variables a child process sees (``export``, ``declare -x``, ``set -a``)."""
+        opts = "".join(w.text[1:] for w in n.words[1:] if w.text.startswith("-"))
+        if head == "export" or (head in ("declare", "typeset", "local") and "x" in opts):
+            names = {a.name for a in n.assigns} | {
+                w.text for w in n.words[1:] if bash._NAME.fullmatch(w.text)}
+            if "n" in opts and head == "export":
+                self.exported -= names
+            else:
+                self.exported |= names
+        elif self.allexport and not n.words:
+            self.exported |= {a.name for a in n.assigns}
+
+    def site(self, fields: list[Field], launch: Launch, n: bash.Simple) -> LaunchSite:
+        k = len(fields) - len(launch.argv) - 1
+        branch = self.branch[-1] if self.branch else None
+        statement = None
+        if n.start >= 0:
+            statement = self.span((self.where[-1], n.start, n.start, n.line, branch))
+        variables = {name: v.items[0].value for name, v in self.vars.items()
+                     if not v.array and v.items}
+        exported = frozenset(variables) if self.allexport else frozenset(self.exported)
+        return LaunchSite(statement, self.span(fields[k].span) if 0 <= k else None, branch,
+                          variables, exported)
+
+    def span(self, t: tuple | None) -> Span | None:
+        """A Field's (file, start, end, stmt_line, branch) as a Span with lines and columns."""
+        if t is None or t[0] not in self.newlines:
+            return None
+        file, start, end, stmt_line, branch = t
+        nl = self.newlines[file]
+        a, b = bisect.bisect_left(nl, start), bisect.bisect_left(nl, end)
+        return Span(file, start, end, a + 1, start - (nl[a - 1] + 1 if a else 0), b + 1,
+                    end - (nl[b - 1] + 1 if b else 0), stmt_line, branch)
 
     def orphan(self, n: bash.Simple, fields: list[Field], prev: int | None):
         flags = [f.value or f.text for f in fields if (f.value or f.text).startswith("-")]
@@ -1156,7 +1313,7 @@ def _is_flag(f: Field) -> bool:
     return v is not None and len(v) > 2 and v.startswith("--")
 
 
-def _argv(fields: list, unresolved: list[Unresolved]) -> list[FlagValue]:
+def _argv(fields: list, unresolved: list[Unresolved], span=lambda t: None) -> list[FlagValue]:
     out: list[FlagValue] = []
     i, n = 0, len(fields)
     while i < n:
@@ -1177,11 +1334,11 @@ def _argv(fields: list, unresolved: list[Unresolved]) -> list[FlagValue]:
             unresolved.append(Unresolved(None, f.unk.expr, f.unk.src, f.unk.why))
             continue
         if not _is_flag(f):
-            out.append(FlagValue("", f.value, f.src, tokens=(f.value,)))
+            out.append(FlagValue("", f.value, f.src, tokens=(f.value,), span=span(f.span)))
             continue
         flag, eq, val = f.value.partition("=")
         if eq:
-            out.append(FlagValue(flag, val, f.src, tokens=(val,)))
+            out.append(FlagValue(flag, val, f.src, tokens=(val,), span=span(f.span)))
             continue
         vals: list[Field] = []
         while i < n and not _is_flag(fields[i]) and not fields[i].extra \
@@ -1195,15 +1352,22 @@ def _argv(fields: list, unresolved: list[Unresolved]) -> list[FlagValue]:
             unresolved.append(Unresolved(flag, bad.unk.expr, bad.unk.src, bad.unk.why))
             continue
         toks = tuple(v.value for v in vals)
-        out.append(FlagValue(flag, " ".join(toks), f.src, tokens=toks))
+        out.append(FlagValue(flag, " ".join(toks), f.src, tokens=toks, span=span(f.span),
+                             value_spans=tuple(span(v.span) for v in vals)))
     return out
 
 
-def read_script(path: str | Path, env: Mapping[str, str] | None = None) -> ScriptRead:
-    """Read a launch script statically: the flags after its entry script, with sources."""
+def read_script(path: str | Path, env: Mapping[str, str] | None = None,
+                text: str | None = None) -> ScriptRead:
+    """Read a launch script statically: the flags after its entry script, with sources.
+
+    `text`, when given, is read as the script's content in place of the file's (a rewrite
+    checks its result this way before writing it); files it sources are read from disk.
+    """
     r = _Reader(Path(path), env or {})
+    r.text = text
     abs_path = r.main_abs
-    if not os.path.isfile(abs_path):
+    if text is None and not os.path.isfile(abs_path):
         raise ScriptReadError(f"{path}:0: no such file. Fix: check the script path.")
     r.run_file(abs_path, None)
     unresolved = list(r.unresolved)
@@ -1220,7 +1384,7 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None) -> Scrip
                           "check that the launch command is not inside a function that is "
                           "never called", where))
     else:
-        argv = _argv(launch.argv, unresolved)
+        argv = _argv(launch.argv, unresolved, r.span)
         if len(pool) > 1:
             others = ", ".join(str(x.src) for x in pool[:-1])
             notes.append(Note("several-launch-commands",
@@ -1232,7 +1396,9 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None) -> Scrip
                               f"only {launch.cond.why}", "pass --env to decide the branch",
                               launch.src))
     read = ScriptRead(str(path), launch.launcher if launch else None,
-                      launch.entry if launch else None, argv, unresolved, notes)
+                      launch.entry if launch else None, argv, unresolved, notes,
+                      launch.site if launch else None,
+                      {k: frozenset(v) for k, v in r.uses.items()})
     for flag, occ in read.values().items():
         if len(occ) > 1:
             shown = ", ".join(f"{o.value if o.value is not None else o.unresolved!s} at "
