@@ -1,0 +1,76 @@
+"""What the job needs from a Ray cluster, as pure data (no ray import).
+
+Slots are the (node, GPU) pairs of the Topology: train placements and engine GPUs.
+One placement-group bundle per slot; every actor on a slot shares its bundle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from miles_topology import Problem, Topology
+
+Slot = tuple[int, int]
+
+
+def slots(topo: Topology) -> list[Slot]:
+    """Every (node, GPU) the job uses, ordered by node then GPU."""
+    used = {topo.placement(r) for r in range(topo.world_size)}
+    used.update(g for e in range(topo.num_engines) for g in topo.engine_gpus(e))
+    return sorted(used)
+
+
+def need_per_node(topo: Topology) -> list[int]:
+    """GPUs each Topology node must have (index = Topology node id)."""
+    need = [0] * topo.nodes_needed
+    for n, g in slots(topo):
+        need[n] = max(need[n], g + 1)
+    critic = topo.critic_gpus_per_node or topo.gpus_per_node
+    for n in range(topo.nodes, topo.train_nodes_used):  # critic nodes: no slots placed here
+        need[n] = max(need[n], critic)
+    return need
+
+
+def gpu_key(gpu_id: object) -> tuple:
+    """Numeric order for GPU ids ("10" after "9", not after "1")."""
+    s = str(gpu_id)
+    return (0, int(s), s) if s.isdigit() else (1, 0, s)
+
+
+def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
+    """`gpu-budget-exceeded` when the cluster's nodes (GPUs each, in node order) cannot host it."""
+    need = need_per_node(topo)
+    short = [n for n, k in enumerate(need) if n >= len(have) or have[n] < k]
+    if not short:
+        return []
+    want, got = sum(need), sum(have)
+    n = short[0]
+    where = f"node {n} is missing" if n >= len(have) else f"node {n} has {have[n]} GPUs"
+    where += f" (needs {need[n]})"
+    return [Problem(
+        "gpu-budget-exceeded",
+        f"this job needs {len(need)} node(s) with GPUs {need} = {want} GPUs ({topo.gpu_budget}) "
+        f"but the Ray cluster has {len(have)} node(s) with GPUs {list(have)} = {got}: {where}.",
+        f"give the cluster {len(need)} nodes of {max(need)} GPUs (or point RAY_ADDRESS at one), "
+        "or shrink the job: fewer --actor-num-nodes or --rollout-num-gpus, or --colocate",
+        ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus",
+         "--num-gpus-per-node"),
+    )]
+
+
+def bind(needed: Iterable[Slot], probed: Mapping[int, tuple[int, object]]) -> dict[Slot, int]:
+    """Slot -> bundle: on each node the k-th needed GPU takes the bundle with the k-th id.
+
+    `probed` maps bundle -> (node, the GPU id Ray reserved for it). Ids sort numerically.
+    """
+    by_node: dict[int, list[int]] = {}
+    for b, (n, _) in probed.items():
+        by_node.setdefault(n, []).append(b)
+    out: dict[Slot, int] = {}
+    for n in sorted({n for n, _ in needed}):
+        gpus = sorted(g for m, g in needed if m == n)
+        bundles = sorted(by_node.get(n, []), key=lambda b: gpu_key(probed[b][1]))
+        if len(bundles) != len(gpus):
+            raise RuntimeError(f"node {n}: {len(gpus)} GPUs needed, {len(bundles)} bundles there")
+        out.update({(n, g): b for g, b in zip(gpus, bundles)})
+    return out
