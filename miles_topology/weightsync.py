@@ -6,8 +6,9 @@ and engine placement, so it is derived here and nowhere else (see reference/r3.m
 
 Every engine needs the whole model: each pipeline stage's dense shards (one per TP rank)
 and its experts (one per ETP x EP coordinate). Replicas (DP, CP, expert-DP) hold the same
-shard; the sender chosen is the one on the engine's own GPUs when colocated (a local
-upload), otherwise replica `engine % replicas`, which spreads engines over replicas.
+shard; the sender is taken from the replicas on the engine's own GPUs (colocated: a local
+upload), else on the engine's nodes, else from all, rotating by engine index so engines
+spread over replicas.
 """
 
 from __future__ import annotations
@@ -63,11 +64,13 @@ class EngineSync:
 def engine_sources(topo: Topology, engine: int) -> dict[Key, int]:
     """Shard key -> the train rank that sends it to `engine`."""
     gpus = set(topo.engine_gpus(engine))
-    local = {r for r in range(topo.world_size) if topo.placement(r) in gpus}
+    nodes = {n for n, _ in gpus}
     out: dict[Key, int] = {}
     for key, holders in _holders(topo).items():
-        here = [r for r in holders if r in local]
-        out[key] = here[0] if here else holders[engine % len(holders)]
+        on_gpu = [r for r in holders if topo.placement(r) in gpus]
+        on_node = [r for r in holders if topo.placement(r)[0] in nodes]
+        pick = on_gpu or on_node or holders
+        out[key] = pick[engine % len(pick)]
     return out
 
 

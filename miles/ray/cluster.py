@@ -91,11 +91,15 @@ class Cluster:
         return self.gpu[slot]
 
     def shutdown(self) -> None:
-        """Remove the placement group (its actors die) and whatever this Cluster started."""
+        """Release what this Cluster holds: a local cluster whole, else its placement group.
+
+        Disconnecting before stopping a local cluster keeps the actors' dying words (SIGTERM
+        noise) out of the driver's output.
+        """
         import ray
         from ray.util.placement_group import remove_placement_group
 
-        if self.pg is not None and ray.is_initialized():
+        if self._local is None and self.pg is not None and ray.is_initialized():
             remove_placement_group(self.pg)
         self.pg = None
         if self._owns_conn and ray.is_initialized():
@@ -257,7 +261,7 @@ def _bounded(refs: Any, wait_s: float, what: str) -> Any:
     many = isinstance(refs, list)
     refs = refs if many else [refs]
     start = time.monotonic()
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=min(2.0, wait_s))
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=min(5.0, wait_s))
     if len(ready) < len(refs):
         print(f"miles: waiting up to {wait_s:.0f}s for {what}", file=sys.stderr)
         left = max(0.0, wait_s - (time.monotonic() - start))

@@ -1,0 +1,60 @@
+"""The embedded default job (DESIGN.md section 6): what `python -m miles.train` runs bare.
+
+Two layers, so a user's flags are never silently overridden:
+- model facts fill in one by one, wherever the user did not give them;
+- the cluster layout (2 nodes x 4 GPUs, EP 2 != GPUs per node, colocated) applies only
+  when the user gave no cluster, grid or rollout setting at all; any one of them means
+  the user describes their own cluster and miles' own defaults apply to the rest.
+A setting counts as given whether it came as a flag or from the `--topology` YAML.
+"""
+
+from __future__ import annotations
+
+from miles_topology.config import load_fields
+from miles_topology.flags import parse_flags
+
+# field -> flags added when the field is not given
+MODEL: dict[str, list[str]] = {
+    "layers": ["--num-layers", "4"],
+    "heads": ["--num-attention-heads", "4"],
+    "experts": ["--num-experts", "8"],
+    "topk": ["--moe-router-topk", "2"],
+    "rollout_routing_replay": ["--use-rollout-routing-replay"],
+}
+LAYOUT = [
+    "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4", "--num-gpus-per-node", "4",
+    "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "1", "--colocate",
+]
+LAYOUT_FIELDS = {
+    "nodes", "gpus_per_node", "node_gpus", "cluster_nodes", "use_critic", "critic_nodes",
+    "critic_gpus_per_node", "tp", "pp", "vpp", "vpp_layers", "cp", "ep", "etp", "sp", "order",
+    "tp_pp_dp_mapping", "first_stage_layers", "last_stage_layers", "colocate", "rollout_gpus",
+    "engine_size", "engine_ep", "engine_dp", "dp_attention", "rollout_external", "train_only",
+    "rollout_only", "_renamed",
+}
+REPLAY_FIELDS = {"routing_replay", "rollout_routing_replay"}
+
+
+def given(argv: list[str]) -> set[str]:
+    """Model fields the user set, by flag or in the `--topology` YAML (InputError if unreadable)."""
+    fields = set(parse_flags(argv).fields)
+    for i, tok in enumerate(argv):
+        path = argv[i + 1] if tok == "--topology" and i + 1 < len(argv) else None
+        if tok.startswith("--topology="):
+            path = tok.split("=", 1)[1]
+        if path is not None:
+            fields |= set(load_fields(path))
+    return fields
+
+
+def with_defaults(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(argv with the embedded defaults appended, the flags that were added)."""
+    have = given(argv)
+    added: list[str] = []
+    for name, flags in MODEL.items():
+        if name in have or (name in REPLAY_FIELDS and have & REPLAY_FIELDS):
+            continue
+        added += flags
+    if not have & LAYOUT_FIELDS:
+        added += LAYOUT
+    return list(argv) + added, added

@@ -1,0 +1,90 @@
+"""The whole job plan as text, for `python -m miles.train --dry-run`: nothing is started.
+
+Everything shown is read from the Topology (and its weight-sync plan), so the plan is
+exactly what the Ray placement and the Megatron groups will do.
+"""
+
+from __future__ import annotations
+
+from miles_topology import Problem, Topology
+from miles_topology.show import text_map
+from miles_topology.weightsync import sync_plan
+
+from .ray.plan import need_per_node, slots
+
+
+def spans(ids: list[int] | tuple[int, ...]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    out: list[tuple[int, int]] = []
+    for i in sorted(ids):
+        if out and out[-1][1] == i - 1:
+            out[-1] = (out[-1][0], i)
+        else:
+            out.append((i, i))
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
+def problem_lines(problems: list[Problem] | tuple[Problem, ...], kind: str) -> list[str]:
+    return [
+        line
+        for p in problems
+        for line in (f"{kind} [{p.code}] {p.message}", f"    fix: {p.fix}")
+    ]
+
+
+def stages(topo: Topology) -> list[str]:
+    if topo.stage_counts is None:
+        return ["pipeline stages: layers unknown (no --num-layers)"]
+    out = [f"pipeline stages ({topo.layers} layers, vpp {topo.chunks}):"]
+    for p in range(topo.pp):
+        ids = [i for v in range(topo.chunks) for i in topo.stage_layers(p, v)]
+        moe = [i for i in ids if topo.moe_pattern and topo.moe_pattern[i]]
+        out.append(f"  pp{p}: layers {spans(ids)}" + (f"; MoE {spans(moe)}" if moe else ""))
+    return out
+
+
+def engines(topo: Topology) -> list[str]:
+    if not topo.num_engines:
+        return ["rollout engines: none"]
+    where = "on the train GPUs (colocated)" if topo.colocate else "on their own GPUs"
+    out = [f"rollout engines: {topo.num_engines} x {topo.engine_size} GPUs {where}"]
+    for e in range(topo.num_engines):
+        gpus = topo.engine_gpus(e)
+        by_node = {n: [g for m, g in gpus if m == n] for n in dict.fromkeys(m for m, _ in gpus)}
+        out.append(f"  engine {e}: " + "; ".join(
+            f"node {n} GPU {spans(g)}" for n, g in by_node.items()))
+    return out
+
+
+def weight_sync(topo: Topology) -> list[str]:
+    if not topo.num_engines:
+        return []
+    out = ["weight sync (engine <- train ranks; an engine post-processes only after all of "
+           "its senders finish):"]
+    for sync in sync_plan(topo):
+        parts = []
+        for r in sync.senders:
+            what = [
+                f"dense pp{s.pp} tp{s.part}" if s.kind == "dense"
+                else f"experts {spans(s.experts)} pp{s.pp}" + (f" etp{s.part}" * (s.parts > 1))
+                for s in sync.of(r)
+            ]
+            parts.append(f"r{r} ({', '.join(what)})")
+        out.append(f"  engine {sync.engine} <- ranks {spans(sync.senders)}: " + "; ".join(parts))
+    return out
+
+
+def plan_text(topo: Topology, added: list[str] | None = None) -> str:
+    need = need_per_node(topo)
+    lines = ["miles job plan (dry run: nothing started)", "", text_map(topo), ""]
+    lines += stages(topo) + [""] + engines(topo) + [""] + weight_sync(topo)
+    lines += [
+        "",
+        f"ray: {len(need)} node(s) with GPUs {need}, {len(slots(topo))} placement bundles "
+        "(one per node x GPU); a local cluster unless RAY_ADDRESS is set",
+    ]
+    if added:
+        lines.append("embedded defaults used: " + " ".join(added))
+    if topo.warnings:
+        lines += [""] + problem_lines(topo.warnings, "warning")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""`python -m miles.train` (also `miles-train`): validate the Topology, then place and run.
+
+Validation runs before torch, ray or megatron-core are imported, so a bad configuration
+is refused in well under a second with every problem listed. Exit codes: 0 done (or a
+dry run), 1 invalid configuration (or a cluster that cannot host it), 2 unreadable input
+or usage error. Bad input never ends in a traceback.
+
+Job flags owned here: --dry-run, --steps N, --seed N, --metrics-out FILE.jsonl, and
+--topology FILE.yaml (read with the other topology flags). Topology flags build the
+Topology; every other flag passes through to the backend untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from miles_topology import Problem, Topology, TopologyError
+from miles_topology.errors import InputError
+from miles_topology.sources import read_flags
+
+from .defaults import with_defaults
+
+USAGE = """\
+usage: python -m miles.train [--dry-run] [--steps N] [--seed N] [--metrics-out FILE.jsonl]
+                             [--topology FILE.yaml] [miles / Megatron / SGLang flags ...]
+
+With no flags it runs the embedded miniature R3 job: 2 nodes x 4 logical GPUs, EP 2,
+colocated rollout. --dry-run prints the plan (grid, GPU map, engines, weight-sync groups)
+and starts nothing. Exit codes: 0 ok, 1 invalid configuration, 2 unreadable input/usage."""
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass
+class Job:
+    dry_run: bool = False
+    steps: int = 2
+    seed: int = 0
+    metrics_out: str | None = None
+    help: bool = False
+
+
+def split_job_flags(argv: list[str]) -> tuple[Job, list[str]]:
+    """Take the launcher's own flags out of argv; the rest is for the Topology and backends."""
+    job, rest, i = Job(), [], 0
+    while i < len(argv):
+        tok = argv[i]
+        name, eq, inline = tok.partition("=")
+        i += 1
+        if name in ("-h", "--help"):
+            job.help = True
+        elif name == "--dry-run":
+            if eq:
+                raise UsageError("--dry-run takes no value")
+            job.dry_run = True
+        elif name in ("--steps", "--seed", "--metrics-out"):
+            if eq:
+                value = inline
+            elif i < len(argv) and not argv[i].startswith("--"):
+                value, i = argv[i], i + 1
+            else:
+                raise UsageError(f"{name} needs a value")
+            _set(job, name, value)
+        else:
+            rest.append(tok)
+    return job, rest
+
+
+def _set(job: Job, name: str, value: str) -> None:
+    if name == "--metrics-out":
+        parent = os.path.dirname(os.path.abspath(value))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--metrics-out {value}: directory {parent} does not exist")
+        job.metrics_out = value
+        return
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"{name} got {value!r}; it must be a whole number") from None
+    if name == "--steps":
+        if n < 0:
+            raise UsageError(f"--steps got {n}; it must be 0 or more")
+        job.steps = n
+    else:
+        job.seed = n
+
+
+def report(problems: list[Problem] | tuple[Problem, ...], warnings=()) -> None:
+    """Every problem with its code, the arithmetic, the fix and the flags involved."""
+    n = len(problems)
+    err = sys.stderr
+    if n:
+        print(f"miles: invalid configuration, {n} problem{'s' if n != 1 else ''}:", file=err)
+    for kind, items in (("error", problems), ("warning", warnings)):
+        for p in items:
+            print(f"  {kind} [{p.code}] {p.message}", file=err)
+            print(f"      fix: {p.fix}", file=err)
+            if p.flags:
+                print(f"      flags: {' '.join(p.flags)}", file=err)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        job, rest = split_job_flags(argv)
+    except UsageError as e:
+        print(f"{USAGE}\n\nmiles: {e}", file=sys.stderr)
+        return 2
+    if job.help:
+        print(USAGE)
+        return 0
+    try:
+        full, added = with_defaults(rest)
+        read = read_flags(full)
+    except TopologyError as e:
+        report(e.problems, e.warnings)
+        return 1
+    except InputError as e:
+        print(f"miles: {e}", file=sys.stderr)
+        return 2
+    topo = read.topology
+    if job.dry_run:
+        from .plan import plan_text
+
+        print(plan_text(topo, added))
+        return 0
+    if topo.warnings:
+        report([], topo.warnings)
+    return run(topo, job, read.passthrough)
+
+
+def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
+    """Start the cluster the Topology needs and hand it to the backend; always clean up."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("miles.backend") is not None
+    except ImportError:
+        found = False
+    backend = None
+    if found:
+        import miles.backend as backend
+    if backend is None or not hasattr(backend, "run_job"):
+        print(
+            "miles: the job backend (miles.backend.run_job, the reference CPU R3 backend) is "
+            "not available in this install, so nothing can run yet. The configuration is "
+            "valid; `python -m miles.train --dry-run ...` prints its plan.",
+            file=sys.stderr,
+        )
+        return 2
+    from .ray import PlacementTimeout, start_cluster
+
+    try:
+        cluster = start_cluster(topo)
+    except TopologyError as e:
+        report(e.problems)
+        return 1
+    except PlacementTimeout as e:
+        print(f"miles: {e}", file=sys.stderr)
+        return 1
+    try:
+        backend.run_job(
+            topo, cluster, steps=job.steps, metrics_out=job.metrics_out, seed=job.seed,
+            extra=passthrough,
+        )
+    except KeyboardInterrupt:
+        print("miles: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        cluster.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
