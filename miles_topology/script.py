@@ -106,6 +106,7 @@ class LaunchSite:
     branch: Source | None
     variables: Mapping[str, str | None]
     exported: frozenset[str]
+    command: Source | None = None  # as in `ScriptRead.uses`
 
     def environ(self) -> dict[str, str]:
         """The environment the launched process gets, as far as it is known."""
@@ -1126,7 +1127,7 @@ class _Reader:
                      if not v.array and v.items}
         exported = frozenset(variables) if self.allexport else frozenset(self.exported)
         return LaunchSite(statement, self.span(fields[k].span) if 0 <= k else None, branch,
-                          variables, exported)
+                          variables, exported, launch.src)
 
     def span(self, t: tuple | None) -> Span | None:
         """A Field's (file, start, end, stmt_line, branch) as a Span with lines and columns."""

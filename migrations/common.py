@@ -1,0 +1,375 @@
+"""What the migration steps share: reading a script the way the checker does, finding the
+exact words a flag occupies, editing only those, and proving the topology did not change.
+
+A step never guesses. A flag whose words it cannot pin to the script's own text is left
+where it is, with the reason; a script it cannot read as a whole (unresolved layout values,
+an invalid topology, a launch inside a branch) is refused before anything is edited.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from miles_topology import bash
+from miles_topology.errors import InputError, TopologyError
+from miles_topology.flags import FLAGS, RENAMED
+from miles_topology.model import Topology
+from miles_topology.script import FlagValue, ScriptRead, ScriptReadError, Span, read_script
+from miles_topology.sources import read_flags
+
+# Fields of the parallel layout (cluster, train grid, rollout engines, replay): they move
+# into the topology file. Model shape, batch sizes and kernel options stay in the script.
+LAYOUT = (
+    "nodes", "gpus_per_node", "node_gpus", "use_critic", "critic_nodes", "critic_gpus_per_node",
+    "tp", "pp", "vpp", "vpp_layers", "first_stage_layers", "last_stage_layers", "cp", "ep",
+    "etp", "sp", "tp_pp_dp_mapping", "colocate", "rollout_gpus", "engine_size", "engine_ep",
+    "engine_dp", "dp_attention", "rollout_external", "train_only", "rollout_only",
+    "routing_replay", "rollout_routing_replay",
+)
+# Notes that mean bash runs something other than what the script appears to say: fix first.
+BLOCKING = {"missing-line-continuation", "space-after-line-continuation",
+            "several-launch-commands", "conditional-launch", "no-launch-command", "source-cycle"}
+EP_MOE = "--sglang-enable-ep-moe"
+
+
+class Refused(Exception):
+    """The script is left untouched; `code` is the exit status (2: it cannot be read)."""
+
+    def __init__(self, reason: str, code: int = 1):
+        super().__init__(reason)
+        self.reason, self.code = reason, code
+
+
+@dataclass
+class State:
+    """A script on its way through the steps; nothing is written until all of them pass."""
+
+    path: Path
+    text: str
+    env: dict[str, str]
+    inline: bool = False
+    files: dict[Path, str] = field(default_factory=dict)  # other files to write (the YAML)
+    done: list[str] = field(default_factory=list)  # what the steps did, for the report
+    kept: list[str] = field(default_factory=list)  # flags left in place, and why
+
+    @property
+    def file(self) -> str:
+        return os.path.abspath(self.path)
+
+
+@dataclass
+class Reading:
+    script: ScriptRead
+    topology: Topology
+    passthrough: list[str]
+
+
+def field_of(flag: str) -> str | None:
+    """The model field a flag spelling sets (renamed spellings included)."""
+    if flag in FLAGS:
+        return FLAGS[flag].field
+    if flag in RENAMED:
+        spec = RENAMED[flag][1]
+        return spec.field if spec else ("engine_ep" if flag == EP_MOE else None)
+    return None
+
+
+def is_switch(flag: str) -> bool:
+    return flag in FLAGS and FLAGS[flag].kind == "switch" or flag in RENAMED and \
+        RENAMED[flag][1] is None
+
+
+# ---------------------------------------------------------------- reading
+
+
+@contextmanager
+def environ(env: dict[str, str]) -> Iterator[None]:
+    """os.environ is exactly `env` inside (for omegaconf's ${oc.env:...}), as it was after."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def read(state: State) -> Reading:
+    """The script as the steps left it, read like `check` does; the files the steps mean to
+    write stand in for the ones on disk, and ${oc.env:VAR} reads what the script exports."""
+    try:
+        script = read_script(state.path, state.env, text=state.text)
+    except ScriptReadError as e:
+        raise Refused(f"cannot read it: {e}", 2) from None
+    if script.entry is None or script.site is None:
+        raise Refused("no training launch found (python3 train.py, train_async.py, torchrun, "
+                      "or ray job submit ... -- python3 train.py)", 2)
+    argv = script.flags()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, tok in enumerate(argv[:-1]):
+            if tok == "--topology" and Path(os.path.abspath(argv[i + 1])) in state.files:
+                stand_in = Path(tmp, f"{i}.yaml")
+                stand_in.write_text(state.files[Path(os.path.abspath(argv[i + 1]))])
+                argv[i + 1] = str(stand_in)
+        try:
+            with environ(script.site.environ()):
+                got = read_flags(argv)
+        except TopologyError as e:
+            problems = "; ".join(f"[{p.code}] {p.message}" for p in e.problems)
+            raise Refused(f"its topology is invalid: {problems} Fix it first "
+                          f"(miles-topology check {state.path}).") from None
+        except InputError as e:
+            raise Refused(f"cannot read its topology file: {e}", 2) from None
+    return Reading(script, got.topology, got.passthrough)
+
+
+def first_read(state: State) -> Reading:
+    """Read the original and refuse what cannot be migrated safely as a whole."""
+    r = read(state)
+    s = r.script
+    bad = [n for n in s.notes if n.code in BLOCKING]
+    if bad:
+        raise Refused("bash does not run what the script seems to say: " + "; ".join(
+            f"{n.source}: {n.message}" for n in bad) + ". Fix that first.")
+    if s.site.branch is not None:
+        raise Refused(f"the launch command at {s.site.command} runs inside the branch at "
+                      f"{s.site.branch}; other branches may launch differently.")
+    unknown = [u for u in s.unresolved if u.flag is None or field_of(u.flag) in LAYOUT]
+    if unknown:
+        shown = "; ".join(f"{u.flag or u.expression} at {u.source}: {u.why}" for u in unknown)
+        raise Refused(f"parallel-layout values known only at run time: {shown}. Pass "
+                      "--env KEY=VALUE to resolve them.")
+    return r
+
+
+def key(topo: Topology) -> dict:
+    """What must not change: every field, except the two a step may legitimately change
+    without changing the job (an implied etp made explicit; rollout GPUs under --colocate)."""
+    d = {f: getattr(topo, f) for f in Topology.model_fields if f != "etp_implied"}
+    if topo.colocate:
+        d["rollout_gpus"] = None
+    return d
+
+
+def verify(step: str, before: Reading, after: Reading) -> None:
+    """Refuse unless the result launches the same job the original did."""
+    a, b = key(before.topology), key(after.topology)
+    changed = [f"{k} {a[k]} -> {b[k]}" for k in a if a[k] != b[k]]
+    if changed:
+        raise Refused(f"step {step} would change the topology ({', '.join(changed)}); "
+                      "nothing was written.")
+    if before.passthrough != after.passthrough:
+        raise Refused(f"step {step} would change the flags that are not topology flags; "
+                      "nothing was written.")
+    sa, sb = before.script, after.script
+    if (sa.launcher, sa.entry) != (sb.launcher, sb.entry):
+        raise Refused(f"step {step} would change the launch command; nothing was written.")
+    new = {n.code for n in sb.notes} - {n.code for n in sa.notes} - {"flag-given-twice"}
+    if new:
+        raise Refused(f"step {step} would make the script read differently ({', '.join(new)}); "
+                      "nothing was written.")
+
+
+# ---------------------------------------------------------------- locating words
+
+
+def words(fv: FlagValue) -> list[Span | None]:
+    """The words a flag occupies: the flag, and the one value word a non-switch consumes
+    (later words after it are positional arguments, not its value)."""
+    if is_switch(fv.flag) or not fv.value_spans:  # a switch, or --flag=value in one word
+        return [fv.span]
+    return [fv.span, fv.value_spans[0]]
+
+
+def where_not(fv: FlagValue, state: State, r: Reading, moving: bool = True) -> str | None:
+    """Why this flag's words cannot be edited in place (None when they can). Moving them out
+    also needs them unconditional and used by the launch command alone."""
+    spans = words(fv)
+    if any(s is None for s in spans):
+        return "its text is not a word of its own (it comes from a variable that holds " \
+               "several words, or from a command's output)"
+    other = next((s for s in spans if s.file != state.file), None)
+    if other is not None:
+        return f"it is written in {os.path.relpath(other.file, state.path.parent)}, a sourced " \
+               "file this migration does not edit"
+    if not moving:
+        return None
+    branch = next((s.branch for s in spans if s.branch is not None), None)
+    if branch is not None:
+        return f"it is set inside the if/case/loop/&& at {branch}; moving it out would make " \
+               "it unconditional"
+    site = r.script.site
+    for s in spans:
+        users = r.script.uses.get(s.key, frozenset()) - {site.command}
+        if users:
+            return "the same words also reach the command at " + \
+                   ", ".join(sorted(str(u) for u in users))
+    return None
+
+
+def snippet(state: State, span: Span) -> str:
+    return state.text[span.start:span.end]
+
+
+def plain_var(text: str, prefix: str = "") -> str | None:
+    """NAME when the word is exactly ``$NAME``/``${NAME}`` (quoted or not) after `prefix`."""
+    try:
+        w = bash.Parser(text).word()
+    except bash.BashSyntaxError:
+        return None
+    if w is None or w.text != text:
+        return None
+    parts = list(w.parts)
+    if prefix:
+        if not parts or type(parts[0]) is not bash.Lit or parts[0].text != prefix:
+            return None
+        parts = parts[1:]
+    if len(parts) != 1 or type(parts[0]) is not bash.Param:
+        return None
+    p = parts[0]
+    ok = p.op is None and p.index is None and not p.length and bash._NAME.fullmatch(p.name)
+    return p.name if ok else None
+
+
+def literal(text: str) -> str | None:
+    """The word's value when it has no expansion at all (quotes removed), else None."""
+    try:
+        w = bash.Parser(text).word()
+    except bash.BashSyntaxError:
+        return None
+    return w.literal() if w is not None and w.text == text else None
+
+
+# ---------------------------------------------------------------- editing text
+
+_SENT = "\0"  # marks deleted text until lines are tidied; scripts never hold NUL
+
+
+@dataclass(frozen=True)
+class Edit:
+    start: int
+    end: int
+    text: str | None  # None: delete a word (and the blanks that separated it)
+
+
+def delete(span: Span) -> Edit:
+    return Edit(span.start, span.end, None)
+
+
+def insert(at: int, text: str) -> Edit:
+    return Edit(at, at, text)
+
+
+def line_start(text: str, line: int) -> int:
+    at = 0
+    for _ in range(line - 1):
+        at = text.find("\n", at) + 1
+        if at == 0:
+            return len(text)
+    return at
+
+
+def insert_lines(text: str, line: int, lines: list[str]) -> Edit:
+    """New lines before `line`, indented like it. Refuses where that line continues the one
+    above (a line put there would end the command)."""
+    at = line_start(text, line)
+    above = text[:at].rstrip("\n").rsplit("\n", 1)[-1] if at else ""
+    if _continues(above):
+        raise Refused(f"cannot put a line before line {line}: it continues line {line - 1}.")
+    indent = re.match(r"[ \t]*", text[at:]).group()
+    return insert(at, "".join(f"{indent}{x}\n" for x in lines))
+
+
+def _continues(line: str) -> bool:
+    body = line.rstrip(" \t\r")
+    trail = len(body) - len(body.rstrip("\\"))
+    return trail % 2 == 1 and not line.lstrip().startswith("#")
+
+
+def apply(text: str, edits: list[Edit]) -> str:
+    """Apply the edits; a deleted word takes the blanks that separated it along, and a line
+    left empty (or holding only a line continuation) goes, without breaking a continuation."""
+    dels = _spread(text, sorted((e.start, e.end) for e in edits if e.text is None))
+    puts = sorted(((e.start, e.end, e.text) for e in edits if e.text is not None),
+                  key=lambda x: (x[0], x[1]))
+    clash = any((s < b and a < e) if s < e else a < s < b for s, e, _ in puts for a, b in dels)
+    if clash or any(s2 < e1 for (_, e1, _), (s2, _, _) in zip(puts, puts[1:])):
+        raise Refused("internal: two edits overlap; nothing was written.")
+    out, pos = [], 0
+    events = [(s, 0, e, t) for s, e, t in puts] + [(a, 1, b, None) for a, b in dels]
+    for s, kind, e, t in sorted(events, key=lambda x: (x[0], x[1])):
+        out.append(text[pos:s])
+        out.append(t if kind == 0 else _SENT)
+        pos = e
+    out.append(text[pos:])
+    return _tidy("".join(out))
+
+
+def _spread(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge words separated only by blanks, then take the blanks around each group."""
+    groups: list[list[int]] = []
+    for s, e in spans:
+        if groups and (s <= groups[-1][1] or not text[groups[-1][1]:s].strip(" \t")):
+            groups[-1][1] = max(groups[-1][1], e)
+        else:
+            groups.append([s, e])
+    out = []
+    for s, e in groups:
+        j = s
+        while j > 0 and text[j - 1] in " \t":
+            j -= 1
+        if j == s or j == 0 or text[j - 1] == "\n":  # "(--a" or first on its line: keep
+            k = e                                     # what is before, take blanks after
+            while k < len(text) and text[k] in " \t":
+                k += 1
+            out.append((s, k))
+        else:
+            out.append((j, e))
+    return out
+
+
+def _tidy(text: str) -> str:
+    lines = text.split("\n")
+    out: list[str] = []
+    for line in lines:
+        if _SENT not in line:
+            out.append(line)
+            continue
+        rest = line.replace(_SENT, "")
+        body = rest.strip(" \t\r")
+        if body not in ("", "\\"):
+            out.append(rest)
+            continue
+        if body == "" and out and _continues(out[-1]):  # it ended the command: so does above
+            out[-1] = re.sub(r"[ \t]*\\(\r?)$", r"\1", out[-1])
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- the migration marker
+
+MARKER = re.compile(r"^# miles-topology-migration: (\d{4})[ \t]*\r?$", re.M)
+
+
+def version(text: str) -> int:
+    m = MARKER.search(text)
+    return int(m.group(1)) if m else 0
+
+
+def mark(text: str, step: str) -> str:
+    line = f"# miles-topology-migration: {step}"
+    m = MARKER.search(text)
+    if m:
+        return text[:m.start()] + line + text[m.end():]
+    if text.startswith("#!"):
+        nl = text.find("\n")
+        if nl < 0:
+            return text + "\n" + line + "\n"
+        return text[:nl + 1] + line + "\n" + text[nl + 1:]
+    return line + "\n" + text
