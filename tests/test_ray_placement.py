@@ -1,0 +1,180 @@
+"""Ray placement: actors land on the node and GPU the Topology says, on a real 3-raylet cluster.
+
+One local cluster (3 raylets x 4 logical GPUs) is shared by the module; each case places
+its Topology with `start_cluster` (a placement group on that cluster) and releases it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from miles.ray.plan import bind, budget_problems, gpu_key, need_per_node, slots
+from miles_topology import Topology, TopologyError
+
+
+def topo(line: str) -> Topology:
+    return Topology.from_flags((line + " --num-experts 8 --num-layers 4").split())
+
+
+COLOCATED = topo("--actor-num-nodes 2 --actor-num-gpus-per-node 4 --num-gpus-per-node 4"
+                 " --expert-model-parallel-size 2 --colocate --rollout-num-gpus-per-engine 4")
+DISAGG = topo("--actor-num-nodes 2 --actor-num-gpus-per-node 4 --num-gpus-per-node 4"
+              " --expert-model-parallel-size 8 --rollout-num-gpus 4"
+              " --rollout-num-gpus-per-engine 4")
+SPAN_DISAGG = topo("--actor-num-nodes 1 --actor-num-gpus-per-node 4 --num-gpus-per-node 4"
+                   " --expert-model-parallel-size 4 --rollout-num-gpus 8"
+                   " --rollout-num-gpus-per-engine 8")
+SPAN_COLOCATED = topo("--actor-num-nodes 2 --actor-num-gpus-per-node 4 --num-gpus-per-node 4"
+                      " --expert-model-parallel-size 2 --colocate --rollout-num-gpus-per-engine 8")
+TOO_BIG = topo("--actor-num-nodes 3 --actor-num-gpus-per-node 4 --num-gpus-per-node 4"
+               " --expert-model-parallel-size 4 --rollout-num-gpus 4")
+TOO_WIDE = topo("--actor-num-nodes 1 --actor-num-gpus-per-node 8 --num-gpus-per-node 8"
+                " --expert-model-parallel-size 8 --colocate")
+
+
+# ---- pure: no cluster -------------------------------------------------------------------
+
+
+def test_gpu_ids_sort_numerically():
+    assert sorted(["10", "9", "1", "11", "2"], key=gpu_key) == ["1", "2", "9", "10", "11"]
+
+
+def test_bind_gives_the_kth_gpu_to_the_kth_numeric_id():
+    needed = [(0, g) for g in range(12)]
+    ids = ["3", "10", "0", "9", "1", "11", "2", "4", "5", "6", "7", "8"]  # bundle -> GPU id
+    bound = bind(needed, {b: (0, gid) for b, gid in enumerate(ids)})
+    assert [ids[bound[(0, g)]] for g in range(12)] == [str(g) for g in range(12)]
+
+
+def test_slots_and_need():
+    assert slots(COLOCATED) == [(n, g) for n in range(2) for g in range(4)]
+    assert need_per_node(DISAGG) == [4, 4, 4]
+    assert need_per_node(SPAN_DISAGG) == [4, 4, 4]
+
+
+def test_budget_arithmetic():
+    (p,) = budget_problems(TOO_BIG, [4, 4, 4])
+    assert p.code == "gpu-budget-exceeded"
+    assert "4 node(s) with GPUs [4, 4, 4, 4] = 16" in p.message and "node 3 is missing" in p.message
+    (p,) = budget_problems(TOO_WIDE, [4, 4, 4])
+    assert "node 0 has 4 GPUs (needs 8)" in p.message
+    assert not budget_problems(DISAGG, [4, 4, 4])
+
+
+# ---- on a real multi-node Ray cluster ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+
+    from miles.ray.local import start_local
+
+    local = start_local(3, 4)
+    ray.init(address=local.address, logging_level="warning")
+    yield local
+    ray.shutdown()
+    local.shutdown()
+
+
+def landings(cluster, ranks, engine_gpus):
+    """Start one probe actor per train rank and per (engine, i); return where each landed."""
+    import ray
+
+    class Where:  # local, so Ray ships it by value to the workers
+        def where(self):
+            from miles.ray import landing
+
+            return landing()
+
+    where = ray.remote(Where)
+    actors = [where.options(**cluster.train_actor_options(r)).remote() for r in ranks]
+    actors += [where.options(**cluster.engine_actor_options(e, i)).remote()
+               for e, i in engine_gpus]
+    got = ray.get([a.where.remote() for a in actors], timeout=180)
+    return dict(zip(ranks, got)), dict(zip(engine_gpus, got[len(ranks):]))
+
+
+def assert_on(cluster, w: dict, slot: tuple[int, int]) -> None:
+    node, gpu = slot
+    assert w["node_id"] == cluster.node_id(node), (slot, w)
+    assert w["reserved"] == [gpu], (slot, w)  # logical ids: k-th GPU of a node is id k
+    assert cluster.gpu_id(slot) == str(gpu)
+    assert w["env"]["CUDA_VISIBLE_DEVICES"] == str(gpu)
+    assert (w["env"]["NODE_RANK"], w["env"]["LOCAL_RANK"]) == (str(node), str(gpu))
+
+
+def every(t: Topology):
+    return list(range(t.world_size)), [(e, i) for e in range(t.num_engines)
+                                       for i in range(t.engine_size)]
+
+
+# Each actor is a process; to stay lean a case starts the actors that prove its point.
+CASES = {
+    "colocated": (COLOCATED, list(range(8)), [(0, 0), (1, 0), (1, 3)]),
+    "disaggregated": (DISAGG, [0, 7], [(0, i) for i in range(4)]),
+    "engine-spans-2-nodes": (SPAN_DISAGG, [0, 3], [(0, i) for i in range(8)]),
+    "colocated-engine-spans-2-nodes": (SPAN_COLOCATED, *every(SPAN_COLOCATED)),
+}
+SLOW = {"colocated-engine-spans-2-nodes"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else []) for n in CASES])
+def test_actors_land_where_the_topology_says(ray_cluster, name):
+    from miles.ray import start_cluster
+
+    t, ranks, engine_gpus = CASES[name]
+    with start_cluster(t) as cluster:
+        train, engines = landings(cluster, ranks, engine_gpus)
+        for r, w in train.items():
+            assert_on(cluster, w, t.placement(r))
+            env = w["env"]
+            assert (env["RANK"], env["WORLD_SIZE"]) == (str(r), str(t.world_size))
+            assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == tuple(map(str, cluster.master))
+        for (e, i), w in engines.items():
+            assert_on(cluster, w, t.engine_gpus(e)[i])
+            assert (w["env"]["MILES_ENGINE"], w["env"]["MILES_ENGINE_RANK"]) == (str(e), str(i))
+        if t.colocate:  # an engine GPU is its train rank's very GPU
+            by_slot = {t.placement(r): w["reserved"] for r, w in train.items()}
+            for (e, i), w in engines.items():
+                assert by_slot[t.engine_gpus(e)[i]] == w["reserved"]
+        else:  # rollout nodes hold no train rank
+            assert {t.engine_gpus(e)[i][0] for e, i in engines}.isdisjoint(
+                {t.placement(r)[0] for r in range(t.world_size)})
+        if t.engine_size == 8:  # the engine really spans two nodes
+            assert len({w["node_id"] for w in engines.values()}) == 2
+
+
+@pytest.mark.parametrize("t", [TOO_BIG, TOO_WIDE], ids=["4-nodes-on-3", "8-gpus-on-4"])
+def test_more_gpus_than_the_cluster_fails_at_once(ray_cluster, t):
+    import ray
+
+    from miles.ray import start_cluster
+
+    start = time.monotonic()
+    with pytest.raises(TopologyError) as e:
+        start_cluster(t)
+    assert time.monotonic() - start < 5
+    assert e.value.codes == ["gpu-budget-exceeded"]
+    assert "needs" in e.value.problems[0].message
+    assert not ray.util.placement_group_table() or all(
+        pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
+
+
+def test_wait_for_held_gpus_is_bounded_and_says_why(ray_cluster):
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from miles.ray import PlacementTimeout, start_cluster
+
+    blocker = placement_group([{"GPU": 1, "miles_node_0": 0.001}] * 4)
+    blocker.wait(30)
+    try:
+        start = time.monotonic()
+        with pytest.raises(PlacementTimeout, match="placement group of 8 GPU bundles"):
+            start_cluster(COLOCATED, wait_s=3)
+        assert time.monotonic() - start < 10
+    finally:
+        remove_placement_group(blocker)
