@@ -1,0 +1,134 @@
+"""A rollout engine: serves the weights it received, samples, records routes and log-probs.
+
+Like SGLang it starts from the checkpoint, receives shards from the train ranks into a
+staging copy, and serves only what `post_process` (standing for re-quantisation / scale
+swizzling) built from the staging copy. Shards that arrive after post-processing are not
+served until the next one, which is exactly how an early post-process corrupts a rollout.
+The engine itself refuses to post-process while any planned sender (from
+`miles_topology.weightsync`) has not reported, unless the fault turns the guard off.
+
+Decoding is incremental (running prefix sums are the KV cache) and records, for every
+token it feeds through the model, the top-k expert ids of every MoE layer via
+megatron-core's RouterReplay in RECORD mode: [tokens - 1, layers, topk] per sample.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from miles.rollout.routes import encode_routes
+from miles_topology import Topology
+from miles_topology.weightsync import engine_sync
+
+from . import moe
+from .policy import DTYPE, EOS, Spec, checkpoint, ffn, mix, route
+from .task import MAX_NEW
+
+
+class Engine:
+    def __init__(self, topo: Topology, engine: int, seed: int, strict: bool = True):
+        torch.set_num_threads(1)
+        moe.forget_routers()
+        from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
+
+        self.topo, self.engine, self.seed, self.strict = topo, engine, seed, strict
+        self.spec = Spec.of(topo)
+        self.plan = engine_sync(topo, engine)
+        self.staging = checkpoint(self.spec, seed)
+        self.live = {k: v.clone() for k, v in self.staging.items()}
+        self.version = -1
+        self.got: dict[int, set[int]] = {}
+        self.log: list[tuple] = []
+        self.unplanned = 0
+        self.recorders = {}
+        for layer in range(self.spec.layers):
+            if self.spec.moe[layer]:
+                r = RouterReplay()
+                r.set_router_replay_action(RouterReplayAction.RECORD)
+                self.recorders[layer] = r
+
+    # ---- weight sync ----------------------------------------------------------------
+
+    def receive(self, rank: int, version: int, payload: list) -> int:
+        shards = self.plan.of(rank)
+        for name, expert, dim, part, parts, t in payload:
+            target = self.staging[name] if expert < 0 else self.staging[name][expert]
+            torch.tensor_split(target, parts, dim)[part].copy_(t)
+            if expert >= 0:
+                layer = int(name.split(".")[0])
+                if not any(s.kind == "expert" and layer in s.layers and expert in s.experts
+                           and s.part == part for s in shards):
+                    self.unplanned += 1
+        self.got.setdefault(version, set()).add(rank)
+        self.log.append(("recv", version, rank, time.monotonic()))
+        return len(payload)
+
+    def post_process(self, version: int, by: int) -> bool:
+        """Build the served weights from staging, only once every planned sender reported."""
+        missing = self.plan.missing(self.got.get(version, ()))
+        self.log.append(("post", version, by, time.monotonic(), missing))
+        if missing and self.strict:
+            return False
+        self.live = {k: v.clone() for k, v in self.staging.items()}
+        self.version = version
+        return True
+
+    def report(self) -> dict:
+        return {"log": list(self.log), "unplanned": self.unplanned, "version": self.version}
+
+    # ---- rollout ----------------------------------------------------------------------
+
+    def generate(self, samples: list[int], prompts: list[tuple[int, ...]], step: int) -> list:
+        """Sample a response per prompt; returns (sample, tokens, logprobs, routes payload)."""
+        spec, w = self.spec, self.live
+        g = torch.Generator().manual_seed(self.seed * 104_729 + step * 131 + self.engine)
+        b = len(prompts)
+        toks = [list(p) for p in prompts]
+        plen = [len(p) for p in prompts]
+        done = [False] * b
+        lps: list[list[float]] = [[] for _ in range(b)]
+        rows: list[list[np.ndarray]] = [[] for _ in range(b)]
+        sums = [torch.zeros((b, spec.hidden), dtype=DTYPE) for _ in range(spec.layers)]
+        fill = np.arange(spec.topk, dtype=np.int32)
+        for t in range(max(plen) + MAX_NEW - 1):
+            active = [not done[i] and t < len(toks[i]) for i in range(b)]
+            if not any(active):
+                break
+            tok = torch.tensor([toks[i][t] if t < len(toks[i]) else 0 for i in range(b)])
+            h = w["embed"][tok] + w["pos"][t]
+            rec = np.tile(fill, (b, spec.layers, 1))
+            for layer in range(spec.layers):
+                sums[layer] += h
+                h = h + mix(sums[layer] / (t + 1), w[f"{layer}.mix"])
+                if not spec.moe[layer]:
+                    h = h + ffn(h, w[f"{layer}.d1"], w[f"{layer}.d2"])
+                    continue
+                r = self.recorders[layer]
+                probs, used = route(h @ w[f"{layer}.router"], spec.topk, r)
+                rec[:, layer] = r.get_recorded_indices().numpy()
+                y = torch.zeros_like(h)
+                for e in range(spec.experts):
+                    sel = used[:, e].nonzero().squeeze(1)
+                    part = ffn(h[sel], w[f"{layer}.w1"][e], w[f"{layer}.w2"][e])
+                    y = y.index_add(0, sel, part * probs[sel, e][:, None])
+                h = h + y
+            lp = torch.log_softmax(h @ w["head"], dim=-1)
+            for i in range(b):
+                if not active[i]:
+                    continue
+                rows[i].append(rec[i])
+                if t + 1 < plen[i]:
+                    continue
+                nxt = int(torch.multinomial(lp[i].exp(), 1, generator=g))
+                toks[i].append(nxt)
+                lps[i].append(float(lp[i, nxt]))
+                if nxt == EOS or len(toks[i]) >= plen[i] + MAX_NEW:
+                    done[i] = True
+        out = []
+        for i, s in enumerate(samples):
+            routes = np.stack(rows[i]) if rows[i] else np.zeros((0, spec.layers, spec.topk))
+            out.append((s, tuple(toks[i]), lps[i], encode_routes(routes)))
+        return out

@@ -1,0 +1,199 @@
+"""The reference CPU job: rollout with route capture, R3 replay training, weight sync.
+
+Per step: engines sample the toy task and record routes and log-probs; the driver
+decodes the routes (`miles.rollout.routes`), plans and packs each rank's replay rows
+(`miles_topology.replay`, `miles.replay.ship`); train ranks run the old-policy forward,
+the training forward/backward with replay and recompute, and the GRPO update; then every
+rank uploads its shards to the engines it feeds and each engine post-processes behind its
+sender-group barrier. Metrics compare train against rollout per token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+
+import ray
+
+from miles.replay import ship
+from miles.rollout.routes import decode_routes
+from miles_topology import Topology
+from miles_topology.replay import replay_plans
+
+from . import metrics
+from .faults import NAMES, Faults
+from .task import advantages, make_batch, reward
+from .workers import spawn
+
+DEFAULTS = dict(layers=4, experts=8)
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """What every train rank gets besides its replay rows (all tiny)."""
+
+    tokens: tuple[tuple[int, ...], ...]
+    prompt_lens: tuple[int, ...]
+    adv: tuple[float, ...]
+    step_tokens: dict[int, int]  # optimizer step -> response tokens (loss normaliser)
+
+
+def options(extra: list[str] | tuple[str, ...]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="miles.train (reference backend)", add_help=False)
+    p.add_argument("--fault", action="append", default=[], choices=NAMES,
+                   help="test only: inject a known R3 bug")
+    p.add_argument("--sync-skew-s", type=float, default=0.0,
+                   help="the last sender of every engine sleeps this long before uploading")
+    p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--prompts", type=int, default=None,
+                   help="prompts per rollout (default --rollout-batch-size, else 8)")
+    args, _ = p.parse_known_args(list(extra))
+    return args
+
+
+def prepare(topo: Topology) -> Topology:
+    """The topology with the embedded model's defaults filled in, or a clear refusal."""
+    missing = {k: v for k, v in DEFAULTS.items() if getattr(topo, k) is None}
+    if missing:
+        fields = {f: getattr(topo, f) for f in type(topo).model_fields}
+        topo = Topology(**{**fields, **missing})
+    problems = []
+    if not topo.is_moe:
+        problems.append("the reference backend trains an MoE model: give --num-experts")
+    if topo.num_engines < 1:
+        problems.append("it needs rollout engines: --colocate, or --rollout-num-gpus > 0 "
+                        "(not --debug-train-only / --rollout-external)")
+    if topo.rollout_only:
+        problems.append("--debug-rollout-only is not supported by the reference backend")
+    if topo.use_critic or topo.critic_nodes:
+        problems.append("the reference backend has no critic (GRPO); drop --use-critic")
+    if problems:
+        raise SystemExit("reference backend: " + "; ".join(problems))
+    return topo
+
+
+def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None, seed: int = 0,
+            extra=()) -> list[dict]:
+    """Run `steps` R3 steps of the embedded job; one metrics dict per step (also JSONL)."""
+    opts = options(extra)
+    topo = prepare(topo)
+    faults = Faults(frozenset(opts.fault))
+    group = topo.n_samples_per_prompt
+    prompts = opts.prompts or topo.rollout_batch_size or 8
+    while (prompts * group) % topo.dp:
+        prompts += 1
+    train, engines, master, owned = spawn(cluster, topo)
+    out: list[dict] = []
+    sink = open(metrics_out, "w") if metrics_out else None  # noqa: SIM115
+    try:
+        ray.get([e.start.remote("engine", topo, i, seed, faults.engine_guard)
+                 for i, e in enumerate(engines)])
+        ray.get([w.start.remote("trainer", topo, r, seed, master, engines, faults, opts.lr)
+                 for r, w in enumerate(train)])
+        ray.get([w.call.remote("sync", 0, opts.sync_skew_s) for w in train])
+        with _progress(steps) as tick:
+            for step in range(1, steps + 1):
+                t0 = time.monotonic()
+                m = _step(topo, step, seed, prompts, group, train, engines, opts)
+                m["step_time_s"] = round(time.monotonic() - t0, 3)
+                out.append(m)
+                tick(m)
+                if sink:
+                    sink.write(json.dumps(m) + "\n")
+                    sink.flush()
+    except BaseException:
+        if not owned:  # a failed job can leave pooled workers blocked in a collective
+            cluster.close()
+        raise
+    finally:
+        if sink:
+            sink.close()
+        if owned:
+            for w in train + engines:
+                ray.kill(w)
+    return out
+
+
+def _step(topo, step, seed, prompts, group, train, engines, opts) -> dict:
+    batch = make_batch(step, prompts, group, seed)
+    n = len(batch.prompts)
+    shares = [list(range(e, n, len(engines))) for e in range(len(engines))]
+    done = ray.get([
+        eng.call.remote("generate", ids, [batch.prompts[i] for i in ids], step)
+        for eng, ids in zip(engines, shares) if ids
+    ])
+    tokens, engine_lp, routes = {}, {}, {}
+    for s, toks, lps, payload in (x for part in done for x in part):
+        tokens[s], engine_lp[s] = toks, lps
+        routes[s] = decode_routes(payload, topo, tokens=len(toks), sample=s)
+    toks = tuple(tokens[s] for s in range(n))
+    plens = {s: len(batch.prompts[s]) for s in range(n)}
+    rewards = [reward(batch.prompts[s], toks[s][plens[s]:]) for s in range(n)]
+    adv = advantages(rewards, group)
+    plans = replay_plans(topo, [len(t) for t in toks])
+    step_of = {s: mb.step for p in plans for mb in p.micro_batches for s in mb.samples}
+    step_tokens: dict[int, int] = {}
+    for s in range(n):
+        step_tokens[step_of[s]] = step_tokens.get(step_of[s], 0) + len(engine_lp[s])
+    tb = TrainBatch(toks, tuple(plens[s] for s in range(n)), tuple(adv), step_tokens)
+    packs = [ship(routes, plans[r]) for r in range(topo.world_size)]
+    res = ray.get([w.call.remote("train", tb, p) for w, p in zip(train, packs)])
+    ray.get([w.call.remote("sync", step, opts.sync_skew_s) for w in train])
+    reports = ray.get([e.call.remote("report") for e in engines])
+    first = [s for s in range(n) if step_of[s] == min(step_of.values())]
+    diff_new = metrics.logprob_diff(
+        engine_lp, plens, [x for r in res for x in r["new"]], "train", first)
+    diff_old = metrics.logprob_diff(engine_lp, plens, [x for r in res for x in r["old"]], "old")
+    agree, total = metrics.route_agreement(
+        routes, tuple(i for i, m in enumerate(topo.moe_pattern) if m),
+        [x for r in res for x in r["routes"]],
+    )
+    # post-process requests an engine got while a planned sender had not finished (so far)
+    early = sum(1 for rep in reports for ev in rep["log"] if ev[0] == "post" and ev[4])
+    return {
+        "step": step,
+        "logprob_max_abs_diff": max(diff_new, diff_old),
+        "route_agreement": agree / total if total else 1.0,
+        "reward_mean": sum(rewards) / n,
+        "loss": sum(r["loss"] for r in res),
+        "samples": n,
+        "response_tokens": sum(step_tokens.values()),
+        "routes_checked": total,
+        "early_post_requests": early,
+        "unplanned_shards": sum(rep["unplanned"] for rep in reports),
+    }
+
+
+class _progress:
+    """A rich progress bar plus one metrics line per step (plain lines when not a TTY)."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.bar = Progress(TextColumn("R3 steps"), BarColumn(), TextColumn("{task.completed}/"
+                            "{task.total}"), TimeElapsedColumn(), console=self.console,
+                            transient=True)
+        self.bar.__enter__()
+        self.task = self.bar.add_task("steps", total=self.steps)
+        return self.tick
+
+    def tick(self, m: dict) -> None:
+        ok = m["logprob_max_abs_diff"] <= 1e-5 and m["route_agreement"] == 1.0
+        self.bar.console.print(
+            f"step {m['step']}: logprob_max_abs_diff={m['logprob_max_abs_diff']:.3e} "
+            f"route_agreement={m['route_agreement']:.6f} reward_mean={m['reward_mean']:.3f} "
+            f"loss={m['loss']:+.4f} time={m['step_time_s']:.2f}s {'OK' if ok else 'MISMATCH'}",
+            highlight=False, soft_wrap=True,
+        )
+        self.bar.advance(self.task)
+
+    def __exit__(self, *exc):
+        self.bar.__exit__(*exc)
+        return False

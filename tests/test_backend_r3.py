@@ -1,0 +1,170 @@
+"""R3 end to end on the reference CPU backend: real Ray actors, gloo, megatron-core replay.
+
+One Ray instance and one pool of worker processes serve every case (a worker takes
+seconds to start on a 2-core machine, a topology milliseconds to set up), so the matrix
+costs little more than its steps. Each case runs the whole loop: rollout with route
+capture, packing, replay in the old-policy / training forward and the backward
+recompute, GRPO update, weight sync, and checks every step's metrics.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from miles.backend import Pool, run_job  # noqa: E402
+from miles_topology import Topology  # noqa: E402
+
+MODEL = dict(layers=4, experts=8, topk=2)
+STEPS = 2
+
+# EP in {1,2,4,8} x GPUs per node in {2,4,8}; most with EP != GPUs per node.
+MATRIX = {
+    "default-2x4-ep2-colocated": dict(nodes=2, gpus_per_node=4, ep=2, colocate=True),
+    "ep1-gpn2-disagg": dict(nodes=1, gpus_per_node=2, node_gpus=2, ep=1, rollout_gpus=2,
+                            engine_size=2),
+    "ep4-gpn2-ep-spans-nodes": dict(nodes=2, gpus_per_node=2, node_gpus=2, ep=4,
+                                    colocate=True, engine_size=2),
+    "ep8-gpn4-acceptance": dict(nodes=2, gpus_per_node=4, node_gpus=4, ep=8, etp=1,
+                                experts=16, rollout_gpus=4, engine_size=4),
+    "tp2-sp-etp2-ep2-gpn8": dict(nodes=1, gpus_per_node=8, tp=2, sp=True, etp=2, ep=2,
+                                 colocate=True, engine_size=2),
+    "tp2-sp-etp1-ep4-gpn4": dict(nodes=1, gpus_per_node=4, tp=2, sp=True, etp=1, ep=4,
+                                 colocate=True, engine_size=2),
+    "pp2-ep4-gpn8": dict(nodes=1, gpus_per_node=8, pp=2, ep=4, colocate=True, engine_size=4),
+    "pp2-vpp2-ep2-gpn4-disagg": dict(nodes=1, gpus_per_node=4, node_gpus=4, pp=2, vpp=2,
+                                     ep=2, rollout_gpus=2, engine_size=2),
+    "engine-spans-nodes-ep4-gpn2": dict(nodes=2, gpus_per_node=2, node_gpus=2, ep=4,
+                                        rollout_gpus=4, engine_size=4),
+    "cp2-ep4-gpn4": dict(nodes=1, gpus_per_node=4, cp=2, ep=4, colocate=True, engine_size=2),
+    "ep8-gpn8-colocated": dict(nodes=1, gpus_per_node=8, ep=8, colocate=True, engine_size=8),
+    "dense-layers-pp2-ep2-gpn2": dict(nodes=2, gpus_per_node=2, node_gpus=2, pp=2, ep=2,
+                                      moe_layer_freq=2, rollout_gpus=2, engine_size=1),
+    "dynamic-batch-ep2-gpn4": dict(nodes=1, gpus_per_node=4, ep=2, dynamic_batch=True,
+                                   max_tokens_per_gpu=24, colocate=True, engine_size=4),
+    "two-optimizer-steps-ep4-gpn2": dict(nodes=2, gpus_per_node=2, ep=4, global_batch_size=4,
+                                         colocate=True, engine_size=2),
+}
+
+SLOW = {
+    "ep8-gpn2-4-nodes-pp2": dict(nodes=4, gpus_per_node=2, node_gpus=2, pp=2, ep=4,
+                                 rollout_gpus=4, engine_size=4, layers=8),
+    "tp2-cp2-pp2-etp2-ep2-gpn8": dict(nodes=1, gpus_per_node=8, tp=2, sp=True, cp=2, pp=2,
+                                      etp=2, ep=2, colocate=True, engine_size=4),
+    "tp4-sp-etp1-ep4-pp2-vpp2-gpn4": dict(nodes=2, gpus_per_node=4, node_gpus=4, tp=4,
+                                          sp=True, etp=1, ep=4, experts=16, pp=2, vpp=2,
+                                          layers=8, colocate=True, engine_size=4),
+    "ep16-gpn4-4-nodes": dict(nodes=4, gpus_per_node=4, node_gpus=4, ep=16, experts=16,
+                              topk=4, colocate=True, engine_size=8),
+    "order-tp-cp-ep-pp-dp-tp2-pp2-ep2": dict(nodes=1, gpus_per_node=8, tp=2, sp=True, etp=1,
+                                             pp=2, ep=2, order="tp-cp-ep-pp-dp",
+                                             rollout_gpus=8, node_gpus=8, engine_size=8),
+    "mbs2-cp2-tp2-ep4": dict(nodes=2, gpus_per_node=4, cp=2, tp=2, sp=True, etp=2, ep=4,
+                             micro_batch_size=2, n_samples_per_prompt=4, rollout_batch_size=4,
+                             colocate=True, engine_size=2),
+}
+
+
+@pytest.fixture(scope="module")
+def pool():
+    own = not ray.is_initialized()
+    if own:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 logging_level="error")
+    p = Pool()
+    yield p
+    p.close()
+    if own:
+        ray.shutdown()
+
+
+def job(pool, kw, steps=STEPS, extra=()):
+    topo = Topology(**{**MODEL, **kw})
+    return topo, run_job(topo, pool, steps, None, 0, list(extra))
+
+
+def exact(ms) -> bool:
+    return all(m["logprob_max_abs_diff"] <= 1e-5 and m["route_agreement"] == 1.0 for m in ms)
+
+
+def case(name, kw, pool):
+    topo, ms = job(pool, kw)
+    assert len(ms) == STEPS
+    for m in ms:
+        assert m["logprob_max_abs_diff"] <= 1e-5, (name, m)
+        assert m["route_agreement"] == 1.0, (name, m)
+        assert m["routes_checked"] > 0 and m["early_post_requests"] == 0
+        assert m["unplanned_shards"] == 0
+    return topo
+
+
+def test_matrix_covers_what_it_claims():
+    topos = [Topology(**{**MODEL, **kw}) for kw in MATRIX.values()]
+    assert len(topos) >= 12
+    assert {t.ep for t in topos} >= {1, 2, 4, 8}
+    assert {t.gpus_per_node for t in topos} >= {2, 4, 8}
+    assert sum(t.ep != t.gpus_per_node for t in topos) > len(topos) / 2
+    assert any(t.ep > t.gpus_per_node for t in topos)
+    assert any(t.etp > 1 for t in topos) and any(t.pp > 1 for t in topos)
+    assert any(t.chunks > 1 for t in topos) and any(t.cp > 1 for t in topos)
+    assert any(t.colocate for t in topos) and any(not t.colocate for t in topos)
+    assert any(len({n for n, _ in t.engine_gpus(e)}) > 1
+               for t in topos for e in range(t.num_engines))
+
+
+@pytest.mark.parametrize("name", MATRIX)
+def test_r3_exact(pool, name):
+    case(name, MATRIX[name], pool)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW)
+def test_r3_exact_slow(pool, name):
+    case(name, SLOW[name], pool)
+
+
+# ---- sensitivity: each known bug must move the metrics ------------------------------------
+
+
+def test_ownership_mod_gpus_is_caught(pool):
+    # EP 8 over nodes of 4: rank % gpus_per_node puts experts 0..7 on ranks 4..7 too.
+    kw = MATRIX["ep8-gpn4-acceptance"]
+    _, good = job(pool, kw)
+    _, bad = job(pool, kw, extra=["--fault", "ownership-mod-gpus"])
+    assert exact(good)
+    assert max(m["logprob_max_abs_diff"] for m in bad) > 1e-2
+    assert all(m["unplanned_shards"] > 0 for m in bad)
+
+
+def test_replay_shifted_by_one_token_is_caught(pool):
+    _, bad = job(pool, MATRIX["tp2-sp-etp1-ep4-gpn4"], extra=["--fault", "replay-shift"])
+    assert all(m["route_agreement"] < 0.9 for m in bad)
+    assert all(m["logprob_max_abs_diff"] > 1e-2 for m in bad)
+
+
+def test_engine_post_processing_before_all_senders_is_caught(pool):
+    # Engines of 4 GPUs fed by 8 ranks; the last sender of each engine is late.
+    kw = MATRIX["ep8-gpn4-acceptance"]
+    _, bad = job(pool, kw, steps=3,
+                 extra=["--fault", "early-post-process", "--sync-skew-s", "0.3"])
+    assert bad[-1]["early_post_requests"] > 0
+    # step 1 samples with the checkpoint either way; later steps serve stale experts
+    assert max(m["logprob_max_abs_diff"] for m in bad[1:]) > 1e-2
+
+
+def test_skewed_senders_never_make_an_engine_post_process_early(pool):
+    kw = MATRIX["tp2-sp-etp2-ep2-gpn8"]  # 4 engines, several senders each
+    topo, ms = job(pool, kw, steps=3, extra=["--sync-skew-s", "0.3"])
+    assert all(m["early_post_requests"] == 0 for m in ms)
+    assert exact(ms)
+
+
+def test_engine_guard_refuses_without_the_barrier(pool):
+    # Barrier skipped, guard kept: the first sender asks too early and the engine refuses.
+    with pytest.raises(Exception, match="refused to post-process"):
+        job(pool, MATRIX["ep8-gpn4-acceptance"], steps=1,
+            extra=["--fault", "no-sender-barrier", "--sync-skew-s", "0.3"])
