@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from miles_topology import bash
+from miles_topology.config import interpolation_env
 from miles_topology.errors import InputError, TopologyError
 from miles_topology.flags import FLAGS, RENAMED
 from miles_topology.model import Topology
@@ -88,19 +87,6 @@ def is_switch(flag: str) -> bool:
 # ---------------------------------------------------------------- reading
 
 
-@contextmanager
-def environ(env: dict[str, str]) -> Iterator[None]:
-    """os.environ is exactly `env` inside (for omegaconf's ${oc.env:...}), as it was after."""
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def read(state: State) -> Reading:
     """The script as the steps left it, read like `check` does; the files the steps mean to
     write stand in for the ones on disk, and ${oc.env:VAR} reads what the script exports."""
@@ -119,7 +105,7 @@ def read(state: State) -> Reading:
                 stand_in.write_text(state.files[Path(os.path.abspath(argv[i + 1]))])
                 argv[i + 1] = str(stand_in)
         try:
-            with environ(script.site.environ()):
+            with interpolation_env(script.site.environ()):
                 got = read_flags(argv)
         except TopologyError as e:
             problems = "; ".join(f"[{p.code}] {p.message}" for p in e.problems)

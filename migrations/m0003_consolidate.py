@@ -156,7 +156,7 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit]) -> None:
             f"# Moved here from the script's flags by `miles-topology migrate` (step {ID})."]
     if exports or derived:
         head.append("# ${oc.env:VAR,value} reads VAR, which the script exports; value is what "
-                    "it was then.")
+                    "it was when migrated.")
     text = "\n".join(head + lines) + "\n"
     if path.exists() and path.read_text() != text:
         raise Refused(f"{path} exists and is not what this migration would write; move it "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +38,20 @@ def load_fields(path: str | Path, overrides: list[str] | None = None) -> dict[st
     if not isinstance(data, dict):
         raise InputError(f"{path}: a topology YAML must be a mapping of field: value")
     return data
+
+
+@contextmanager
+def interpolation_env(env: Mapping[str, str]) -> Iterator[None]:
+    """Inside, ${oc.env:VAR} reads `env` alone (what a launch script exports), not this
+    process's own environment, so reading a script's topology file is reproducible."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def from_yaml(path: str | Path, overrides: list[str] | None = None) -> Topology:

@@ -948,6 +948,7 @@ class _Reader:
     def assign(self, a: bash.Assign, cond: Unk | None):
         src = self.src(a.line)
         name = a.name
+        self.exported.discard(name)  # --env gave it, but the script sets it: export it to pass it
         if a.array is not None:
             items: list[Field] = []
             for w in a.array:

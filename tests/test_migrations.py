@@ -1,0 +1,406 @@
+"""Launch-script migrations: each step's fixtures, the runner, safety, and the acceptance run
+over the checker's fixture scripts (migrate --write, then check, migrate --check, diff)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from migrations import common
+from migrations.common import LAYOUT, Refused, State, field_of, first_read, read, verify
+from migrations.runner import STEPS, migrate, write
+from miles_topology.cli import main as cli_main
+from miles_topology.config import interpolation_env
+from miles_topology.errors import TopologyError
+from miles_topology.sources import read_flags
+
+ROOT = Path(__file__).parent.parent
+STEP_FIXTURES = ROOT / "migrations" / "fixtures"
+SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
+EXPECTED = json.loads((SCRIPTS / "expected.json").read_text())["fixtures"]
+CASES = [(n, k) for n, spec in EXPECTED.items() for k in range(len(spec["cases"]))]
+BASH = shutil.which("bash")
+
+# Valid for the checker, refused by the migration on purpose (case index -> reason shown).
+REFUSED_VALID = {
+    ("space-after-backslash.sh", 0): "bash does not run what the script seems to say",
+    ("comment-in-continuation.sh", 0): "bash does not run what the script seems to say",
+    ("several-launches.sh", 0): "bash does not run what the script seems to say",
+    ("several-launches.sh", 1): "runs inside the branch",
+    ("several-launches.sh", 2): "runs inside the branch",
+}
+
+
+def cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = cli_main(argv)
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+def env_args(env: dict) -> list[str]:
+    return [x for k, v in env.items() for x in ("--env", f"{k}={v}")]
+
+
+def bash_ok(path: Path) -> bool:
+    return subprocess.run([BASH, "-n", str(path)], capture_output=True).returncode == 0
+
+
+def step_dir(step) -> Path:
+    return STEP_FIXTURES / step.__name__.rsplit(".", 1)[-1]
+
+
+def staged(src: Path, tmp: Path) -> Path:
+    """A step fixture's before.sh as tmp/run.sh, with its model files beside it."""
+    if (src / "models").exists():
+        shutil.copytree(src / "models", tmp / "models")
+    shutil.copy(src / "before.sh", tmp / "run.sh")
+    return tmp / "run.sh"
+
+
+# ---------------------------------------------------------------- the steps
+
+
+def test_steps_are_numbered_and_self_describing():
+    assert [s.ID for s in STEPS] == [f"{k:04d}" for k in range(1, len(STEPS) + 1)]
+    for step in STEPS:
+        assert step.__name__.rsplit(".", 1)[-1].startswith(f"m{step.ID}_")
+        assert step.SUMMARY and "\n" not in step.SUMMARY and callable(step.migrate)
+        assert step.__doc__ and step.__doc__.startswith(f"{step.ID}:")
+        assert {"before.sh", "after.sh"} <= {p.name for p in step_dir(step).iterdir()}
+
+
+FORMS = [(s, inline) for s in STEPS for inline in (False, True)
+         if (step_dir(s) / ("after-inline.sh" if inline else "after.sh")).exists()]
+
+
+@pytest.mark.parametrize(("step", "inline"), FORMS,
+                         ids=[f"{s.ID}-{'inline' if i else 'yaml'}" for s, i in FORMS])
+def test_step_fixture(step, inline, tmp_path):
+    src = step_dir(step)
+    after = src / ("after-inline.sh" if inline else "after.sh")
+    run = staged(src, tmp_path)
+    state = State(run, run.read_text(), {}, inline)
+    before = first_read(state)
+    step.migrate(state, before)
+    assert state.text == after.read_text()
+    want = {run.with_name("run.topology.yaml").absolute(): (src / "after.topology.yaml")
+            .read_text()} if (src / "after.topology.yaml").exists() and not inline else {}
+    assert state.files == want
+    verify(step.ID, before, read(state))  # the same topology, flags and launch
+    assert state.done and not state.kept
+    if BASH:
+        assert bash_ok(after)
+
+
+def test_each_step_is_a_no_op_on_its_own_result(tmp_path):
+    for step in STEPS:
+        d = tmp_path / step.ID
+        d.mkdir()
+        run = staged(step_dir(step), d)
+        first = State(run, run.read_text(), {})
+        step.migrate(first, first_read(first))
+        run.write_text(first.text)
+        for p, text in first.files.items():
+            p.write_text(text)
+        again = State(run, run.read_text(), {})
+        step.migrate(again, first_read(again))
+        assert again.text == first.text and again.files in ({}, first.files)
+
+
+def test_runner_applies_pending_steps_in_order_and_marks_the_script(tmp_path):
+    run = staged(step_dir(STEPS[0]), tmp_path)
+    out = migrate(run)
+    assert out.applied == ["0001", "0002", "0003"]
+    assert out.new.splitlines()[:2] == ["#!/bin/bash", "# miles-topology-migration: 0003"]
+    write(out)
+    again = migrate(run)
+    assert again.applied == [] and again.new == out.new
+    # a script marked at 0002 only gets 0003
+    (tmp_path / "b").mkdir()
+    run = staged(step_dir(STEPS[2]), tmp_path / "b")
+    run.write_text(common.mark(run.read_text(), "0002"))
+    assert migrate(run).applied == ["0003"]
+
+
+def test_wrong_step_is_caught_before_anything_is_written(tmp_path, monkeypatch):
+    run = staged(step_dir(STEPS[1]), tmp_path)
+    original = run.read_bytes()
+    real = STEPS[1].migrate
+
+    def sloppy(state, r):
+        real(state, r)
+        state.text = state.text.replace("--rollout-num-gpus-per-engine 4",
+                                        "--rollout-num-gpus-per-engine 8")
+
+    monkeypatch.setattr(STEPS[1], "migrate", sloppy)
+    with pytest.raises(Refused, match=r"step 0002 would change the topology "
+                                      r"\(engine_size 4 -> 8\)"):
+        migrate(run)
+    assert run.read_bytes() == original
+
+
+# ---------------------------------------------------------------- editing text
+
+
+@pytest.mark.parametrize(("text", "remove", "want"), [
+    ("python3 train.py \\\n   --a 1 \\\n   --b\n", ["--b"], "python3 train.py \\\n   --a 1\n"),
+    ("python3 train.py \\\n   --a 1 \\\n   --b\n", ["--a", "1"], "python3 train.py \\\n   --b\n"),
+    ("A=(--a 1 --b)\n", ["--a", "1"], "A=(--b)\n"), ("A=(--a 1 --b)\n", ["--b"], "A=(--a 1)\n"),
+    ("A=(\n   --a 1   # why\n   --b\n)\n", ["--a", "1"], "A=(\n   # why\n   --b\n)\n"),
+    ("x \\\n   --a 1 --b 2 \\\n   --c\n", ["--b", "2"], "x \\\n   --a 1 \\\n   --c\n"),
+    ("x \\\n   --a 1 --b 2 \\\n   --c\n", ["--a", "1"], "x \\\n   --b 2 \\\n   --c\n"),
+])
+def test_deleting_words_keeps_the_shell_structure(text, remove, want, tmp_path):
+    spans, pos = [], 0
+    for word in remove:
+        pos = text.index(word, pos)
+        spans.append(common.Edit(pos, pos + len(word), None))
+        pos += len(word)
+    got = common.apply(text, spans)
+    assert got == want
+    if BASH:
+        (tmp_path / "x.sh").write_text(got)
+        assert bash_ok(tmp_path / "x.sh")
+
+
+def test_overlapping_edits_are_refused():
+    with pytest.raises(Refused, match="overlap"):
+        common.apply("abcdef", [common.Edit(1, 3, "X"), common.Edit(2, 4, "Y")])
+
+
+# ---------------------------------------------------------------- what stays, what is refused
+
+
+def write_script(tmp_path: Path, text: str, model: str | None = None) -> Path:
+    if model is not None:
+        (tmp_path / "models").mkdir(exist_ok=True)
+        (tmp_path / "models" / "m.sh").write_text(model)
+    path = tmp_path / "run.sh"
+    path.write_text(text)
+    return path
+
+
+HEAD = '#!/bin/bash\nD="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"\n'
+
+
+def test_flag_in_a_sourced_file_stays_with_a_reason(tmp_path):
+    run = write_script(tmp_path, HEAD + 'source "$D/models/m.sh"\n'
+                       "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 4 "
+                       "--colocate ${MODEL_ARGS[@]}\n",
+                       "MODEL_ARGS=(--num-layers 4 --tensor-model-parallel-size 2)\n")
+    out = migrate(run)
+    assert any("--tensor-model-parallel-size" in k and "sourced file" in k for k in out.kept)
+    (yaml,) = out.files.values()
+    assert "tp:" not in yaml and "gpus_per_node: 4" in yaml
+    assert '--topology "${D}/run.topology.yaml"' in out.new
+
+
+def test_words_shared_with_another_command_stay(tmp_path):
+    run = write_script(tmp_path, "P=(--tensor-model-parallel-size 2)\n"
+                       "python3 tools/convert.py ${P[@]}\n"
+                       "python3 train.py --actor-num-gpus-per-node 4 --colocate ${P[@]}\n")
+    out = migrate(run)
+    assert any("also reach the command at" in k for k in out.kept)
+    assert "P=(--tensor-model-parallel-size 2)" in out.new
+    assert "$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)/run.topology.yaml" in out.new
+
+
+def test_value_changed_after_use_is_computed_where_the_flag_was(tmp_path):
+    run = write_script(tmp_path, "TP=2\nP=(--tensor-model-parallel-size $TP)\nTP=4\n"
+                       "python3 train.py --actor-num-gpus-per-node 4 --colocate ${P[@]}\n")
+    out = migrate(run)
+    assert "export TOPO_TP=$TP  # read by run.topology.yaml\nP=()" in out.new
+    assert "tp: ${oc.env:TOPO_TP,2}" in out.files[run.with_name("run.topology.yaml").absolute()]
+
+
+@pytest.mark.parametrize(("text", "code", "why"), [
+    ("python3 train.py --actor-num-nodes $(nodes)\n", 1, "known only at run time"),
+    ('python3 train.py --colocate "$@"\n', 1, "known only at run time"),
+    ("python3 train.py --actor-num-gpus-per-node 6 --tensor-model-parallel-size 4\n", 1,
+     "topology is invalid"),
+    ("python3 train.py --a 'x\n", 2, "cannot read it"), ("echo hi\n", 2, "no training launch"),
+])
+def test_refusals_leave_the_script_untouched(tmp_path, capsys, text, code, why):
+    run = write_script(tmp_path, text)
+    got, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert (got, why in err, "refused" in err) == (code, True, True)
+    assert run.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == ["run.sh"]
+
+
+def test_unresolved_layout_value_migrates_once_env_resolves_it(tmp_path):
+    run = write_script(tmp_path, "N=$(nproc)\npython3 train.py --actor-num-gpus-per-node $N "
+                       "--colocate\n")
+    with pytest.raises(Refused, match="--env"):
+        migrate(run)
+    out = migrate(run, {"N": "4"})
+    assert "gpus_per_node: ${oc.env:N,4}" in next(iter(out.files.values()))
+    assert "export N  # read by run.topology.yaml\npython3 train.py --topology" in out.new
+
+
+def test_not_utf8_and_missing_files_are_unreadable(tmp_path, capsys):
+    (tmp_path / "bad.sh").write_bytes(b"python3 train.py --colocate \xff\n")
+    assert cli(["migrate", str(tmp_path / "bad.sh")], capsys)[0] == 2
+    assert cli(["migrate", str(tmp_path / "none.sh")], capsys)[0] == 2
+    assert cli(["migrate"], capsys)[0] == 2
+
+
+def test_an_existing_different_yaml_is_not_overwritten(tmp_path):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    run.with_name("run.topology.yaml").write_text("tp: 8\n")
+    with pytest.raises(Refused, match="exists"):
+        migrate(run)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def test_default_shows_a_diff_and_writes_nothing(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    original = run.read_text()
+    code, out, err = cli(["migrate", str(run)], capsys)
+    assert code == 0 and run.read_text() == original
+    assert f"--- {run}\n+++ {run}\n" in out and "+++ " + str(tmp_path / "run.topology.yaml") in out
+    assert "--- /dev/null" in out and "+nodes: ${oc.env:NNODES,2}" in out
+    assert "applied 0001, 0002, 0003" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "run.sh"]
+
+
+def test_write_is_atomic_keeps_a_backup_and_the_mode(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    run.chmod(0o755)
+    original, planned = run.read_text(), migrate(run)
+    code, out, _ = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 0 and "wrote" in out
+    assert run.with_name("run.sh.bak").read_text() == original
+    assert run.stat().st_mode & 0o777 == 0o755
+    assert run.read_text() == planned.new
+    assert {p: p.read_text() for p in planned.files} == planned.files
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_failed_write_leaves_the_original_and_no_temporary_file(tmp_path, capsys, monkeypatch):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    original = run.read_bytes()
+    calls = []
+
+    def broken(src, dst):
+        calls.append(dst)
+        if str(dst).endswith("run.sh"):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    real = os.replace
+    monkeypatch.setattr(os, "replace", broken)
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "No space left on device" in err and "left as it was" in err
+    assert run.read_bytes() == original and calls
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["models", "run.sh"],
+                                                           ["models", "run.sh", "run.sh.bak"])
+
+
+def test_check_exit_codes(tmp_path, capsys):
+    run = staged(step_dir(STEPS[0]), tmp_path)
+    code, out, _ = cli(["migrate", "--check", str(run)], capsys)
+    assert code == 1 and "pending 0001" in out
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    code, out, _ = cli(["migrate", "--check", str(run)], capsys)
+    assert code == 0 and "up to date" in out
+    assert cli(["migrate", "--check", "--write", str(run)], capsys)[0] == 2
+
+
+# ---------------------------------------------------------------- the launcher takes both forms
+
+
+def test_launcher_accepts_legacy_flags_the_topology_file_and_flags_conflict(tmp_path):
+    legacy = read_flags(["--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "4",
+                         "--rollout-num-gpus-per-node", "8"])
+    (warn,) = [w for w in legacy.topology.warnings if w.code == "deprecated-flag"]
+    assert "miles-topology migrate" in warn.fix and "--num-gpus-per-node" in warn.message
+    yaml = tmp_path / "t.topology.yaml"
+    yaml.write_text("gpus_per_node: ${oc.env:G,4}\nrollout_gpus: 4\nnode_gpus: 8\n")
+    with interpolation_env({}):
+        assert read_flags(["--topology", str(yaml)]).topology == legacy.topology
+        with pytest.raises(TopologyError) as e:
+            read_flags(["--topology", str(yaml), "--actor-num-gpus-per-node", "2"])
+    assert [p.code for p in e.value.problems] == ["flag-conflict"]
+
+
+# ---------------------------------------------------------------- acceptance: checker fixtures
+
+ADDED = re.compile(r"^\s*(# miles-topology-migration: \d{4}|# miles-topology \d{4}: .*"
+                   r"|export [A-Za-z_].*  # read by \S+\.topology\.yaml)$")
+TOPOLOGY_REF = re.compile(r' --topology "[^"\n]*\.topology\.yaml"')
+# shell words, roughly: $((...)), ${...}, quoted strings and bare runs count as one each
+TOKEN = re.compile(r"\$\(\([^\n]*?\)\)|\$\{[^}\n]*\}|\"[^\"\n]*\"|'[^'\n]*'|[^\s()\"'$\\]+|\$\w*")
+
+
+def layout_word(word: str) -> bool:
+    return word.startswith("--") and field_of(word.split("=", 1)[0]) in LAYOUT
+
+
+def assert_only_layout_moved(old: str, new: str) -> None:
+    """Besides the marker, comments and exports it adds and the --topology reference, the
+    new script is the old one with layout flags (and their values) taken out."""
+    kept = TOPOLOGY_REF.sub("", "\n".join(x for x in new.split("\n") if not ADDED.match(x)))
+    a, b = Counter(TOKEN.findall(old)), Counter(TOKEN.findall(kept))
+    assert not b - a, f"new words: {b - a}"
+    gone = list((a - b).elements())
+    flags = [w for w in gone if w.startswith("--")]
+    assert all(layout_word(w) for w in flags), flags
+    assert len(gone) - len(flags) <= len(flags)  # at most one value word per flag
+    comments = [x for x in old.split("\n") if x.lstrip().startswith("#")]
+    assert all(c in new.split("\n") for c in comments)
+
+
+@pytest.mark.parametrize(("name", "case"), CASES, ids=[f"{n}[{k}]" for n, k in CASES])
+def test_acceptance_on_checker_fixtures(name, case, tmp_path, capsys):
+    env = EXPECTED[name]["cases"][case]["env"]
+    d = tmp_path / "scripts"
+    shutil.copytree(SCRIPTS, d)
+    path = d / name
+    code, out, _ = cli(["check", "--format", "json", *env_args(env), str(path)], capsys)
+    before = json.loads(out)
+    unknown = [u for u in before["unresolved"]
+               if u["flag"] is None or field_of(u["flag"]) in LAYOUT]
+    why = REFUSED_VALID.get((name, case))
+    code, out, err = cli(["migrate", "--write", *env_args(env), str(path)], capsys)
+    if not before["ok"] or unknown or why:
+        assert code == 1 and f"{path}: refused: " in err
+        assert why is None or why in err
+        assert path.read_text() == (SCRIPTS / name).read_text()
+        assert sorted(p.name for p in d.iterdir()) == sorted(p.name for p in SCRIPTS.iterdir())
+        return
+    assert code == 0, err
+    code, out, _ = cli(["check", "--format", "json", *env_args(env), str(path)], capsys)
+    after = json.loads(out)
+    sizes = ("world_size", "dp", "edp")
+    assert [after["topology"][k] for k in sizes] == [before["topology"][k] for k in sizes]
+    assert after["ok"]
+    # the whole Topology, read as the launcher reads it, is the one the original meant
+    old = State(SCRIPTS / name, (SCRIPTS / name).read_text(), env)
+    new = State(path, path.read_text(), env)
+    assert common.key(read(new).topology) == common.key(read(old).topology)
+    assert cli(["migrate", "--check", str(path)], capsys)[0] == 0
+    assert_only_layout_moved((SCRIPTS / name).read_text(), path.read_text())
+    if BASH:
+        assert bash_ok(path)
+    written = {p: p.read_bytes() for p in d.iterdir() if p.is_file()}
+    code, _, err = cli(["migrate", "--write", *env_args(env), str(path)], capsys)
+    assert code == 0 and "up to date" in err
+    assert {p: p.read_bytes() for p in d.iterdir() if p.is_file()} == written
+
+
+def test_step_modules_import_without_heavy_dependencies():
+    code = ("import sys, migrations.runner, migrations.common; "
+            "bad = {'torch', 'ray', 'megatron', 'numpy'} & {m.split('.')[0] for m in sys.modules};"
+            "assert not bad, bad")
+    subprocess.run([os.sys.executable, "-c", code], check=True, cwd=ROOT)
+    assert importlib.import_module("migrations").STEPS == STEPS
