@@ -384,6 +384,8 @@ class _Reader:
         self.uses: dict[tuple, set[Source]] = {}
         self.exported = {k for k in self.env if not k.isdigit()}
         self.allexport = False
+        # per function call: [words shifted off, highest argument position read by index]
+        self.positions: list[list[int]] = []
 
     # -- files
 
@@ -573,8 +575,10 @@ class _Reader:
                 why = f"positional argument ${name}: pass --env {name}=VALUE"
                 return [self.unknown(part, why)], False
             k = int(name) - 1
+            self.read_position(k + 1)
             return ([frame[k]], False) if k < len(frame) else (None, False)
         if name == "#" and self.frames[-1] is not None:
+            self.read_position(_INT_LIMIT)
             return [Field(str(len(self.frames[-1])), self.src(part.line))], False
         if name in "#?$!-":
             return [self.unknown(part, f"${name} is only known when the script runs")], False
@@ -1081,6 +1085,10 @@ class _Reader:
             k = fields[1].value if len(fields) > 1 else "1"
             if frame is not None and k is not None and k.isdigit():
                 self.frames[-1] = frame[int(k):]
+                if self.positions:
+                    self.positions[-1][0] += int(k)
+            else:
+                self.read_position(_INT_LIMIT)
         elif name in ("read", "mapfile", "readarray"):
             names = [f.value for f in fields[1:] if f.value and not f.value.startswith("-")]
             if name != "read":
@@ -1094,16 +1102,32 @@ class _Reader:
             self.calls += 1
             self.frames.append(fields[1:])
             self.where.append(self.func_file.get(name, self.where[-1]))
+            self.positions.append([0, 0])
             try:
                 self.run(self.funcs[name], cond)
             finally:
                 self.frames.pop()
                 self.where.pop()
                 self.calls -= 1
+                self.pin(fields[1:], self.positions.pop()[1], n)
         else:
             launch = self.launch(fields, n, cond)
             if launch:
                 self.launches.append(launch._replace(site=self.site(fields, launch, n)))
+
+    def read_position(self, k: int):
+        """The function being run read argument k (1-based, counting shifted ones)."""
+        if self.positions and len(self.frames) > 1:
+            at = self.positions[-1]
+            at[1] = max(at[1], min(_INT_LIMIT, at[0] + k))
+
+    def pin(self, args: list[Field], highest: int, n: bash.Simple):
+        """Removing an argument before one the function reads by position would shift it:
+        such words count as used by the call too."""
+        here = self.src(n.line)
+        for f in args[:highest]:
+            if f.span is not None:
+                self.uses.setdefault(f.span[:3], set()).add(here)
 
     def export(self, n: bash.Simple, head: str):
         """Track which variables a child process sees (``export``, ``declare -x``, ``set -a``)."""

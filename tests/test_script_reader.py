@@ -358,3 +358,66 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- word spans (for rewriting)
+
+
+def spanned(read: ScriptRead, text: str) -> list[tuple]:
+    """(flag, flag word as written, value words as written) for each flag with a span."""
+    def at(s):
+        return None if s is None else text[s.start:s.end]
+    return [(fv.flag, at(fv.span), tuple(at(s) for s in fv.value_spans)) for fv in read.argv]
+
+
+def test_spans_are_the_words_as_written(tmp_path):
+    text = ('TP=2\nP=(\n   --tp "${TP}"   # c\n   --sp\n)\nA="--x 1"\n'
+            'python3 train.py --n=4 ${P[@]} \\\n  $A --e $((TP*2)) --w "a b" pos\n')
+    read = read_text(tmp_path, text)
+    assert spanned(read, text) == [
+        ("--n", "--n=4", ()), ("--tp", "--tp", ('"${TP}"',)), ("--sp", "--sp", ()),
+        ("--x", None, (None,)), ("--e", "--e", ("$((TP*2))",)),
+        ("--w", "--w", ('"a b"', "pos"))]
+    tp = read.argv[1]
+    assert (tp.span.line, tp.span.col, tp.span.end_col, tp.span.stmt_line) == (3, 3, 7, 2)
+    assert tp.span.file == str(tmp_path / "run.sh") and tp.span.branch is None
+    v = tp.value_spans[0]
+    assert (v.line, v.col, v.end_line, v.end_col) == (3, 8, 3, 15)
+
+
+def test_spans_through_functions_sourced_files_and_branches(tmp_path):
+    write(tmp_path, "M=(--layers 4)\n", "models/m.sh")
+    text = ('source models/m.sh\nif [ "$X" = 1 ]; then Q=(--q 1); fi\n'
+            'go() {\n  python3 train.py --n "$1" "$@"\n}\ngo 2 ${M[@]} ${Q[@]} --k\n')
+    read = read_text(tmp_path, text, env={"X": "1"})
+    by = {fv.flag: fv for fv in read.argv}
+    assert by["--layers"].span.file == str(tmp_path / "models" / "m.sh")
+    assert by["--q"].span.branch == Source(str(tmp_path / "run.sh"), 2)
+    assert text[by["--k"].span.start:by["--k"].span.end] == "--k"
+    n = by["--n"]
+    assert n.tokens == ("2", "2")  # "$1", then "$@" passes the call's words on
+    assert [text[s.start:s.end] for s in n.value_spans] == ['"$1"', "2"]
+    assert n.value_spans[1].line == 6
+    # $1 is read by position: removing a word before it would shift it, so the call uses it
+    call = Source(str(tmp_path / "run.sh"), 6)
+    assert read.uses[n.value_spans[1].key] == {call, read.site.command}
+    assert call not in read.uses[by["--k"].span.key]
+
+
+def test_launch_site_entry_exports_and_uses(tmp_path):
+    text = ('export A=1\nB=2\nC=3\nexport C\nD=$(nproc)\nP=(--tp 2)\necho "${P[@]}"\n'
+            'cd /x && true\npython3 -u train.py ${P[@]}\n')
+    read = read_text(tmp_path, text, env={"D": "8", "E": "5"})
+    site = read.site
+    assert text[site.entry.start:site.entry.end] == "train.py"
+    assert site.statement.line == 9 and site.branch is None
+    assert site.environ() == {"A": "1", "C": "3", "E": "5"}  # D is set by the script
+    assert site.variables["D"] == "8" and site.variables["B"] == "2"
+    tp = read.argv[0]
+    assert read.uses[tp.span.key] == {Source(str(tmp_path / "run.sh"), 7), site.command}
+
+
+def test_text_replaces_the_file(tmp_path):
+    path = write(tmp_path, "python3 train.py --a 1\n")
+    read = read_script(path, text="python3 train.py --a 2\n")
+    assert final(read) == {"--a": "2"}
