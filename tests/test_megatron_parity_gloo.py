@@ -1,7 +1,7 @@
 """megatron-core initialize_model_parallel(**topo.megatron_args()) builds the Topology's groups.
 
-Real gloo process groups in spawned processes (up to 8). Each process joins every topology
-in turn, so megatron-core is imported once per process, not once per topology.
+Real gloo process groups in fresh processes (8, and 4 for the small set), started from a
+forkserver that imported megatron-core once; each process joins every topology in turn.
 """
 
 from __future__ import annotations
@@ -28,10 +28,14 @@ TOPOLOGIES = {
     "pp2-ep3-on-3x2": "--actor-num-nodes 3 --actor-num-gpus-per-node 2"
     " --pipeline-model-parallel-size 2 --expert-model-parallel-size 3 --num-experts 6"
     " --num-layers 4",
-    "cp2-ep4-etp1-pp1-world4": "--actor-num-gpus-per-node 4 --context-parallel-size 2"
-    " --expert-model-parallel-size 4 --num-experts 8",
 }
-WORLD = 8
+# on 4 processes: includes the order swap the negative case needs
+SMALL = {
+    "cp2-ep4-world4": "--actor-num-gpus-per-node 4 --context-parallel-size 2"
+    " --expert-model-parallel-size 4 --num-experts 8",
+    "pp2-dp2-world4": "--actor-num-nodes 2 --actor-num-gpus-per-node 2"
+    " --pipeline-model-parallel-size 2 --num-experts 4 --num-layers 4 --use-tp-pp-dp-mapping",
+}
 
 
 def _worker(rank: int, store_dir: str, flags: dict[str, str], out_dir: str) -> None:
@@ -61,36 +65,69 @@ def _worker(rank: int, store_dir: str, flags: dict[str, str], out_dir: str) -> N
         json.dump(results, f)
 
 
-@pytest.fixture(scope="module")
-def parity(tmp_path_factory):
+def spawn(tmp_path_factory, flags: dict[str, str], world: int) -> dict[int, dict]:
+    """Fresh processes from a forkserver that imported megatron-core once (not per process)."""
     import json
+    import multiprocessing
 
     import torch.multiprocessing as mp
 
+    multiprocessing.set_forkserver_preload(["megatron.core.parallel_state", "miles.megatron"])
     store = tmp_path_factory.mktemp("store")
     out = tmp_path_factory.mktemp("out")
-    mp.spawn(_worker, args=(str(store), TOPOLOGIES, str(out)), nprocs=WORLD, join=True)
-    return {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)}
+    mp.start_processes(_worker, args=(str(store), flags, str(out)), nprocs=world, join=True,
+                       start_method="forkserver")
+    return {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(world)}
 
 
-@pytest.mark.parametrize("name", list(TOPOLOGIES))
-def test_megatron_builds_the_topology_groups(parity, name):
-    topo = Topology.from_flags(TOPOLOGIES[name].split())
-    seen = [parity[r][name] for r in range(topo.world_size)]
-    assert all(not s["diff"] for s in seen), [d for s in seen for d in s["diff"]]
-    # every group megatron-core built, across all ranks, is one of the Topology's groups
+@pytest.fixture(scope="module")
+def parity(tmp_path_factory):
+    return spawn(tmp_path_factory, TOPOLOGIES, 8)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    return spawn(tmp_path_factory, SMALL, 4)
+
+
+def check(results: dict[int, dict], line: str, name: str) -> None:
     from miles.megatron.groups import GROUPS
 
+    topo = Topology.from_flags(line.split())
+    seen = [results[r][name] for r in range(topo.world_size)]
+    assert all(not s["diff"] for s in seen), [d for s in seen for d in s["diff"]]
+    # every group megatron-core built, across all ranks, is one of the Topology's groups
     for key, (_, _, token, expert) in GROUPS.items():
         built = {tuple(s["got"][key]) for s in seen}
         assert built == {tuple(g) for g in topo.rank_groups(token, expert=expert)}, key
 
 
-def test_a_wrong_topology_is_caught(parity):
+@pytest.mark.parametrize("name", list(SMALL))
+def test_megatron_builds_the_topology_groups_4_procs(small, name):
+    check(small, SMALL[name], name)
+
+
+@pytest.mark.parametrize("name", list(TOPOLOGIES))
+def test_megatron_builds_the_topology_groups_8_procs(parity, name):
+    check(parity, TOPOLOGIES[name], name)
+
+
+def test_a_wrong_topology_is_caught(small):
     """The comparison can fail: groups built for one order do not pass for the other."""
     from miles.megatron.groups import compare
 
-    name = "tp2-pp2-ep2"
-    other = Topology.from_flags((TOPOLOGIES[name] + " --use-tp-pp-dp-mapping").split())
-    diffs = [d for r in range(8) for d in compare(other, r, parity[r][name]["got"])]
+    name = "pp2-dp2-world4"
+    other = Topology.from_flags(SMALL[name].replace(" --use-tp-pp-dp-mapping", "").split())
+    diffs = [d for r in range(4) for d in compare(other, r, small[r][name]["got"])]
     assert diffs and "megatron-core" in diffs[0] and "Topology" in diffs[0]
+
+
+@pytest.mark.xfail(strict=True, reason="core gap: megatron-core refuses a non-pp-last order "
+                   "with pp > 1 and dp != edp; the Topology does not check it yet")
+def test_topology_refuses_what_megatron_refuses():
+    from miles_topology import TopologyError
+
+    with pytest.raises(TopologyError):
+        Topology.from_flags("--actor-num-gpus-per-node 4 --pipeline-model-parallel-size 2"
+                            " --expert-model-parallel-size 2 --num-experts 4 --num-layers 4"
+                            " --use-tp-pp-dp-mapping".split())
