@@ -19,7 +19,14 @@ from miles_topology.config import interpolation_env
 from miles_topology.errors import InputError, TopologyError
 from miles_topology.flags import FLAGS, RENAMED
 from miles_topology.model import Topology
-from miles_topology.script import FlagValue, ScriptRead, ScriptReadError, Span, read_script
+from miles_topology.script import (
+    FlagValue,
+    ScriptRead,
+    ScriptReadError,
+    Span,
+    is_switch,
+    read_script,
+)
 from miles_topology.sources import read_flags
 
 # Fields of the parallel layout (cluster, train grid, rollout engines, replay): they move
@@ -77,11 +84,6 @@ def field_of(flag: str) -> str | None:
         spec = RENAMED[flag][1]
         return spec.field if spec else ("engine_ep" if flag == EP_MOE else None)
     return None
-
-
-def is_switch(flag: str) -> bool:
-    return flag in FLAGS and FLAGS[flag].kind == "switch" or flag in RENAMED and \
-        RENAMED[flag][1] is None
 
 
 # ---------------------------------------------------------------- reading
@@ -169,7 +171,7 @@ def verify(step: str, before: Reading, after: Reading) -> None:
 def words(fv: FlagValue) -> list[Span | None]:
     """The words a flag occupies: the flag, and the one value word a non-switch consumes
     (later words after it are positional arguments, not its value)."""
-    if is_switch(fv.flag) or not fv.value_spans:  # a switch, or --flag=value in one word
+    if fv.joined or is_switch(fv.flag) or not fv.value_spans:  # one word
         return [fv.span]
     return [fv.span, fv.value_spans[0]]
 
@@ -270,7 +272,12 @@ def insert_lines(text: str, line: int, lines: list[str]) -> Edit:
     if _continues(above):
         raise Refused(f"cannot put a line before line {line}: it continues line {line - 1}.")
     indent = re.match(r"[ \t]*", text[at:]).group()
-    return insert(at, "".join(f"{indent}{x}\n" for x in lines))
+    return insert(at, "".join(f"{indent}{x}{eol(text)}" for x in lines))
+
+
+def eol(text: str) -> str:
+    """The file's own line ending, for lines a step adds."""
+    return "\r\n" if text.count("\r\n") * 2 > text.count("\n") else "\n"
 
 
 def _continues(line: str) -> bool:
@@ -352,10 +359,12 @@ def mark(text: str, step: str) -> str:
     line = f"# miles-topology-migration: {step}"
     m = MARKER.search(text)
     if m:
-        return text[:m.start()] + line + text[m.end():]
+        return text[:m.start()] + line + ("\r" if m.group().endswith("\r") else "") + \
+            text[m.end():]
+    end = eol(text)
     if text.startswith("#!"):
         nl = text.find("\n")
         if nl < 0:
-            return text + "\n" + line + "\n"
-        return text[:nl + 1] + line + "\n" + text[nl + 1:]
-    return line + "\n" + text
+            return text + end + line + end
+        return text[:nl + 1] + line + end + text[nl + 1:]
+    return line + end + text

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from miles_topology.flags import flag_of, parse_flags
-from miles_topology.script import FlagValue
+from miles_topology.script import FlagValue, is_switch
 
 from .common import (
     EP_MOE,
@@ -48,7 +49,7 @@ ARRAY = "TOPOLOGY_ARGS"
 ORDERS = {True: "tp-cp-ep-pp-dp", False: "tp-cp-ep-dp-pp"}
 
 
-def yaml_path(state: State):
+def yaml_path(state: State) -> Path:
     return state.path.with_name(state.path.name.removesuffix(".sh") + ".topology.yaml")
 
 
@@ -107,10 +108,10 @@ def form(state: State, r: Reading, fv: FlagValue) -> tuple[str, str | None]:
     """How the YAML holds the value: ("lit", None), ("var", NAME), ("expr", bash text), or
     ("no", why)."""
     spans = words(fv)
-    if len(spans) == 1 and not fv.tokens:
+    if len(spans) == 1 and not fv.joined:  # a switch
         return "lit", None
     text = snippet(state, spans[-1])
-    if len(spans) == 1:  # --flag=VALUE in one word
+    if fv.joined:  # --flag=VALUE in one word
         if literal(text) is not None:
             return "lit", None
         name = plain_var(text, f"{fv.flag}=")
@@ -131,8 +132,8 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit]) -> None:
     argv: list[str] = []
     for fvs in moving.values():
         for fv in fvs:
-            argv += [fv.flag] if not fv.tokens else \
-                [f"{fv.flag}={fv.tokens[0]}"] if not fv.value_spans else [fv.flag, fv.tokens[0]]
+            argv += [f"{fv.flag}={fv.value}"] if fv.joined else \
+                [fv.flag] if is_switch(fv.flag) else [fv.flag, fv.tokens[0]]
     values = parse_flags(argv).fields
     lines, exports, derived = [], [], {}
     taken = set(site.variables) | set(re.findall(r"\w+", state.text))
@@ -161,7 +162,7 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit]) -> None:
     if path.exists() and path.read_text() != text:
         raise Refused(f"{path} exists and is not what this migration would write; move it "
                       "away first.")
-    state.files[path.absolute()] = text
+    state.files[Path(os.path.abspath(path))] = text
     ref, how_ref = reference(state, r, path.name)
     edits.append(insert(site.entry.end, f" --topology {ref}"))
     for line, extra in derived.items():

@@ -145,8 +145,8 @@ def report(out: Outcome, stream) -> None:
 def main(args, env: dict[str, str]) -> int:
     """The `migrate` subcommand; returns the exit code (0 done, 1 pending or refused, 2 unreadable
     input or usage)."""
-    if args.check and (args.write or args.inline):
-        print("miles-topology migrate: --check only reports; give it without --write/--inline",
+    if args.check and args.write:
+        print("miles-topology migrate: --check only reports; give it without --write",
               file=sys.stderr)
         return 2
     if not args.inputs:

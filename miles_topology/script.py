@@ -22,9 +22,10 @@ from typing import NamedTuple
 
 from miles_topology import bash
 from miles_topology.bash import Arith, Lit, Param, Sub
+from miles_topology.flags import FLAGS, RENAMED
 
 __all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
-           "Unresolved", "read_script"]
+           "Unresolved", "is_switch", "read_script"]
 
 MAX_SOURCE_DEPTH = 16
 MAX_CALL_DEPTH = 32
@@ -89,6 +90,7 @@ class FlagValue:
     tokens: tuple[str, ...] = field(default=(), compare=False, repr=False)
     span: Span | None = field(default=None, compare=False, repr=False)
     value_spans: tuple[Span | None, ...] = field(default=(), compare=False, repr=False)
+    joined: bool = field(default=False, compare=False, repr=False)  # written --flag=value
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,9 @@ class ScriptRead:
         out: list[str] = []
         for fv in self.argv:
             if fv.value is None:
+                continue
+            if fv.joined and is_switch(fv.flag):  # --colocate=false is not --colocate false
+                out.append(f"{fv.flag}={fv.value}")
                 continue
             if fv.flag:
                 out.append(fv.flag)
@@ -1334,6 +1339,12 @@ def _test(vals: list[Field], fancy: bool) -> bool | None:
 # ---------------------------------------------------------------- argv
 
 
+def is_switch(flag: str) -> bool:
+    """A topology flag that takes no value (``--colocate``), under its current or old name."""
+    spec = FLAGS[flag] if flag in FLAGS else RENAMED[flag][1] if flag in RENAMED else None
+    return flag in RENAMED and spec is None or spec is not None and spec.kind == "switch"
+
+
 def _is_flag(f: Field) -> bool:
     v = f.value
     return v is not None and len(v) > 2 and v.startswith("--")
@@ -1364,7 +1375,8 @@ def _argv(fields: list, unresolved: list[Unresolved], span=lambda t: None) -> li
             continue
         flag, eq, val = f.value.partition("=")
         if eq:
-            out.append(FlagValue(flag, val, f.src, tokens=(val,), span=span(f.span)))
+            out.append(FlagValue(flag, val, f.src, tokens=(val,), span=span(f.span),
+                                 joined=True))
             continue
         vals: list[Field] = []
         while i < n and not _is_flag(fields[i]) and not fields[i].extra \

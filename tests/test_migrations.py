@@ -235,6 +235,16 @@ def test_refusals_leave_the_script_untouched(tmp_path, capsys, text, code, why):
     assert run.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == ["run.sh"]
 
 
+def test_paths_with_dots_and_relative_paths(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    monkeypatch.chdir(tmp_path / "a")
+    out = migrate(Path("..") / "a" / ".." / "run.sh")
+    assert list(out.files) == [tmp_path / "run.topology.yaml"]
+    write(out)
+    assert (tmp_path / "run.topology.yaml").exists() and migrate(run).applied == []
+
+
 def test_unresolved_layout_value_migrates_once_env_resolves_it(tmp_path):
     run = write_script(tmp_path, "N=$(nproc)\npython3 train.py --actor-num-gpus-per-node $N "
                        "--colocate\n")
