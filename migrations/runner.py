@@ -70,7 +70,11 @@ def migrate(path: str | Path, env: dict[str, str] | None = None, inline: bool = 
         step.migrate(state, current)
         if step is todo[-1]:
             state.text = mark(state.text, step.ID)
-        current = read(state)
+        try:
+            current = read(state)
+        except Refused as e:
+            raise Refused(f"step {step.ID} would leave a script that does not read back "
+                          f"({e.reason}); nothing was written.") from None
         verify(step.ID, before, current)
         out.applied.append(step.ID)
     out.new, out.files, out.done, out.kept = state.text, state.files, state.done, state.kept

@@ -31,9 +31,9 @@ BASH = shutil.which("bash")
 
 # Valid for the checker, refused by the migration on purpose (case index -> reason shown).
 REFUSED_VALID = {
-    ("space-after-backslash.sh", 0): "bash does not run what the script seems to say",
-    ("comment-in-continuation.sh", 0): "bash does not run what the script seems to say",
-    ("several-launches.sh", 0): "bash does not run what the script seems to say",
+    ("space-after-backslash.sh", 0): "does not read as one plain launch command",
+    ("comment-in-continuation.sh", 0): "does not read as one plain launch command",
+    ("several-launches.sh", 0): "does not read as one plain launch command",
     ("several-launches.sh", 1): "runs inside the branch",
     ("several-launches.sh", 2): "runs inside the branch",
 }
@@ -189,6 +189,23 @@ def write_script(tmp_path: Path, text: str, model: str | None = None) -> Path:
 
 
 HEAD = '#!/bin/bash\nD="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"\n'
+
+
+def test_every_kind_of_layout_flag_moves(tmp_path):
+    run = write_script(tmp_path, "#!/bin/bash\n"
+                       "python3 train.py --actor-num-nodes 2 --actor-num-gpus-per-node 8 \\\n"
+                       "   --use-tp-pp-dp-mapping --pipeline-model-parallel-size 2 \\\n"
+                       "   --num-layers-per-virtual-pipeline-stage 2 --num-layers 16 \\\n"
+                       "   --use-critic --critic-num-nodes 1 --rollout-num-gpus 8 \\\n"
+                       "   --rollout-num-gpus-per-engine 8 --sglang-dp-size 2 \\\n"
+                       "   --sglang-enable-dp-attention --colocate=false --global-batch-size 8\n")
+    out = migrate(run)
+    assert out.new.endswith('/run.topology.yaml" \\\n   --num-layers 16 \\\n'
+                            '   --global-batch-size 8\n')
+    assert next(iter(out.files.values())).split("\n")[2:] == [
+        "nodes: 2", "gpus_per_node: 8", "use_critic: true", "critic_nodes: 1", "pp: 2",
+        "vpp_layers: 2", "order: tp-cp-ep-pp-dp", "colocate: false", "rollout_gpus: 8",
+        "engine_size: 8", "engine_dp: 2", "dp_attention: true", ""]
 
 
 def test_flag_in_a_sourced_file_stays_with_a_reason(tmp_path):

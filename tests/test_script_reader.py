@@ -421,3 +421,8 @@ def test_text_replaces_the_file(tmp_path):
     path = write(tmp_path, "python3 train.py --a 1\n")
     read = read_script(path, text="python3 train.py --a 2\n")
     assert final(read) == {"--a": "2"}
+
+
+def test_switch_with_a_value_keeps_it(tmp_path):
+    read = read_text(tmp_path, "python3 train.py --colocate=false --tp=2 --use-critic\n")
+    assert read.flags() == ["--colocate=false", "--tp", "2", "--use-critic"]
