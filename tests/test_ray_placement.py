@@ -63,6 +63,36 @@ def test_budget_arithmetic():
     assert not budget_problems(DISAGG, [4, 4, 4])
 
 
+def test_unlabelled_nodes_order_by_ip_numerically(monkeypatch):
+    """A real cluster (RAY_ADDRESS) has no miles_node_<i> labels: nodes order by IP."""
+    import ray
+
+    from miles.ray.cluster import _nodes
+
+    def node(ip, gpus=8):
+        return {"Alive": True, "NodeID": f"id-{ip}", "NodeManagerAddress": ip,
+                "Resources": {"GPU": gpus, f"node:{ip}": 1}}
+
+    fake = [node("10.0.0.10"), node("10.0.0.9"), node("10.0.0.2"), node("10.0.0.1", gpus=0)]
+    monkeypatch.setattr(ray, "nodes", lambda: fake)
+    got = _nodes()
+    assert [n.ip for n in got] == ["10.0.0.2", "10.0.0.9", "10.0.0.10"]  # head w/o GPUs out
+    assert got[2].pin == "node:10.0.0.10"
+
+
+def test_unreachable_ray_address_fails_fast():
+    import ray
+
+    from miles.ray import PlacementTimeout, start_cluster
+
+    if ray.is_initialized():
+        pytest.skip("a Ray connection is already open in this process")
+    start = time.monotonic()
+    with pytest.raises(PlacementTimeout, match="did not answer"):
+        start_cluster(COLOCATED, address="127.0.0.1:1", wait_s=1)
+    assert time.monotonic() - start < 10
+
+
 # ---- on a real multi-node Ray cluster ---------------------------------------------------
 
 
@@ -178,3 +208,23 @@ def test_wait_for_held_gpus_is_bounded_and_says_why(ray_cluster):
         assert time.monotonic() - start < 10
     finally:
         remove_placement_group(blocker)
+
+
+def test_connects_to_ray_address(ray_cluster, monkeypatch):
+    """With RAY_ADDRESS set, start_cluster joins that cluster instead of starting one."""
+    import ray
+
+    from miles.ray import start_cluster
+
+    ray.shutdown()
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
+    try:
+        cluster = start_cluster(COLOCATED)
+        assert cluster._local is None and cluster._owns_conn
+        assert [n.pin for n in cluster.nodes] == [f"miles_node_{i}" for i in range(3)]
+        assert cluster.gpu_id((1, 3)) == "3"
+        cluster.shutdown()
+        assert not ray.is_initialized()
+    finally:
+        if not ray.is_initialized():
+            ray.init(address=ray_cluster.address, logging_level="warning")
