@@ -24,8 +24,8 @@ from miles_topology import Topology
 from miles_topology.weightsync import engine_sync
 
 from . import moe
-from .policy import DTYPE, EOS, Spec, checkpoint, ffn, mix, route
-from .task import MAX_NEW
+from .policy import DTYPE, Spec, checkpoint, ffn, mix, route
+from .task import EOS, MAX_NEW
 
 
 class Engine:
@@ -77,14 +77,19 @@ class Engine:
         return True
 
     def report(self) -> dict:
-        return {"log": list(self.log), "unplanned": self.unplanned, "version": self.version}
+        """Sync log, shards outside the plan, served version and a digest of served weights."""
+        digest = sum(float(v.abs().sum()) for v in self.live.values())
+        return {"log": list(self.log), "unplanned": self.unplanned, "version": self.version,
+                "digest": digest}
 
     # ---- rollout ----------------------------------------------------------------------
 
     def generate(self, samples: list[int], prompts: list[tuple[int, ...]], step: int) -> list:
         """Sample a response per prompt; returns (sample, tokens, logprobs, routes payload)."""
         spec, w = self.spec, self.live
-        g = torch.Generator().manual_seed(self.seed * 104_729 + step * 131 + self.engine)
+        # one stream per sample: a rollout does not depend on which engine served it
+        gens = [torch.Generator().manual_seed(self.seed * 104_729 + step * 7_919 + s)
+                for s in samples]
         b = len(prompts)
         toks = [list(p) for p in prompts]
         plen = [len(p) for p in prompts]
@@ -122,7 +127,7 @@ class Engine:
                 rows[i].append(rec[i])
                 if t + 1 < plen[i]:
                     continue
-                nxt = int(torch.multinomial(lp[i].exp(), 1, generator=g))
+                nxt = int(torch.multinomial(lp[i].exp(), 1, generator=gens[i]))
                 toks[i].append(nxt)
                 lps[i].append(float(lp[i, nxt]))
                 if nxt == EOS or len(toks[i]) >= plen[i] + MAX_NEW:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 import time
 from dataclasses import dataclass
 
@@ -81,9 +83,17 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
     topo = prepare(topo)
     faults = Faults(frozenset(opts.fault))
     group = topo.n_samples_per_prompt
-    prompts = opts.prompts or topo.rollout_batch_size or 8
-    while (prompts * group) % topo.dp:
-        prompts += 1
+    prompts = opts.prompts or topo.rollout_batch_size
+    if prompts is None:  # the embedded default: 8 prompts, rounded up to fill every DP rank
+        prompts = 8
+        while (prompts * group) % topo.dp:
+            prompts += 1
+    elif (prompts * group) % topo.dp:
+        raise SystemExit(
+            f"reference backend: {prompts} prompts x {group} samples = {prompts * group} "
+            f"samples do not split over dp = {topo.dp} ranks; give --rollout-batch-size a "
+            f"multiple of {topo.dp // math.gcd(topo.dp, group)}")
+    t0 = time.monotonic()
     train, engines, master, owned = spawn(cluster, topo)
     out: list[dict] = []
     sink = open(metrics_out, "w") if metrics_out else None  # noqa: SIM115
@@ -93,6 +103,8 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
         ray.get([w.start.remote("trainer", topo, r, seed, master, engines, faults, opts.lr)
                  for r, w in enumerate(train)])
         ray.get([w.call.remote("sync", 0, opts.sync_skew_s) for w in train])
+        print(f"reference backend: {topo.world_size} train ranks and {len(engines)} engines "
+              f"ready, weights synced, in {time.monotonic() - t0:.1f}s", file=sys.stderr)
         with _progress(steps) as tick:
             for step in range(1, steps + 1):
                 t0 = time.monotonic()
@@ -163,6 +175,10 @@ def _step(topo, step, seed, prompts, group, train, engines, opts) -> dict:
         "routes_checked": total,
         "early_post_requests": early,
         "unplanned_shards": sum(rep["unplanned"] for rep in reports),
+        # every engine serves the same model; equal across topologies for the same seed
+        "weights_digest": reports[0]["digest"],
+        "engines_agree": max(r["digest"] for r in reports) - min(r["digest"] for r in reports)
+        <= 1e-9 * reports[0]["digest"],
     }
 
 

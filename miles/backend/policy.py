@@ -21,9 +21,8 @@ import torch
 
 from miles_topology import Topology
 
-DIGITS = 10
-BOS, EOS = 10, 11
-VOCAB = 12
+from .task import VOCAB
+
 DTYPE = torch.float64
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .policy import BOS, DIGITS, EOS
-
+DIGITS = 10
+BOS, EOS = 10, 11
+VOCAB = 12
 MAX_NEW = 6
 
 
