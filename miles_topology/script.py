@@ -504,6 +504,8 @@ class _Reader:
                 if quoted:
                     cur.append(v)
                     add(f, f.span if is_list else _OWN)
+                    if not is_list:
+                        self.consume((f,))
                     continue
                 pieces = v.split()
                 if not pieces:
@@ -513,6 +515,8 @@ class _Reader:
                 if v[0] in " \t\n":
                     flush()
                 whole = f.span if is_list and len(pieces) == 1 and pieces[0] == v else None
+                if whole is None:
+                    self.consume((f,))
                 for k, piece in enumerate(pieces):
                     if k:
                         flush()
@@ -536,6 +540,7 @@ class _Reader:
                 out.append(part.text)
                 continue
             items, _ = self.part(part)
+            self.consume(items)
             for n, f in enumerate(items):
                 if f.unk is not None:
                     unk = unk or f.unk
@@ -596,6 +601,7 @@ class _Reader:
         if index is None:
             if var.array and not var.items:
                 return None, False
+            self.consume(var.items[:1])
             return var.items[:1], False
         if index in ("@", "*"):
             return var.items, index == "@"
@@ -611,6 +617,7 @@ class _Reader:
         items = var.items
         if k < 0:
             k += len(items)
+        self.consume(items[:k + 1] if k >= 0 else items)  # the words before it fix its place
         return ([items[k]], False) if 0 <= k < len(items) else (None, False)
 
     def param(self, p: Param) -> tuple[list[Field], bool]:
@@ -623,6 +630,7 @@ class _Reader:
                 return [Field("0", self.src(p.line), text=p.text)], False
             if any(f.unk for f in items):
                 return [self.unknown(p, "length of a value only known at run time")], False
+            self.consume(items)
             n = len(items) if (p.index in ("@", "*")) else len(items[0].value)
             return [Field(str(n), self.src(p.line), text=p.text)], False
         unknown = items is not None and any(f.unk for f in items)
@@ -658,6 +666,7 @@ class _Reader:
         if arg.unk:
             return [Field(None, arg.src, arg.unk, p.text)], False
         out = []
+        self.consume(items)
         for f in items:
             try:
                 v = self.transform(f.value, op, arg.value, p)
@@ -1119,6 +1128,15 @@ class _Reader:
             launch = self.launch(fields, n, cond)
             if launch:
                 self.launches.append(launch._replace(site=self.site(fields, launch, n)))
+
+    def consume(self, items):
+        """Words taken apart, joined, counted or indexed here (not passed on whole): removing
+        one of them would change this command too, so it counts as one of their users."""
+        here = None
+        for f in items:
+            if f.span is not None:
+                here = here or self.src(self.stmt_line)
+                self.uses.setdefault(f.span[:3], set()).add(here)
 
     def read_position(self, k: int):
         """The function being run read argument k (1-based, counting shifted ones)."""

@@ -426,3 +426,13 @@ def test_text_replaces_the_file(tmp_path):
 def test_switch_with_a_value_keeps_it(tmp_path):
     read = read_text(tmp_path, "python3 train.py --colocate=false --tp=2 --use-critic\n")
     assert read.flags() == ["--colocate=false", "--tp", "2", "--use-critic"]
+
+
+def test_words_used_apart_count_as_used_there(tmp_path):
+    text = ('A=(--tp 2 --pp 1)\nB=(--ep 4)\nC=(--cp 1)\nN=${A[1]}\necho "${B[*]}"\n'
+            'L=${#C[@]}\npython3 train.py "${A[@]}" "${B[@]}" "${C[@]}"\n')
+    read = read_text(tmp_path, text)
+    src = {k: Source(str(tmp_path / "run.sh"), k) for k in range(1, 8)}
+    users = {fv.flag: read.uses[fv.span.key] for fv in read.argv}
+    assert users == {"--tp": {src[4], src[7]}, "--pp": {src[7]}, "--ep": {src[5], src[7]},
+                     "--cp": {src[6], src[7]}}
