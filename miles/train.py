@@ -66,6 +66,8 @@ def split_job_flags(argv: list[str]) -> tuple[Job, list[str]]:
                 raise UsageError(f"{name} needs a value")
             _set(job, name, value)
         else:
+            if tok == "--topology" and (i >= len(argv) or argv[i].startswith("--")):
+                raise UsageError("--topology needs a YAML file")
             rest.append(tok)
     return job, rest
 

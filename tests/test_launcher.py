@@ -142,7 +142,7 @@ def test_yaml_then_flags_and_conflict(tmp_path):
 
 @pytest.mark.parametrize("argv", [
     ["--steps", "two"], ["--steps"], ["--dry-run=yes"], ["--topology", "/nonexistent.yaml"],
-    ["--metrics-out", "/nonexistent/dir/m.jsonl"],
+    ["--metrics-out", "/nonexistent/dir/m.jsonl"], ["--topology"], ["--topology", "--colocate"],
 ])
 def test_usage_and_unreadable_input_exit_2(argv):
     assert train.main(argv) == 2
