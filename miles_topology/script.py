@@ -387,7 +387,8 @@ class _Reader:
         self.stmt_line = 0
         self.branch: list[Source] = []
         self.uses: dict[tuple, set[Source]] = {}
-        self.exported = {k for k in self.env if not k.isdigit()}
+        self.exported: set[str] = set()  # by export / declare -x
+        self.inherited = {k for k in self.env if not k.isdigit()}  # from --env, not set here
         self.allexport = False
         # per function call: [words shifted off, highest argument position read by index]
         self.positions: list[list[int]] = []
@@ -416,7 +417,7 @@ class _Reader:
             raise ScriptReadError(f"{disp}:1: not a text file (it contains NUL bytes). "
                                   "Fix: pass the bash launch script.")
         text = data.decode("utf-8", errors="replace")
-        self.newlines[abs_path] = [k for k, c in enumerate(text) if c == "\n"]
+        self.newlines[abs_path] = [m.start() for m in re.finditer("\n", text)]
         try:
             body, notes = bash.parse(text)
         except bash.BashSyntaxError as e:
@@ -966,7 +967,7 @@ class _Reader:
     def assign(self, a: bash.Assign, cond: Unk | None):
         src = self.src(a.line)
         name = a.name
-        self.exported.discard(name)  # --env gave it, but the script sets it: export it to pass it
+        self.inherited.discard(name)  # --env gave it, but the script sets it itself
         if a.array is not None:
             items: list[Field] = []
             for w in a.array:
@@ -1028,6 +1029,7 @@ class _Reader:
     def printf_v(self, fields: list[Field], n: bash.Simple, cond: Unk | None):
         """``printf -v NAME FORMAT ARGS``: only %s, %d and %% are formatted statically."""
         name, src = fields[2].value, self.src(n.line)
+        self.inherited.discard(name)
         expr = " ".join(f.text if f.unk else f.value for f in fields)
         bad = next((f.unk for f in fields[3:] if f.unk), None)
         value = None
@@ -1173,7 +1175,8 @@ class _Reader:
             statement = self.span((self.where[-1], n.start, n.start, n.line, branch))
         variables = {name: v.items[0].value for name, v in self.vars.items()
                      if not v.array and v.items}
-        exported = frozenset(variables) if self.allexport else frozenset(self.exported)
+        exported = frozenset((set(variables) if self.allexport else self.exported)
+                             | self.inherited)
         return LaunchSite(statement, self.span(fields[k].span) if 0 <= k else None, branch,
                           variables, exported, launch.src)
 

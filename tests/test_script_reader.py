@@ -436,3 +436,8 @@ def test_words_used_apart_count_as_used_there(tmp_path):
     users = {fv.flag: read.uses[fv.span.key] for fv in read.argv}
     assert users == {"--tp": {src[4], src[7]}, "--pp": {src[7]}, "--ep": {src[5], src[7]},
                      "--cp": {src[6], src[7]}}
+
+
+def test_exported_stays_exported_when_set_again(tmp_path):
+    read = read_text(tmp_path, "export A=1\nA=2\nB=3\npython3 train.py\n", env={"B": "x", "C": "y"})
+    assert read.site.environ() == {"A": "2", "C": "y"}
