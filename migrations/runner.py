@@ -95,6 +95,8 @@ def write(out: Outcome) -> list[Path]:
             written.append(p)
         mode = out.path.stat().st_mode & 0o7777
         bak = out.path.with_name(out.path.name + ".bak")
+        if not bak.exists():
+            created.append(bak)
         _atomic(bak, out.old.encode(), mode)
         _atomic(out.path, out.new.encode(), mode)
         written.append(out.path)
