@@ -154,8 +154,12 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    import signal
+
     from .ray import PlacementTimeout, start_cluster
 
+    # SIGTERM unwinds like Ctrl-C, so the cluster below is always shut down
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         cluster = start_cluster(topo)
     except TopologyError as e:

@@ -30,12 +30,13 @@ DISAGG = (
 )
 
 
-def launch(args: str | list[str], *pre: str) -> tuple[subprocess.CompletedProcess, float]:
+def launch(args: str | list[str], *pre: str, timeout: float = 120
+           ) -> tuple[subprocess.CompletedProcess, float]:
     argv = args.split() if isinstance(args, str) else args
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, *pre, "-m", "miles.train", *argv], capture_output=True, text=True,
-        timeout=120,
+        timeout=timeout,
     )
     return done, time.monotonic() - start
 
@@ -177,6 +178,7 @@ def test_missing_backend_says_so_and_exits_2(monkeypatch, capsys):
 def test_full_job_runs_on_a_local_cluster(tmp_path):
     """The real path: local 2x4 Ray cluster, the backend's job, clean shutdown."""
     metrics = tmp_path / "m.jsonl"
-    done, _ = launch(["--steps", "1", "--metrics-out", str(metrics)])
+    done, _ = launch(["--steps", "1", "--metrics-out", str(metrics)], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "step 1" in done.stdout
+    assert metrics.exists()
