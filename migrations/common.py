@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from miles_topology import bash
-from miles_topology.config import interpolation_env
 from miles_topology.errors import InputError, TopologyError
 from miles_topology.flags import FLAGS, RENAMED
 from miles_topology.model import Topology
@@ -107,8 +106,7 @@ def read(state: State) -> Reading:
                 stand_in.write_text(state.files[Path(os.path.abspath(argv[i + 1]))])
                 argv[i + 1] = str(stand_in)
         try:
-            with interpolation_env(script.site.environ()):
-                got = read_flags(argv)
+            got = read_flags(argv, script.site.environ())
         except TopologyError as e:
             problems = "; ".join(f"[{p.code}] {p.message}" for p in e.problems)
             raise Refused(f"its topology is invalid: {problems} Fix it first "

@@ -7,7 +7,6 @@ could not resolve is reported as skipped, not failed: `ok` is false only when pr
 
 from __future__ import annotations
 
-from .config import interpolation_env
 from .errors import InputError, Problem
 from .flags import FLAGS, RENAMED
 from .script import ScriptRead, ScriptReadError, read_script
@@ -52,8 +51,8 @@ def check_script(path: str, env: dict[str, str]):
     from .cli import verdict_of
 
     found = read(path, env)
-    with interpolation_env(found.site.environ() if found.site else env):  # for --topology
-        v = verdict_of(path, lambda: read_flags(found.flags()).topology)
+    exported = found.site.environ() if found.site else env  # what a --topology YAML sees
+    v = verdict_of(path, lambda: read_flags(found.flags(), exported).topology)
     unknown = {u.flag for u in found.unresolved if u.flag}
     if any(f in FLAGS and FLAGS[f].field in GRID_FIELDS for f in unknown):
         v.summary = None  # the sizes are not known, so they are not reported

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,10 +13,17 @@ if TYPE_CHECKING:
     from .model import Topology
 
 SKIP = {"etp_implied"}
+ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^{}]*))?\}")
 
 
-def load_fields(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Read a topology YAML into plain field values, interpolations resolved."""
+def load_fields(
+    path: str | Path, overrides: list[str] | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Read a topology YAML into plain field values, interpolations resolved.
+
+    With `env`, `${oc.env:VAR,default}` reads `env` (what a launch script exports) instead
+    of this process's environment, so reading a script's topology file is reproducible.
+    """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
@@ -25,6 +31,9 @@ def load_fields(path: str | Path, overrides: list[str] | None = None) -> dict[st
     path = Path(path)
     try:
         cfg = OmegaConf.load(path)
+        if env is not None:
+            raw = OmegaConf.to_container(cfg, resolve=False)
+            cfg = OmegaConf.create(_substitute_env(raw, env, path))
         if overrides:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
         data = OmegaConf.to_container(cfg, resolve=True)
@@ -40,18 +49,24 @@ def load_fields(path: str | Path, overrides: list[str] | None = None) -> dict[st
     return data
 
 
-@contextmanager
-def interpolation_env(env: Mapping[str, str]) -> Iterator[None]:
-    """Inside, ${oc.env:VAR} reads `env` alone (what a launch script exports), not this
-    process's own environment, so reading a script's topology file is reproducible."""
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+def _substitute_env(data: Any, env: Mapping[str, str], path: Path) -> Any:
+    if isinstance(data, dict):
+        return {k: _substitute_env(v, env, path) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_substitute_env(v, env, path) for v in data]
+    if not isinstance(data, str):
+        return data
+
+    def value(m: re.Match) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if default is None:
+            raise InputError(f"{path}: ${{oc.env:{name}}} is not set and has no default; "
+                             f"pass --env {name}=VALUE")
+        return default.strip().strip("'\"")
+
+    return ENV_REF.sub(value, data)
 
 
 def from_yaml(path: str | Path, overrides: list[str] | None = None) -> Topology:

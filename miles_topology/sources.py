@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .config import load_fields
@@ -16,8 +17,11 @@ class FlagRead:
     passthrough: list[str]  # every argv token that is not a topology flag
 
 
-def read_flags(argv: list[str]) -> FlagRead:
-    """Topology flags -> Topology (all problems in one TopologyError); others pass through."""
+def read_flags(argv: list[str], env: Mapping[str, str] | None = None) -> FlagRead:
+    """Topology flags -> Topology (all problems in one TopologyError); others pass through.
+
+    `env`, when given, resolves `${oc.env:...}` in a `--topology` YAML (see config.py).
+    """
     argv, yaml_path = _take_topology_file(list(argv))
     parsed = parse_flags(argv)
     fields = dict(parsed.fields)
@@ -32,7 +36,7 @@ def read_flags(argv: list[str]) -> FlagRead:
             "keep at most one of --debug-train-only and --debug-rollout-only",
             ("--debug-train-only", "--debug-rollout-only")))
     if yaml_path is not None:
-        base = load_fields(yaml_path)
+        base = load_fields(yaml_path, env=env)
         for name, value in fields.items():
             if name in base and base[name] != value:
                 errors.append(Problem(

@@ -143,3 +143,16 @@ def test_engines_spanning_whole_nodes_and_disaggregated_start():
     topo = Topology(nodes=2, gpus_per_node=4, node_gpus=4, rollout_gpus=8, engine_size=8)
     assert topo.num_engines == 1 and topo.nodes_needed == 4
     assert topo.engine_gpus(0) == tuple((n, g) for n in (2, 3) for g in range(4))
+
+
+def test_yaml_reads_a_given_env_instead_of_the_process_env(tmp_path, monkeypatch):
+    from miles_topology.errors import InputError
+
+    path = tmp_path / "t.yaml"
+    path.write_text("nodes: ${oc.env:NNODES,2}\ngpus_per_node: ${oc.env:GPN}\ncolocate: true\n")
+    monkeypatch.setenv("NNODES", "5")
+    monkeypatch.setenv("GPN", "8")
+    assert read_flags(["--topology", str(path)], {"GPN": "4"}).topology.world_size == 8
+    assert read_flags(["--topology", str(path)]).topology.world_size == 40
+    with pytest.raises(InputError, match="GPN.*pass --env GPN=VALUE"):
+        read_flags(["--topology", str(path)], {})

@@ -18,7 +18,6 @@ from migrations import common
 from migrations.common import LAYOUT, Refused, State, field_of, first_read, read, verify
 from migrations.runner import STEPS, migrate, write
 from miles_topology.cli import main as cli_main
-from miles_topology.config import interpolation_env
 from miles_topology.errors import TopologyError
 from miles_topology.sources import read_flags
 
@@ -352,10 +351,9 @@ def test_launcher_accepts_legacy_flags_the_topology_file_and_flags_conflict(tmp_
     assert "miles-topology migrate" in warn.fix and "--num-gpus-per-node" in warn.message
     yaml = tmp_path / "t.topology.yaml"
     yaml.write_text("gpus_per_node: ${oc.env:G,4}\nrollout_gpus: 4\nnode_gpus: 8\n")
-    with interpolation_env({}):
-        assert read_flags(["--topology", str(yaml)]).topology == legacy.topology
-        with pytest.raises(TopologyError) as e:
-            read_flags(["--topology", str(yaml), "--actor-num-gpus-per-node", "2"])
+    assert read_flags(["--topology", str(yaml)], {}).topology == legacy.topology
+    with pytest.raises(TopologyError) as e:
+        read_flags(["--topology", str(yaml), "--actor-num-gpus-per-node", "2"], {})
     assert [p.code for p in e.value.problems] == ["flag-conflict"]
 
 
