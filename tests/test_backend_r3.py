@@ -146,12 +146,11 @@ def test_training_is_the_same_computation_on_every_topology(pool):
 # ---- sensitivity: each known bug must move the metrics ------------------------------------
 
 
-def test_ownership_mod_gpus_is_caught(pool):
-    # EP 8 over nodes of 4: rank % gpus_per_node puts experts 0..7 on ranks 4..7 too.
-    kw = MATRIX["ep8-gpn4-acceptance"]
-    _, good = job(pool, kw)
-    _, bad = job(pool, kw, extra=["--fault", "ownership-mod-gpus"])
-    assert exact(good)
+@pytest.mark.parametrize("name", ["ep8-gpn4-acceptance", "tp2-sp-etp2-ep2-gpn8"])
+def test_ownership_mod_gpus_is_caught(pool, name):
+    # EP 8 over nodes of 4: rank % gpus_per_node gives ranks 4..7 the experts of 0..3.
+    # ETP 2: the EP rank is rank // etp % ep, not rank % gpus_per_node % ep.
+    _, bad = job(pool, MATRIX[name], extra=["--fault", "ownership-mod-gpus"])
     assert max(m["logprob_max_abs_diff"] for m in bad) > 1e-2
     assert all(m["unplanned_shards"] > 0 for m in bad)
 

@@ -192,7 +192,7 @@ class _progress:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console(stderr=True)
+        self.console = Console()  # metrics lines on stdout; the bar only on a terminal
         self.bar = Progress(TextColumn("R3 steps"), BarColumn(), TextColumn("{task.completed}/"
                             "{task.total}"), TimeElapsedColumn(), console=self.console,
                             transient=True)
