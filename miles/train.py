@@ -158,8 +158,6 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
 
     from .ray import PlacementTimeout, start_cluster
 
-    # SIGTERM unwinds like Ctrl-C, so the cluster below is always shut down
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         cluster = start_cluster(topo)
     except TopologyError as e:
@@ -168,6 +166,9 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
     except PlacementTimeout as e:
         print(f"miles: {e}", file=sys.stderr)
         return 1
+    # SIGTERM unwinds like Ctrl-C so the cluster is shut down (set after start_cluster,
+    # whose local raylets install Ray's own handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         backend.run_job(
             topo, cluster, steps=job.steps, metrics_out=job.metrics_out, seed=job.seed,
