@@ -39,7 +39,8 @@ ENGINE_GPU = {True: 0.4, False: 1.0}
 PIN = 0.001  # share of a node's pin resource a bundle takes
 ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR",
-    "MASTER_PORT", "MILES_ENGINE", "MILES_ENGINE_RANK", "MILES_ENGINE_SIZE",
+    "MASTER_PORT", "LOCAL_WORLD_SIZE", "MILES_ENGINE", "MILES_ENGINE_RANK", "MILES_ENGINE_SIZE",
+    "MILES_ENGINE_ADDR",
 )
 
 
@@ -195,7 +196,8 @@ def _place(topo: Topology, wait_s: float, owns: tuple[Any, bool]) -> Cluster:
     try:
         _bounded(pg.ready(), wait_s, f"a placement group of {len(needed)} GPU bundles "
                  f"({_per_node(needed)}); other jobs may hold those GPUs")
-        rank0 = needed.index(topo.placement(0))
+        rank0 = needed.index(topo.placement(0))  # a bundle on rank 0's node: the master's
+        # address and port (the GPU within the node is settled by `bind` below)
         refs = [
             _probe.options(
                 num_cpus=0, num_gpus=PIN,
