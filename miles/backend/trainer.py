@@ -99,20 +99,22 @@ class Trainer:
         self.dense = {n: weight(spec, n, seed).requires_grad_() for n in dense_names(spec, layers)}
         # Experts held: the Topology's block, or the old rank % gpus_per_node rule as a fault.
         self.owned = faults.owned(topo, rank)
-        per = topo.experts_per_rank
-        part = slice(x["etp"] * spec.ffn // topo.etp, (x["etp"] + 1) * spec.ffn // topo.etp)
+        ids = list(self.owned)
+
+        def shard(name: str, dim: int) -> torch.Tensor:  # this rank's ETP slice of the FFN
+            full = weight(spec, name, seed)[ids]
+            return torch.tensor_split(full, topo.etp, dim)[x["etp"]].clone().requires_grad_()
+
         self.trace = moe.Trace()
         groups = moe.Groups(self.world.ep, self.world.etp)
         self.moe: dict[int, moe.MoELayer] = {}
         self.experts: dict[str, torch.Tensor] = {}
         for layer in topo.replay_layers(c["pp"]):  # router order = RouterReplay order
             n1, n2 = expert_names(layer)
-            ids = list(self.owned)
-            self.experts[n1] = weight(spec, n1, seed)[ids][:, :, part].clone().requires_grad_()
-            self.experts[n2] = weight(spec, n2, seed)[ids][:, part, :].clone().requires_grad_()
+            self.experts[n1], self.experts[n2] = shard(n1, 2), shard(n2, 1)
             self.moe[layer] = moe.MoELayer(
                 layer, self.dense[f"{layer}.router"], self.experts[n1], self.experts[n2],
-                topo.local_experts(rank)[0], per, spec.topk, groups, self.trace,
+                topo.local_experts(rank)[0], topo.experts_per_rank, spec.topk, groups, self.trace,
             )
         params = list(self.dense.values()) + list(self.experts.values())
         self.opt = torch.optim.Adam(params, lr=lr)
@@ -235,7 +237,7 @@ class Trainer:
                 self.trace.tag = ("train", i)
                 adv = torch.tensor([batch.adv[x] if x >= 0 else 0.0 for x in rows.sample.tolist()],
                                    dtype=DTYPE)
-                loss = partial(grpo_loss, adv=adv, old=old[i] and old[i][0],
+                loss = partial(grpo_loss, adv=adv, old=old[i][0] if old[i] else None,
                                norm=batch.step_tokens[step])
                 moe.set_replay(rep)
                 r = self._run(rows, batch, train=True, backward=loss)
