@@ -111,6 +111,25 @@ def expert_grid(topo: Topology) -> Iterator[Problem]:
 
 
 @check
+def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
+    """Megatron builds one set of pipeline groups for both grids; with pp not last in the
+    order that holds only when the dense and expert data-parallel sizes are equal."""
+    if topo.order.endswith("pp") or topo.pp == 1 or not topo.forms_grid or topo.dp == topo.edp:
+        return
+    yield _err(
+        "order-requires-equal-dp",
+        f"order {topo.order} (--use-tp-pp-dp-mapping) with pp = {topo.pp} needs the same "
+        f"data-parallel size on both grids, but dense dp = {topo.world_size}/(tp*cp*pp) = "
+        f"{topo.dp} and expert dp = {topo.world_size}/(etp*ep*pp) = {topo.edp} "
+        f"(tp*cp = {topo.tp * topo.cp}, etp*ep = {topo.etp * topo.ep}).",
+        "drop --use-tp-pp-dp-mapping, or make etp*ep equal tp*cp (e.g. "
+        f"--expert-tensor-parallel-size {max(1, topo.tp * topo.cp // topo.ep)} with "
+        f"--expert-model-parallel-size {min(topo.ep, topo.tp * topo.cp)})",
+        "order", "ep", "etp", "tp", "cp", "pp",
+    )
+
+
+@check
 def experts_by_ep(topo: Topology) -> Iterator[Problem]:
     if topo.experts is None or topo.experts % topo.ep == 0:
         return

@@ -53,6 +53,12 @@ ERRORS = [
     ("flag-conflict", ["--sglang-ep-size", "2", "--sglang-expert-parallel-size", "4"],
      ["--sglang-ep-size 2 and --sglang-expert-parallel-size 4"],
      ["keep one of them"]),
+    ("order-requires-equal-dp",
+     ["--actor-num-gpus-per-node", "4", "--pipeline-model-parallel-size", "2",
+      "--expert-model-parallel-size", "2", "--num-experts", "4", "--use-tp-pp-dp-mapping"],
+     ["order tp-cp-ep-pp-dp", "dense dp = 4/(tp*cp*pp) = 2", "expert dp = 4/(etp*ep*pp) = 1"],
+     ["drop --use-tp-pp-dp-mapping", "--expert-tensor-parallel-size 1 with "
+      "--expert-model-parallel-size 1"]),
     ("moe-tp-requires-sp",
      ["--tensor-model-parallel-size", "2", "--num-experts", "8"],
      ["MoE model with tp = 2"], ["add --sequence-parallel"]),

@@ -122,8 +122,6 @@ def test_a_wrong_topology_is_caught(small):
     assert diffs and "megatron-core" in diffs[0] and "Topology" in diffs[0]
 
 
-@pytest.mark.xfail(strict=True, reason="core gap: megatron-core refuses a non-pp-last order "
-                   "with pp > 1 and dp != edp; the Topology does not check it yet")
 def test_topology_refuses_what_megatron_refuses():
     from miles_topology import TopologyError
 

@@ -36,7 +36,9 @@ def topologies(draw):
         nodes=nodes, gpus_per_node=gpn, node_gpus=8, tp=tp, cp=cp, pp=pp, etp=etp, ep=ep,
         sp=tp > 1, experts=experts, colocate=colocate, rollout_gpus=rollout,
         engine_size=engine,
-        order=draw(st.sampled_from(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])),
+        order=draw(st.sampled_from(
+            ["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"] if pp == 1 or tp * cp == etp * ep
+            else ["tp-cp-ep-dp-pp"])),
     )
 
 
