@@ -50,7 +50,7 @@ MATRIX = {
 }
 
 SLOW = {
-    "ep8-gpn2-4-nodes-pp2": dict(nodes=4, gpus_per_node=2, node_gpus=2, pp=2, ep=4,
+    "ep4-gpn2-4-nodes-pp2": dict(nodes=4, gpus_per_node=2, node_gpus=2, pp=2, ep=4,
                                  rollout_gpus=4, engine_size=4, layers=8),
     "tp2-cp2-pp2-etp2-ep2-gpn8": dict(nodes=1, gpus_per_node=8, tp=2, sp=True, cp=2, pp=2,
                                       etp=2, ep=2, colocate=True, engine_size=4),
