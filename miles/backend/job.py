@@ -96,7 +96,7 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
     t0 = time.monotonic()
     train, engines, master, owned = spawn(cluster, topo)
     out: list[dict] = []
-    sink = open(metrics_out, "w") if metrics_out else None  # noqa: SIM115
+    sink = open(metrics_out, "w") if metrics_out else None
     try:
         ray.get([e.start.remote("engine", topo, i, seed, faults.engine_guard)
                  for i, e in enumerate(engines)])
