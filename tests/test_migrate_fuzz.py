@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mutation import mutated
 
 from migrations.common import Refused
 from migrations.runner import migrate, write
@@ -28,29 +29,7 @@ SNIPPETS = ["--tensor-model-parallel-size 2", "--colocate", "--rollout-num-gpus 
 BASH = shutil.which("bash")
 
 
-@st.composite
-def mutated(draw) -> str:
-    lines = draw(st.sampled_from(TEXTS)).split("\n")
-    for _ in range(draw(st.integers(0, 4))):
-        kind = draw(st.sampled_from(["delete", "duplicate", "swap", "insert", "truncate"]))
-        n = len(lines)
-        if n == 0:
-            break
-        i = draw(st.integers(0, n - 1))
-        if kind == "delete":
-            del lines[i]
-        elif kind == "duplicate":
-            lines.insert(i, lines[i])
-        elif kind == "swap":
-            j = draw(st.integers(0, n - 1))
-            lines[i], lines[j] = lines[j], lines[i]
-        elif kind == "insert":
-            at = draw(st.integers(0, len(lines[i])))
-            lines[i] = lines[i][:at] + draw(st.sampled_from(SNIPPETS)) + lines[i][at:]
-        else:
-            text = "\n".join(lines)
-            lines = text[: draw(st.integers(0, len(text)))].split("\n")
-    return "\n".join(lines)
+MUTATED = mutated(TEXTS, SNIPPETS, 0, 4)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +67,7 @@ def check(workdir: Path, text: str, env: dict, inline: bool) -> None:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=mutated(), inline=st.booleans(),
+@given(text=MUTATED, inline=st.booleans(),
        env=st.dictionaries(st.sampled_from(["TP", "EP", "NNODES", "ASYNC", "1"]),
                            st.sampled_from(["1", "2", "4", "", "x"]), max_size=2))
 def test_mutated_scripts_migrate_or_are_refused(workdir, text, inline, env):

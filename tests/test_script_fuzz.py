@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mutation import mutated
 
 from miles_topology.script import ScriptRead, ScriptReadError, read_script
 
@@ -18,29 +19,7 @@ NASTY = ["'", '"', "{", "}", "(", ")", "$((", "$(", "${", "`", "\\", "\\\n", "\n
          "$((1/0))", "${X:-${Y:?", "if true; then", "case x in", "\t", " "]
 
 
-@st.composite
-def mutated(draw) -> str:
-    lines = draw(st.sampled_from(TEXTS)).split("\n")
-    for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(["delete", "duplicate", "swap", "insert", "truncate"]))
-        n = len(lines)
-        if n == 0:
-            break
-        i = draw(st.integers(0, n - 1))
-        if kind == "delete":
-            del lines[i]
-        elif kind == "duplicate":
-            lines.insert(i, lines[i])
-        elif kind == "swap":
-            j = draw(st.integers(0, n - 1))
-            lines[i], lines[j] = lines[j], lines[i]
-        elif kind == "insert":
-            at = draw(st.integers(0, len(lines[i])))
-            lines[i] = lines[i][:at] + draw(st.sampled_from(NASTY)) + lines[i][at:]
-        else:
-            text = "\n".join(lines)
-            lines = text[: draw(st.integers(0, len(text)))].split("\n")
-    return "\n".join(lines)
+MUTATED = mutated(TEXTS, NASTY, 1, 6)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +44,7 @@ def check(workdir: Path, text: str, env=None) -> None:
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=mutated())
+@given(text=MUTATED)
 def test_mutated_fixture_scripts(workdir, text):
     check(workdir, text)
 
