@@ -12,12 +12,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-.PHONY: run test test-slow lint bench
+.PHONY: run test test-fast test-slow bench
 run: $(STAMP)
 	$(PY) -m miles.train $(ARGS)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 test-slow: $(STAMP)

@@ -13,13 +13,14 @@ from __future__ import annotations
 from miles_topology.config import load_fields
 from miles_topology.flags import parse_flags
 
-# field -> flags added when the field is not given
+# field -> flags added when the field is not given (model facts and the GRPO group size)
 MODEL: dict[str, list[str]] = {
     "layers": ["--num-layers", "4"],
     "heads": ["--num-attention-heads", "4"],
     "experts": ["--num-experts", "8"],
     "topk": ["--moe-router-topk", "2"],
     "rollout_routing_replay": ["--use-rollout-routing-replay"],
+    "n_samples_per_prompt": ["--n-samples-per-prompt", "4"],  # GRPO needs a group per prompt
 }
 LAYOUT = [
     "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4", "--num-gpus-per-node", "4",

@@ -3,7 +3,8 @@
 Validation runs before torch, ray or megatron-core are imported, so a bad configuration
 is refused in well under a second with every problem listed. Exit codes: 0 done (or a
 dry run), 1 invalid configuration (or a cluster that cannot host it), 2 unreadable input
-or usage error. Bad input never ends in a traceback.
+or usage error, 3 the job ran but train and rollout disagreed. Bad input never ends in a
+traceback.
 
 Job flags owned here: --dry-run, --steps N, --seed N, --metrics-out FILE.jsonl, and
 --topology FILE.yaml (read with the other topology flags). Topology flags build the
@@ -28,7 +29,8 @@ usage: python -m miles.train [--dry-run] [--steps N] [--seed N] [--metrics-out F
 
 With no flags it runs the embedded miniature R3 job: 2 nodes x 4 logical GPUs, EP 2,
 colocated rollout. --dry-run prints the plan (grid, GPU map, engines, weight-sync groups)
-and starts nothing. Exit codes: 0 ok, 1 invalid configuration, 2 unreadable input/usage."""
+and starts nothing. Exit codes: 0 ok, 1 invalid configuration, 2 unreadable input/usage,
+3 the job ran but train and rollout disagreed (R3 not exact)."""
 
 
 class UsageError(Exception):
@@ -170,7 +172,7 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
     # whose local raylets install Ray's own handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        backend.run_job(
+        steps = backend.run_job(
             topo, cluster, steps=job.steps, metrics_out=job.metrics_out, seed=job.seed,
             extra=passthrough,
         )
@@ -179,6 +181,13 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
         return 130
     finally:
         cluster.shutdown()
+    from miles.backend.metrics import exact
+
+    bad = [m["step"] for m in steps if not exact(m)]
+    if bad:
+        print(f"miles: train and rollout disagree at step(s) {bad}: R3 is not exact "
+              "(see logprob_max_abs_diff and route_agreement above)", file=sys.stderr)
+        return 3
     return 0
 
 

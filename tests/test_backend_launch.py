@@ -38,3 +38,15 @@ def test_acceptance_command(tmp_path, flags):
         assert m["route_agreement"] == 1.0, m
         assert 0.0 <= m["reward_mean"] <= 1.0
     assert done.stdout.count("route_agreement=1.000000") == 2
+
+
+@pytest.mark.slow
+def test_a_job_whose_replay_is_wrong_exits_3(tmp_path):
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "miles.train", "--steps", "1", "--fault", "replay-shift"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+    )
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "MISMATCH" in done.stdout and "R3 is not exact" in done.stderr

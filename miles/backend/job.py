@@ -201,7 +201,7 @@ class _progress:
         return self.tick
 
     def tick(self, m: dict) -> None:
-        ok = m["logprob_max_abs_diff"] <= 1e-5 and m["route_agreement"] == 1.0
+        ok = metrics.exact(m)
         self.bar.console.print(
             f"step {m['step']}: logprob_max_abs_diff={m['logprob_max_abs_diff']:.3e} "
             f"route_agreement={m['route_agreement']:.6f} reward_mean={m['reward_mean']:.3f} "

@@ -12,6 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
+LOGPROB_TOL = 1e-5  # float rounding; the engine and the trainer run the same float64 model
+
+
+def exact(m: dict) -> bool:
+    """Did a step's train and rollout agree: log-probs at rounding, every route replayed?"""
+    return m["logprob_max_abs_diff"] <= LOGPROB_TOL and m["route_agreement"] == 1.0
+
 
 def logprob_diff(engine_lp: dict, plens: dict, parts: list, what: str, only=None) -> float:
     """max |train - rollout| over response tokens of samples `only` (default all), each once."""
