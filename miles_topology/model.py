@@ -263,16 +263,29 @@ class Topology(BaseModel):
     def ep_rank(self, rank: int) -> int:
         return self.expert_grid.coord(rank)["ep"]
 
+    def ep_experts(self, ep_rank: int) -> tuple[int, ...]:
+        """The ownership rule, stated once: EP rank e owns [e*E/ep, (e+1)*E/ep) (megatron-core)."""
+        per = self.experts_per_rank
+        return tuple(range(ep_rank * per, (ep_rank + 1) * per))
+
+    @cached_property
+    def expert_ep_ranks(self) -> tuple[int, ...]:
+        """The EP rank owning each global expert id: `ep_experts` inverted, for dispatch."""
+        owner = [0] * (self.experts or 0)
+        for e in range(self.ep):
+            for expert in self.ep_experts(e):
+                owner[expert] = e
+        return tuple(owner)
+
     def local_experts(self, rank: int) -> tuple[int, ...]:
-        """Global expert ids held by `rank`: EP rank e owns [e*E/ep, (e+1)*E/ep)."""
-        start = self.ep_rank(rank) * self.experts_per_rank
-        return tuple(range(start, start + self.experts_per_rank))
+        """Global expert ids held by global rank `rank`."""
+        return self.ep_experts(self.ep_rank(rank))
 
     def expert_owners(self, expert: int) -> tuple[int, ...]:
         """Every global rank holding `expert` (one per expert-DP replica, ETP rank, stage)."""
         if self.experts is None or not 0 <= expert < self.experts:
             raise IndexError(f"expert {expert} outside 0..{(self.experts or 0) - 1}")
-        e = expert // self.experts_per_rank
+        e = self.expert_ep_ranks[expert]
         return tuple(sorted(g[e] for g in self.expert_grid._groups("ep")))
 
     # ---- layers ---------------------------------------------------------------------

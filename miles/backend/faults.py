@@ -35,7 +35,7 @@ class Faults:
         if "ownership-mod-gpus" not in self.names:
             return topo.local_experts(rank)
         e = (rank % topo.gpus_per_node) % topo.ep
-        return tuple(range(e * topo.experts_per_rank, (e + 1) * topo.experts_per_rank))
+        return topo.ep_experts(e)
 
     def shift(self, rows: np.ndarray) -> np.ndarray:
         if "replay-shift" not in self.names or len(rows) < 2:

@@ -46,9 +46,14 @@ class Groups:
 
 
 class MoELayer:
-    def __init__(self, layer, router, w1, w2, first, per, topk, groups: Groups, trace: Trace):
+    def __init__(self, layer, router, w1, w2, owner, held, topk, groups: Groups, trace: Trace):
+        """owner: EP rank of each global expert id (Topology.expert_ep_ranks); held: the
+        expert ids whose weights w1/w2 hold, in order (Topology.local_experts)."""
         self.layer, self.router, self.w1, self.w2 = layer, router, w1, w2
-        self.first, self.per, self.topk = first, per, topk  # first: this EP rank's first expert
+        self.owner = torch.tensor(owner)
+        self.slot = torch.full((len(owner),), -1, dtype=torch.long)  # expert id -> row of w1
+        self.slot[list(held)] = torch.arange(len(held))
+        self.topk = topk
         self.groups, self.trace = groups, trace
         self.replay = RouterReplay()  # registers in RouterReplay.global_router_replay_instances
 
@@ -61,7 +66,7 @@ class MoELayer:
         probs, used = route(x @ self.router, self.topk, self.replay)
         self.trace.calls.append((self.trace.tag, self.layer, action, _ids(used, self.topk)))
         tok, exp = used.nonzero(as_tuple=True)
-        owner = exp // self.per
+        owner = self.owner[exp]
         order = torch.argsort(owner, stable=True)
         tok, exp, owner = tok[order], exp[order], owner[order]
         weight = probs[tok, exp]
@@ -73,9 +78,9 @@ class MoELayer:
         etp = self.groups.etp
         sizes = comm.sizes(xs.shape[0], etp)
         xs, es = comm.gather(xs, sizes, etp), comm.gather(es, sizes, etp)
-        local = es - self.first
+        local = self.slot[es]
         y = xs.new_zeros(xs.shape)
-        for j in range(self.per):
+        for j in range(self.w1.shape[0]):
             idx = (local == j).nonzero().squeeze(1)
             y = y.index_add(0, idx, ffn(xs[idx], self.w1[j], self.w2[j]))
         y = comm.sum_scatter(y, sizes, etp)

@@ -114,7 +114,7 @@ class Trainer:
             self.experts[n1], self.experts[n2] = shard(n1, 2), shard(n2, 1)
             self.moe[layer] = moe.MoELayer(
                 layer, self.dense[f"{layer}.router"], self.experts[n1], self.experts[n2],
-                topo.local_experts(rank)[0], topo.experts_per_rank, spec.topk, groups, self.trace,
+                topo.expert_ep_ranks, topo.local_experts(rank), spec.topk, groups, self.trace,
             )
         params = list(self.dense.values()) + list(self.experts.values())
         self.opt = torch.optim.Adam(params, lr=lr)
