@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -113,8 +114,10 @@ def _shard(topo: Topology, key: Key, rank: int) -> Shard:
     return Shard("expert", pp, etp, topo.etp, layers, topo.local_experts(rank))
 
 
+@lru_cache(maxsize=4)
 def _holders(topo: Topology) -> dict[Key, list[int]]:
-    """Every shard key -> the ranks holding it (replicas in rank order)."""
+    """Every shard key -> the ranks holding it (replicas in rank order); computed once per
+    Topology, not once per engine."""
     out: dict[Key, list[int]] = {}
     for r in range(topo.world_size):
         d = topo.coord(r)
