@@ -372,6 +372,16 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
             f"drop {flag_of(which)}, or give the MoE shape (--num-experts N)",
             which, "experts",
         )
+    if topo.rollout_routing_replay and topo.rollout_external:
+        yield _warn(
+            "r3-external-capture",
+            "rollout routing replay with external engines: miles cannot switch on routed-"
+            "expert capture for engines it does not start, and without it there is nothing "
+            "to replay.",
+            "start the external SGLang servers with routed-expert capture on "
+            "(--enable-return-routed-experts), or drop --rollout-external",
+            "rollout_routing_replay", "rollout_external",
+        )
     if topo.router_fusion:
         yield _err(
             "r3-router-fusion",
