@@ -292,11 +292,11 @@ def rollout_engines(topo: Topology) -> Iterator[Problem]:
 
 
 def _engine_aligned(topo: Topology, engine: int) -> bool:
-    node = topo.engine_node_size
-    start = engine * topo.engine_size
-    if topo.engine_size <= node:
-        return start // node == (start + topo.engine_size - 1) // node
-    return start % node == 0 and topo.engine_size % node == 0
+    """Inside one node, or whole nodes starting at GPU 0 (read from `engine_gpus`)."""
+    gpus = topo.engine_gpus(engine)
+    if len({n for n, _ in gpus}) == 1:
+        return True
+    return gpus[0][1] == 0 and topo.engine_size % topo.engine_node_size == 0
 
 
 @check

@@ -7,12 +7,7 @@ differ only along the named axes.
 
 from __future__ import annotations
 
-from functools import cached_property
 from itertools import product
-from math import prod
-
-DENSE_AXES = ("tp", "cp", "ep", "dp", "pp")  # ep is size 1 on the dense grid
-EXPERT_AXES = ("tp", "cp", "ep", "dp", "pp")  # cp is size 1 on the expert grid; tp=etp, dp=edp
 
 
 class Grid:
@@ -31,6 +26,7 @@ class Grid:
             s *= size
         self.strides: tuple[int, ...] = tuple(strides)
         self.world_size: int = s
+        self._cache: dict[str, tuple[tuple[int, ...], ...]] = {}
 
     def index(self, axis: str) -> int:
         try:
@@ -57,10 +53,6 @@ class Grid:
             cached = tuple(tuple(o + r for r in offsets_in) for o in offsets_out)
             self._cache[token] = cached
         return cached
-
-    @cached_property
-    def _cache(self) -> dict[str, tuple[tuple[int, ...], ...]]:
-        return {}
 
     def coord(self, rank: int) -> dict[str, int]:
         if not 0 <= rank < self.world_size:
@@ -89,7 +81,3 @@ def _offsets(sizes: list[int], strides: list[int]) -> list[int]:
     ranges = [range(0, sz * st, st) for sz, st in zip(sizes, strides)]
     # itertools.product varies the last iterable fastest, so feed the axes reversed.
     return [sum(p) for p in product(*reversed(ranges))]
-
-
-def world(sizes: dict[str, int]) -> int:
-    return prod(sizes.values())

@@ -28,8 +28,8 @@ from .flags import flag_of
 from .grid import Grid
 
 Pos = Field(default=1, ge=1)
-AXES = ("tp", "cp", "ep", "dp", "pp")
-ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+
+ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # default, and --use-tp-pp-dp-mapping
 
 
 class Topology(BaseModel):
@@ -55,7 +55,7 @@ class Topology(BaseModel):
     etp: int = Pos  # inferred = tp when not given
     etp_implied: bool = False
     sp: bool = False
-    order: Literal["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"] = "tp-cp-ep-dp-pp"
+    order: Literal[ORDERS] = ORDERS[0]
     # rollout
     colocate: bool = False
     rollout_gpus: int | None = Field(default=None, ge=0)
@@ -398,7 +398,7 @@ class Topology(BaseModel):
             tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.chunks, ep=self.ep, etp=self.etp,
             order=self.order, nodes=self.nodes, gpus_per_node=self.gpus_per_node,
             rollout_gpus=self.rollout_gpu_count, engine_size=self.engine_size,
-            num_engines=self.rollout_gpu_count // self.engine_size,
+            num_engines=self.num_engines,
         )
         return d
 
