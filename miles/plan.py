@@ -6,7 +6,7 @@ exactly what the Ray placement and the Megatron groups will do.
 
 from __future__ import annotations
 
-from miles_topology import Problem, Topology
+from miles_topology import Topology
 from miles_topology.show import text_map
 from miles_topology.weightsync import sync_plan
 
@@ -22,14 +22,6 @@ def spans(ids: list[int] | tuple[int, ...]) -> str:
         else:
             out.append((i, i))
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
-
-
-def problem_lines(problems: list[Problem] | tuple[Problem, ...], kind: str) -> list[str]:
-    return [
-        line
-        for p in problems
-        for line in (f"{kind} [{p.code}] {p.message}", f"    fix: {p.fix}")
-    ]
 
 
 def stages(topo: Topology) -> list[str]:
@@ -86,5 +78,5 @@ def plan_text(topo: Topology, added: list[str] | None = None) -> str:
     if added:
         lines.append("embedded defaults used: " + " ".join(added))
     if topo.warnings:
-        lines += [""] + problem_lines(topo.warnings, "warning")
+        lines += [""] + [line for w in topo.warnings for line in w.lines()]
     return "\n".join(lines)

@@ -101,10 +101,8 @@ def report(problems: list[Problem] | tuple[Problem, ...], warnings=()) -> None:
         print(f"miles: invalid configuration, {n} problem{'s' if n != 1 else ''}:", file=err)
     for kind, items in (("error", problems), ("warning", warnings)):
         for p in items:
-            print(f"  {kind} [{p.code}] {p.message}", file=err)
-            print(f"      fix: {p.fix}", file=err)
-            if p.flags:
-                print(f"      flags: {' '.join(p.flags)}", file=err)
+            for line in p.lines(kind):
+                print(f"  {line}", file=err)
 
 
 def main(argv: list[str] | None = None) -> int:

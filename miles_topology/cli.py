@@ -119,10 +119,8 @@ def _print_text(v: Verdict, out) -> None:
         print(f"  {p}", file=out)
     for kind, problems in (("error", v.errors), ("warning", v.warnings), ("skipped", v.skipped)):
         for p in problems:
-            print(f"  {kind} [{p.code}] {p.message}", file=out)
-            print(f"    fix: {p.fix}", file=out)
-            if p.flags:
-                print(f"    flags: {', '.join(p.flags)}", file=out)
+            for line in p.lines(kind):
+                print(f"  {line}", file=out)
 
 
 def _print_table(verdicts: list[Verdict]) -> None:

@@ -24,6 +24,13 @@ class Problem:
     def __str__(self) -> str:
         return f"[{self.code}] {self.message} Fix: {self.fix}"
 
+    def lines(self, kind: str | None = None) -> list[str]:
+        """The text report of one problem, as `check`, the launcher and the plan print it."""
+        out = [f"{kind or self.severity} [{self.code}] {self.message}", f"  fix: {self.fix}"]
+        if self.flags:
+            out.append(f"  flags: {', '.join(self.flags)}")
+        return out
+
 
 @dataclass
 class TopologyError(ValueError):
