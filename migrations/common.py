@@ -33,7 +33,7 @@ from miles_topology.sources import read_flags
 LAYOUT = (
     "nodes", "gpus_per_node", "node_gpus", "use_critic", "critic_nodes", "critic_gpus_per_node",
     "tp", "pp", "vpp", "vpp_layers", "first_stage_layers", "last_stage_layers", "cp", "ep",
-    "etp", "sp", "tp_pp_dp_mapping", "colocate", "rollout_gpus", "engine_size", "engine_ep",
+    "etp", "sp", "order", "colocate", "rollout_gpus", "engine_size", "engine_ep",
     "engine_dp", "dp_attention", "rollout_external", "train_only", "rollout_only",
     "routing_replay", "rollout_routing_replay",
 )

@@ -20,7 +20,6 @@ import re
 from pathlib import Path
 
 from miles_topology.flags import flag_of, parse_flags
-from miles_topology.model import ORDERS
 from miles_topology.script import FlagValue, is_switch
 
 from .common import (
@@ -47,7 +46,6 @@ SUMMARY = "move every parallel-layout flag into NAME.topology.yaml beside the sc
           "by one --topology flag (or one TOPOLOGY_ARGS array with --inline)"
 
 ARRAY = "TOPOLOGY_ARGS"
-ORDER = {False: ORDERS[0], True: ORDERS[1]}  # by --use-tp-pp-dp-mapping
 
 
 def yaml_path(state: State) -> Path:
@@ -141,8 +139,6 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit]) -> None:
     for name, fvs in moving.items():
         value = values[name]
         key, shown = name, ("true" if value else "false") if isinstance(value, bool) else value
-        if name == "tp_pp_dp_mapping":
-            key, shown = "order", ORDER[bool(value)]
         kind, how = form(state, r, fvs[-1])
         if kind == "var":
             shown = f"${{oc.env:{how},{shown}}}"

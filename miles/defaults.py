@@ -29,7 +29,7 @@ LAYOUT = [
 LAYOUT_FIELDS = {
     "nodes", "gpus_per_node", "node_gpus", "cluster_nodes", "use_critic", "critic_nodes",
     "critic_gpus_per_node", "tp", "pp", "vpp", "vpp_layers", "cp", "ep", "etp", "sp", "order",
-    "tp_pp_dp_mapping", "first_stage_layers", "last_stage_layers", "colocate", "rollout_gpus",
+    "first_stage_layers", "last_stage_layers", "colocate", "rollout_gpus",
     "engine_size", "engine_ep", "engine_dp", "dp_attention", "rollout_external", "train_only",
     "rollout_only", "_renamed",
 }

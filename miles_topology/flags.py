@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import Problem
+from .grid import ORDERS
 
 
 @dataclass(frozen=True)
 class Spec:
     field: str
     kind: str  # "int", "switch", "freq", "str"
+    values: tuple | None = None  # a switch that sets a field to (value off, value on)
 
 
 # flag -> Spec. The first flag listed for a field is the name quoted in messages.
@@ -40,7 +42,7 @@ FLAGS: dict[str, Spec] = {
     "--expert-model-parallel-size": Spec("ep", "int"),
     "--expert-tensor-parallel-size": Spec("etp", "int"),
     "--sequence-parallel": Spec("sp", "switch"),
-    "--use-tp-pp-dp-mapping": Spec("tp_pp_dp_mapping", "switch"),
+    "--use-tp-pp-dp-mapping": Spec("order", "switch", ORDERS),
     "--num-layers": Spec("layers", "int"),
     "--num-attention-heads": Spec("heads", "int"),
     "--num-query-groups": Spec("query_groups", "int"),
@@ -72,7 +74,6 @@ RENAMED: dict[str, tuple[str, Spec | None]] = {
 FIELD_FLAG: dict[str, str] = {}
 for _flag, _spec in FLAGS.items():
     FIELD_FLAG.setdefault(_spec.field, _flag)
-FIELD_FLAG["order"] = "--use-tp-pp-dp-mapping"
 
 
 def flag_of(name: str) -> str:
@@ -131,7 +132,8 @@ def parse_flags(argv: list[str]) -> Parsed:
                     _bad_value(name, value, "a switch takes no value", f"write {name} alone.")
                 )
                 continue
-            _set(out, spec.field, value is None or value.lower() in ("true", "1"), name)
+            on = value is None or value.lower() in ("true", "1")
+            _set(out, spec.field, spec.values[on] if spec.values else on, name)
             continue
         if value is None:
             if i < len(argv) and not _is_flag(argv[i]):

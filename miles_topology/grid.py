@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from itertools import product
 
+ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # Megatron's default, --use-tp-pp-dp-mapping
+
 
 class Grid:
     """One factorisation of the world: ordered axis sizes, strides, groups, coordinates."""

@@ -25,12 +25,9 @@ from . import layers as _layers
 from .checks import run_checks
 from .errors import Problem, TopologyError
 from .flags import flag_of
-from .grid import Grid
+from .grid import ORDERS, Grid
 
 Pos = Field(default=1, ge=1)
-
-ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # default, and --use-tp-pp-dp-mapping
-
 
 class Topology(BaseModel):
     """Every parallel size of a miles job and the model facts they depend on."""

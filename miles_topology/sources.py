@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .config import load_fields
 from .errors import Problem, TopologyError
 from .flags import flag_of, parse_flags
-from .model import ORDERS, Topology
+from .model import Topology
 
 
 @dataclass
@@ -26,8 +26,6 @@ def read_flags(argv: list[str], env: Mapping[str, str] | None = None) -> FlagRea
     parsed = parse_flags(argv)
     fields = dict(parsed.fields)
     errors, warnings = list(parsed.errors), list(parsed.warnings)
-    if fields.pop("tp_pp_dp_mapping", False):
-        fields["order"] = ORDERS[1]
     if "--sglang-enable-ep-moe" in fields.pop("_renamed", []) and "engine_ep" not in fields:
         fields["engine_ep"] = fields.get("engine_size", 1)
     if fields.get("train_only") and fields.get("rollout_only"):

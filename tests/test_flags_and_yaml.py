@@ -156,3 +156,8 @@ def test_yaml_reads_a_given_env_instead_of_the_process_env(tmp_path, monkeypatch
     assert read_flags(["--topology", str(path)]).topology.world_size == 40
     with pytest.raises(InputError, match="GPN.*pass --env GPN=VALUE"):
         read_flags(["--topology", str(path)], {})
+
+
+def test_rank_order_switch_off_keeps_the_default():
+    assert Topology.from_flags(["--colocate", "--use-tp-pp-dp-mapping=false"]).order == (
+        "tp-cp-ep-dp-pp")

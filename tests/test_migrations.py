@@ -428,3 +428,16 @@ def test_step_modules_import_without_heavy_dependencies():
             "assert not bad, bad")
     subprocess.run([os.sys.executable, "-c", code], check=True, cwd=ROOT)
     assert importlib.import_module("migrations").STEPS == STEPS
+
+
+def test_rank_order_switch_moves_as_the_order_field(tmp_path, capsys):
+    script = tmp_path / "r.sh"
+    script.write_text("#!/bin/bash\npython3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node"
+                      " 8 --colocate --use-tp-pp-dp-mapping\n")
+    before = read_flags(["--colocate", "--use-tp-pp-dp-mapping"]).topology
+    code, _, _ = cli(["migrate", "--write", str(script)], capsys)
+    assert code == 0
+    assert "order: tp-cp-ep-pp-dp" in (tmp_path / "r.topology.yaml").read_text()
+    assert "--use-tp-pp-dp-mapping" not in script.read_text()
+    code, out, _ = cli(["check", "--format", "json", str(script)], capsys)
+    assert code == 0 and json.loads(out)["topology"]["order"] == before.order
