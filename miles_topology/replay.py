@@ -141,7 +141,8 @@ def cp_segments(sample: int, tokens: int, cp: int, cp_rank: int) -> list[Segment
 
 
 def replay_plan(
-    topo: Topology, sample_tokens: Sequence[int], rank: int, pad_multiple: int = 1
+    topo: Topology, sample_tokens: Sequence[int], rank: int, pad_multiple: int = 1,
+    pad_to: int | None = None,
 ) -> RankReplay:
     """The replay rows train rank `rank` consumes, for samples of `sample_tokens` tokens.
 
@@ -158,7 +159,7 @@ def replay_plan(
         raise ValueError(f"sample {bad[0]} has {sample_tokens[bad[0]]} tokens; need >= 1")
     c = topo.coord(rank)
     samples = dp_share(topo, len(sample_tokens), c["dp"])
-    pad_to = topo.tp * pad_multiple
+    pad_to = (pad_to or topo.tp) * pad_multiple  # pad_to: tests only (a wrong pad)
     mbs = []
     for step, group in micro_batches(topo, sample_tokens, samples):
         segs: list[Segment] = []
@@ -185,11 +186,12 @@ def replay_plan(
 
 
 def replay_plans(
-    topo: Topology, sample_tokens: Sequence[int], pad_multiple: int = 1
+    topo: Topology, sample_tokens: Sequence[int], pad_multiple: int = 1,
+    pad_to: int | None = None,
 ) -> tuple[RankReplay, ...]:
     """`replay_plan` of every train rank, indexed by global rank."""
     return tuple(
-        replay_plan(topo, sample_tokens, r, pad_multiple) for r in range(topo.world_size)
+        replay_plan(topo, sample_tokens, r, pad_multiple, pad_to) for r in range(topo.world_size)
     )
 
 

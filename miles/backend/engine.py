@@ -1,15 +1,19 @@
 """A rollout engine: serves the weights it received, samples, records routes and log-probs.
 
-Like SGLang it starts from the checkpoint, receives shards from the train ranks into a
-staging copy, and serves only what `post_process` (standing for re-quantisation / scale
-swizzling) built from the staging copy. Shards that arrive after post-processing are not
-served until the next one, which is exactly how an early post-process corrupts a rollout.
-The engine itself refuses to post-process while any planned sender (from
-`miles_topology.weightsync`) has not reported, unless the fault turns the guard off.
+Like SGLang it starts from its own checkpoint (`ENGINE_SEED_OFFSET`: not the trainers'
+initial weights, so a sync that misses a shard shows), receives shards from the train
+ranks into a staging copy, and serves only what `post_process` (standing for
+re-quantisation / scale swizzling) built from the staging copy. Shards that arrive after
+post-processing are not served until the next one, which is exactly how an early
+post-process corrupts a rollout. The engine itself refuses to post-process while any
+planned sender (from `miles_topology.weightsync`) has not reported, unless a fault turns
+the guard off.
 
-Decoding is incremental (running prefix sums are the KV cache) and records, for every
-token it feeds through the model, the top-k expert ids of every MoE layer via
-megatron-core's RouterReplay in RECORD mode: [tokens - 1, layers, topk] per sample.
+Numerics are the engine's own, not the trainer's (`policy.engine_route`, `f32`, `bf16`):
+float32 weights and activations, bf16 router logits and mixing weights. Decoding is
+incremental (running prefix sums are the KV cache) and records, for every token it feeds
+through the model, the top-k expert ids of every MoE layer: [tokens - 1, layers, topk]
+per sample. No megatron here: an SGLang engine does not run Megatron either.
 """
 
 from __future__ import annotations
@@ -23,52 +27,55 @@ from miles.rollout.routes import encode_routes
 from miles_topology import Topology
 from miles_topology.weightsync import engine_sync
 
-from . import moe
-from .policy import DTYPE, Spec, checkpoint, ffn, mix, route
+from .policy import DTYPE, Spec, checkpoint, engine_route, f32, ffn, mix
 from .task import EOS, MAX_NEW
+
+ENGINE_SEED_OFFSET = 1  # the engines' starting checkpoint differs from the trainers' weights
 
 
 class Engine:
-    def __init__(self, topo: Topology, engine: int, seed: int, strict: bool = True):
+    def __init__(self, topo: Topology, engine: int, seed: int, strict: bool = True,
+                 block_source: int | None = None):
+        """`block_source`: the pre-fix protocol's single sender of this engine (the fault
+        `weight-sync-race`), which sends the whole model; else the Topology's plan."""
         torch.set_num_threads(1)
-        moe.forget_routers()
-        from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
-
         self.topo, self.engine, self.seed, self.strict = topo, engine, seed, strict
         self.spec = Spec.of(topo)
         self.plan = engine_sync(topo, engine)
-        self.staging = checkpoint(self.spec, seed)
+        self.block_source = block_source
+        start = checkpoint(self.spec, seed + ENGINE_SEED_OFFSET)
+        self.staging = {k: v.to(torch.float32) for k, v in start.items()}
         self.live = {k: v.clone() for k, v in self.staging.items()}
         self.version = -1
         self.got: dict[int, set[int]] = {}
         self.log: list[tuple] = []
         self.unplanned = 0
-        self.recorders = {}
-        for layer in range(self.spec.layers):
-            if self.spec.moe[layer]:
-                r = RouterReplay()
-                r.set_router_replay_action(RouterReplayAction.RECORD)
-                self.recorders[layer] = r
 
     # ---- weight sync ----------------------------------------------------------------
 
-    def receive(self, rank: int, version: int, payload: list) -> int:
+    def receive(self, rank: int, version: int, payload: list, last: bool = True) -> int:
+        """Stage one upload; `last` marks the sender's final bucket of this version."""
         shards = self.plan.of(rank)
         for name, expert, dim, part, parts, t in payload:
             target = self.staging[name] if expert < 0 else self.staging[name][expert]
             torch.tensor_split(target, parts, dim)[part].copy_(t)
-            if expert >= 0:
+            if expert >= 0 and self.block_source is None:
                 layer = int(name.split(".")[0])
                 if not any(s.kind == "expert" and layer in s.layers and expert in s.experts
                            and s.part == part for s in shards):
                     self.unplanned += 1
-        self.got.setdefault(version, set()).add(rank)
-        self.log.append(("recv", version, rank, time.monotonic()))
+        if last:
+            self.got.setdefault(version, set()).add(rank)
+        self.log.append(("recv", version, rank, time.monotonic(), last))
         return len(payload)
 
     def post_process(self, version: int, by: int) -> bool:
         """Build the served weights from staging, only once every planned sender reported."""
-        missing = self.plan.missing(self.got.get(version, ()))
+        done = self.got.get(version, set())
+        if self.block_source is None:
+            missing = self.plan.missing(done)
+        else:
+            missing = () if self.block_source in done else (self.block_source,)
         self.log.append(("post", version, by, time.monotonic(), missing))
         if missing and self.strict:
             return False
@@ -86,7 +93,8 @@ class Engine:
 
     def generate(self, samples: list[int], prompts: list[tuple[int, ...]], step: int) -> list:
         """Sample a response per prompt; returns (sample, tokens, logprobs, routes payload)."""
-        spec, w = self.spec, self.live
+        spec = self.spec
+        w = {k: v.to(DTYPE) for k, v in self.live.items()}  # float32 values
         # one stream per sample: a rollout does not depend on which engine served it
         gens = [torch.Generator().manual_seed(self.seed * 104_729 + step * 7_919 + s)
                 for s in samples]
@@ -103,24 +111,23 @@ class Engine:
             if not any(active):
                 break
             tok = torch.tensor([toks[i][t] if t < len(toks[i]) else 0 for i in range(b)])
-            h = w["embed"][tok] + w["pos"][t]
+            h = f32(w["embed"][tok] + w["pos"][t])
             rec = np.tile(fill, (b, spec.layers, 1))
             for layer in range(spec.layers):
                 sums[layer] += h
-                h = h + mix(sums[layer] / (t + 1), w[f"{layer}.mix"])
+                h = f32(h + f32(mix(f32(sums[layer] / (t + 1)), w[f"{layer}.mix"])))
                 if not spec.moe[layer]:
-                    h = h + ffn(h, w[f"{layer}.d1"], w[f"{layer}.d2"])
+                    h = f32(h + f32(ffn(h, w[f"{layer}.d1"], w[f"{layer}.d2"])))
                     continue
-                r = self.recorders[layer]
-                probs, used = route(h @ w[f"{layer}.router"], spec.topk, r)
-                rec[:, layer] = r.get_recorded_indices().numpy()
+                ids, weights = engine_route(h @ w[f"{layer}.router"], spec.topk)
+                rec[:, layer] = ids.numpy()
                 y = torch.zeros_like(h)
                 for e in range(spec.experts):
-                    sel = used[:, e].nonzero().squeeze(1)
-                    part = ffn(h[sel], w[f"{layer}.w1"][e], w[f"{layer}.w2"][e])
-                    y = y.index_add(0, sel, part * probs[sel, e][:, None])
-                h = h + y
-            lp = torch.log_softmax(h @ w["head"], dim=-1)
+                    tok_i, slot = (ids == e).nonzero(as_tuple=True)
+                    part = f32(ffn(h[tok_i], w[f"{layer}.w1"][e], w[f"{layer}.w2"][e]))
+                    y = y.index_add(0, tok_i, f32(part * weights[tok_i, slot][:, None]))
+                h = f32(h + f32(y))
+            lp = torch.log_softmax(f32(h @ w["head"]), dim=-1)
             for i in range(b):
                 if not active[i]:
                     continue

@@ -1,9 +1,12 @@
 """The tiny seeded MoE policy that rollout engines and train ranks both run.
 
 Every weight is a pure function of (seed, name), so a train rank builds only the shards it
-owns and an engine starts from the same "checkpoint" without a download. Both sides call
-the float64 functions below, so with identical weights and routes their log-probs agree to
-rounding; any difference beyond that is a bug in ownership, replay or weight sync.
+owns without a download. Train ranks compute in float64 (megatron-core's router softmax in
+float32). Engines, like SGLang's kernels, do not: they keep float32 weights and activations
+and round router logits and mixing weights to bfloat16 (`engine_numerics`), so near-tied
+router scores pick different experts on the two sides. That is the cause R3 exists for:
+with the engine's routes replayed the log-probs differ only by that rounding; without,
+the flipped experts make them differ by far more.
 
 Decoder layer l: h += tanh(causal_mean(h) @ mix_l)   (the only token mixing: an
 attention stand-in whose prefix sums make SP/CP gathers real), then an MoE block
@@ -24,6 +27,14 @@ from miles_topology import Topology
 from .task import VOCAB
 
 DTYPE = torch.float64
+# The router is "upcycled": each expert's column is one shared column plus a small spread,
+# so the experts' scores sit close together and near-ties are common, as in MoE models
+# upcycled from a dense one. The shared part makes the logits' bf16 rounding (relative to
+# their size) comparable to the gaps between them. Measured on the default job (seeds 0, 1,
+# 3 rollouts each), scale 0.1 / spread 0.003: without replay 0.8-16% of routes flip in every
+# rollout; with replay the engine's bf16 mixing weights alone leave |log-prob diff| <= 2.5e-2
+# (spread 0.01: same picture; shared 0.3: noise up to 5e-2).
+ROUTER_SHARED, ROUTER_SPREAD = 0.1, 0.003
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,10 @@ def weight(spec: Spec, name: str, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
     shp = shape(spec, name)
     fan_in = shp[-2] if len(shp) > 1 else 1
-    scale = {"embed": 1.0, "pos": 0.5, "router": 1.0}.get(name.rsplit(".", 1)[-1], fan_in**-0.5)
+    if name.endswith("router"):  # upcycled: every expert's column near one shared column
+        shared = torch.randn((shp[0], 1), generator=g, dtype=DTYPE)
+        return shared * ROUTER_SHARED + torch.randn(shp, generator=g, dtype=DTYPE) * ROUTER_SPREAD
+    scale = {"embed": 1.0, "pos": 0.5}.get(name.rsplit(".", 1)[-1], fan_in**-0.5)
     return torch.randn(shp, generator=g, dtype=DTYPE) * scale
 
 
@@ -86,6 +100,23 @@ def checkpoint(spec: Spec, seed: int) -> dict[str, torch.Tensor]:
     names = dense_names(spec, tuple(range(spec.layers)))
     names += [n for layer in range(spec.layers) if spec.moe[layer] for n in expert_names(layer)]
     return {n: weight(spec, n, seed) for n in names}
+
+
+def f32(x: torch.Tensor) -> torch.Tensor:
+    """Round to float32, as a float32 kernel leaves its output (kept in float64 storage)."""
+    return x.to(torch.float32).to(DTYPE)
+
+
+def bf16(x: torch.Tensor) -> torch.Tensor:
+    """Round to bfloat16 (round-to-nearest-even on the mantissa), as a bf16 GEMM output."""
+    return x.to(torch.float32).to(torch.bfloat16).to(DTYPE)
+
+
+def engine_route(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The engine's routing kernel: top-k of the router GEMM's bf16 output, softmax over the
+    k in float32 (mixing weights). Returns (ids [n, topk], weights [n, topk])."""
+    scores, ids = torch.topk(bf16(logits), topk, dim=1)
+    return ids, torch.softmax(scores.to(torch.float32), dim=-1).to(DTYPE)
 
 
 def mix(mean: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

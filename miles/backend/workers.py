@@ -37,6 +37,9 @@ class Worker:
         self.role = cls(*args, **kwargs)
         return os.getpid()
 
+    def ping(self) -> bool:
+        return True
+
     def call(self, method: str, *args, **kwargs):
         return getattr(self.role, method)(*args, **kwargs)
 
