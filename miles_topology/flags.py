@@ -62,6 +62,10 @@ FLAGS: dict[str, Spec] = {
     "--micro-batch-size": Spec("micro_batch_size", "int"),
     "--use-dynamic-batch-size": Spec("dynamic_batch", "switch"),
     "--max-tokens-per-gpu": Spec("max_tokens_per_gpu", "int"),
+    "--data-pad-size-multiplier": Spec("data_pad_multiplier", "int"),
+    "--balance-data": Spec("balance_data", "switch"),
+    "--allgather-cp": Spec("allgather_cp", "switch"),
+    "--qkv-format": Spec("qkv_format", "str"),
 }
 
 # old flag -> (new flag, how the old spelling maps onto the model)

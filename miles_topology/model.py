@@ -83,6 +83,10 @@ class Topology(BaseModel):
     micro_batch_size: int = Pos
     dynamic_batch: bool = False
     max_tokens_per_gpu: int | None = Field(default=None, ge=1)
+    data_pad_multiplier: int = Field(default=128, ge=1)  # miles' default
+    balance_data: bool = False
+    allgather_cp: bool = False
+    qkv_format: Literal["thd", "bshd"] = "thd"
 
     _warnings: tuple[Problem, ...] = PrivateAttr(default=())
 
