@@ -72,6 +72,9 @@ def prepare(topo: Topology) -> Topology:
                         "(not --debug-train-only / --rollout-external)")
     if topo.rollout_only:
         problems.append("--debug-rollout-only is not supported by the reference backend")
+    if topo.allgather_cp or topo.qkv_format != "thd":
+        problems.append("its replay plan models packed thd batches with two-chunk CP; drop "
+                        "--allgather-cp / --qkv-format bshd")
     if topo.use_critic or topo.critic_nodes:
         problems.append("the reference backend has no critic (GRPO); drop --use-critic")
     if problems:
