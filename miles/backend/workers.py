@@ -21,15 +21,15 @@ class Worker:
     def __init__(self):
         for msg in QUIET:
             warnings.filterwarnings("ignore", message=msg)
-        import torch
-
-        torch.set_num_threads(1)
-        self.role = None
+        self.role = None  # torch and megatron load with a trainer role only
 
     def start(self, kind: str, *args, **kwargs) -> int:
         import os
 
         if kind == "trainer":
+            import torch
+
+            torch.set_num_threads(1)
             from .trainer import Trainer as cls
         else:
             from .engine import Engine as cls
