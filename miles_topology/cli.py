@@ -191,7 +191,8 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
     sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
     for name in ("check", "show", "migrate", "schema"):
-        p = sub.add_parser(name, help=HELP[name], description=HELP[name],
+        p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
+                           description=HELP[name],
                            epilog=EXAMPLES[name] + "\n\n" + EXIT,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == "schema":
@@ -202,7 +203,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
         if name == "check":
-            p.add_argument("--format", choices=FORMATS, default="text",
+            p.add_argument("--format", choices=FORMATS, default="text", metavar="FORMAT",
                            help="text (default), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")
         if name == "show":

@@ -67,7 +67,9 @@ def facts(name: str) -> dict[str, Any]:
 class Topology(BaseModel):
     """Every parallel size of a miles job and the model facts they depend on."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # defer_build: the validator is built on first use, which keeps `import` light
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True,
+                              defer_build=True)
 
     # layout: cluster and train grid (the fields of the YAML beside a migrated script)
     nodes: int = fact("layout", "--actor-num-nodes", ge=1, summary=True)
