@@ -60,7 +60,7 @@ class Faults:
         gpu = topo.placement(rank)[1]
         gpn = topo.gpus_per_node
         e = gpu * topo.ep // gpn if topo.ep <= gpn else gpu % topo.ep
-        return topo.ep_experts(e)
+        return topo.local_experts(topo.rank(expert=True, ep=e))
 
     def shift(self, rows: np.ndarray) -> np.ndarray:
         if "replay-shift" not in self.names or len(rows) < 2:
