@@ -117,8 +117,12 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
                    for i, e in enumerate(engines)]
         started += [w.start.remote("trainer", topo, r, seed, master, engines, faults, opts.lr,
                                    replay) for r, w in enumerate(train)]
-        ray.get(started)
-        phase("roles and groups")
+        took = ray.get(started)
+        trainers = took[len(engines):]
+        phase("roles and groups", "slowest trainer: imports "
+              f"{max(t['import_s'] for t in trainers):.1f}s, groups "
+              f"{max(t['init_s'] for t in trainers):.1f}s; slowest engine "
+              f"{max(t['import_s'] + t['init_s'] for t in took[:len(engines)]):.1f}s")
         ray.get([w.call.remote("sync", 0, opts.sync_skew_s) for w in train])
         phase("first sync")
         print(f"reference backend: {topo.world_size} train ranks and {len(engines)} engines "
@@ -154,10 +158,10 @@ class _Phases:
     def __init__(self):
         self.t0 = self.last = time.monotonic()
 
-    def __call__(self, name: str) -> None:
+    def __call__(self, name: str, detail: str = "") -> None:
         now = time.monotonic()
-        print(f"start-up: {name} {now - self.last:.1f}s (total {now - self.t0:.1f}s)",
-              file=sys.stderr, flush=True)
+        print(f"start-up: {name} {now - self.last:.1f}s (total {now - self.t0:.1f}s)"
+              + (f"; {detail}" if detail else ""), file=sys.stderr, flush=True)
         self.last = now
 
 

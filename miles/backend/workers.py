@@ -23,9 +23,13 @@ class Worker:
             warnings.filterwarnings("ignore", message=msg)
         self.role = None  # torch and megatron load with a trainer role only
 
-    def start(self, kind: str, *args, **kwargs) -> int:
+    def start(self, kind: str, *args, **kwargs) -> dict:
+        """Become a Trainer or an Engine; returns the pid and the seconds spent importing
+        and constructing (gloo and megatron groups, for a trainer)."""
         import os
+        import time
 
+        t0 = time.monotonic()
         if kind == "trainer":
             import torch
 
@@ -33,9 +37,10 @@ class Worker:
             from .trainer import Trainer as cls
         else:
             from .engine import Engine as cls
+        t1 = time.monotonic()
         self.role = None
         self.role = cls(*args, **kwargs)
-        return os.getpid()
+        return {"pid": os.getpid(), "import_s": t1 - t0, "init_s": time.monotonic() - t1}
 
     def ping(self) -> bool:
         return True
