@@ -75,6 +75,10 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 
 
 def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> list[Verdict]:
+    if len(paths) == 1 and paths[0].endswith(".py"):  # check LAUNCHER.py [-- LAUNCHER ARGS]
+        from .pylaunch import check_python
+
+        return [check_python(paths[0], flags or [], env)]
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")
@@ -85,6 +89,10 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> l
     for p in paths:
         if p.endswith((".yaml", ".yml")):
             out.append(verdict_of(p, lambda p=p: Topology.from_yaml(p)))
+        elif p.endswith(".py"):
+            from .pylaunch import check_python
+
+            out.append(check_python(p, [], env))
         else:
             from .check_script import check_script
 

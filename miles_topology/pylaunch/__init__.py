@@ -200,3 +200,27 @@ def _hint(calls: list[dict]) -> str:
 def _tail(err: str) -> str:
     lines = [x.strip() for x in err.splitlines() if x.strip()]
     return f": {lines[-1]}" if lines else ""
+
+
+def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None):
+    """`check LAUNCHER.py [-- ARGS]`: the Verdict on the training launch the launcher issues.
+    A ``--topology`` YAML is resolved with the environment the entry really gets: under
+    ray job submit only the runtime env, else the launcher's own plus what the command sets."""
+    from ..cli import verdict_of
+    from ..sources import read_flags
+
+    got = read_python_launcher(path, launcher_args, env)
+    base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
+    environ = {**base, **got.env}
+    v = verdict_of(path, lambda: read_flags(got.argv, environ).topology)
+    at = f"{os.path.relpath(got.source[0])}:{got.source[1]}" if got.source else "?"
+    lines = [f"launch: {got.launcher} {got.entry}  <- {at} (run in a sandbox in "
+             f"{got.seconds:.2f} s; {len(got.others)} other action(s) recorded, not run)"]
+    lines += [f"note: {n}" for n in got.notes]
+    v.extra = {"launcher": got.launcher, "entry": got.entry, "argv": got.argv,
+               "source": at, "unresolved": [],
+               "others": [{"kind": o.kind, "command": o.command,
+                           "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
+                          for o in got.others],
+               "notes": got.notes, "report_lines": lines}
+    return v

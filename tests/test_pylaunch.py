@@ -1,0 +1,247 @@
+"""Python launchers: run in a sandbox, the training command they issue is what is checked."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from miles_topology.errors import InputError
+from miles_topology.model import Topology
+from miles_topology.pylaunch import read_python_launcher
+from miles_topology.pylaunch.commands import find, find_in_shell, split_shell
+
+HERE = Path(__file__).parent / "fixtures" / "launchers"
+
+
+def fixture(name: str) -> str:
+    return str(HERE / name)
+
+
+def line_of(name: str, text: str) -> int:
+    """The line of `text` in a fixture, so that tests do not hard-code line numbers."""
+    lines = (HERE / name).read_text().splitlines()
+    return next(i for i, x in enumerate(lines, 1) if text in x)
+
+
+def sizes(argv: list[str]) -> tuple[int, int, int]:
+    t = Topology.from_flags(argv)
+    return t.world_size, t.dp, t.edp
+
+
+# ---------------------------------------------------------------- launchers in miles' styles
+
+
+@pytest.mark.parametrize(("args", "want"), [
+    # 2 nodes x 8, tp 2 -> dp 16/2 = 8; ep 8, etp 1 -> edp 16/8 = 2
+    (["--num-nodes", "2"], (16, 8, 2)),
+    # 1 node x 8, tp 2 -> dp 4; ep 4 -> edp 8/4 = 2
+    (["--num-nodes", "1", "--ep", "4"], (8, 4, 2)),
+])
+def test_dataclass_argparse_launcher_through_a_helper_module(args, want):
+    got = read_python_launcher(fixture("run_moe_argparse.py"), args)
+    assert (got.launcher, got.entry) == ("ray job submit", "/root/miles/train.py")
+    assert sizes(got.argv) == want
+    assert got.argv[:2] == ["--num-layers", "8"]  # the helper's model flags come first
+    # the call that issued it is in the helper module beside the launcher
+    assert got.source == (fixture("launch_utils.py"),
+                          line_of("launch_utils.py", "result = subprocess.run("))
+    # the entry sees the runtime env, not the submitting shell's exports
+    assert got.env == {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+                       "MASTER_ADDR": "127.0.0.1"}
+    shown = [o.command for o in got.others]
+    assert any("pkill -9 sglang" in c for c in shown) and any("ray start" in c for c in shown)
+    assert any("huggingface-cli download" in c for c in shown)
+
+
+def test_typer_launcher():
+    pytest.importorskip("typer")
+    got = read_python_launcher(fixture("run_moe_typer.py"), [])
+    assert sizes(got.argv) == (8, 2, 1)  # 1 x 8 GPUs, tp 4 -> dp 2; ep 8 -> edp 1
+    assert got.env["NCCL_DEBUG"] == "WARN"
+    got = read_python_launcher(fixture("run_moe_typer.py"),
+                               ["--hardware", "GB200", "--num-nodes", "2"])
+    assert sizes(got.argv) == (8, 2, 2)  # 2 x 4 GPUs, tp 4 -> dp 2; ep 4 -> edp 2
+
+
+def test_torchrun_through_os_system_reads_the_environment_given():
+    got = read_python_launcher(fixture("run_torchrun.py"), [], {"NPROC": "8"})
+    assert (got.launcher, got.entry) == ("torchrun", "train_async.py")
+    t = Topology.from_flags(got.argv)
+    assert (t.world_size, t.dp, t.tp, t.engine_size) == (4, 2, 2, 2)
+    assert got.source == (fixture("run_torchrun.py"), line_of("run_torchrun.py", "system(cmd)"))
+    assert got.env == {"NCCL_DEBUG": "WARN"}  # set on the command line, beyond the launcher's
+    assert [(o.kind, o.command) for o in got.others] == [("os.system", "nvidia-smi")]
+
+
+def test_popen_word_list_and_launcher_args_pass_through():
+    got = read_python_launcher(fixture("run_popen.py"), ["--tensor-model-parallel-size", "2"])
+    assert (got.launcher, got.entry) == ("python", "/opt/miles/train.py")
+    assert got.argv[-2:] == ["--tensor-model-parallel-size", "2"]
+    assert sizes(got.argv)[:2] == (2, 1)
+
+
+# ---------------------------------------------------------------- what is not a launch
+
+
+def test_no_training_launch():
+    with pytest.raises(InputError, match="no training launch: the launcher ran 2 command"):
+        read_python_launcher(fixture("run_converter.py"), [])
+
+
+def test_missing_package_says_what_to_install():
+    with pytest.raises(InputError) as e:
+        read_python_launcher(fixture("run_missing_import.py"), [])
+    assert str(e.value).startswith(
+        "run_missing_import.py imports miles_topology_fixture_absent_pkg, which is not "
+        "installed here: pip install miles_topology_fixture_absent_pkg")
+
+
+def test_a_crash_is_one_line_at_the_launchers_own_line():
+    with pytest.raises(InputError) as e:
+        read_python_launcher(fixture("run_crash.py"), [])
+    msg = str(e.value)
+    at = f"run_crash.py:{line_of('run_crash.py', 'links = int(')}: ValueError"
+    assert at in msg and "Traceback" not in msg and "\n" not in msg
+    assert "answered with exit 0 and empty output" in msg  # why its output was empty
+
+
+def test_a_usage_error_of_the_launcher_is_reported():
+    with pytest.raises(InputError, match=r"exited with status 2 .*unrecognized arguments"):
+        read_python_launcher(fixture("run_moe_argparse.py"), ["--bogus"])
+
+
+@pytest.mark.parametrize("name", ["run_loop.py", "run_sleep.py"])
+def test_timeout_within_the_bound(name):
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match="did not finish within 1.5 s"):
+        read_python_launcher(fixture(name), [], timeout_s=1.5)
+    assert time.perf_counter() - t0 < 1.5 + 5  # the kill is prompt (slack for a busy machine)
+
+
+def test_memory_bound():
+    # the memory limit stops it, not the timeout
+    with pytest.raises(InputError, match="out of memory .limit 512 MiB"):
+        read_python_launcher(fixture("run_memory.py"), [], memory_mb=512)
+
+
+def test_missing_file():
+    with pytest.raises(InputError, match="no such file"):
+        read_python_launcher(fixture("nope.py"), [])
+
+
+# ---------------------------------------------------------------- nothing leaves the process
+
+
+def test_sandbox_leaves_the_machine_untouched(tmp_path):
+    canary = tmp_path / "canary"
+    (canary / "sub").mkdir(parents=True)
+    files = {canary / "keep.txt": "keep", canary / "sub" / "deep.txt": "deep"}
+    for p, text in files.items():
+        p.write_text(text)
+    outside = tmp_path / "outside.txt"
+    marker = "miles-topology-canary-process"
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.setblocking(False)
+    port = server.getsockname()[1]
+    try:
+        got = read_python_launcher(fixture("run_hostile.py"), [str(canary), str(port),
+                                                               str(outside)])
+        with pytest.raises(BlockingIOError):  # nothing ever connected
+            server.accept()
+        assert victim.poll() is None  # pkill -f did not reach it
+    finally:
+        server.close()
+        victim.kill()
+        victim.wait()
+    assert {p: p.read_text() for p in files} == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["canary"]
+    # the training command is still recorded
+    assert got.argv == ["--actor-num-gpus-per-node", "4", "--colocate",
+                        "--tensor-model-parallel-size", "2"]
+    kinds = {o.kind for o in got.others}
+    # recorders answered these ...
+    assert {"subprocess", "os.system", "socket.create_connection", "shutil.rmtree",
+            "os.remove", "os.rename", "os.kill", "os.execv"} <= kinds
+    # ... and the audit hook refused what went past them (the C functions themselves)
+    assert {"refused os.system", "refused os.kill", "refused socket.connect", "refused open",
+            "refused import"} <= kinds
+    assert any(o.kind == "subprocess" and o.command == f"pkill -f {marker}" for o in got.others)
+
+
+def test_the_hook_refuses_writes_outside_but_not_inside(tmp_path):
+    launcher = tmp_path / "w.py"
+    launcher.write_text(
+        "import os, subprocess, sys\n"
+        "open('here.txt', 'w').write('x')\n"
+        "os.makedirs('a/b'); os.rename('here.txt', 'a/b/h.txt'); os.remove('a/b/h.txt')\n"
+        f"try:\n    os.open({str(tmp_path / 'x')!r}, os.O_WRONLY | os.O_CREAT)\n"
+        "except PermissionError as e:\n    print(e)\nelse:\n    sys.exit(3)\n"
+        "subprocess.run('python3 train.py --actor-num-gpus-per-node 2', shell=True)\n")
+    got = read_python_launcher(str(launcher), [])
+    assert got.argv == ["--actor-num-gpus-per-node", "2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.py"]
+    assert [o.kind for o in got.others] == ["refused open"]
+
+
+# ---------------------------------------------------------------- reading the command
+
+
+@pytest.mark.parametrize(("cmd", "want"), [
+    ("python3 train.py --a 1", ("python", "train.py", ["--a", "1"], {})),
+    ("cd /root/miles && PYTHONPATH=/m python3 -u ./train_async.py --b",
+     ("python", "./train_async.py", ["--b"], {"PYTHONPATH": "/m"})),
+    ("pkill -9 sglang; export X=1 && ray job submit --address=http://h:8265 "
+     "--runtime-env-json='{\"env_vars\": {\"A\": \"2\"}}' -- python3 /r/train.py --c 'd e'",
+     ("ray job submit", "/r/train.py", ["--c", "d e"], {"A": "2"})),
+    ("bash -c \"nohup torchrun --nproc-per-node 8 --nnodes 2 train.py --x\"",
+     ("torchrun", "train.py", ["--x"], {})),
+    ("python -m torch.distributed.run --nproc_per_node 4 train.py --y 2",
+     ("torchrun", "train.py", ["--y", "2"], {})),
+    ("ray job submit -- bash -c 'python3 train.py --z'",
+     ("ray job submit", "train.py", ["--z"], {})),
+])
+def test_training_launch_forms(cmd, want):
+    got = find_in_shell(cmd)
+    assert (got.launcher, got.entry, got.argv, got.env) == want
+
+
+@pytest.mark.parametrize("cmd", [
+    "python3 tools/convert_hf_to_torch_dist.py --save /x", "python3 run.py --port 8000 &",
+    "echo python3 train.py", "python3 -c 'import train'", "python3 -m miles.serve train.py",
+    "ray job submit --address=x -- python3 eval.py", "ray start --head", "",
+])
+def test_not_training(cmd):
+    assert find_in_shell(cmd) is None
+
+
+def test_split_shell_keeps_quoted_operators():
+    assert split_shell("a 'x;y' && b \"p|q\"\nc # d; e") == [["a", "x;y"], ["b", "p|q"], ["c"]]
+    assert find(["env", "-i", "A=1", "python3", "train.py"]).env == {"A": "1"}
+
+
+# ---------------------------------------------------------------- the command
+
+
+def test_check_command_on_a_launcher(capsys):
+    from miles_topology.cli import main
+
+    assert main(["check", "--format", "json", fixture("run_moe_argparse.py"), "--",
+                 "--num-nodes", "1", "--ep", "4"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [got["topology"][k] for k in ("world_size", "dp", "edp")] == [8, 4, 2]
+    at = f"launch_utils.py:{line_of('launch_utils.py', 'subprocess.run(')}"
+    assert got["launcher"] == "ray job submit" and got["source"].endswith(at)
+    assert main(["check", fixture("run_converter.py")]) == 2
+    assert "no training launch" in capsys.readouterr().err
+    assert main(["check", fixture("run_missing_import.py")]) == 2
+    err = capsys.readouterr().err
+    assert "which is not installed here: pip install" in err and "Traceback" not in err
