@@ -238,7 +238,7 @@ def test_check_command_on_a_launcher(capsys):
                  "--num-nodes", "1", "--ep", "4"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert [got["topology"][k] for k in ("world_size", "dp", "edp")] == [8, 4, 2]
-    at = f"launch_utils.py:{line_of('launch_utils.py', 'subprocess.run(')}"
+    at = f"launch_utils.py:{line_of('launch_utils.py', 'result = subprocess.run(')}"
     assert got["launcher"] == "ray job submit" and got["source"].endswith(at)
     assert main(["check", fixture("run_converter.py")]) == 2
     assert "no training launch" in capsys.readouterr().err
