@@ -441,3 +441,101 @@ def test_rank_order_switch_moves_as_the_order_field(tmp_path, capsys):
     assert "--use-tp-pp-dp-mapping" not in script.read_text()
     code, out, _ = cli(["check", "--format", "json", str(script)], capsys)
     assert code == 0 and json.loads(out)["topology"]["order"] == before.order
+
+
+# ---------------------------------------------------------------- write safety
+
+
+def test_write_through_a_symlink_edits_the_target_and_keeps_the_link(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    real = run.rename(tmp_path / "run-real.sh")
+    link = tmp_path / "run.sh"
+    link.symlink_to("run-real.sh")
+    original, planned = real.read_text(), migrate(link)
+    code, out, err = cli(["migrate", "--write", str(link)], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == "run-real.sh"
+    assert real.read_text() == planned.new and (tmp_path / "run-real.sh.bak").read_text() \
+        == original
+    assert not (tmp_path / "run.sh.bak").exists()
+    assert (tmp_path / "run.topology.yaml").exists()  # beside the link, which it names
+
+
+def test_symlink_into_another_folder_is_refused_when_a_yaml_would_be_written(tmp_path, capsys):
+    (tmp_path / "real").mkdir()
+    real = staged(step_dir(STEPS[2]), tmp_path / "real")
+    shutil.copytree(tmp_path / "real" / "models", tmp_path / "models")
+    link = tmp_path / "run.sh"
+    link.symlink_to(real)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    code, _, err = cli(["migrate", "--write", str(link)], capsys)
+    assert code == 1 and "symbolic link to" in err and "another folder" in err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert link.is_symlink()
+    # --inline writes no YAML: it edits the target in place of the link
+    code, _, err = cli(["migrate", "--write", "--inline", str(link)], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and "TOPOLOGY_ARGS=(" in real.read_text()
+
+
+def test_backups_are_numbered_never_overwritten(tmp_path, capsys):
+    run = staged(step_dir(STEPS[0]), tmp_path)
+    run.with_name("run.sh.bak").write_text("an older backup\n")
+    run.with_name("run.sh.bak.1").write_text("another\n")
+    original = run.read_text()
+    code, out, _ = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 0 and "previous script in run.sh.bak.2" in out
+    assert run.with_name("run.sh.bak").read_text() == "an older backup\n"
+    assert run.with_name("run.sh.bak.1").read_text() == "another\n"
+    assert run.with_name("run.sh.bak.2").read_text() == original
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another owner needs root")
+def test_write_keeps_mode_and_owner(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    run.chmod(0o750)
+    os.chown(run, 4321, 4322)
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    for p in (run, run.with_name("run.sh.bak"), run.with_name("run.topology.yaml")):
+        st = p.stat()
+        assert (st.st_uid, st.st_gid) == (4321, 4322), p
+    assert run.stat().st_mode & 0o7777 == 0o750
+
+
+def test_read_only_script_is_refused_and_nothing_changes(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    run.chmod(0o444)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    original = run.read_bytes()
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "read-only (mode 0444)" in err and "chmod u+w" in err
+    assert run.read_bytes() == original and sorted(p.name for p in tmp_path.iterdir()) == before
+    code, out, _ = cli(["migrate", "--check", str(run)], capsys)  # not pending: --write refuses
+    assert code == 0 and "not migrated" in out and "read-only" in out
+
+
+def test_hard_linked_script_is_refused(tmp_path, capsys):
+    run = staged(step_dir(STEPS[0]), tmp_path)
+    os.link(run, tmp_path / "other.sh")
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "2 hard links" in err
+    assert (tmp_path / "other.sh").read_text() == run.read_text()
+
+
+def test_check_pending_is_what_write_would_do(tmp_path, capsys):
+    src = step_dir(STEPS[2])
+    run = staged(src, tmp_path)
+    code, out, _ = cli(["migrate", "--check", str(run)], capsys)
+    assert code == 1 and "pending 0001" in out and "0003" in out
+    # a sourced model file has no launch of its own: nothing to migrate, not pending
+    code, out, _ = cli(["migrate", "--check", str(tmp_path / "models" / "moe.sh")], capsys)
+    assert code == 0 and "not migrated" in out and "no training launch" in out
+    # what --write refuses is not pending either
+    (tmp_path / "b").mkdir()
+    bad = write_script(tmp_path / "b", "python3 train.py --actor-num-gpus-per-node 6 "
+                       "--tensor-model-parallel-size 4\n")
+    code, out, _ = cli(["migrate", "--check", str(bad)], capsys)
+    assert code == 0 and "topology is invalid" in out
+    assert cli(["migrate", "--write", str(bad)], capsys)[0] == 1
+    # unreadable input is still exit 2
+    assert cli(["migrate", "--check", str(tmp_path / "none.sh")], capsys)[0] == 2
