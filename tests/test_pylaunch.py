@@ -170,26 +170,30 @@ def test_sandbox_leaves_the_machine_untouched(tmp_path):
     kinds = {o.kind for o in got.others}
     # recorders answered these ...
     assert {"subprocess", "os.system", "socket.create_connection", "shutil.rmtree",
-            "os.remove", "os.rename", "os.kill", "os.execv"} <= kinds
+            "os.remove", "os.rename", "os.kill", "os.execv", "write"} <= kinds
     # ... and the audit hook refused what went past them (the C functions themselves)
     assert {"refused os.system", "refused os.kill", "refused socket.connect", "refused open",
             "refused import"} <= kinds
     assert any(o.kind == "subprocess" and o.command == f"pkill -f {marker}" for o in got.others)
 
 
-def test_the_hook_refuses_writes_outside_but_not_inside(tmp_path):
+def test_writes_outside_go_to_the_sandbox_and_inside_work(tmp_path):
     launcher = tmp_path / "w.py"
+    lock = tmp_path / "models" / "m.lock"
     launcher.write_text(
-        "import os, subprocess, sys\n"
+        "import fcntl, os, pathlib, subprocess, sys\n"
         "open('here.txt', 'w').write('x')\n"
         "os.makedirs('a/b'); os.rename('here.txt', 'a/b/h.txt'); os.remove('a/b/h.txt')\n"
-        f"try:\n    os.open({str(tmp_path / 'x')!r}, os.O_WRONLY | os.O_CREAT)\n"
-        "except PermissionError as e:\n    print(e)\nelse:\n    sys.exit(3)\n"
+        # miles' prepare steps lock a file beside the checkpoint they write
+        f"lock = pathlib.Path({str(lock)!r}); lock.parent.mkdir(parents=True, exist_ok=True)\n"
+        "with open(lock, 'w') as f:\n    fcntl.flock(f, fcntl.LOCK_EX)\n"
+        f"fd = os.open({str(tmp_path / 'x')!r}, os.O_WRONLY | os.O_CREAT); os.close(fd)\n"
         "subprocess.run('python3 train.py --actor-num-gpus-per-node 2', shell=True)\n")
     got = read_python_launcher(str(launcher), [])
     assert got.argv == ["--actor-num-gpus-per-node", "2"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.py"]
-    assert [o.kind for o in got.others] == ["refused open"]
+    assert [(o.kind, o.command) for o in got.others] == [
+        ("os.mkdir", str(lock.parent)), ("write", str(lock)), ("write", str(tmp_path / "x"))]
 
 
 # ---------------------------------------------------------------- reading the command

@@ -194,7 +194,8 @@ def _hint(calls: list[dict]) -> str:
         return ""
     last = calls[-1]
     return (f" (the sandbox runs no command: the last one, `{shown(last)[:120]}`, was "
-            "answered with exit 0 and empty output)")
+            "answered with exit 0 and empty output; where the launcher can take that value "
+            "from the environment, give it with --env KEY=VALUE)")
 
 
 def _tail(err: str) -> str:

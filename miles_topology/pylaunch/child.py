@@ -3,7 +3,8 @@
 This file runs as ``python -I -B child.py CONFIG.json`` and imports nothing of miles_topology.
 Before the launcher runs, every way to start a program, signal one, reach the network or
 change files outside the work folder is replaced by a recorder that answers "done" (exit 0,
-empty output), and a PEP 578 audit hook refuses whatever slips past the recorders (a saved
+empty output; a file opened for writing outside the work folder is opened under
+WORK/outside/ instead, so that lock files and logs work), and a PEP 578 audit hook refuses whatever slips past the recorders (a saved
 reference to the real function, a C extension). Each recorded command is one JSON line in
 the record file, written as it happens, so a launcher that hangs or crashes later still
 leaves what it did; the last line says how the launcher ended.
@@ -210,6 +211,34 @@ def _addr(address) -> list[str]:
     return [os.fsdecode(address) if isinstance(address, (str, bytes)) else str(address)]
 
 
+def _shadow(path) -> str:
+    """Where a write outside the work folder goes instead: the same path under WORK/outside,
+    so the launcher carries on (a lock file, a log) and the real file is never touched."""
+    full = os.path.abspath(os.fsdecode(path))
+    shadow = os.path.join(WORK, "outside", full.lstrip(os.sep))
+    _REAL["makedirs"](os.path.dirname(shadow), exist_ok=True)
+    return shadow
+
+
+def _writes(mode, flags) -> bool:
+    return any(c in mode for c in "wax+") if isinstance(mode, str) else \
+        bool((flags or 0) & _WRITE)
+
+
+def _open(file, mode="r", *args, **kwargs):
+    if isinstance(file, (str, bytes, os.PathLike)) and _writes(mode, 0) and not inside(file):
+        record("write", [os.fsdecode(file)], None)
+        file = _shadow(file)
+    return _REAL["open"](file, mode, *args, **kwargs)
+
+
+def _os_open(path, flags, mode=0o777, *, dir_fd=None):
+    if dir_fd is None and _writes(None, flags) and not inside(path):
+        record("write", [os.fsdecode(path)], None)
+        path = _shadow(path)
+    return _REAL["os.open"](path, flags, mode, dir_fd=dir_fd)
+
+
 def _connect(self, address):
     record("socket.connect", _addr(address), None)
     raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
@@ -227,10 +256,18 @@ def _getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
     return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
 
 
+_REAL: dict = {}
+
+
 def install() -> None:
+    import builtins
     import shutil
     import socket
     import subprocess
+
+    _REAL.update({"open": builtins.open, "os.open": os.open, "makedirs": os.makedirs})
+    builtins.open = io.open = _open
+    os.open = _os_open
 
     subprocess.Popen = FakePopen
     subprocess._USE_POSIX_SPAWN = False
@@ -317,9 +354,7 @@ def hook(event: str, args: tuple) -> None:
         path, mode, flags = (tuple(args) + (None, None, 0))[:3]
         if isinstance(path, int):
             return
-        writing = any(c in mode for c in "wax+") if isinstance(mode, str) else \
-            bool((flags or 0) & _WRITE)
-        if writing and not inside(path):
+        if _writes(mode, flags) and not inside(path):
             refuse(event, f"writing {os.fsdecode(path)} is not allowed in the sandbox (only "
                    "in its temporary folder)", [os.fsdecode(path)])
         return
