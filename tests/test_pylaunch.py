@@ -249,3 +249,16 @@ def test_check_command_on_a_launcher(capsys):
     assert main(["check", fixture("run_missing_import.py")]) == 2
     err = capsys.readouterr().err
     assert "which is not installed here: pip install" in err and "Traceback" not in err
+
+
+def test_launching_twice_reads_the_first_and_says_so(tmp_path):
+    launcher = tmp_path / "twice.py"
+    launcher.write_text(
+        "import os, shutil\n"
+        "shutil.rmtree('/nonexistent/train.py')\n"  # a path named train.py is not a launch
+        "for tp in (2, 4):\n"
+        "    os.system(f'python3 train.py --actor-num-gpus-per-node 4 "
+        "--tensor-model-parallel-size {tp}')\n")
+    got = read_python_launcher(str(launcher), [])
+    assert got.argv[-1] == "2" and any("more than once" in n for n in got.notes)
+    assert [o.kind for o in got.others] == ["shutil.rmtree", "os.system"]

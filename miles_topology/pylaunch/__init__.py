@@ -129,7 +129,7 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
         if env is None:
             env = {k: v for k, v in {**child_env, **(r.get("env_changes") or {})}.items()
                    if v is not None}
-        got = launch_of({**r, "env": env}) if r["kind"] != "socket.connect" else None
+        got = launch_of({**r, "env": env}) if _runs(r["kind"]) else None
         if got is not None and found is None:
             found = (got, r)
         else:
@@ -174,12 +174,18 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
                          "starts train.py or train_async.py (python3, torchrun, or ray job "
                          "submit ... -- python3 train.py)")
     (launch, rec) = found
-    if any(launch_of({**r, "env": {}}) for r in calls if r is not rec):
+    if any(launch_of({**r, "env": {}}) for r in calls if r is not rec and _runs(r["kind"])):
         notes.append("it launches training more than once; the first launch is the one read")
     env = {k: v for k, v in launch.env.items() if launch.launcher == "ray job submit"
            or child_env.get(k) != v}
     return PythonLaunch(path, launch.argv, launch.entry, launch.launcher,
                         _where(rec.get("source")), env, others, notes, seconds)
+
+
+def _runs(kind: str) -> bool:
+    """Whether a recorded call starts a program (the others touch files or the network)."""
+    return kind in ("subprocess", "os.system") or kind.startswith(
+        ("os.exec", "os.spawn", "os.posix_spawn"))
 
 
 def _at(end: dict) -> str:
