@@ -262,3 +262,14 @@ def test_launching_twice_reads_the_first_and_says_so(tmp_path):
     got = read_python_launcher(str(launcher), [])
     assert got.argv[-1] == "2" and any("more than once" in n for n in got.notes)
     assert [o.kind for o in got.others] == ["shutil.rmtree", "os.system"]
+
+
+def test_installed_helper_on_pythonpath_and_the_launchers_own_line():
+    site = str(HERE / "site")
+    with pytest.raises(InputError, match="imports fake_miles, which is not installed"):
+        read_python_launcher(fixture("run_installed_helper.py"), [], {"PYTHONPATH": ""})
+    got = read_python_launcher(fixture("run_installed_helper.py"), [], {"PYTHONPATH": site})
+    assert got.launcher == "ray job submit" and sizes(got.argv)[0] == 4
+    # the call happens in the installed helper; the launcher's own line is its call
+    assert got.source == (fixture("run_installed_helper.py"),
+                          line_of("run_installed_helper.py", "U.execute_train("))

@@ -28,7 +28,7 @@ REAL_EXIT = os._exit
 _lock = threading.Lock()
 _out = -1
 WORK = ""
-HERE = ""  # the launcher's folder: frames there are the launcher's own
+HERE = ""  # the launcher's folder: frames of files there are the launcher's own
 _BASE_ENV: dict[str, str] = {}
 _FAKE_PID = 0x3FFFFF00
 
@@ -46,9 +46,14 @@ def emit(rec: dict) -> None:
 def _where() -> list | None:
     """The innermost frame in the launcher's folder: its own file:line for this call."""
     for fs in reversed(traceback.extract_stack()[:-2]):
-        if fs.filename and os.path.realpath(fs.filename).startswith(HERE):
+        if own(fs.filename):
             return [fs.filename, fs.lineno]
     return None
+
+
+def own(filename: str | None) -> bool:
+    """A file of the launcher: itself or a helper module beside it (not an installed one)."""
+    return bool(filename) and os.path.dirname(os.path.realpath(filename)) == HERE
 
 
 def _env_changes() -> dict:
@@ -391,8 +396,8 @@ def limits(cfg: dict) -> None:
 def _last_line(exc: BaseException) -> dict:
     """The launcher's own line where it failed (or the innermost line), and the error."""
     frames = traceback.extract_tb(exc.__traceback__)
-    own = [f for f in frames if os.path.realpath(f.filename).startswith(HERE)]
-    at = (own or frames or [None])[-1]
+    mine = [f for f in frames if own(f.filename)]
+    at = (mine or frames or [None])[-1]
     text = traceback.format_exception_only(type(exc), exc)[-1].strip()
     return {"error": text, "type": type(exc).__name__,
             "where": [at.filename, at.lineno] if at else None,
@@ -406,7 +411,7 @@ def main() -> None:
     limits(cfg)
     _out = os.open(cfg["record"], os.O_WRONLY | os.O_APPEND)
     WORK = os.path.realpath(cfg["work"])
-    HERE = os.path.dirname(os.path.realpath(cfg["launcher"])) + os.sep
+    HERE = os.path.dirname(os.path.realpath(cfg["launcher"]))
     os.chdir(WORK)
     sys.path[:0] = [os.path.dirname(os.path.abspath(cfg["launcher"]))] + cfg["pythonpath"]
     sys.argv = [cfg["launcher"], *cfg["args"]]
