@@ -144,6 +144,7 @@ def test_sandbox_leaves_the_machine_untouched(tmp_path):
     files = {canary / "keep.txt": "keep", canary / "sub" / "deep.txt": "deep"}
     for p, text in files.items():
         p.write_text(text)
+        p.chmod(0o640)
     outside = tmp_path / "outside.txt"
     marker = "miles-topology-canary-process"
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
@@ -163,7 +164,9 @@ def test_sandbox_leaves_the_machine_untouched(tmp_path):
         victim.kill()
         victim.wait()
     assert {p: p.read_text() for p in files} == files
+    assert {p.stat().st_mode & 0o777 for p in files} == {0o640}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["canary"]
+    assert sorted(p.name for p in canary.iterdir()) == ["keep.txt", "sub"]
     # the training command is still recorded
     assert got.argv == ["--actor-num-gpus-per-node", "4", "--colocate",
                         "--tensor-model-parallel-size", "2"]
@@ -173,7 +176,7 @@ def test_sandbox_leaves_the_machine_untouched(tmp_path):
             "os.remove", "os.rename", "os.kill", "os.execv", "write"} <= kinds
     # ... and the audit hook refused what went past them (the C functions themselves)
     assert {"refused os.system", "refused os.kill", "refused socket.connect", "refused open",
-            "refused import"} <= kinds
+            "refused import", "refused ctypes.dlsym", "refused os.chmod"} <= kinds
     assert any(o.kind == "subprocess" and o.command == f"pkill -f {marker}" for o in got.others)
 
 

@@ -293,7 +293,7 @@ def install() -> None:
     os.waitpid = _waitpid
     os.kill, os.killpg = _kill("kill"), _kill("killpg")
     for name in ("remove", "unlink", "rmdir", "removedirs", "mkdir", "makedirs", "chmod",
-                 "chown", "truncate", "utime", "symlink", "link"):
+                 "chown", "lchown", "truncate", "utime", "symlink", "link", "mkfifo", "mknod"):
         if hasattr(os, name):
             setattr(os, name, _guard(f"os.{name}", getattr(os, name),
                                      2 if name in ("symlink", "link") else 1))
@@ -368,6 +368,9 @@ def hook(event: str, args: tuple) -> None:
         refuse(event, f"importing {args[0]} is not allowed in the sandbox", args[:1])
     n = _PATHS.get(event)
     if n:
+        if event in ("os.chmod", "os.chown", "os.truncate", "os.utime") and \
+                isinstance(args[0], int):  # through a file descriptor: of any file
+            refuse(event, f"{event} of an open file is not allowed in the sandbox", args[:1])
         paths = [p for p in args[:n] if isinstance(p, (str, bytes, os.PathLike))]
         if event in ("shutil.copyfile", "shutil.copytree", "shutil.move", "os.symlink",
                      "os.link"):
