@@ -215,6 +215,7 @@ def test_writes_outside_go_to_the_sandbox_and_inside_work(tmp_path):
      ("torchrun", "train.py", ["--y", "2"], {})),
     ("ray job submit -- bash -c 'python3 train.py --z'",
      ("ray job submit", "train.py", ["--z"], {})),
+    ("python -u -m miles.train --dry-run", ("python", "miles.train", ["--dry-run"], {})),
 ])
 def test_training_launch_forms(cmd, want):
     got = find_in_shell(cmd)

@@ -6,7 +6,8 @@ train.py ..."``, ``os.system(...)``). A shell string is cut into simple commands
 ``&&``, ``||``, ``|``, ``&`` and newlines; each is then read the way miles starts training:
 ``python3 .../train.py ARGS``, ``torchrun [OPTS] .../train.py ARGS`` (also ``python -m
 torch.distributed.run``) or ``ray job submit [OPTS] -- <one of those>`` (miles'
-``execute_train`` in ``miles/utils/external_utils/command_utils.py`` builds the last one).
+``execute_train`` in ``miles/utils/external_utils/command_utils.py`` builds the last one), and
+this project's own launcher, ``python -m miles.train``.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ def find(words: list[str], env: dict[str, str] | None = None) -> Launch | None:
     if _PYTHON.fullmatch(head):
         # python [interpreter options] SCRIPT ARGS: the script is the first non-option word
         for i, w in enumerate(words[1:], 1):
+            if w == "-m" and words[i + 1:i + 2] in (["miles.train"], ["miles.train_async"]):
+                return Launch(words[i + 2:], words[i + 1], "python", env)  # this project's
             if w in ("-m", "-c"):
                 return None
             if not w.startswith("-"):
