@@ -73,7 +73,7 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
         for k in ("HOME", "TMPDIR", "TMP", "TEMP", "PWD"):
             child_env[k] = str(work)
         records, err, status = _run(path, launcher_args, child_env, Path(tmp), work,
-                                         timeout_s, memory_mb)
+                                    timeout_s, memory_mb)
     return _interpret(path, records, err, status, child_env, timeout_s, memory_mb,
                       time.perf_counter() - t0)
 
@@ -101,7 +101,7 @@ def _run(path, args, env, tmp: Path, work: Path, timeout_s: float, memory_mb: in
         try:
             records.append(json.loads(line))
         except ValueError:
-            break  # cut off by the kill
+            continue  # a line cut off by the kill
     err = (tmp / "stderr").read_bytes()[-4096:].decode(errors="replace")
     return records, err, status
 
