@@ -277,3 +277,16 @@ def test_installed_helper_on_pythonpath_and_the_launchers_own_line():
     # the call happens in the installed helper; the launcher's own line is its call
     assert got.source == (fixture("run_installed_helper.py"),
                           line_of("run_installed_helper.py", "U.execute_train("))
+
+
+@pytest.mark.parametrize(("tail", "note"), [
+    ("import time\ntime.sleep(60)\n", "stopped after 1.5 s, after its training launch"),
+    ("raise RuntimeError('job failed')\n", "failed after its training launch"),
+])
+def test_what_happens_after_the_launch_is_a_note(tmp_path, tail, note):
+    launcher = tmp_path / "after.py"
+    launcher.write_text("import os\nos.system('python3 train.py --actor-num-gpus-per-node 2')\n"
+                        + tail)
+    got = read_python_launcher(str(launcher), [], timeout_s=1.5)
+    assert got.argv == ["--actor-num-gpus-per-node", "2"]
+    assert any(note in n for n in got.notes), got.notes
