@@ -138,6 +138,7 @@ def write(out: Outcome) -> list[Path]:
         for p, text in out.files.items():
             if p.exists() and p.read_text() == text:
                 continue
+            p = Path(os.path.realpath(p))  # a link stays a link here too
             if not p.exists():
                 created.append(p)
             _atomic(p, text.encode(), 0o644, owner)
