@@ -290,3 +290,20 @@ def test_what_happens_after_the_launch_is_a_note(tmp_path, tail, note):
     got = read_python_launcher(str(launcher), [], timeout_s=1.5)
     assert got.argv == ["--actor-num-gpus-per-node", "2"]
     assert any(note in n for n in got.notes), got.notes
+
+
+def test_a_launcher_run_where_it_reads_relative_files_still_writes_nothing_there(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tp.txt").write_text("4")
+    launcher = tmp_path / "rel.py"
+    launcher.write_text(
+        "import os\ntp = open('models/tp.txt').read()\n"
+        "open('run.log', 'w').write('started')\n"
+        "os.system(f'python3 train.py --actor-num-gpus-per-node 8 "
+        "--tensor-model-parallel-size {tp}')\n")
+    with pytest.raises(InputError, match="FileNotFoundError.*models/tp.txt"):
+        read_python_launcher(str(launcher), [])  # from the sandbox's own folder
+    got = read_python_launcher(str(launcher), [], cwd=str(tmp_path))
+    assert sizes(got.argv)[:2] == (8, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "rel.py"]
+    assert [(o.kind, o.command) for o in got.others] == [("write", str(tmp_path / "run.log"))]

@@ -58,11 +58,13 @@ class PythonLaunch:
 
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
-                         = None, timeout_s: float = 10, memory_mb: int = MEMORY_MB
-                         ) -> PythonLaunch:
+                         = None, timeout_s: float = 10, memory_mb: int = MEMORY_MB,
+                         cwd: str | None = None) -> PythonLaunch:
     """Run the launcher at `path` with `launcher_args` in the sandbox and return its training
     launch. `env` adds to the current environment (as `--env KEY=VALUE` does for scripts).
-    Raises InputError when there is none, or when the launcher cannot run to it."""
+    The launcher runs in the sandbox's temporary folder, or in `cwd` when given (for a launcher
+    that reads files relative to where it is started; its writes there are redirected all the
+    same). Raises InputError when there is no launch, or when the launcher cannot run to it."""
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
     child_env = {**os.environ, **(env or {})}
@@ -72,13 +74,16 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
         work.mkdir()
         for k in ("HOME", "TMPDIR", "TMP", "TEMP", "PWD"):
             child_env[k] = str(work)
+        if cwd is not None:
+            child_env["PWD"] = os.path.abspath(cwd)
         records, err, status = _run(path, launcher_args, child_env, Path(tmp), work,
-                                    timeout_s, memory_mb)
+                                    timeout_s, memory_mb, cwd)
     return _interpret(path, records, err, status, child_env, timeout_s, memory_mb,
                       time.perf_counter() - t0)
 
 
-def _run(path, args, env, tmp: Path, work: Path, timeout_s: float, memory_mb: int):
+def _run(path, args, env, tmp: Path, work: Path, timeout_s: float, memory_mb: int,
+         cwd: str | None):
     record = tmp / "record.jsonl"
     record.touch()
     cfg = tmp / "config.json"
@@ -86,7 +91,8 @@ def _run(path, args, env, tmp: Path, work: Path, timeout_s: float, memory_mb: in
     cfg.write_text(json.dumps({
         "launcher": os.path.abspath(path), "args": list(args), "work": str(work),
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
-        "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1}))
+        "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1,
+        "cwd": os.path.abspath(cwd) if cwd is not None else str(work)}))
     with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
         proc = subprocess.Popen([sys.executable, "-I", "-B", str(CHILD), str(cfg)], cwd=work,
                                 env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,

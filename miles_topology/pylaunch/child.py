@@ -205,7 +205,7 @@ def _guard(name, real, nargs=1):
         paths = args[:nargs]
         if all(inside(p) for p in paths) and kwargs.get("dir_fd") is None:
             return real(*args, **kwargs)
-        record(name, [os.fsdecode(p) for p in paths], None)
+        record(name, [os.path.abspath(os.fsdecode(p)) for p in paths], None)
         return None
 
     return guarded
@@ -233,14 +233,14 @@ def _writes(mode, flags) -> bool:
 
 def _open(file, mode="r", *args, **kwargs):
     if isinstance(file, (str, bytes, os.PathLike)) and _writes(mode, 0) and not inside(file):
-        record("write", [os.fsdecode(file)], None)
+        record("write", [os.path.abspath(os.fsdecode(file))], None)
         file = _shadow(file)
     return _REAL["open"](file, mode, *args, **kwargs)
 
 
 def _os_open(path, flags, mode=0o777, *, dir_fd=None):
     if dir_fd is None and _writes(None, flags) and not inside(path):
-        record("write", [os.fsdecode(path)], None)
+        record("write", [os.path.abspath(os.fsdecode(path))], None)
         path = _shadow(path)
     return _REAL["os.open"](path, flags, mode, dir_fd=dir_fd)
 
@@ -415,7 +415,7 @@ def main() -> None:
     _out = os.open(cfg["record"], os.O_WRONLY | os.O_APPEND)
     WORK = os.path.realpath(cfg["work"])
     HERE = os.path.dirname(os.path.realpath(cfg["launcher"]))
-    os.chdir(WORK)
+    os.chdir(cfg.get("cwd") or WORK)
     sys.path[:0] = [os.path.dirname(os.path.abspath(cfg["launcher"]))] + cfg["pythonpath"]
     sys.argv = [cfg["launcher"], *cfg["args"]]
     _BASE_ENV = dict(os.environ)
