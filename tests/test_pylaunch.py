@@ -307,3 +307,17 @@ def test_a_launcher_run_where_it_reads_relative_files_still_writes_nothing_there
     assert sizes(got.argv)[:2] == (8, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "rel.py"]
     assert [(o.kind, o.command) for o in got.others] == [("write", str(tmp_path / "run.log"))]
+
+
+def test_problems_point_at_the_launchers_call(tmp_path, capsys):
+    from miles_topology.cli import main
+
+    launcher = tmp_path / "bad.py"
+    launcher.write_text("import subprocess\nsubprocess.run(['python3', 'train.py', "
+                        "'--actor-num-gpus-per-node', '6', '--tensor-model-parallel-size', "
+                        "'4'])\n")
+    assert main(["check", "--format", "json", str(launcher)]) == 1
+    got = json.loads(capsys.readouterr().out)
+    assert got["errors"][0]["code"] == "dense-grid-divisibility"
+    assert got["errors"][0]["location"] == {"path": str(launcher), "line": 2}
+    assert got["source"] == f"{launcher}:2"

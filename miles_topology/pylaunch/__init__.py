@@ -219,14 +219,21 @@ def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | N
     """`check LAUNCHER.py [-- ARGS]`: the Verdict on the training launch the launcher issues.
     A ``--topology`` YAML is resolved with the environment the entry really gets: under
     ray job submit only the runtime env, else the launcher's own plus what the command sets."""
-    from ..cli import verdict_of
+    from ..errors import Location
+    from ..report import verdict_of
     from ..sources import read_flags
 
     got = read_python_launcher(path, launcher_args, env)
     base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
     environ = {**base, **got.env}
     v = verdict_of(path, lambda: read_flags(got.argv, environ).topology)
-    at = f"{os.path.relpath(got.source[0])}:{got.source[1]}" if got.source else "?"
+    where = None
+    if got.source:  # every problem is in the flags of the call the launcher makes there
+        same = os.path.realpath(got.source[0]) == os.path.realpath(path)
+        where = Location(path if same else os.path.relpath(got.source[0]), got.source[1])
+        v.errors, v.warnings, v.skipped = ([p if p.location else p.at(where) for p in ps]
+                                           for ps in (v.errors, v.warnings, v.skipped))
+    at = str(where) if where else "?"
     lines = [f"launch: {got.launcher} {got.entry}  <- {at} (run in a sandbox in "
              f"{got.seconds:.2f} s; {len(got.others)} other action(s) recorded, not run)"]
     lines += [f"note: {n}" for n in got.notes]
