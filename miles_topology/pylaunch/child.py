@@ -250,6 +250,11 @@ def _connect(self, address):
     raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
 
 
+def _connect_ex(self, address):
+    record("socket.connect", _addr(address), None)
+    return 111  # ECONNREFUSED, as connect_ex reports it
+
+
 def _create_connection(address, *a, **k):
     record("socket.create_connection", _addr(address), None)
     raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
@@ -265,51 +270,74 @@ def _getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
 _REAL: dict = {}
 
 
+class Plain:
+    """A recorder that stays a plain function when a module stores it on a class (3.10's
+    pathlib keeps os functions as class attributes, where a Python function would become a
+    method and get the instance as its first argument)."""
+
+    __slots__ = ("f",)
+
+    def __init__(self, f):
+        self.f = f
+
+    def __call__(self, *args, **kwargs):
+        return self.f(*args, **kwargs)
+
+
+def _put(module, name: str, f) -> None:
+    setattr(module, name, Plain(f))
+
+
 def install() -> None:
     import builtins
     import shutil
     import socket
     import subprocess
+    import types
 
     _REAL.update({"open": builtins.open, "os.open": os.open, "makedirs": os.makedirs})
-    builtins.open = io.open = _open
-    os.open = _os_open
+    _put(builtins, "open", _open)
+    _put(io, "open", _open)
+    _put(os, "open", _os_open)
 
     subprocess.Popen = FakePopen
     subprocess._USE_POSIX_SPAWN = False
-    os.system = _system
+    _put(os, "system", _system)
     for name in ("execv", "execve", "execvp", "execvpe"):
-        setattr(os, name, _exec(name))
+        _put(os, name, _exec(name))
     for name in ("execl", "execle", "execlp", "execlpe"):
-        setattr(os, name, _execl(name))
+        _put(os, name, _execl(name))
     for name in ("spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv", "spawnve", "spawnvp",
                  "spawnvpe"):
         if hasattr(os, name):
-            setattr(os, name, _spawn(name))
+            _put(os, name, _spawn(name))
     for name in ("posix_spawn", "posix_spawnp"):
         if hasattr(os, name):
-            setattr(os, name, _posix_spawn(name))
-    os.fork = _fork
-    os.waitpid = _waitpid
-    os.kill, os.killpg = _kill("kill"), _kill("killpg")
+            _put(os, name, _posix_spawn(name))
+    _put(os, "fork", _fork)
+    _put(os, "waitpid", _waitpid)
+    _put(os, "kill", _kill("kill"))
+    _put(os, "killpg", _kill("killpg"))
     for name in ("remove", "unlink", "rmdir", "removedirs", "mkdir", "makedirs", "chmod",
                  "chown", "lchown", "truncate", "utime", "symlink", "link", "mkfifo", "mknod"):
         if hasattr(os, name):
-            setattr(os, name, _guard(f"os.{name}", getattr(os, name),
-                                     2 if name in ("symlink", "link") else 1))
+            _put(os, name, _guard(f"os.{name}", getattr(os, name),
+                                  2 if name in ("symlink", "link") else 1))
     for name in ("rename", "replace"):
-        setattr(os, name, _guard(f"os.{name}", getattr(os, name), 2))
-    shutil.rmtree = _guard("shutil.rmtree", shutil.rmtree)
-    shutil.move = _guard("shutil.move", shutil.move, 2)
-    socket.socket.connect = _connect
-    socket.socket.connect_ex = lambda self, address: _connect(self, address)
-    socket.create_connection = _create_connection
-    socket.getaddrinfo = _getaddrinfo
-    socket.gethostbyname = lambda host: "127.0.0.1"
-    socket.gethostbyname_ex = lambda host: (host, [], ["127.0.0.1"])
-    # The C helper subprocess forks with raises no audit event: take it out of reach; an
-    # import of it again is refused by the hook.
+        _put(os, name, _guard(f"os.{name}", getattr(os, name), 2))
+    _put(shutil, "rmtree", _guard("shutil.rmtree", shutil.rmtree))
+    _put(shutil, "move", _guard("shutil.move", shutil.move, 2))
+    socket.socket.connect = _connect  # methods: these do take the socket first
+    socket.socket.connect_ex = _connect_ex
+    _put(socket, "create_connection", _create_connection)
+    _put(socket, "getaddrinfo", _getaddrinfo)
+    _put(socket, "gethostbyname", lambda host: "127.0.0.1")
+    _put(socket, "gethostbyname_ex", lambda host: (host, [], ["127.0.0.1"]))
+    # The C helper subprocess forks with raises no audit event: take it out of reach (3.11+
+    # holds it as _fork_exec, 3.10 as the module); an import of it again is refused by the hook.
     subprocess._fork_exec = _refuse_fork_exec
+    if hasattr(subprocess, "_posixsubprocess"):
+        subprocess._posixsubprocess = types.SimpleNamespace(fork_exec=_refuse_fork_exec)
     sys.modules.pop("_posixsubprocess", None)
 
 
