@@ -102,13 +102,27 @@ def test_missing_package_says_what_to_install():
         "installed here: pip install miles_topology_fixture_absent_pkg")
 
 
-def test_a_crash_is_one_line_at_the_launchers_own_line():
+def test_a_crash_is_one_line_at_the_launchers_own_line(monkeypatch):
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
     with pytest.raises(InputError) as e:
         read_python_launcher(fixture("run_crash.py"), [])
     msg = str(e.value)
-    at = f"run_crash.py:{line_of('run_crash.py', 'links = int(')}: ValueError"
-    assert at in msg and "Traceback" not in msg and "\n" not in msg
+    assert f"run_crash.py:{line_of('run_crash.py', 'return int(')}: ValueError" in msg
+    assert "Traceback" not in msg and "\n" not in msg
     assert "answered with exit 0 and empty output" in msg  # why its output was empty
+    assert "--env KEY=VALUE" in msg
+    # given the value the launcher would have probed for, it goes on to the launch
+    got = read_python_launcher(fixture("run_crash.py"), [], {"NCCL_NVLS_ENABLE": "1"})
+    assert got.env["NCCL_NVLS_ENABLE"] == "1" and sizes(got.argv)[0] == 8
+
+
+def test_a_crash_in_an_installed_helper_names_both_lines(tmp_path):
+    launcher = tmp_path / "run.py"
+    launcher.write_text("import json\n\njson.loads('{')\n")
+    with pytest.raises(InputError) as e:
+        read_python_launcher(str(launcher), [])
+    msg = str(e.value)
+    assert f"{launcher}:3: (in " in msg and "json" in msg and "JSONDecodeError" in msg
 
 
 def test_a_usage_error_of_the_launcher_is_reported():

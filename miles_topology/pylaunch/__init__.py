@@ -195,8 +195,10 @@ def _runs(kind: str) -> bool:
 
 
 def _at(end: dict) -> str:
-    where = end.get("where")
+    where, inner = end.get("where"), end.get("inner")
     at = f"{where[0]}:{where[1]}: " if where else ""
+    if inner:
+        at += f"(in {inner[2]}, {inner[0]}:{inner[1]}: `{inner[3]}`) "
     return f"{at}{end.get('error')}"
 
 

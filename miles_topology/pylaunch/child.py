@@ -425,14 +425,17 @@ def limits(cfg: dict) -> None:
 
 
 def _last_line(exc: BaseException) -> dict:
-    """The launcher's own line where it failed (or the innermost line), and the error."""
+    """The launcher's own line where it failed, the innermost line when that is elsewhere (an
+    installed helper), and the error."""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if own(f.filename)]
     at = (mine or frames or [None])[-1]
+    inner = frames[-1] if frames and frames[-1] is not at else None
     text = traceback.format_exception_only(type(exc), exc)[-1].strip()
     return {"error": text, "type": type(exc).__name__,
             "where": [at.filename, at.lineno] if at else None,
-            "code_line": (at.line or "") if at else ""}
+            "inner": [inner.filename, inner.lineno, inner.name, (inner.line or "").strip()]
+            if inner else None}
 
 
 def main() -> None:
