@@ -335,3 +335,30 @@ def test_problems_point_at_the_launchers_call(tmp_path, capsys):
     assert got["errors"][0]["code"] == "dense-grid-divisibility"
     assert got["errors"][0]["location"] == {"path": str(launcher), "line": 2}
     assert got["source"] == f"{launcher}:2"
+
+
+def test_user_site_packages_as_for_the_real_run_and_home_is_the_sandbox(tmp_path):
+    home = tmp_path / "home"
+    site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / \
+        "site-packages"
+    site.mkdir(parents=True)
+    (site / "user_installed_helper.py").write_text("GPUS = 4\n")
+    launcher = tmp_path / "u.py"
+    launcher.write_text(
+        "import os, sys, tempfile\n"
+        f"assert os.path.expanduser('~') != {str(home)!r}, 'HOME is the real one'\n"
+        "assert tempfile.gettempdir() == os.environ['HOME']\n"
+        "here = os.path.join('miles_topology', 'pylaunch')\n"
+        "assert not any(p.endswith(here) for p in sys.path), sys.path\n"
+        "import user_installed_helper as h\n"
+        "os.system(f'python3 train.py --actor-num-gpus-per-node {h.GPUS}')\n")
+    # the interpreter itself decides whether user site-packages count (not in a venv)
+    real = subprocess.run([sys.executable, "-E", "-c", "import user_installed_helper"],
+                          env={"HOME": str(home)}, capture_output=True).returncode == 0
+    if real:
+        got = read_python_launcher(str(launcher), [], {"HOME": str(home)})
+        assert got.argv == ["--actor-num-gpus-per-node", "4"]
+    else:
+        with pytest.raises(InputError, match="imports user_installed_helper, which is not"):
+            read_python_launcher(str(launcher), [], {"HOME": str(home)})
+    assert sorted(p.name for p in home.iterdir()) == [".local"]

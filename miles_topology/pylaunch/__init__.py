@@ -72,18 +72,18 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
     with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
         work = Path(tmp, "work")
         work.mkdir()
-        for k in ("HOME", "TMPDIR", "TMP", "TEMP", "PWD"):
-            child_env[k] = str(work)
-        if cwd is not None:
-            child_env["PWD"] = os.path.abspath(cwd)
-        records, err, status = _run(path, launcher_args, child_env, Path(tmp), work,
-                                    timeout_s, memory_mb, cwd)
-    return _interpret(path, records, err, status, child_env, timeout_s, memory_mb,
-                      time.perf_counter() - t0)
+        # set in the child once it has started, so that its user site-packages (found from
+        # the real HOME) are there as they are for the real launcher
+        sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
+        sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
+        records, err, status = _run(path, launcher_args, child_env, sandbox, Path(tmp), work,
+                                    timeout_s, memory_mb)
+    return _interpret(path, records, err, status, {**child_env, **sandbox}, timeout_s,
+                      memory_mb, time.perf_counter() - t0)
 
 
-def _run(path, args, env, tmp: Path, work: Path, timeout_s: float, memory_mb: int,
-         cwd: str | None):
+def _run(path, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
+         memory_mb: int):
     record = tmp / "record.jsonl"
     record.touch()
     cfg = tmp / "config.json"
@@ -91,10 +91,11 @@ def _run(path, args, env, tmp: Path, work: Path, timeout_s: float, memory_mb: in
     cfg.write_text(json.dumps({
         "launcher": os.path.abspath(path), "args": list(args), "work": str(work),
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
-        "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1,
-        "cwd": os.path.abspath(cwd) if cwd is not None else str(work)}))
+        "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
+        "env": sandbox}))
     with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
-        proc = subprocess.Popen([sys.executable, "-I", "-B", str(CHILD), str(cfg)], cwd=work,
+        # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc
+        proc = subprocess.Popen([sys.executable, "-E", "-B", str(CHILD), str(cfg)], cwd=work,
                                 env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
                                 start_new_session=True)
         try:

@@ -1,6 +1,6 @@
 """Run one Python launcher so that nothing it does leaves the process.
 
-This file runs as ``python -I -B child.py CONFIG.json`` and imports nothing of miles_topology.
+This file runs as ``python -E -B child.py CONFIG.json`` and imports nothing of miles_topology.
 Before the launcher runs, every way to start a program, signal one, reach the network or
 change files outside the work folder is replaced by a recorder that answers "done" (exit 0,
 empty output; a file opened for writing outside the work folder is opened under
@@ -447,6 +447,9 @@ def main() -> None:
     WORK = os.path.realpath(cfg["work"])
     HERE = os.path.dirname(os.path.realpath(cfg["launcher"]))
     os.chdir(cfg.get("cwd") or WORK)
+    os.environ.update(cfg["env"])  # HOME, TMPDIR... in the sandbox's folder
+    if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+        del sys.path[0]  # this file's folder, which python put first
     sys.path[:0] = [os.path.dirname(os.path.abspath(cfg["launcher"]))] + cfg["pythonpath"]
     sys.argv = [cfg["launcher"], *cfg["args"]]
     _BASE_ENV = dict(os.environ)
