@@ -14,8 +14,8 @@ from .grid import ORDERS
 @dataclass(frozen=True)
 class Spec:
     field: str
-    kind: str  # "int", "switch", "freq", "str"
-    values: tuple | None = None  # a switch that sets a field to (value off, value on)
+    kind: str  # "int", "switch", "freq", "str", "list" (one or more values, argparse nargs="+")
+    values: tuple | None = None  # a switch: (value off, value on); a str: the allowed choices
 
 
 # flag -> Spec. The first flag listed for a field is the name quoted in messages.
@@ -26,10 +26,20 @@ FLAGS: dict[str, Spec] = {
     "--critic-num-nodes": Spec("critic_nodes", "int"),
     "--critic-num-gpus-per-node": Spec("critic_gpus_per_node", "int"),
     "--use-critic": Spec("use_critic", "switch"),
+    "--advantage-estimator": Spec("advantage_estimator", "str"),
+    "--train-backend": Spec("train_backend", "str", ("megatron", "fsdp")),
+    "--dp-replicate-size": Spec("dp_replicate", "int"),
     "--rollout-num-gpus": Spec("rollout_gpus", "int"),
     "--rollout-num-gpus-per-engine": Spec("engine_size", "int"),
     "--colocate": Spec("colocate", "switch"),
     "--rollout-external": Spec("rollout_external", "switch"),
+    "--rollout-external-engine-addrs": Spec("external_addrs", "list"),
+    "--eval-num-gpus": Spec("eval_gpus", "int"),
+    "--eval-num-gpus-per-engine": Spec("eval_engine_size", "int"),
+    "--prefill-num-servers": Spec("prefill_servers", "int"),
+    "--sglang-config": Spec("sglang_config", "str"),
+    "--update-weight-transfer-mode": Spec(
+        "transfer_mode", "str", ("broadcast", "p2p", "disk-delta")),
     "--debug-train-only": Spec("train_only", "switch"),
     "--debug-rollout-only": Spec("rollout_only", "switch"),
     "--tensor-model-parallel-size": Spec("tp", "int"),
@@ -50,10 +60,21 @@ FLAGS: dict[str, Spec] = {
     "--moe-router-topk": Spec("topk", "int"),
     "--moe-layer-freq": Spec("moe_layer_freq", "freq"),
     "--moe-router-fusion": Spec("router_fusion", "switch"),
+    "--mtp-num-layers": Spec("mtp_layers", "int"),
+    # SGLang ServerArgs forwarded by miles with the --sglang- prefix (miles
+    # backends/sglang_utils/arguments.py add_sglang_arguments: every alias of a ServerArgs flag
+    # gets the prefix; validate_args then copies sglang_data_parallel_size -> sglang_dp_size, ...)
     "--sglang-ep-size": Spec("engine_ep", "int"),
     "--sglang-expert-parallel-size": Spec("engine_ep", "int"),
+    "--sglang-ep": Spec("engine_ep", "int"),
     "--sglang-dp-size": Spec("engine_dp", "int"),
+    "--sglang-data-parallel-size": Spec("engine_dp", "int"),
+    "--sglang-pp-size": Spec("engine_pp", "int"),
+    "--sglang-pipeline-parallel-size": Spec("engine_pp", "int"),
+    "--sglang-tp-size": Spec("sglang_tp", "int"),
+    "--sglang-tensor-parallel-size": Spec("sglang_tp", "int"),
     "--sglang-enable-dp-attention": Spec("dp_attention", "switch"),
+    "--sglang-moe-a2a-backend": Spec("a2a_backend", "str"),
     "--use-routing-replay": Spec("routing_replay", "switch"),
     "--use-rollout-routing-replay": Spec("rollout_routing_replay", "switch"),
     "--rollout-batch-size": Spec("rollout_batch_size", "int"),
@@ -62,13 +83,18 @@ FLAGS: dict[str, Spec] = {
     "--micro-batch-size": Spec("micro_batch_size", "int"),
     "--use-dynamic-batch-size": Spec("dynamic_batch", "switch"),
     "--max-tokens-per-gpu": Spec("max_tokens_per_gpu", "int"),
+    "--num-steps-per-rollout": Spec("steps_per_rollout", "int"),
+    "--use-dynamic-global-batch-size": Spec("dynamic_global_batch", "switch"),
+    "--allow-partial-train-step": Spec("partial_train_step", "switch"),
+    "--disable-rollout-trim-samples": Spec("no_trim", "switch"),
 }
 
 # old flag -> (new flag, how the old spelling maps onto the model)
 RENAMED: dict[str, tuple[str, Spec | None]] = {
     "--rollout-num-gpus-per-node": ("--num-gpus-per-node", Spec("node_gpus", "int")),
     "--sglang-enable-ep-moe": ("--sglang-ep-size N", None),
-    "--sglang-enable-deepep-moe": ("--sglang-moe-a2a-backend deepep", None),
+    "--sglang-enable-deepep-moe": ("--sglang-moe-a2a-backend deepep",
+                                   Spec("a2a_backend", "switch", (None, "deepep"))),
 }
 
 FIELD_FLAG: dict[str, str] = {}
@@ -123,8 +149,6 @@ def parse_flags(argv: list[str]) -> Parsed:
             )
             if spec is None:  # a switch with a new meaning
                 out.fields.setdefault("_renamed", []).append(name)
-                if name == "--sglang-enable-deepep-moe":
-                    out.passthrough += ["--sglang-moe-a2a-backend", "deepep"]
                 continue
         if spec.kind == "switch":
             if value is not None and value.lower() not in ("true", "1", "false", "0"):
@@ -148,6 +172,17 @@ def parse_flags(argv: list[str]) -> Parsed:
             except ValueError:
                 out.errors.append(_bad_value(name, value, "it must be a whole number"))
                 continue
+        elif spec.kind == "list":  # argparse nargs="+": every value up to the next flag
+            items = [value]
+            while i < len(argv) and not _is_flag(argv[i]):
+                items.append(argv[i])
+                i += 1
+            parsed = tuple(items)
+        elif spec.values and value not in spec.values:
+            out.errors.append(_bad_value(
+                name, value, f"it must be one of {', '.join(spec.values)}",
+                f"give {name} one of: {', '.join(spec.values)}."))
+            continue
         else:
             parsed = value
         _set(out, spec.field, parsed, name)

@@ -22,12 +22,15 @@ from pydantic import (
 )
 
 from . import layers as _layers
+from . import placement as _placement
 from .checks import run_checks
 from .errors import Problem, TopologyError
 from .flags import flag_of
 from .grid import ORDERS, Grid
 
 Pos = Field(default=1, ge=1)
+_MEGATRON_SIZES = ("tp", "pp", "ep", "etp", "vpp", "vpp_layers", "first_stage_layers",
+                   "last_stage_layers")
 
 class Topology(BaseModel):
     """Every parallel size of a miles job and the model facts they depend on."""
@@ -38,10 +41,15 @@ class Topology(BaseModel):
     nodes: int = Pos
     gpus_per_node: int = Field(default=8, ge=1)
     node_gpus: int = Field(default=8, ge=1)  # physical GPUs per node (--num-gpus-per-node)
+    node_gpus_given: bool = False  # inferred: --num-gpus-per-node was given
     cluster_nodes: int | None = Field(default=None, ge=1)
     use_critic: bool = False
     critic_nodes: int | None = Field(default=None, ge=1)
     critic_gpus_per_node: int | None = Field(default=None, ge=1)
+    advantage_estimator: str | None = None
+    train_backend: Literal["megatron", "fsdp"] = "megatron"
+    dp_replicate: int = Pos  # FSDP2 hybrid-shard replicas (--dp-replicate-size)
+    fsdp_ignored: tuple[tuple[str, int], ...] = ()  # inferred: Megatron sizes FSDP ignores
     # train grid
     tp: int = Pos
     pp: int = Pos
@@ -61,6 +69,17 @@ class Topology(BaseModel):
     engine_dp: int = Pos
     dp_attention: bool = False
     rollout_external: bool = False
+    external_addrs: tuple[str, ...] | None = None
+    engine_pp: int = Pos
+    sglang_tp: int | None = Field(default=None, ge=1)  # overwritten by engine_size in miles
+    a2a_backend: str | None = None
+    eval_gpus: int = Field(default=0, ge=0)
+    eval_engine_size: int | None = Field(default=None, ge=1)
+    prefill_servers: int | None = Field(default=None, ge=0)
+    sglang_config: str | None = None
+    # (model, worker type, GPUs, GPUs per engine) per --sglang-config group; None: not read
+    engine_groups: tuple[tuple[str, str, int, int], ...] | None = None
+    transfer_mode: Literal["broadcast", "p2p", "disk-delta"] | None = None
     train_only: bool = False
     rollout_only: bool = False
     # model shape
@@ -72,6 +91,7 @@ class Topology(BaseModel):
     moe_layer_freq: int | tuple[int, ...] = 1
     first_stage_layers: int | None = Field(default=None, ge=0)
     last_stage_layers: int | None = Field(default=None, ge=0)
+    mtp_layers: int | None = Field(default=None, ge=0)
     # routing replay
     routing_replay: bool = False
     rollout_routing_replay: bool = False
@@ -83,6 +103,10 @@ class Topology(BaseModel):
     micro_batch_size: int = Pos
     dynamic_batch: bool = False
     max_tokens_per_gpu: int | None = Field(default=None, ge=1)
+    steps_per_rollout: int | None = Field(default=None, ge=1)
+    dynamic_global_batch: bool = False
+    partial_train_step: bool = False
+    no_trim: bool = False
 
     _warnings: tuple[Problem, ...] = PrivateAttr(default=())
 
@@ -110,20 +134,39 @@ class Topology(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        if data.get("train_backend") == "fsdp":  # FSDP builds its own dp x cp mesh
+            ignored = tuple((f, data.pop(f)) for f in _MEGATRON_SIZES
+                            if data.get(f) not in (None, 1))
+            data["fsdp_ignored"] = ignored + tuple(data.get("fsdp_ignored", ()))
         if data.get("etp") is None:
             data["etp"] = data.get("tp", 1)
             data["etp_implied"] = True
+        if "node_gpus" in data:
+            data["node_gpus_given"] = True
         if data.get("rollout_routing_replay"):
             data["routing_replay"] = True
-        if data.get("rollout_only") and data.get("rollout_gpus"):
+        if data.get("advantage_estimator") is not None:  # miles_validate_args
+            data["use_critic"] = data["advantage_estimator"] == "ppo"
+        if data.get("external_addrs"):  # engines given by address are external
+            data["rollout_external"] = True
+        if data.get("rollout_only") and data.get("rollout_gpus") and not data.get("colocate"):
+            # miles_validate_args: the actor shape is derived from the rollout GPUs
             data["gpus_per_node"] = min(8, data["rollout_gpus"])
+            data["nodes"] = max(1, data["rollout_gpus"] // data["gpus_per_node"])
+        steps, rbs = data.get("steps_per_rollout"), data.get("rollout_batch_size")
+        if steps and rbs and data.get("global_batch_size") is None:
+            data["global_batch_size"] = rbs * data.get("n_samples_per_prompt", 1) // steps or None
+        if data.get("sglang_config") and data.get("engine_groups") is None:
+            from .placement import read_engine_groups
+
+            data["engine_groups"] = read_engine_groups(data["sglang_config"])
         return data
 
     @model_validator(mode="after")
     def _validate(self) -> Topology:
         found = run_checks(self)
         errors = [p for p in found if p.severity == "error"]
-        warnings = [p for p in found if p.severity == "warning"]
+        warnings = [p for p in found if p.severity != "error"]  # warnings, then skipped
         if errors:
             raise TopologyError(errors, warnings, self.summary() if self.forms_grid else None)
         self._warnings = tuple(warnings)
@@ -250,8 +293,23 @@ class Topology(BaseModel):
 
     @property
     def is_moe(self) -> bool:
-        """An MoE model: experts given and (when layers are known) some MoE layer."""
-        return self.experts is not None and (self.layers is None or any(self.moe_pattern))
+        """An MoE model: experts given and (when layers are known) some MoE layer. An int
+        frequency makes layer 0 an MoE layer, so no pattern is built for it."""
+        if self.experts is None:
+            return False
+        if self.layers is None or isinstance(self.moe_layer_freq, int):
+            return self.layers is None or self.layers >= 1
+        return any(self.moe_layer_freq)
+
+    @property
+    def a2a_forces_ep(self) -> bool:
+        """SGLang sets engine EP = engine TP for the all-to-all MoE backends deepep, mooncake."""
+        return self.a2a_backend in ("deepep", "mooncake")
+
+    @cached_property
+    def engine_ep_used(self) -> int:
+        """The engine EP SGLang really runs (see `a2a_forces_ep`)."""
+        return self.engine_size if self.a2a_forces_ep else self.engine_ep
 
     @cached_property
     def experts_per_rank(self) -> int:
@@ -322,11 +380,23 @@ class Topology(BaseModel):
 
     # ---- placement ------------------------------------------------------------------
 
+    @cached_property
+    def node_size(self) -> int:
+        """Physical GPUs per node: --num-gpus-per-node when given; else the actor's GPUs per
+        node when it spans nodes (what the user evidently has); else miles' default 8."""
+        if self.node_gpus_given:
+            return self.node_gpus
+        return self.gpus_per_node if self.nodes > 1 else max(self.node_gpus, self.gpus_per_node)
+
+    def slot(self, index: int) -> tuple[int, int]:
+        """(node, GPU) of position `index` of miles' packed placement group (placement.py)."""
+        return divmod(index, self.node_size)
+
     def placement(self, rank: int) -> tuple[int, int]:
-        """(node, GPU) of train rank `rank`: ranks fill a node's GPUs before the next node."""
+        """(node, GPU) of train rank `rank`: rank r takes position r of the placement group."""
         if not 0 <= rank < self.world_size:
             raise IndexError(f"rank {rank} outside the world of {self.world_size} ranks")
-        return divmod(rank, self.gpus_per_node)
+        return self.slot(rank)
 
     @computed_field
     @cached_property
@@ -337,51 +407,53 @@ class Topology(BaseModel):
             return 0
         return self.rollout_gpus or 0
 
+    @cached_property
+    def eval_size(self) -> int:
+        return self.eval_engine_size or self.engine_size
+
+    @cached_property
+    def engine_group_list(self) -> tuple[_placement.Group, ...]:
+        return _placement.groups(self)
+
+    @cached_property
+    def all_engines(self) -> int:
+        """Rollout engines, then eval engines."""
+        return sum(g.engines for g in self.engine_group_list)
+
     @computed_field
     @cached_property
     def num_engines(self) -> int:
-        return self.rollout_gpu_count // self.engine_size
+        """Engines that serve rollout and receive weight updates (eval engines excluded)."""
+        return sum(g.engines for g in self.engine_group_list if g.model != "eval")
 
     @cached_property
-    def engine_node_size(self) -> int:
-        """GPUs per node where engines are placed: the actor's nodes when colocated."""
-        return self.gpus_per_node if self.colocate else self.node_gpus
+    def rollout_offset(self) -> int:
+        return _placement.layout(self)[1]
 
     @cached_property
-    def rollout_first_node(self) -> int:
-        return 0 if self.colocate else self.train_nodes_used
-
-    @cached_property
-    def train_nodes_used(self) -> int:
-        critic = 0
-        if self.use_critic or self.critic_nodes is not None:
-            critic = self.critic_nodes or self.nodes
-        return self.nodes + critic
+    def placement_gpus(self) -> int:
+        """Bundles in miles' one placement group."""
+        return _placement.layout(self)[0]
 
     def engine_gpus(self, engine: int) -> tuple[tuple[int, int], ...]:
-        """(node, GPU) of each GPU of rollout engine `engine`."""
-        if not 0 <= engine < self.num_engines:
-            raise IndexError(f"engine {engine} outside 0..{self.num_engines - 1}")
-        node = self.engine_node_size
-        start = engine * self.engine_size
-        return tuple(
-            (self.rollout_first_node + s // node, s % node)
-            for s in range(start, start + self.engine_size)
-        )
+        """(node, GPU) of each GPU of engine `engine` (rollout engines first, then eval)."""
+        if not 0 <= engine < self.all_engines:
+            raise IndexError(f"engine {engine} outside 0..{self.all_engines - 1}")
+        start, size = _placement.engine_span(self, engine)
+        return tuple(self.slot(i) for i in range(start, start + size))
 
     @computed_field
     @cached_property
     def nodes_needed(self) -> int:
-        rollout = 0 if self.colocate else -(-self.rollout_gpu_count // self.node_gpus)
-        return self.train_nodes_used + rollout
+        return -(-self.placement_gpus // self.node_size)
 
     @property
     def gpu_budget(self) -> str:
         parts = [f"actor {self.world_size}"]
-        if self.train_nodes_used > self.nodes:
-            parts.append(f"critic {(self.train_nodes_used - self.nodes) * self.gpus_per_node}")
         if not self.colocate and self.rollout_gpu_count:
             parts.append(f"rollout {self.rollout_gpu_count}")
+        if self.eval_gpus:
+            parts.append(f"eval {self.eval_gpus}")
         return " + ".join(parts) + " GPUs"
 
     # ---- reporting ------------------------------------------------------------------

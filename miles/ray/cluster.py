@@ -69,7 +69,7 @@ class Cluster:
         t = self.topo
         slot = t.placement(rank)
         env = dict(
-            RANK=rank, WORLD_SIZE=t.world_size, LOCAL_WORLD_SIZE=t.gpus_per_node,
+            RANK=rank, WORLD_SIZE=t.world_size, LOCAL_WORLD_SIZE=_ranks_on_node(t, slot[0]),
             MASTER_ADDR=self.master[0], MASTER_PORT=self.master[1],
         )
         return self._options(slot, TRAIN_GPU[t.colocate], env)
@@ -147,7 +147,7 @@ def start_cluster(topo: Topology, address: str | None = None, wait_s: float = 60
         if address:
             _wait_reachable(address, wait_s)
         else:
-            local = start_local(topo.nodes_needed, max(topo.node_gpus, topo.gpus_per_node))
+            local = start_local(topo.nodes_needed, topo.node_size)
             address = local.address
         ray.init(address=address, logging_level="warning")
         owns_conn = True
@@ -247,6 +247,12 @@ def _nodes() -> list[Node]:
              f"node:{n['NodeManagerAddress']}")
         for n in alive
     ]
+
+
+def _ranks_on_node(topo: Topology, node: int) -> int:
+    """Train ranks on `node`: ranks take the first positions of the packed placement group."""
+    first = node * topo.node_size
+    return max(0, min(topo.world_size, first + topo.node_size) - first)
 
 
 def _per_node(needed: list[Slot]) -> str:
