@@ -5,6 +5,7 @@ This is the only place that knows flag spellings. Flags it does not know pass th
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .errors import Problem
@@ -122,9 +123,76 @@ def _is_flag(token: str) -> bool:
     return token.startswith("--") and len(token) > 2
 
 
+# Short spellings people carry over from other launchers; miles' parser does not know them.
+SHORT: dict[str, str] = {
+    f"{dash}{short}": flag
+    for short, flag in (
+        ("tp", "--tensor-model-parallel-size"), ("pp", "--pipeline-model-parallel-size"),
+        ("cp", "--context-parallel-size"), ("ep", "--expert-model-parallel-size"),
+        ("etp", "--expert-tensor-parallel-size"), ("sp", "--sequence-parallel"),
+        ("vpp", "--num-virtual-stages-per-pipeline-rank"),
+    )
+    for dash in ("-", "--")
+}
+
+
+def _distance(a: str, b: str) -> int:
+    """Levenshtein distance, capped at 3 with an early exit: cheap for unrelated names."""
+    if abs(len(a) - len(b)) > 2:
+        return 3
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+        if min(row) > 2:
+            return 3
+    return min(row[-1], 3)
+
+
+def suggest(name: str) -> str | None:
+    """The known layout flag an unknown flag most likely means, or None (bounded: one pass
+    over the flag table, only for unknown flags)."""
+    if name in SHORT:
+        return SHORT[name]
+    if not name.startswith("--") or len(name) < 8:
+        return None
+    have = Counter(name)
+    near = [
+        (_distance(name, f), f) for f, counts in _HISTOGRAMS.items()
+        if abs(len(f) - len(name)) <= 2
+        # each edit changes the letter counts by at most 2: a cheap lower bound first
+        and sum((have - counts).values()) + sum((counts - have).values()) <= 4
+    ]
+    best = min(near, default=(3, None))
+    return best[1] if best[0] <= 2 else None
+
+
+_HISTOGRAMS = {f: Counter(f) for f in list(FLAGS) + list(RENAMED)}
+
+
+def _typo(name: str, new: str) -> Problem:
+    return Problem(
+        "unknown-flag",
+        f"{name} is not a flag miles knows (its parser refuses or ignores it); did you mean "
+        f"{new}?",
+        f"write {new}", (name,), "warning",
+    )
+
+
+def _repeated(name: str, first: object, last: object) -> Problem:
+    return Problem(
+        "flag-repeated",
+        f"{name} is given twice, {first} and then {last}; miles' parser keeps the last, {last}.",
+        f"give {name} once ({name} {last} is what runs)", (name,), "warning",
+    )
+
+
 def parse_flags(argv: list[str]) -> Parsed:
-    """Read topology flags from argv (argparse semantics: the last occurrence wins)."""
+    """Read topology flags from argv (argparse semantics: the last occurrence wins; a repeat
+    with another value and a near-miss of a known flag are reported as warnings)."""
     out = Parsed()
+    seen: dict[str, str] = {}  # other flags' values, to report repeats
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -132,6 +200,17 @@ def parse_flags(argv: list[str]) -> Parsed:
         name, eq, inline = token.partition("=")
         if not _is_flag(token) or (name not in FLAGS and name not in RENAMED):
             out.passthrough.append(token)
+            if token.startswith("-") and len(token) > 1:
+                near = suggest(name)
+                if near is not None:
+                    out.warnings.append(_typo(name, near))
+                elif _is_flag(token):
+                    value = inline if eq else (
+                        argv[i] if i < len(argv) and not argv[i].startswith("-") else None)
+                    if value is not None and seen.get(name, value) != value:
+                        out.warnings.append(_repeated(name, seen[name], value))
+                    if value is not None:
+                        seen[name] = value
             continue
         value: str | None = inline if eq else None
         spec = FLAGS.get(name)
@@ -191,6 +270,8 @@ def parse_flags(argv: list[str]) -> Parsed:
 
 def _set(out: Parsed, name: str, value: object, flag: str) -> None:
     earlier = out.given_by.get(name)
+    if earlier == flag and out.fields[name] != value:
+        out.warnings.append(_repeated(flag, out.fields[name], value))
     if earlier is not None and earlier != flag and out.fields[name] != value:
         out.errors.append(
             Problem(

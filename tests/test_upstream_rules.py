@@ -245,3 +245,38 @@ def test_mtp_layers_and_rollout_only_shape():
     assert Topology.from_flags(["--colocate", "--mtp-num-layers", "1"]).mtp_layers == 1
     topo = Topology.from_flags(["--debug-rollout-only", "--rollout-num-gpus", "16"])
     assert (topo.nodes, topo.gpus_per_node) == (2, 8)  # miles_validate_args
+
+
+# ---- typos and repeats (flags.py, used by `check` and the launcher alike) -----------------
+
+
+def test_near_miss_and_short_alias_warn_with_did_you_mean():
+    topo = Topology.from_flags(["--colocate", "--expert-model-paralel-size", "2", "-tp", "2"])
+    typos = [w for w in topo.warnings if w.code == "unknown-flag"]
+    assert [w.flags for w in typos] == [("--expert-model-paralel-size",), ("-tp",)]
+    assert "did you mean --expert-model-parallel-size?" in typos[0].message
+    assert "did you mean --tensor-model-parallel-size?" in typos[1].message
+    assert topo.ep == 1  # not applied: the flag was not recognised
+    # real miles flags far from the table are not flagged
+    assert "unknown-flag" not in codes(Topology.from_flags(FSDP_R3).warnings)
+
+
+def test_repeated_flag_with_two_values_is_reported_last_wins():
+    topo = Topology.from_flags(["--colocate", "--expert-model-parallel-size", "2",
+                                "--expert-model-parallel-size", "4", "--num-experts", "8",
+                                "--lr", "1e-6", "--lr", "2e-6"])
+    assert topo.ep == 4
+    rep = [w for w in topo.warnings if w.code == "flag-repeated"]
+    assert [w.flags for w in rep] == [("--expert-model-parallel-size",), ("--lr",)]
+    assert "2 and then 4" in rep[0].message and "keeps the last, 4" in rep[0].message
+    same = Topology.from_flags(["--colocate", "--lr", "1", "--lr", "1"])
+    assert not same.warnings
+
+
+def test_launcher_reports_the_same_warnings(capsys):
+    from miles.train import main
+
+    assert main(["--dry-run", "--colocate", "-pp", "2", "--num-experts", "8", "--num-experts",
+                 "4", "--num-layers", "4", "--num-attention-heads", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "warning [unknown-flag] -pp" in out and "warning [flag-repeated] --num-experts" in out
