@@ -116,11 +116,12 @@ def expert_grid(topo: Topology) -> Iterator[Problem]:
         for e in _divisors(world)
         if world % (topo.etp * e * topo.pp) == 0 and (topo.experts is None or topo.experts % e == 0)
     ]
-    fix = f"try --expert-model-parallel-size {_or(_nearest(eps, topo.ep))}" if eps else "try"
+    fixes = [f"--expert-model-parallel-size {_or(_nearest(eps, topo.ep))}"] if eps else []
     if topo.etp > 1:
         etps = [t for t in _divisors(world) if world % (t * topo.ep * topo.pp) == 0]
         if etps:
-            fix += f", or --expert-tensor-parallel-size {_or(_nearest(etps, topo.etp))}"
+            fixes.append(f"--expert-tensor-parallel-size {_or(_nearest(etps, topo.etp))}")
+    fix = "try " + ", or ".join(fixes) if fixes else "change the sizes"
     yield _err(
         "expert-grid-divisibility",
         f"world size {topo.nodes} node(s) x {topo.gpus_per_node} GPUs = {world} is not divisible "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from .errors import InputError
 from .model import Topology
 
 
@@ -73,8 +74,20 @@ def header(topo: Topology) -> str:
     )
 
 
+MAX_GPUS = 1 << 16  # the map lists every GPU; beyond this it shows the sizes only
+
+
+def too_big(topo: Topology) -> str | None:
+    """Why the per-GPU map is not drawn (a size beyond what one can list), or None."""
+    n = max(topo.placement_gpus, topo.world_size)
+    return f"{n} GPUs is more than the {MAX_GPUS} the map lists one by one" if n > MAX_GPUS \
+        else None
+
+
 def text_map(topo: Topology) -> str:
     """Nodes as blocks, one column per GPU; each cell: rank, coordinates, experts, engine."""
+    if too_big(topo):
+        return f"{header(topo)}\n\nGPU map not drawn: {too_big(topo)}."
     grid = cells(topo)
     nodes = sorted({n for n, _ in grid})
     width = max(len(s) for lines in grid.values() for s in lines) + 2
@@ -92,6 +105,8 @@ def text_map(topo: Topology) -> str:
 
 def svg_map(topo: Topology) -> str:
     """The same map as an SVG: one row of GPU boxes per node, engines tinted per engine."""
+    if too_big(topo):
+        raise InputError(f"no SVG: {too_big(topo)}")
     grid = cells(topo)
     nodes = sorted({n for n, _ in grid})
     per_node = max(g for _, g in grid) + 1

@@ -37,6 +37,7 @@ from .plan import Slot, bind, budget_problems, gpu_key, slots
 TRAIN_GPU = {True: 0.5, False: 1.0}  # colocated -> fraction of the slot's GPU
 ENGINE_GPU = {True: 0.4, False: 1.0}
 PIN = 0.001  # share of a node's pin resource a bundle takes
+LOCAL_MAX_NODES = 64  # a local (logical-GPU) cluster larger than this is refused up front
 ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR",
     "MASTER_PORT", "LOCAL_WORLD_SIZE", "MILES_ENGINE", "MILES_ENGINE_RANK", "MILES_ENGINE_SIZE",
@@ -147,6 +148,15 @@ def start_cluster(topo: Topology, address: str | None = None, wait_s: float = 60
         if address:
             _wait_reachable(address, wait_s)
         else:
+            if topo.nodes_needed > LOCAL_MAX_NODES:  # bounded: no attempt at 10^8 raylets
+                from miles_topology import Problem
+
+                raise TopologyError([Problem(
+                    "gpu-budget-exceeded",
+                    f"this job needs {topo.nodes_needed} nodes of {topo.node_size} GPUs; a local "
+                    f"cluster is built for at most {LOCAL_MAX_NODES}.",
+                    "point RAY_ADDRESS at a Ray cluster of that size, or shrink the job",
+                    ("--actor-num-nodes", "--rollout-num-gpus"))], list(topo.warnings))
             local = start_local(topo.nodes_needed, topo.node_size)
             address = local.address
         ray.init(address=address, logging_level="warning")

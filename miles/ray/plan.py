@@ -36,6 +36,18 @@ def gpu_key(gpu_id: object) -> tuple:
 
 def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
     """`gpu-budget-exceeded` when the cluster's nodes (GPUs each, in node order) cannot host it."""
+    if topo.nodes_needed > max(len(have), 1 << 12):  # decided without listing every node
+        return [Problem(
+            "gpu-budget-exceeded",
+            f"this job needs {topo.nodes_needed} node(s) of {topo.node_size} GPUs "
+            f"({topo.gpu_budget}) but the Ray cluster has {len(have)} node(s) with GPUs "
+            f"{list(have)}.",
+            f"give the cluster {topo.nodes_needed} nodes of {topo.node_size} GPUs (or point "
+            "RAY_ADDRESS at one), or shrink the job: fewer --actor-num-nodes or "
+            "--rollout-num-gpus, or --colocate",
+            ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus",
+             "--num-gpus-per-node"),
+        )]
     need = need_per_node(topo)
     short = [n for n, k in enumerate(need) if n >= len(have) or have[n] < k]
     if not short:
