@@ -7,13 +7,12 @@ could not resolve is reported as skipped, not failed: `ok` is false only when pr
 
 from __future__ import annotations
 
-from .errors import InputError, Problem
-from .flags import FLAGS, RENAMED
+from .errors import InputError, Location, Problem
+from .flags import field_of, flag_of, known
+from .model import summary_fields
+from .report import Verdict, verdict_of
 from .script import ScriptRead, ScriptReadError, read_script
 from .sources import read_flags
-
-TOPOLOGY_FLAGS = set(FLAGS) | set(RENAMED) | {"--topology"}
-GRID_FIELDS = {"nodes", "gpus_per_node", "tp", "pp", "cp", "ep", "etp"}
 
 
 def read(path: str, env: dict[str, str]) -> ScriptRead:
@@ -36,7 +35,7 @@ def values_report(found: ScriptRead) -> dict:
     """Each topology flag's final value with its source, and the earlier places it was set."""
     out = {}
     for flag, seen in found.values().items():
-        if flag not in TOPOLOGY_FLAGS:
+        if not known(flag):
             continue
         last = seen[-1]
         out[flag] = {
@@ -47,20 +46,22 @@ def values_report(found: ScriptRead) -> dict:
     return out
 
 
-def check_script(path: str, env: dict[str, str]):
-    from .cli import verdict_of
-
+def check_script(path: str, env: dict[str, str]) -> Verdict:
     found = read(path, env)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     v = verdict_of(path, lambda: read_flags(found.flags(), exported).topology)
     unknown = {u.flag for u in found.unresolved if u.flag}
-    if any(f in FLAGS and FLAGS[f].field in GRID_FIELDS for f in unknown):
+    if any(field_of(f) in summary_fields() for f in unknown):
         v.summary = None  # the sizes are not known, so they are not reported
     if unknown:
         proven = [p for p in v.errors if not unknown & set(p.flags)]
         v.skipped += [p for p in v.errors if unknown & set(p.flags)]
         v.errors = proven
     v.warnings = [_note(n) for n in found.notes] + v.warnings
+    where = _where(found)
+    v.errors, v.warnings, v.skipped = (
+        [p.at(_locate(p, where)) if p.location is None else p for p in ps]
+        for ps in (v.errors, v.warnings, v.skipped))
     values = values_report(found)
     v.extra = {
         "launcher": found.launcher,
@@ -76,7 +77,26 @@ def check_script(path: str, env: dict[str, str]):
 
 
 def _note(n) -> Problem:
-    return Problem(n.code, f"{n.source}: {n.message}", n.fix, (), "warning")
+    return Problem(n.code, f"{n.source}: {n.message}", n.fix, (), "warning",
+                   Location(n.source.path, n.source.line))
+
+
+def _where(found: ScriptRead) -> dict[str, Location]:
+    """Flag (and, for a --topology file, each field's flag) -> where its final value is set."""
+    out = {}
+    for flag, seen in found.values().items():
+        src = seen[-1].source
+        if src.line > 0:
+            out[flag] = Location(src.path, src.line)
+            name = field_of(flag)
+            if name:  # problems quote a field's own flag, the script may use another spelling
+                out.setdefault(flag_of(name), out[flag])
+    return out
+
+
+def _locate(p: Problem, where: dict[str, Location]) -> Location | None:
+    """The line that sets the first of the problem's flags the script sets."""
+    return next((where[f] for f in p.flags if f in where), None)
 
 
 def _lines(values: dict, found: ScriptRead) -> list[str]:

@@ -68,7 +68,7 @@ def groups(topo: Topology) -> tuple[Group, ...]:
             raw += [("default", "prefill", prefill, topo.engine_size),
                     ("default", "decode", topo.rollout_gpu_count - prefill, topo.engine_size)]
         else:
-            raw.append(("default", "regular", topo.rollout_gpu_count, topo.engine_size))
+            raw += [("default", "regular", topo.rollout_gpu_count, topo.engine_size)]
     if topo.eval_gpus and not topo.rollout_external:
         given = [(m, k, n, size or topo.eval_size) for m, k, n, size in topo.engine_groups or ()
                  if m == "eval"]

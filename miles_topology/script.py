@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from miles_topology import bash
 from miles_topology.bash import Arith, Lit, Param, Sub
-from miles_topology.flags import FLAGS, RENAMED
+from miles_topology.flags import is_switch
 
 __all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
            "Unresolved", "is_switch", "read_script"]
@@ -1359,11 +1359,6 @@ def _test(vals: list[Field], fancy: bool) -> bool | None:
 
 # ---------------------------------------------------------------- argv
 
-
-def is_switch(flag: str) -> bool:
-    """A topology flag that takes no value (``--colocate``), under its current or old name."""
-    spec = FLAGS[flag] if flag in FLAGS else RENAMED[flag][1] if flag in RENAMED else None
-    return flag in RENAMED and spec is None or spec is not None and spec.kind == "switch"
 
 
 def _is_flag(f: Field) -> bool:

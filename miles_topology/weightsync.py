@@ -123,7 +123,7 @@ def rank_sends(plan: Iterable[EngineSync], rank: int) -> dict[int, tuple[Shard, 
 
 def _shard(topo: Topology, key: Key, rank: int) -> Shard:
     """The shard of `key`; every holder of a key holds the same shard, so it is built once
-    per key (its experts are the EP rank's in the key: `Topology.ep_experts`)."""
+    per key (its experts are those of the key's EP rank: `Topology.local_experts`)."""
     return _shards(topo)[key]
 
 
@@ -141,8 +141,9 @@ def _shards(topo: Topology) -> dict[Key, Shard]:
             _, pp, tp = key
             out[key] = Shard("dense", pp, tp, topo.tp, dense.get(pp, ()))
         else:
-            _, pp, etp, ep = key
-            out[key] = Shard("expert", pp, etp, topo.etp, moe.get(pp, ()), topo.ep_experts(ep))
+            _, pp, etp, _ep = key
+            experts = topo.local_experts(_holders(topo)[key][0])  # the same for every holder
+            out[key] = Shard("expert", pp, etp, topo.etp, moe.get(pp, ()), experts)
     return out
 
 

@@ -7,7 +7,7 @@ import pytest
 from miles.plan import plan_text
 from miles.train import main
 from miles_topology import Topology, TopologyError
-from miles_topology.checks import _divisors, _node_fix
+from miles_topology.checks import _divisors
 from miles_topology.show import text_map
 
 HUGE = 10**30
@@ -74,9 +74,10 @@ def test_divisors_and_node_fix_are_bounded_and_right():
     assert _divisors(360) == [d for d in range(1, 361) if 360 % d == 0]
     big = timed(lambda: _divisors(HUGE))
     assert 2 in big and HUGE in big and HUGE // 2 in big
-    topo = Topology(nodes=3, gpus_per_node=8, colocate=True)
-    # nodes must make 8 * nodes divisible by lcm(dense 16, expert 1): the next is 4
-    assert _node_fix(topo.model_copy(update={"tp": 16})) == "4 nodes of 8 GPUs"
+    # nodes must make 8 * nodes divisible by lcm(dense 16, expert 16): the next is 4
+    with pytest.raises(TopologyError) as info:
+        Topology(nodes=3, gpus_per_node=8, tp=16, colocate=True)
+    assert "or 4 nodes of 8 GPUs (--actor-num-nodes)" in info.value.problems[0].fix
 
 
 def test_dry_run_and_show_of_a_huge_job_print_sizes_not_a_traceback(capsys):
