@@ -261,6 +261,14 @@ class Topology(BaseModel):
         return from_flags(argv)
 
     @classmethod
+    def from_namespace(cls, args: Any) -> Topology:
+        """The Topology of miles' parsed arguments (after its own validation rewrote them):
+        one line in miles' argument parsing validates the real job (namespace.py)."""
+        from .namespace import fields_from
+
+        return cls(**fields_from(args))
+
+    @classmethod
     def from_yaml(cls, path: str, overrides: list[str] | None = None) -> Topology:
         from .config import from_yaml
 
