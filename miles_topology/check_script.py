@@ -77,8 +77,7 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
 
 
 def _note(n) -> Problem:
-    return Problem(n.code, f"{n.source}: {n.message}", n.fix, (), "warning",
-                   Location(n.source.path, n.source.line))
+    return Problem(n.code, n.message, n.fix, (), "warning", Location(n.source.path, n.source.line))
 
 
 def _where(found: ScriptRead) -> dict[str, Location]:
