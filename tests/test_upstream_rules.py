@@ -280,3 +280,18 @@ def test_launcher_reports_the_same_warnings(capsys):
                  "4", "--num-layers", "4", "--num-attention-heads", "4"]) == 0
     out = capsys.readouterr().out
     assert "warning [unknown-flag] -pp" in out and "warning [flag-repeated] --num-experts" in out
+
+
+def test_inferred_engine_groups_and_fsdp_sizes_round_trip_through_yaml(tmp_path):
+    cfg = tmp_path / "sglang.yaml"
+    cfg.write_text("sglang:\n  - name: actor\n    server_groups:\n"
+                   "      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 4}\n")
+    for argv in (["--actor-num-gpus-per-node", "4", "--num-gpus-per-node", "8",
+                  "--rollout-num-gpus", "8", "--sglang-config", str(cfg)],
+                 ["--train-backend", "fsdp", "--tensor-model-parallel-size", "2", "--colocate"]):
+        topo = Topology.from_flags(argv)
+        path = tmp_path / "t.yaml"
+        path.write_text(topo.to_yaml())
+        again = Topology.from_yaml(str(path))
+        assert again == topo and [w.code for w in again.warnings] == [
+            w.code for w in topo.warnings]
