@@ -55,7 +55,7 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
         v.summary = None  # the sizes are not known, so they are not reported
     if unknown:
         proven = [p for p in v.errors if not unknown & set(p.flags)]
-        v.skipped = [p for p in v.errors if unknown & set(p.flags)]
+        v.skipped += [p for p in v.errors if unknown & set(p.flags)]
         v.errors = proven
     v.warnings = [_note(n) for n in found.notes] + v.warnings
     where = _where(found)
