@@ -172,17 +172,27 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
 
 @check
 def heads_by_tp(topo: Topology) -> Iterator[Problem]:
+    """megatron-core TransformerConfig.__post_init__ (0.16): num_attention_heads % tp == 0, and
+    num_query_groups a multiple OR a divisor of tp (fewer KV groups than TP ranks are
+    replicated: Attention.__init__ gives each rank one group), else ValueError."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     for name, count in (("heads", topo.heads), ("query_groups", topo.query_groups)):
         if count is None or count % topo.tp == 0:
             continue
+        if name == "query_groups" and topo.tp % count == 0:
+            continue  # KV groups replicated over tp / count ranks each
         what = "attention heads" if name == "heads" else "query groups"
         tps = [t for t in _divisors(count) if topo.world_size % (t * topo.cp * topo.pp) == 0]
+        if name == "query_groups":  # multiples of the group count are valid too
+            tps += [count * k for k in (2, 4, 8) if topo.world_size % (count * k * topo.cp
+                                                                     * topo.pp) == 0]
+        rule = (f"each TP rank needs whole {what}" if name == "heads" else
+                "query groups must be a multiple or a divisor of tp")
         yield _err(
             "heads-not-divisible-by-tp",
             f"{count} {what} cannot be split over tp = {topo.tp} "
-            f"({count}/{topo.tp} = {count / topo.tp:.2f}); each TP rank needs whole {what}.",
+            f"({count}/{topo.tp} = {count / topo.tp:.2f}); {rule}.",
             f"try --tensor-model-parallel-size {_or(_nearest(tps, topo.tp))}",
             "tp", name,
         )

@@ -16,7 +16,9 @@ CODES: dict[str, tuple[str, str]] = {
     "dense-grid-divisibility": ("error", "world size not divisible by tp*cp*pp"),
     "expert-grid-divisibility": ("error", "world size not divisible by etp*ep*pp"),
     "experts-not-divisible-by-ep": ("error", "num_experts % ep != 0"),
-    "heads-not-divisible-by-tp": ("error", "attention heads or query groups % tp != 0"),
+    "heads-not-divisible-by-tp": (
+        "error", "attention heads % tp != 0, or query groups neither a multiple nor a divisor "
+        "of tp"),
     "layers-not-divisible-by-pp": ("error", "layers cannot be split over pp (and vpp) as given"),
     "vpp-requires-pp": ("error", "virtual pipeline given with pp == 1"),
     "rollout-gpus-not-multiple-of-engine": ("error", "rollout GPUs % GPUs per engine != 0"),

@@ -295,3 +295,19 @@ def test_inferred_engine_groups_and_fsdp_sizes_round_trip_through_yaml(tmp_path)
         again = Topology.from_yaml(str(path))
         assert again == topo and [w.code for w in again.warnings] == [
             w.code for w in topo.warnings]
+
+
+# ---- audit against upstream (each verdict computed by hand from the cited code) ----------
+
+
+def test_fewer_query_groups_than_tp_ranks_is_accepted():
+    # megatron-core TransformerConfig.__post_init__: query groups a multiple OR a divisor of tp;
+    # Qwen3-30B-A3B (32 heads, 4 KV groups) on tp 8: 8 % 4 == 0, each group replicated twice
+    qwen = ["--colocate", "--tensor-model-parallel-size", "8", "--sequence-parallel",
+            "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "4"]
+    assert Topology.from_flags(qwen).tp == 8
+    # 3 groups on tp 2: 3 % 2 = 1 and 2 % 3 = 2, neither: ValueError in Megatron
+    e = refused(["--colocate", "--tensor-model-parallel-size", "2", "--num-attention-heads", "6",
+                 "--num-query-groups", "3"])
+    assert codes(e.problems) == ["heads-not-divisible-by-tp"]
+    assert "multiple or a divisor of tp" in e.problems[0].message
