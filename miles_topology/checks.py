@@ -245,6 +245,18 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
                 "layers", "pp", "first_stage_layers", "last_stage_layers",
             )
         return
+    if 0 in counts:
+        # megatron-core TransformerConfig.__post_init__ (uneven PP): first/last stage sizes must
+        # be > 0 and middle stages need layers, else ValueError
+        yield _err(
+            "layers-not-divisible-by-pp",
+            f"stage layer counts {list(counts)} leave a pipeline stage without layers; "
+            "Megatron refuses an empty first, last or middle stage.",
+            "choose --decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers "
+            "that leave every stage at least one layer",
+            "layers", "pp", "first_stage_layers", "last_stage_layers",
+        )
+        return
     if topo.vpp_layers is not None and topo.layers % (topo.pp * topo.vpp_layers):
         yield _err(
             "layers-not-divisible-by-pp",
@@ -271,7 +283,56 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
-    if topo.pp == 1 and (topo.vpp is not None or topo.vpp_layers is not None):
+    """Megatron-LM training/arguments.py validate_args: at most one way to give the virtual
+    pipeline; --num-layers-per-virtual-pipeline-stage not with uneven first/last stages; a
+    virtual size of 1 becomes None (no interleaving, accepted with any pp); a larger one needs
+    pp > 1 (also parallel_state.initialize_model_parallel raises RuntimeError)."""
+    if topo.vpp is not None and topo.vpp_layers is not None:
+        yield _err(
+            "vpp-requires-pp",
+            "both --num-virtual-stages-per-pipeline-rank and "
+            "--num-layers-per-virtual-pipeline-stage were given: Megatron accepts only one.",
+            "keep --num-virtual-stages-per-pipeline-rank, drop the other",
+            "vpp", "vpp_layers",
+        )
+        return
+    if topo.vpp_layers is not None and (topo.first_stage_layers is not None
+                                        or topo.last_stage_layers is not None):
+        yield _err(
+            "vpp-requires-pp",
+            "--num-layers-per-virtual-pipeline-stage cannot be combined with uneven first/last "
+            "pipeline stages: Megatron asserts --num-virtual-stages-per-pipeline-rank instead.",
+            "use --num-virtual-stages-per-pipeline-rank N",
+            "vpp_layers", "first_stage_layers", "last_stage_layers",
+        )
+        return
+    if topo.pp != 1:
+        return
+    if topo.vpp == 1:
+        return  # validate_args: a virtual size of 1 is no virtual pipeline
+    if topo.vpp_layers is not None:
+        if topo.layers is None:
+            yield _skip(
+                "vpp-requires-pp",
+                "--num-layers-per-virtual-pipeline-stage with pp = 1: whether it makes more than "
+                "one virtual stage (refused) depends on --num-layers, which is not given.",
+                "give --num-layers, or drop --num-layers-per-virtual-pipeline-stage",
+                "vpp_layers", "layers",
+            )
+            return
+        if topo.layers % topo.vpp_layers == 0 and topo.layers // topo.vpp_layers == 1:
+            return  # one chunk per stage: no virtual pipeline
+        if topo.layers % topo.vpp_layers:
+            yield _err(
+                "layers-not-divisible-by-pp",
+                f"{topo.layers} layers do not split into chunks of {topo.vpp_layers} layers "
+                f"({topo.layers}/{topo.vpp_layers} = {topo.layers / topo.vpp_layers:.2f}); "
+                "Megatron asserts layers per stage % layers per virtual stage == 0.",
+                "drop --num-layers-per-virtual-pipeline-stage (pp = 1 has no virtual pipeline)",
+                "layers", "vpp_layers",
+            )
+            return
+    if topo.vpp is not None or topo.vpp_layers is not None:
         given = "vpp_layers" if topo.vpp_layers is not None else "vpp"
         yield _err(
             "vpp-requires-pp",

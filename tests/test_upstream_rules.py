@@ -311,3 +311,41 @@ def test_fewer_query_groups_than_tp_ranks_is_accepted():
                  "--num-query-groups", "3"])
     assert codes(e.problems) == ["heads-not-divisible-by-tp"]
     assert "multiple or a divisor of tp" in e.problems[0].message
+
+
+def test_virtual_pipeline_of_one_stage_needs_no_pp():
+    # Megatron validate_args: virtual size 1 -> None, so pp = 1 is fine (no interleaving)
+    base = ["--colocate", "--num-layers", "8"]
+    assert Topology.from_flags(base + ["--num-virtual-stages-per-pipeline-rank", "1"]).chunks == 1
+    # 8 layers / 8 per virtual stage = 1 chunk: also None
+    assert Topology.from_flags(base + ["--num-layers-per-virtual-pipeline-stage", "8"])
+    # 8 / 4 = 2 chunks with pp = 1: asserted (pp must be > 1)
+    e = refused(base + ["--num-layers-per-virtual-pipeline-stage", "4"])
+    assert codes(e.problems) == ["vpp-requires-pp"]
+    # 8 % 3 != 0: asserted before the pp rule
+    e = refused(base + ["--num-layers-per-virtual-pipeline-stage", "3"])
+    assert codes(e.problems) == ["layers-not-divisible-by-pp"]
+    # both spellings at once: "No more than one of the following arguments"
+    e = refused(base + ["--pipeline-model-parallel-size", "2", "--actor-num-gpus-per-node", "8",
+                        "--num-virtual-stages-per-pipeline-rank", "2",
+                        "--num-layers-per-virtual-pipeline-stage", "2"])
+    assert codes(e.problems) == ["vpp-requires-pp"]
+
+
+def test_uneven_stage_without_layers_is_refused():
+    # TransformerConfig: 4 layers, pp 3, first 2 + last 2 leaves the middle stage 0 layers
+    # ("Mismatch: 0 middle layers remaining but 1 middle PP stages"); first 0 is "must be > 0"
+    pp3 = ["--colocate", "--actor-num-gpus-per-node", "6", "--pipeline-model-parallel-size", "3",
+           "--num-layers", "4"]
+    e = refused(pp3 + ["--decoder-first-pipeline-num-layers", "2",
+                       "--decoder-last-pipeline-num-layers", "2"])
+    assert codes(e.problems) == ["layers-not-divisible-by-pp"]
+    e = refused(pp3 + ["--decoder-first-pipeline-num-layers", "0"])
+    assert codes(e.problems) == ["layers-not-divisible-by-pp"]
+    assert Topology.from_flags(pp3 + ["--decoder-first-pipeline-num-layers", "2"]).stage_counts \
+        == (2, 1, 1)
+    # uneven stages with layers-per-virtual-stage: validate_args asserts the other spelling
+    e = refused(["--colocate", "--pipeline-model-parallel-size", "2", "--num-layers", "8",
+                 "--decoder-first-pipeline-num-layers", "2",
+                 "--num-layers-per-virtual-pipeline-stage", "2"])
+    assert "vpp-requires-pp" in codes(e.problems)
