@@ -490,7 +490,9 @@ class Topology(BaseModel):
 
     @cached_property
     def eval_size(self) -> int:
-        return self.eval_engine_size or self.engine_size
+        """GPUs per eval engine: miles' --eval-num-gpus-per-engine defaults to 1, independent
+        of --rollout-num-gpus-per-engine (utils/args/configs eval_num_gpus_per_engine)."""
+        return self.eval_engine_size or 1
 
     @cached_property
     def engine_group_list(self) -> tuple[_placement.Group, ...]:

@@ -349,3 +349,11 @@ def test_uneven_stage_without_layers_is_refused():
                  "--decoder-first-pipeline-num-layers", "2",
                  "--num-layers-per-virtual-pipeline-stage", "2"])
     assert "vpp-requires-pp" in codes(e.problems)
+
+
+def test_eval_engines_default_to_one_gpu_each():
+    # miles eval_num_gpus_per_engine defaults to 1, not --rollout-num-gpus-per-engine; 2 eval
+    # GPUs with engines of 4 are two 1-GPU eval engines (2 % 1 == 0), at positions 12 and 13
+    topo = Topology.from_flags(DISAGG + ["--eval-num-gpus", "2"])
+    assert topo.all_engines - topo.num_engines == 2
+    assert topo.engine_gpus(2) == ((1, 4),) and topo.engine_gpus(3) == ((1, 5),)
