@@ -478,8 +478,8 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
             "sglang_tp", "engine_size",
         )
     if topo.a2a_forces_ep and topo.engine_ep not in (1, topo.engine_size):
-        # SGLang server_args.py (ServerArgs post-init, MoE a2a handling): with
-        # moe_a2a_backend deepep (and mooncake) `self.ep_size = self.tp_size`
+        # SGLang python/sglang/srt/server_args.py ServerArgs._handle_a2a_moe (post-init, with a
+        # logger.warning): `self.ep_size = self.tp_size` for the backends of `a2a_forces_ep`
         yield _warn(
             "sglang-ep-overridden",
             f"--sglang-moe-a2a-backend {topo.a2a_backend} makes SGLang set engine EP = engine "

@@ -82,8 +82,8 @@ CODES: dict[str, tuple[str, str]] = {
         "warning", "`--sglang-tp-size` differs from `--rollout-num-gpus-per-engine`, which "
         "miles writes over it"),
     "sglang-ep-overridden": (
-        "warning", "`--sglang-moe-a2a-backend deepep` (or mooncake) makes SGLang set engine EP "
-        "= engine TP, ignoring the `--sglang-ep-size` given"),
+        "warning", "`--sglang-moe-a2a-backend deepep` (or mooncake, ascend_fuseep, flashinfer, "
+        "mori) makes SGLang set engine EP = engine TP, ignoring the `--sglang-ep-size` given"),
     "critic-placement-overridden": (
         "warning", "PPO critic: `--critic-num-*` differ from the actor's, which miles writes "
         "over them (the critic shares the actor's placement group)"),

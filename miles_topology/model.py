@@ -404,8 +404,10 @@ class Topology(BaseModel):
 
     @property
     def a2a_forces_ep(self) -> bool:
-        """SGLang sets engine EP = engine TP for the all-to-all MoE backends deepep, mooncake."""
-        return self.a2a_backend in ("deepep", "mooncake")
+        """SGLang sets engine EP = engine TP for these all-to-all MoE backends
+        (python/sglang/srt/server_args.py ServerArgs._handle_a2a_moe: `self.ep_size =
+        self.tp_size` for deepep, mooncake, ascend_fuseep, flashinfer and mori)."""
+        return self.a2a_backend in ("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori")
 
     @cached_property
     def engine_ep_used(self) -> int:

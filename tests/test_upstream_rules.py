@@ -357,3 +357,16 @@ def test_eval_engines_default_to_one_gpu_each():
     topo = Topology.from_flags(DISAGG + ["--eval-num-gpus", "2"])
     assert topo.all_engines - topo.num_engines == 2
     assert topo.engine_gpus(2) == ((1, 4),) and topo.engine_gpus(3) == ((1, 5),)
+
+
+@pytest.mark.parametrize("backend", ["mooncake", "ascend_fuseep", "flashinfer", "mori"])
+def test_every_a2a_backend_that_sets_ep_to_tp_warns(backend):
+    # SGLang ServerArgs._handle_a2a_moe sets ep_size = tp_size for each of these backends
+    topo = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
+                                "--num-experts", "8", "--sglang-moe-a2a-backend", backend,
+                                "--sglang-ep-size", "2"])
+    assert topo.engine_ep_used == 4 and codes(topo.warnings) == ["sglang-ep-overridden"]
+    plain = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
+                                 "--num-experts", "8", "--sglang-moe-a2a-backend", "none",
+                                 "--sglang-ep-size", "2"])
+    assert plain.engine_ep_used == 2 and not plain.warnings
