@@ -756,8 +756,9 @@ def critic(topo: Topology) -> Iterator[Problem]:
 
 @check
 def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
-    """FSDP (miles backends/fsdp_utils/arguments.py validate_hybrid_shard_args, parallel.py
-    build_fsdp_meshes): a (dp, cp) mesh, dp = world / cp, dp split into replicas x shards."""
+    """FSDP is pure data parallel in miles HEAD: utils/arguments.py parse_args_and_get_parser
+    asserts context_parallel_size == 1 for the FSDP backend, and backends/fsdp_utils
+    validate_hybrid_shard_args raises unless world % dp_replicate_size == 0 (replicas x shards)."""
     if topo.train_backend != "fsdp":
         if topo.dp_replicate > 1:
             yield _warn(
@@ -768,23 +769,23 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
                 "dp_replicate", "train_backend",
             )
         return
-    world, cp = topo.world_size, topo.cp
-    if world % cp:
+    world = topo.world_size
+    if topo.cp > 1:
         yield _err(
-            "fsdp-mesh-divisibility",
-            f"world size {world} is not divisible by context_parallel_size {cp}: FSDP's mesh "
-            f"is dp x cp ({world}/{cp} = {world / cp:.2f}).",
-            f"try --context-parallel-size {_or(_nearest(_divisors(world), cp))}",
-            "cp", "nodes", "gpus_per_node",
+            "fsdp-cp-unsupported",
+            f"--context-parallel-size {topo.cp} with --train-backend fsdp: miles asserts "
+            "'Context parallelism is not supported for FSDP backend' at start-up.",
+            "drop --context-parallel-size, or use the Megatron backend",
+            "cp", "train_backend",
         )
-    elif (world // cp) % topo.dp_replicate:
-        dp = world // cp
+    if world % topo.dp_replicate:
         yield _err(
             "fsdp-mesh-divisibility",
-            f"data_parallel_size {dp} (= {world}/{cp}) is not divisible by dp_replicate_size "
-            f"{topo.dp_replicate}: FSDP2 hybrid shard splits dp into replicas x shards.",
-            f"try --dp-replicate-size {_or(_nearest(_divisors(dp), topo.dp_replicate))}",
-            "dp_replicate", "cp", "nodes",
+            f"world size {world} is not divisible by dp_replicate_size {topo.dp_replicate} "
+            f"({world}/{topo.dp_replicate} = {world / topo.dp_replicate:.2f}): FSDP2 hybrid "
+            "shard splits the ranks into replicas x shards.",
+            f"try --dp-replicate-size {_or(_nearest(_divisors(world), topo.dp_replicate))}",
+            "dp_replicate", "nodes", "gpus_per_node",
         )
     if topo.fsdp_ignored:
         shown = ", ".join(f"{flag_of(f)} {v}" for f, v in topo.fsdp_ignored)

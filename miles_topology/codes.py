@@ -89,8 +89,10 @@ CODES: dict[str, tuple[str, str]] = {
         "over them (the critic shares the actor's placement group)"),
     "ppo-requires-megatron": (
         "error", "`--advantage-estimator ppo` with `--train-backend fsdp`"),
-    "fsdp-mesh-divisibility": (
-        "error", "FSDP: world % cp != 0, or (world / cp) % `--dp-replicate-size` != 0"),
+    "fsdp-mesh-divisibility": ("error", "FSDP: world % `--dp-replicate-size` != 0"),
+    "fsdp-cp-unsupported": (
+        "error", "`--train-backend fsdp` with `--context-parallel-size` > 1 (miles asserts "
+        "cp == 1)"),
     "fsdp-ignores-megatron-sizes": (
         "warning", "`--train-backend fsdp` with Megatron sizes (TP, PP, EP, ...) it ignores"),
     "fsdp-flag-ignored": ("warning", "`--dp-replicate-size` without `--train-backend fsdp`"),

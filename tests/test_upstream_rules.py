@@ -81,7 +81,7 @@ def test_fsdp_mesh_rules_replace_megatron_grid_rules():
     assert Topology.from_flags(base + ["--dp-replicate-size", "2"]).dp_replicate == 2
     e = refused(base + ["--dp-replicate-size", "3"])
     assert codes(e.problems) == ["fsdp-mesh-divisibility"]
-    assert "8 (= 8/1) is not divisible by dp_replicate_size 3" in e.problems[0].message
+    assert "world size 8 is not divisible by dp_replicate_size 3" in e.problems[0].message
     # TP 3 would break Megatron's grid; FSDP ignores it and says so
     topo = Topology.from_flags(base + ["--tensor-model-parallel-size", "3"])
     assert topo.tp == 1 and codes(topo.warnings) == ["fsdp-ignores-megatron-sizes"]
@@ -370,3 +370,12 @@ def test_every_a2a_backend_that_sets_ep_to_tp_warns(backend):
                                  "--num-experts", "8", "--sglang-moe-a2a-backend", "none",
                                  "--sglang-ep-size", "2"])
     assert plain.engine_ep_used == 2 and not plain.warnings
+
+
+def test_fsdp_refuses_context_parallel():
+    # miles parse_args_and_get_parser (FSDP branch): assert context_parallel_size == 1
+    base = ["--train-backend", "fsdp", "--actor-num-gpus-per-node", "8", "--colocate"]
+    e = refused(base + ["--context-parallel-size", "2"])
+    assert codes(e.problems) == ["fsdp-cp-unsupported"]
+    # validate_hybrid_shard_args: 8 % 4 == 0 -> two shards of four replicas is fine
+    assert Topology.from_flags(base + ["--dp-replicate-size", "4"]).dp_replicate == 4
