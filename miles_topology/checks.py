@@ -82,6 +82,8 @@ def _with_nodes(fix: str, topo: Topology) -> str:
 
 @check
 def dense_grid(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args asserts world % (tp*pp*cp) == 0;
+    megatron/core/parallel_state.py initialize_model_parallel raises RuntimeError too."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     world, m = topo.world_size, topo.dense_model_size
@@ -106,6 +108,8 @@ def dense_grid(topo: Topology) -> Iterator[Problem]:
 
 @check
 def expert_grid(topo: Topology) -> Iterator[Problem]:
+    """megatron/core/parallel_state.py initialize_model_parallel: RuntimeError unless world %
+    (etp*ep*pp) == 0 (expert_tensor_model_pipeline_parallel size)."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     world, m = topo.world_size, topo.expert_model_size
@@ -135,7 +139,8 @@ def expert_grid(topo: Topology) -> Iterator[Problem]:
 @check
 def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
     """Megatron builds one set of pipeline groups for both grids; with pp not last in the
-    order that holds only when the dense and expert data-parallel sizes are equal."""
+    order that holds only when the dense and expert data-parallel sizes are equal
+    (megatron/core/parallel_state.py initialize_model_parallel asserts it)."""
     if topo.order.endswith("pp") or topo.pp == 1 or not topo.forms_grid or topo.dp == topo.edp:
         return
     yield _err(
@@ -153,6 +158,8 @@ def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
 
 @check
 def experts_by_ep(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args ("Expert parallelism check"): num_experts
+    % expert_model_parallel_size == 0 is asserted."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     if topo.experts is None or topo.experts % topo.ep == 0:
@@ -200,6 +207,10 @@ def heads_by_tp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def layers_by_pp(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args (layers % pp without uneven stages; per
+    stage % layers per virtual stage), megatron-core TransformerConfig.__post_init__ (uneven
+    stages) and transformer_block.get_num_layers_to_build (per stage % vpp); miles
+    utils/arguments.py parse_args_and_get_parser asserts no first/last stage sizes with pp 1."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     if topo.layers is None or (topo.pp == 1 and topo.vpp is None and topo.vpp_layers is None
@@ -345,6 +356,9 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
+    """megatron/core/transformer/moe/moe_layer.py MoELayer.forward raises ValueError in training
+    when TP > 1 without sequence parallel (ModelParallelConfig only warns); Megatron-LM
+    validate_args turns SP off with a warning when tp == 1."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     if topo.is_moe and topo.tp > 1 and not topo.sp:
@@ -366,6 +380,11 @@ def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def rollout_engines(topo: Topology) -> Iterator[Problem]:
+    """Whole engines: miles' engine launch slices the rollout bundles into runs of
+    --rollout-num-gpus-per-engine (ray/rollout.py; forks raise 'num_rollout_workers must be
+    divisible by num_gpus_per_engine'). Straddling: SGLang runs GPUs base_gpu_id ..
+    base_gpu_id + tp - 1 of one node (sglang_engine.py passes base_gpu_id), and cross-node
+    engines must tile whole nodes."""
     gpus, size = topo.rollout_gpu_count, topo.engine_size
     if topo.engine_groups is None and gpus % size:
         multiples = [size * k for k in (gpus // size, gpus // size + 1) if k > 0]
@@ -421,8 +440,10 @@ def rollout_engines(topo: Topology) -> Iterator[Problem]:
 def sglang_dp(topo: Topology) -> Iterator[Problem]:
     size, dp = topo.engine_size, topo.engine_dp
     if size % dp:
-        # SGLang layers/dp_attention.py: attn_tp_size = tp_size // dp_size (not read here via
-        # the search tool at this exact revision; the design table rule is kept)
+        # SGLang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism: with DP
+        # attention `assert self.tp_size % self.dp_size == 0` (engine TP = the engine's GPUs:
+        # miles sglang_utils validate_args sets sglang_tp_size = rollout_num_gpus_per_engine);
+        # without DP attention miles' assert below fires first
         yield _err(
             "sglang-dp-invalid",
             f"engine DP {dp} does not divide the engine's {size} GPUs (engine TP); in SGLang "
@@ -445,6 +466,9 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def sglang_ep(topo: Topology) -> Iterator[Problem]:
+    """SGLang FusedMoE.__init__ asserts num_experts % moe_ep_size == 0; distributed/
+    parallel_state.py initialize_model_parallel splits the TP group into tp // ep MoE-TP
+    groups (no explicit assert for tp % ep; uneven groups cannot be built)."""
     size, ep = topo.engine_size, topo.engine_ep_used
     ok = [d for d in _divisors(size) if topo.experts is None or topo.experts % d == 0]
     if size % ep or (topo.experts is not None and topo.experts % ep):
@@ -491,6 +515,8 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
 
 @check
 def gpu_budget(topo: Topology) -> Iterator[Problem]:
+    """miles ray/placement_group.py create_placement_groups: one PACK group of 1-GPU bundles
+    (_get_placement_group_layout); its size must fit the cluster or Ray waits forever."""
     node = topo.node_size
     if topo.node_gpus_given and topo.gpus_per_node != node and (
             topo.nodes > 1 or topo.gpus_per_node > node):
@@ -536,6 +562,11 @@ def gpu_budget(topo: Topology) -> Iterator[Problem]:
 
 @check
 def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
+    """Router fusion: megatron/core/transformer/moe/moe_utils.py
+    topk_routing_with_score_function returns the fused TE kernel's result before the
+    router_replay argument is read, so replayed routes are ignored (trains wrongly). No MoE
+    layer: nothing records or consumes routes (miles' behaviour not traced: kept as the design
+    table's error, skipped when the shape comes from the checkpoint)."""
     if not topo.routing_replay:
         return
     which = "rollout_routing_replay" if topo.rollout_routing_replay else "routing_replay"
@@ -583,7 +614,8 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
 def batch_sizes(topo: Topology) -> Iterator[Problem]:
     gbs = topo.global_batch_size
     if topo.dynamic_global_batch:
-        # miles_validate_args: needs --use-dynamic-batch-size (unless multi-LoRA); the
+        # miles utils/arguments.py miles_validate_args: needs --use-dynamic-batch-size (unless
+        # multi-LoRA); the
         # global batch is then set per rollout (RolloutManager._compute_dynamic_global_batch_size)
         if not topo.dynamic_batch:
             yield _err(
@@ -595,7 +627,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
             )
         return
     if topo.dynamic_batch and topo.max_tokens_per_gpu is None:
-        yield _err(  # miles_validate_args asserts it
+        yield _err(  # miles utils/arguments.py miles_validate_args asserts it
             "dynamic-batch-requires-max-tokens",
             "--use-dynamic-batch-size needs --max-tokens-per-gpu: miles asserts it at start-up.",
             "add --max-tokens-per-gpu N",
@@ -605,7 +637,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
         total = topo.rollout_batch_size * topo.n_samples_per_prompt
         want = total // topo.steps_per_rollout
         if gbs is not None and gbs != want:
-            yield _err(  # miles_validate_args: global_batch_size must equal it
+            yield _err(  # miles utils/arguments.py miles_validate_args asserts equality
                 "steps-per-rollout-conflict",
                 f"--num-steps-per-rollout {topo.steps_per_rollout} sets the global batch to "
                 f"{topo.rollout_batch_size} x {topo.n_samples_per_prompt} // "
@@ -619,7 +651,9 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
     if topo.rollout_batch_size is not None:
         total = topo.rollout_batch_size * topo.n_samples_per_prompt
         if total < gbs and not topo.no_trim:
-            yield _err(  # RolloutManager._get_rollout_data: trim_len == 0 raises ValueError
+            # miles RolloutManager._get_rollout_data (trim to a multiple of the global batch;
+            # trim_len == 0 raises): read in an earlier miles, not re-found in HEAD's rollout/
+            yield _err(
                 "rollout-batch-not-multiple-of-global-batch",
                 f"rollout_batch_size x n_samples_per_prompt = {topo.rollout_batch_size} x "
                 f"{topo.n_samples_per_prompt} = {total} samples do not fill one global batch of "
@@ -649,6 +683,8 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
                 "rollout_batch_size", "global_batch_size", "no_trim",
             )
     step = topo.dp * topo.micro_batch_size
+    # megatron/core/num_microbatches_calculator.py ConstantNumMicroBatchesCalculator asserts
+    # global_batch_size % (micro_batch_size * dp) == 0 (static micro-batches only)
     if (not topo.dynamic_batch and topo.train_backend == "megatron"
             and topo.world_size % topo.dense_model_size == 0 and gbs % step):
         yield _err(
@@ -663,6 +699,11 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
 
 @check
 def implied_and_ignored(topo: Topology) -> Iterator[Problem]:
+    """etp: Megatron-LM validate_args sets expert_tensor_parallel_size = tp when not given.
+    colocate: miles_validate_args overwrites rollout_num_gpus with the actor's GPUs (logged at
+    info). No rollout GPUs: miles leaves rollout_num_gpus None, and placement_group.py
+    _get_placement_group_layout then adds None (a crash on a real launch; a warning here, as a
+    Topology may describe the trainer only)."""
     if topo.etp_implied and topo.tp > 1 and topo.is_moe:
         yield _warn(
             "etp-implied",
@@ -693,7 +734,8 @@ def implied_and_ignored(topo: Topology) -> Iterator[Problem]:
 @check
 def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
     """TP groups are runs of tp consecutive ranks (tp is the fastest axis in every order), and
-    rank r sits at position r of the placement group: decided by arithmetic, not by groups."""
+    rank r sits at position r of the placement group: decided by arithmetic, not by groups.
+    Nothing upstream refuses it; a performance warning of the design table (DESIGN.md)."""
     if topo.world_size % topo.dense_model_size or topo.world_size % topo.expert_model_size:
         return
     node = topo.node_size
@@ -720,8 +762,10 @@ def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
 
 @check
 def critic(topo: Topology) -> Iterator[Problem]:
-    """PPO: `args.use_critic = args.advantage_estimator == "ppo"`; the critic shares the
-    actor's placement group and its --critic-num-* are overwritten with the actor's."""
+    """PPO (miles utils/arguments.py miles_validate_args): `args.use_critic =
+    args.advantage_estimator == "ppo"`, a ValueError unless the Megatron backend, and
+    --critic-num-* overwritten with the actor's; placement_group.py create_placement_groups
+    gives the critic the actor's bundles."""
     if topo.use_critic and topo.advantage_estimator is None:
         yield _warn(
             "deprecated-flag",
@@ -802,14 +846,14 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
 def weight_transfer(topo: Topology) -> Iterator[Problem]:
     mode = topo.transfer_mode
     if mode in ("p2p", "disk-delta") and topo.colocate:
-        yield _err(  # miles_validate_args asserts it
+        yield _err(  # miles utils/arguments.py miles_validate_args asserts it (p2p, disk-delta)
             "transfer-mode-invalid",
             f"--update-weight-transfer-mode {mode} is refused with --colocate at start-up "
             "(colocated engines take weights through CUDA IPC).",
             "use --update-weight-transfer-mode broadcast, or drop --colocate",
             "transfer_mode", "colocate",
         )
-    if mode in ("p2p", "disk-delta") and topo.prefill_servers is not None:
+    if mode in ("p2p", "disk-delta") and topo.prefill_servers is not None:  # asserted likewise
         yield _err(
             "transfer-mode-invalid",
             f"--update-weight-transfer-mode {mode} is refused with --prefill-num-servers "
@@ -824,7 +868,7 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
     if not topo.eval_gpus:
         return
     if topo.eval_gpus % topo.eval_size:
-        yield _err(  # miles_validate_args asserts it
+        yield _err(  # miles utils/arguments.py miles_validate_args asserts it
             "eval-gpus-not-multiple-of-engine",
             f"--eval-num-gpus {topo.eval_gpus} is not divisible by GPUs per eval engine "
             f"{topo.eval_size} ({topo.eval_gpus}/{topo.eval_size} = "
@@ -832,6 +876,9 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
             f"try --eval-num-gpus {topo.eval_size * max(1, topo.eval_gpus // topo.eval_size)}",
             "eval_gpus", "eval_engine_size",
         )
+    # miles utils/arguments.py _resolve_rollout_functions asserts no eval fleet with external
+    # engines (_compute_rollout_external); miles_validate_args: "Snapshot eval is not
+    # supported with --colocate"
     for on, why in ((topo.rollout_external, "external rollout engines"),
                     (topo.colocate, "--colocate (snapshot eval)")):
         if on:
@@ -846,8 +893,10 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
 
 @check
 def engine_groups(topo: Topology) -> Iterator[Problem]:
-    """--prefill-num-servers and --sglang-config (miles ray/rollout.py init_rollout_engines,
-    miles_validate_args, sglang_config.py _compute_raw_sglang_config)."""
+    """--prefill-num-servers and --sglang-config: miles utils/arguments.py miles_validate_args
+    asserts neither with external engines and not both; backends/sglang_utils/sglang_config.py
+    SglangConfig.from_prefill_num_servers asserts decode GPUs > 0; the groups' total against
+    rollout + eval GPUs is sglang_config.py _compute_raw_sglang_config (not re-read here)."""
     if topo.prefill_servers is not None:
         if topo.sglang_config is not None or topo.rollout_external:
             yield _err(
