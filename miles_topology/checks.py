@@ -162,6 +162,17 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
     % expert_model_parallel_size == 0 is asserted."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
+    if topo.experts is None and topo.ep > 1 and topo.layers is not None:
+        # validate_args: "num_experts must be non None to use expert model parallelism"; only
+        # when the model shape is on the command line (else it may come from a model script)
+        yield _err(
+            "ep-requires-moe",
+            f"--expert-model-parallel-size {topo.ep} on a model without experts (--num-layers "
+            "is given, --num-experts is not): Megatron asserts num_experts is set for EP > 1.",
+            "add --num-experts N, or set --expert-model-parallel-size 1",
+            "ep", "experts",
+        )
+        return
     if topo.experts is None or topo.experts % topo.ep == 0:
         return
     eps = [e for e in _divisors(topo.experts) if topo.world_size % (topo.etp * e * topo.pp) == 0]

@@ -16,6 +16,9 @@ CODES: dict[str, tuple[str, str]] = {
     "dense-grid-divisibility": ("error", "world size not divisible by tp*cp*pp"),
     "expert-grid-divisibility": ("error", "world size not divisible by etp*ep*pp"),
     "experts-not-divisible-by-ep": ("error", "num_experts % ep != 0"),
+    "ep-requires-moe": (
+        "error", "expert parallel > 1 with the model shape given but no `--num-experts` "
+        "(Megatron asserts num_experts is set)"),
     "heads-not-divisible-by-tp": (
         "error", "attention heads % tp != 0, or query groups neither a multiple nor a divisor "
         "of tp"),

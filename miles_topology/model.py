@@ -233,6 +233,8 @@ class Topology(BaseModel):
             data["fsdp_ignored"] = ignored + tuple(data.get("fsdp_ignored", ()))
         if "etp" in data and data["etp"] is None:  # not given: the field's factory infers it
             del data["etp"]
+        if data.get("experts") == 0:  # Megatron-LM validate_args: num_experts 0 means dense
+            data["experts"] = None
         if data.get("rollout_routing_replay"):
             data["routing_replay"] = True
         if data.get("advantage_estimator") is not None:  # miles_validate_args

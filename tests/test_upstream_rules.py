@@ -379,3 +379,14 @@ def test_fsdp_refuses_context_parallel():
     assert codes(e.problems) == ["fsdp-cp-unsupported"]
     # validate_hybrid_shard_args: 8 % 4 == 0 -> two shards of four replicas is fine
     assert Topology.from_flags(base + ["--dp-replicate-size", "4"]).dp_replicate == 4
+
+
+def test_num_experts_zero_is_dense_and_ep_needs_experts():
+    # Megatron-LM validate_args: num_experts == 0 -> None (a dense model), not a bad value
+    topo = Topology.from_flags(["--colocate", "--num-layers", "4", "--num-experts", "0"])
+    assert topo.experts is None and not topo.is_moe
+    # ...and EP > 1 then asserts "num_experts must be non None to use expert model parallelism"
+    e = refused(["--colocate", "--num-layers", "4", "--expert-model-parallel-size", "2"])
+    assert codes(e.problems) == ["ep-requires-moe"]
+    # no model flags at all: the shape may come from a model script, so nothing is claimed
+    assert Topology.from_flags(["--colocate", "--expert-model-parallel-size", "2"]).ep == 2
