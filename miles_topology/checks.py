@@ -736,7 +736,9 @@ def implied_and_ignored(topo: Topology) -> Iterator[Problem]:
             and topo.rollout_gpus is None:
         yield _warn(
             "no-rollout-gpus",
-            "neither --colocate nor --rollout-num-gpus is given, so no rollout engine is placed.",
+            "neither --colocate nor --rollout-num-gpus is given, so no rollout engine is placed "
+            "here; miles itself leaves rollout_num_gpus unset and fails sizing its placement "
+            "group unless --debug-train-only or external engines are used.",
             "add --colocate, or --rollout-num-gpus N for separate rollout GPUs",
             "rollout_gpus", "colocate",
         )
