@@ -241,10 +241,15 @@ class Topology(BaseModel):
             data["use_critic"] = data["advantage_estimator"] == "ppo"
         if data.get("external_addrs"):  # engines given by address are external
             data["rollout_external"] = True
-        if data.get("rollout_only") and data.get("rollout_gpus") and not data.get("colocate"):
-            # miles_validate_args: the actor shape is derived from the rollout GPUs
-            data["gpus_per_node"] = min(8, data["rollout_gpus"])
-            data["nodes"] = max(1, data["rollout_gpus"] // data["gpus_per_node"])
+        if data.get("rollout_only"):
+            # miles_validate_args: colocated without rollout GPUs, they are the actor's; else
+            # the actor shape is derived from the rollout GPUs; colocate is then switched off
+            if data.get("colocate") and not data.get("rollout_gpus"):
+                data["rollout_gpus"] = data.get("nodes", 1) * data.get("gpus_per_node", 8)
+            elif data.get("rollout_gpus"):
+                data["gpus_per_node"] = min(8, data["rollout_gpus"])
+                data["nodes"] = max(1, data["rollout_gpus"] // data["gpus_per_node"])
+            data["colocate"] = False
         steps, rbs = data.get("steps_per_rollout"), data.get("rollout_batch_size")
         if steps and rbs and data.get("global_batch_size") is None:
             data["global_batch_size"] = rbs * data.get("n_samples_per_prompt", 1) // steps or None

@@ -390,3 +390,14 @@ def test_num_experts_zero_is_dense_and_ep_needs_experts():
     assert codes(e.problems) == ["ep-requires-moe"]
     # no model flags at all: the shape may come from a model script, so nothing is claimed
     assert Topology.from_flags(["--colocate", "--expert-model-parallel-size", "2"]).ep == 2
+
+
+def test_rollout_only_switches_colocate_off():
+    # miles_validate_args (debug_rollout_only): colocated with no --rollout-num-gpus, rollout
+    # takes the actor's 2 x 8 = 16 GPUs; with --rollout-num-gpus 4 the actor shape becomes
+    # min(8, 4) = 4 GPUs x 4 // 4 = 1 node; either way colocate ends up False
+    topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--actor-num-nodes", "2"])
+    assert not topo.colocate and topo.rollout_gpu_count == 16 and topo.placement_gpus == 16
+    topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--rollout-num-gpus", "4"])
+    assert (topo.nodes, topo.gpus_per_node, topo.rollout_gpu_count) == (1, 4, 4)
+    assert "colocate-ignores-rollout-gpus" not in codes(topo.warnings)
