@@ -82,6 +82,8 @@ def _with_nodes(fix: str, topo: Topology) -> str:
 
 @check
 def dense_grid(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args asserts world % (tp*pp*cp) == 0;
+    megatron/core/parallel_state.py initialize_model_parallel raises RuntimeError too."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     world, m = topo.world_size, topo.dense_model_size
@@ -106,6 +108,8 @@ def dense_grid(topo: Topology) -> Iterator[Problem]:
 
 @check
 def expert_grid(topo: Topology) -> Iterator[Problem]:
+    """megatron/core/parallel_state.py initialize_model_parallel: RuntimeError unless world %
+    (etp*ep*pp) == 0 (expert_tensor_model_pipeline_parallel size)."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     world, m = topo.world_size, topo.expert_model_size
@@ -135,7 +139,8 @@ def expert_grid(topo: Topology) -> Iterator[Problem]:
 @check
 def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
     """Megatron builds one set of pipeline groups for both grids; with pp not last in the
-    order that holds only when the dense and expert data-parallel sizes are equal."""
+    order that holds only when the dense and expert data-parallel sizes are equal
+    (megatron/core/parallel_state.py initialize_model_parallel asserts it)."""
     if topo.order.endswith("pp") or topo.pp == 1 or not topo.forms_grid or topo.dp == topo.edp:
         return
     yield _err(
@@ -153,7 +158,20 @@ def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
 
 @check
 def experts_by_ep(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args ("Expert parallelism check"): num_experts
+    % expert_model_parallel_size == 0 is asserted."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
+    if topo.experts is None and topo.ep > 1 and topo.layers is not None:
+        # validate_args: "num_experts must be non None to use expert model parallelism"; only
+        # when the model shape is on the command line (else it may come from a model script)
+        yield _err(
+            "ep-requires-moe",
+            f"--expert-model-parallel-size {topo.ep} on a model without experts (--num-layers "
+            "is given, --num-experts is not): Megatron asserts num_experts is set for EP > 1.",
+            "add --num-experts N, or set --expert-model-parallel-size 1",
+            "ep", "experts",
+        )
         return
     if topo.experts is None or topo.experts % topo.ep == 0:
         return
@@ -172,17 +190,27 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
 
 @check
 def heads_by_tp(topo: Topology) -> Iterator[Problem]:
+    """megatron-core TransformerConfig.__post_init__ (0.16): num_attention_heads % tp == 0, and
+    num_query_groups a multiple OR a divisor of tp (fewer KV groups than TP ranks are
+    replicated: Attention.__init__ gives each rank one group), else ValueError."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     for name, count in (("heads", topo.heads), ("query_groups", topo.query_groups)):
         if count is None or count % topo.tp == 0:
             continue
+        if name == "query_groups" and topo.tp % count == 0:
+            continue  # KV groups replicated over tp / count ranks each
         what = "attention heads" if name == "heads" else "query groups"
         tps = [t for t in _divisors(count) if topo.world_size % (t * topo.cp * topo.pp) == 0]
+        if name == "query_groups":  # multiples of the group count are valid too
+            tps += [count * k for k in (2, 4, 8) if topo.world_size % (count * k * topo.cp
+                                                                     * topo.pp) == 0]
+        rule = (f"each TP rank needs whole {what}" if name == "heads" else
+                "query groups must be a multiple or a divisor of tp")
         yield _err(
             "heads-not-divisible-by-tp",
             f"{count} {what} cannot be split over tp = {topo.tp} "
-            f"({count}/{topo.tp} = {count / topo.tp:.2f}); each TP rank needs whole {what}.",
+            f"({count}/{topo.tp} = {count / topo.tp:.2f}); {rule}.",
             f"try --tensor-model-parallel-size {_or(_nearest(tps, topo.tp))}",
             "tp", name,
         )
@@ -190,6 +218,10 @@ def heads_by_tp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def layers_by_pp(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args (layers % pp without uneven stages; per
+    stage % layers per virtual stage), megatron-core TransformerConfig.__post_init__ (uneven
+    stages) and transformer_block.get_num_layers_to_build (per stage % vpp); miles
+    utils/arguments.py parse_args_and_get_parser asserts no first/last stage sizes with pp 1."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     if topo.layers is None or (topo.pp == 1 and topo.vpp is None and topo.vpp_layers is None
@@ -235,6 +267,18 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
                 "layers", "pp", "first_stage_layers", "last_stage_layers",
             )
         return
+    if 0 in counts:
+        # megatron-core TransformerConfig.__post_init__ (uneven PP): first/last stage sizes must
+        # be > 0 and middle stages need layers, else ValueError
+        yield _err(
+            "layers-not-divisible-by-pp",
+            f"stage layer counts {list(counts)} leave a pipeline stage without layers; "
+            "Megatron refuses an empty first, last or middle stage.",
+            "choose --decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers "
+            "that leave every stage at least one layer",
+            "layers", "pp", "first_stage_layers", "last_stage_layers",
+        )
+        return
     if topo.vpp_layers is not None and topo.layers % (topo.pp * topo.vpp_layers):
         yield _err(
             "layers-not-divisible-by-pp",
@@ -261,7 +305,56 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
-    if topo.pp == 1 and (topo.vpp is not None or topo.vpp_layers is not None):
+    """Megatron-LM training/arguments.py validate_args: at most one way to give the virtual
+    pipeline; --num-layers-per-virtual-pipeline-stage not with uneven first/last stages; a
+    virtual size of 1 becomes None (no interleaving, accepted with any pp); a larger one needs
+    pp > 1 (also parallel_state.initialize_model_parallel raises RuntimeError)."""
+    if topo.vpp is not None and topo.vpp_layers is not None:
+        yield _err(
+            "vpp-requires-pp",
+            "both --num-virtual-stages-per-pipeline-rank and "
+            "--num-layers-per-virtual-pipeline-stage were given: Megatron accepts only one.",
+            "keep --num-virtual-stages-per-pipeline-rank, drop the other",
+            "vpp", "vpp_layers",
+        )
+        return
+    if topo.vpp_layers is not None and (topo.first_stage_layers is not None
+                                        or topo.last_stage_layers is not None):
+        yield _err(
+            "vpp-requires-pp",
+            "--num-layers-per-virtual-pipeline-stage cannot be combined with uneven first/last "
+            "pipeline stages: Megatron asserts --num-virtual-stages-per-pipeline-rank instead.",
+            "use --num-virtual-stages-per-pipeline-rank N",
+            "vpp_layers", "first_stage_layers", "last_stage_layers",
+        )
+        return
+    if topo.pp != 1:
+        return
+    if topo.vpp == 1:
+        return  # validate_args: a virtual size of 1 is no virtual pipeline
+    if topo.vpp_layers is not None:
+        if topo.layers is None:
+            yield _skip(
+                "vpp-requires-pp",
+                "--num-layers-per-virtual-pipeline-stage with pp = 1: whether it makes more than "
+                "one virtual stage (refused) depends on --num-layers, which is not given.",
+                "give --num-layers, or drop --num-layers-per-virtual-pipeline-stage",
+                "vpp_layers", "layers",
+            )
+            return
+        if topo.layers % topo.vpp_layers == 0 and topo.layers // topo.vpp_layers == 1:
+            return  # one chunk per stage: no virtual pipeline
+        if topo.layers % topo.vpp_layers:
+            yield _err(
+                "layers-not-divisible-by-pp",
+                f"{topo.layers} layers do not split into chunks of {topo.vpp_layers} layers "
+                f"({topo.layers}/{topo.vpp_layers} = {topo.layers / topo.vpp_layers:.2f}); "
+                "Megatron asserts layers per stage % layers per virtual stage == 0.",
+                "drop --num-layers-per-virtual-pipeline-stage (pp = 1 has no virtual pipeline)",
+                "layers", "vpp_layers",
+            )
+            return
+    if topo.vpp is not None or topo.vpp_layers is not None:
         given = "vpp_layers" if topo.vpp_layers is not None else "vpp"
         yield _err(
             "vpp-requires-pp",
@@ -274,6 +367,9 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
+    """megatron/core/transformer/moe/moe_layer.py MoELayer.forward raises ValueError in training
+    when TP > 1 without sequence parallel (ModelParallelConfig only warns); Megatron-LM
+    validate_args turns SP off with a warning when tp == 1."""
     if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     if topo.is_moe and topo.tp > 1 and not topo.sp:
@@ -295,6 +391,11 @@ def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def rollout_engines(topo: Topology) -> Iterator[Problem]:
+    """Whole engines: miles' engine launch slices the rollout bundles into runs of
+    --rollout-num-gpus-per-engine (ray/rollout.py; forks raise 'num_rollout_workers must be
+    divisible by num_gpus_per_engine'). Straddling: SGLang runs GPUs base_gpu_id ..
+    base_gpu_id + tp - 1 of one node (sglang_engine.py passes base_gpu_id), and cross-node
+    engines must tile whole nodes."""
     gpus, size = topo.rollout_gpu_count, topo.engine_size
     if topo.engine_groups is None and gpus % size:
         multiples = [size * k for k in (gpus // size, gpus // size + 1) if k > 0]
@@ -350,8 +451,10 @@ def rollout_engines(topo: Topology) -> Iterator[Problem]:
 def sglang_dp(topo: Topology) -> Iterator[Problem]:
     size, dp = topo.engine_size, topo.engine_dp
     if size % dp:
-        # SGLang layers/dp_attention.py: attn_tp_size = tp_size // dp_size (not read here via
-        # the search tool at this exact revision; the design table rule is kept)
+        # SGLang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism: with DP
+        # attention `assert self.tp_size % self.dp_size == 0` (engine TP = the engine's GPUs:
+        # miles sglang_utils validate_args sets sglang_tp_size = rollout_num_gpus_per_engine);
+        # without DP attention miles' assert below fires first
         yield _err(
             "sglang-dp-invalid",
             f"engine DP {dp} does not divide the engine's {size} GPUs (engine TP); in SGLang "
@@ -374,6 +477,9 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def sglang_ep(topo: Topology) -> Iterator[Problem]:
+    """SGLang FusedMoE.__init__ asserts num_experts % moe_ep_size == 0; distributed/
+    parallel_state.py initialize_model_parallel splits the TP group into tp // ep MoE-TP
+    groups (no explicit assert for tp % ep; uneven groups cannot be built)."""
     size, ep = topo.engine_size, topo.engine_ep_used
     ok = [d for d in _divisors(size) if topo.experts is None or topo.experts % d == 0]
     if size % ep or (topo.experts is not None and topo.experts % ep):
@@ -407,8 +513,8 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
             "sglang_tp", "engine_size",
         )
     if topo.a2a_forces_ep and topo.engine_ep not in (1, topo.engine_size):
-        # SGLang server_args.py (ServerArgs post-init, MoE a2a handling): with
-        # moe_a2a_backend deepep (and mooncake) `self.ep_size = self.tp_size`
+        # SGLang python/sglang/srt/server_args.py ServerArgs._handle_a2a_moe (post-init, with a
+        # logger.warning): `self.ep_size = self.tp_size` for the backends of `a2a_forces_ep`
         yield _warn(
             "sglang-ep-overridden",
             f"--sglang-moe-a2a-backend {topo.a2a_backend} makes SGLang set engine EP = engine "
@@ -420,6 +526,8 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
 
 @check
 def gpu_budget(topo: Topology) -> Iterator[Problem]:
+    """miles ray/placement_group.py create_placement_groups: one PACK group of 1-GPU bundles
+    (_get_placement_group_layout); its size must fit the cluster or Ray waits forever."""
     node = topo.node_size
     if topo.node_gpus_given and topo.gpus_per_node != node and (
             topo.nodes > 1 or topo.gpus_per_node > node):
@@ -465,6 +573,11 @@ def gpu_budget(topo: Topology) -> Iterator[Problem]:
 
 @check
 def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
+    """Router fusion: megatron/core/transformer/moe/moe_utils.py
+    topk_routing_with_score_function returns the fused TE kernel's result before the
+    router_replay argument is read, so replayed routes are ignored (trains wrongly). No MoE
+    layer: nothing records or consumes routes (miles' behaviour not traced: kept as the design
+    table's error, skipped when the shape comes from the checkpoint)."""
     if not topo.routing_replay:
         return
     which = "rollout_routing_replay" if topo.rollout_routing_replay else "routing_replay"
@@ -512,7 +625,8 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
 def batch_sizes(topo: Topology) -> Iterator[Problem]:
     gbs = topo.global_batch_size
     if topo.dynamic_global_batch:
-        # miles_validate_args: needs --use-dynamic-batch-size (unless multi-LoRA); the
+        # miles utils/arguments.py miles_validate_args: needs --use-dynamic-batch-size (unless
+        # multi-LoRA); the
         # global batch is then set per rollout (RolloutManager._compute_dynamic_global_batch_size)
         if not topo.dynamic_batch:
             yield _err(
@@ -524,7 +638,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
             )
         return
     if topo.dynamic_batch and topo.max_tokens_per_gpu is None:
-        yield _err(  # miles_validate_args asserts it
+        yield _err(  # miles utils/arguments.py miles_validate_args asserts it
             "dynamic-batch-requires-max-tokens",
             "--use-dynamic-batch-size needs --max-tokens-per-gpu: miles asserts it at start-up.",
             "add --max-tokens-per-gpu N",
@@ -534,7 +648,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
         total = topo.rollout_batch_size * topo.n_samples_per_prompt
         want = total // topo.steps_per_rollout
         if gbs is not None and gbs != want:
-            yield _err(  # miles_validate_args: global_batch_size must equal it
+            yield _err(  # miles utils/arguments.py miles_validate_args asserts equality
                 "steps-per-rollout-conflict",
                 f"--num-steps-per-rollout {topo.steps_per_rollout} sets the global batch to "
                 f"{topo.rollout_batch_size} x {topo.n_samples_per_prompt} // "
@@ -548,7 +662,9 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
     if topo.rollout_batch_size is not None:
         total = topo.rollout_batch_size * topo.n_samples_per_prompt
         if total < gbs and not topo.no_trim:
-            yield _err(  # RolloutManager._get_rollout_data: trim_len == 0 raises ValueError
+            # miles RolloutManager._get_rollout_data (trim to a multiple of the global batch;
+            # trim_len == 0 raises): read in an earlier miles, not re-found in HEAD's rollout/
+            yield _err(
                 "rollout-batch-not-multiple-of-global-batch",
                 f"rollout_batch_size x n_samples_per_prompt = {topo.rollout_batch_size} x "
                 f"{topo.n_samples_per_prompt} = {total} samples do not fill one global batch of "
@@ -578,6 +694,8 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
                 "rollout_batch_size", "global_batch_size", "no_trim",
             )
     step = topo.dp * topo.micro_batch_size
+    # megatron/core/num_microbatches_calculator.py ConstantNumMicroBatchesCalculator asserts
+    # global_batch_size % (micro_batch_size * dp) == 0 (static micro-batches only)
     if (not topo.dynamic_batch and topo.train_backend == "megatron"
             and topo.world_size % topo.dense_model_size == 0 and gbs % step):
         yield _err(
@@ -592,6 +710,11 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
 
 @check
 def implied_and_ignored(topo: Topology) -> Iterator[Problem]:
+    """etp: Megatron-LM validate_args sets expert_tensor_parallel_size = tp when not given.
+    colocate: miles_validate_args overwrites rollout_num_gpus with the actor's GPUs (logged at
+    info). No rollout GPUs: miles leaves rollout_num_gpus None, and placement_group.py
+    _get_placement_group_layout then adds None (a crash on a real launch; a warning here, as a
+    Topology may describe the trainer only)."""
     if topo.etp_implied and topo.tp > 1 and topo.is_moe:
         yield _warn(
             "etp-implied",
@@ -613,7 +736,9 @@ def implied_and_ignored(topo: Topology) -> Iterator[Problem]:
             and topo.rollout_gpus is None:
         yield _warn(
             "no-rollout-gpus",
-            "neither --colocate nor --rollout-num-gpus is given, so no rollout engine is placed.",
+            "neither --colocate nor --rollout-num-gpus is given, so no rollout engine is placed "
+            "here; miles itself leaves rollout_num_gpus unset and fails sizing its placement "
+            "group unless --debug-train-only or external engines are used.",
             "add --colocate, or --rollout-num-gpus N for separate rollout GPUs",
             "rollout_gpus", "colocate",
         )
@@ -622,7 +747,8 @@ def implied_and_ignored(topo: Topology) -> Iterator[Problem]:
 @check
 def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
     """TP groups are runs of tp consecutive ranks (tp is the fastest axis in every order), and
-    rank r sits at position r of the placement group: decided by arithmetic, not by groups."""
+    rank r sits at position r of the placement group: decided by arithmetic, not by groups.
+    Nothing upstream refuses it; a performance warning of the design table (DESIGN.md)."""
     if topo.world_size % topo.dense_model_size or topo.world_size % topo.expert_model_size:
         return
     node = topo.node_size
@@ -649,8 +775,10 @@ def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
 
 @check
 def critic(topo: Topology) -> Iterator[Problem]:
-    """PPO: `args.use_critic = args.advantage_estimator == "ppo"`; the critic shares the
-    actor's placement group and its --critic-num-* are overwritten with the actor's."""
+    """PPO (miles utils/arguments.py miles_validate_args): `args.use_critic =
+    args.advantage_estimator == "ppo"`, a ValueError unless the Megatron backend, and
+    --critic-num-* overwritten with the actor's; placement_group.py create_placement_groups
+    gives the critic the actor's bundles."""
     if topo.use_critic and topo.advantage_estimator is None:
         yield _warn(
             "deprecated-flag",
@@ -685,8 +813,9 @@ def critic(topo: Topology) -> Iterator[Problem]:
 
 @check
 def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
-    """FSDP (miles backends/fsdp_utils/arguments.py validate_hybrid_shard_args, parallel.py
-    build_fsdp_meshes): a (dp, cp) mesh, dp = world / cp, dp split into replicas x shards."""
+    """FSDP is pure data parallel in miles HEAD: utils/arguments.py parse_args_and_get_parser
+    asserts context_parallel_size == 1 for the FSDP backend, and backends/fsdp_utils
+    validate_hybrid_shard_args raises unless world % dp_replicate_size == 0 (replicas x shards)."""
     if topo.train_backend != "fsdp":
         if topo.dp_replicate > 1:
             yield _warn(
@@ -697,23 +826,23 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
                 "dp_replicate", "train_backend",
             )
         return
-    world, cp = topo.world_size, topo.cp
-    if world % cp:
+    world = topo.world_size
+    if topo.cp > 1:
         yield _err(
-            "fsdp-mesh-divisibility",
-            f"world size {world} is not divisible by context_parallel_size {cp}: FSDP's mesh "
-            f"is dp x cp ({world}/{cp} = {world / cp:.2f}).",
-            f"try --context-parallel-size {_or(_nearest(_divisors(world), cp))}",
-            "cp", "nodes", "gpus_per_node",
+            "fsdp-cp-unsupported",
+            f"--context-parallel-size {topo.cp} with --train-backend fsdp: miles asserts "
+            "'Context parallelism is not supported for FSDP backend' at start-up.",
+            "drop --context-parallel-size, or use the Megatron backend",
+            "cp", "train_backend",
         )
-    elif (world // cp) % topo.dp_replicate:
-        dp = world // cp
+    if world % topo.dp_replicate:
         yield _err(
             "fsdp-mesh-divisibility",
-            f"data_parallel_size {dp} (= {world}/{cp}) is not divisible by dp_replicate_size "
-            f"{topo.dp_replicate}: FSDP2 hybrid shard splits dp into replicas x shards.",
-            f"try --dp-replicate-size {_or(_nearest(_divisors(dp), topo.dp_replicate))}",
-            "dp_replicate", "cp", "nodes",
+            f"world size {world} is not divisible by dp_replicate_size {topo.dp_replicate} "
+            f"({world}/{topo.dp_replicate} = {world / topo.dp_replicate:.2f}): FSDP2 hybrid "
+            "shard splits the ranks into replicas x shards.",
+            f"try --dp-replicate-size {_or(_nearest(_divisors(world), topo.dp_replicate))}",
+            "dp_replicate", "nodes", "gpus_per_node",
         )
     if topo.fsdp_ignored:
         shown = ", ".join(f"{flag_of(f)} {v}" for f, v in topo.fsdp_ignored)
@@ -730,14 +859,14 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
 def weight_transfer(topo: Topology) -> Iterator[Problem]:
     mode = topo.transfer_mode
     if mode in ("p2p", "disk-delta") and topo.colocate:
-        yield _err(  # miles_validate_args asserts it
+        yield _err(  # miles utils/arguments.py miles_validate_args asserts it (p2p, disk-delta)
             "transfer-mode-invalid",
             f"--update-weight-transfer-mode {mode} is refused with --colocate at start-up "
             "(colocated engines take weights through CUDA IPC).",
             "use --update-weight-transfer-mode broadcast, or drop --colocate",
             "transfer_mode", "colocate",
         )
-    if mode in ("p2p", "disk-delta") and topo.prefill_servers is not None:
+    if mode in ("p2p", "disk-delta") and topo.prefill_servers is not None:  # asserted likewise
         yield _err(
             "transfer-mode-invalid",
             f"--update-weight-transfer-mode {mode} is refused with --prefill-num-servers "
@@ -752,7 +881,7 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
     if not topo.eval_gpus:
         return
     if topo.eval_gpus % topo.eval_size:
-        yield _err(  # miles_validate_args asserts it
+        yield _err(  # miles utils/arguments.py miles_validate_args asserts it
             "eval-gpus-not-multiple-of-engine",
             f"--eval-num-gpus {topo.eval_gpus} is not divisible by GPUs per eval engine "
             f"{topo.eval_size} ({topo.eval_gpus}/{topo.eval_size} = "
@@ -760,6 +889,9 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
             f"try --eval-num-gpus {topo.eval_size * max(1, topo.eval_gpus // topo.eval_size)}",
             "eval_gpus", "eval_engine_size",
         )
+    # miles utils/arguments.py _resolve_rollout_functions asserts no eval fleet with external
+    # engines (_compute_rollout_external); miles_validate_args: "Snapshot eval is not
+    # supported with --colocate"
     for on, why in ((topo.rollout_external, "external rollout engines"),
                     (topo.colocate, "--colocate (snapshot eval)")):
         if on:
@@ -774,8 +906,10 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
 
 @check
 def engine_groups(topo: Topology) -> Iterator[Problem]:
-    """--prefill-num-servers and --sglang-config (miles ray/rollout.py init_rollout_engines,
-    miles_validate_args, sglang_config.py _compute_raw_sglang_config)."""
+    """--prefill-num-servers and --sglang-config: miles utils/arguments.py miles_validate_args
+    asserts neither with external engines and not both; backends/sglang_utils/sglang_config.py
+    SglangConfig.from_prefill_num_servers asserts decode GPUs > 0; the groups' total against
+    rollout + eval GPUs is sglang_config.py _compute_raw_sglang_config (not re-read here)."""
     if topo.prefill_servers is not None:
         if topo.sglang_config is not None or topo.rollout_external:
             yield _err(

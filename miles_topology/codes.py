@@ -16,7 +16,12 @@ CODES: dict[str, tuple[str, str]] = {
     "dense-grid-divisibility": ("error", "world size not divisible by tp*cp*pp"),
     "expert-grid-divisibility": ("error", "world size not divisible by etp*ep*pp"),
     "experts-not-divisible-by-ep": ("error", "num_experts % ep != 0"),
-    "heads-not-divisible-by-tp": ("error", "attention heads or query groups % tp != 0"),
+    "ep-requires-moe": (
+        "error", "expert parallel > 1 with the model shape given but no `--num-experts` "
+        "(Megatron asserts num_experts is set)"),
+    "heads-not-divisible-by-tp": (
+        "error", "attention heads % tp != 0, or query groups neither a multiple nor a divisor "
+        "of tp"),
     "layers-not-divisible-by-pp": ("error", "layers cannot be split over pp (and vpp) as given"),
     "vpp-requires-pp": ("error", "virtual pipeline given with pp == 1"),
     "rollout-gpus-not-multiple-of-engine": ("error", "rollout GPUs % GPUs per engine != 0"),
@@ -80,15 +85,17 @@ CODES: dict[str, tuple[str, str]] = {
         "warning", "`--sglang-tp-size` differs from `--rollout-num-gpus-per-engine`, which "
         "miles writes over it"),
     "sglang-ep-overridden": (
-        "warning", "`--sglang-moe-a2a-backend deepep` (or mooncake) makes SGLang set engine EP "
-        "= engine TP, ignoring the `--sglang-ep-size` given"),
+        "warning", "`--sglang-moe-a2a-backend deepep` (or mooncake, ascend_fuseep, flashinfer, "
+        "mori) makes SGLang set engine EP = engine TP, ignoring the `--sglang-ep-size` given"),
     "critic-placement-overridden": (
         "warning", "PPO critic: `--critic-num-*` differ from the actor's, which miles writes "
         "over them (the critic shares the actor's placement group)"),
     "ppo-requires-megatron": (
         "error", "`--advantage-estimator ppo` with `--train-backend fsdp`"),
-    "fsdp-mesh-divisibility": (
-        "error", "FSDP: world % cp != 0, or (world / cp) % `--dp-replicate-size` != 0"),
+    "fsdp-mesh-divisibility": ("error", "FSDP: world % `--dp-replicate-size` != 0"),
+    "fsdp-cp-unsupported": (
+        "error", "`--train-backend fsdp` with `--context-parallel-size` > 1 (miles asserts "
+        "cp == 1)"),
     "fsdp-ignores-megatron-sizes": (
         "warning", "`--train-backend fsdp` with Megatron sizes (TP, PP, EP, ...) it ignores"),
     "fsdp-flag-ignored": ("warning", "`--dp-replicate-size` without `--train-backend fsdp`"),

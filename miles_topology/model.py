@@ -233,16 +233,23 @@ class Topology(BaseModel):
             data["fsdp_ignored"] = ignored + tuple(data.get("fsdp_ignored", ()))
         if "etp" in data and data["etp"] is None:  # not given: the field's factory infers it
             del data["etp"]
+        if data.get("experts") == 0:  # Megatron-LM validate_args: num_experts 0 means dense
+            data["experts"] = None
         if data.get("rollout_routing_replay"):
             data["routing_replay"] = True
         if data.get("advantage_estimator") is not None:  # miles_validate_args
             data["use_critic"] = data["advantage_estimator"] == "ppo"
         if data.get("external_addrs"):  # engines given by address are external
             data["rollout_external"] = True
-        if data.get("rollout_only") and data.get("rollout_gpus") and not data.get("colocate"):
-            # miles_validate_args: the actor shape is derived from the rollout GPUs
-            data["gpus_per_node"] = min(8, data["rollout_gpus"])
-            data["nodes"] = max(1, data["rollout_gpus"] // data["gpus_per_node"])
+        if data.get("rollout_only"):
+            # miles_validate_args: colocated without rollout GPUs, they are the actor's; else
+            # the actor shape is derived from the rollout GPUs; colocate is then switched off
+            if data.get("colocate") and not data.get("rollout_gpus"):
+                data["rollout_gpus"] = data.get("nodes", 1) * data.get("gpus_per_node", 8)
+            elif data.get("rollout_gpus"):
+                data["gpus_per_node"] = min(8, data["rollout_gpus"])
+                data["nodes"] = max(1, data["rollout_gpus"] // data["gpus_per_node"])
+            data["colocate"] = False
         steps, rbs = data.get("steps_per_rollout"), data.get("rollout_batch_size")
         if steps and rbs and data.get("global_batch_size") is None:
             data["global_batch_size"] = rbs * data.get("n_samples_per_prompt", 1) // steps or None
@@ -404,8 +411,10 @@ class Topology(BaseModel):
 
     @property
     def a2a_forces_ep(self) -> bool:
-        """SGLang sets engine EP = engine TP for the all-to-all MoE backends deepep, mooncake."""
-        return self.a2a_backend in ("deepep", "mooncake")
+        """SGLang sets engine EP = engine TP for these all-to-all MoE backends
+        (python/sglang/srt/server_args.py ServerArgs._handle_a2a_moe: `self.ep_size =
+        self.tp_size` for deepep, mooncake, ascend_fuseep, flashinfer and mori)."""
+        return self.a2a_backend in ("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori")
 
     @cached_property
     def engine_ep_used(self) -> int:
@@ -490,7 +499,9 @@ class Topology(BaseModel):
 
     @cached_property
     def eval_size(self) -> int:
-        return self.eval_engine_size or self.engine_size
+        """GPUs per eval engine: miles' --eval-num-gpus-per-engine defaults to 1, independent
+        of --rollout-num-gpus-per-engine (utils/args/configs eval_num_gpus_per_engine)."""
+        return self.eval_engine_size or 1
 
     @cached_property
     def engine_group_list(self) -> tuple[_placement.Group, ...]:

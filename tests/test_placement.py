@@ -45,7 +45,8 @@ def test_colocated_engines_share_the_actor_bundles():
 
 def test_eval_engines_are_shown_after_rollout_engines():
     topo = Topology.from_flags(SHAPE_A[:5] + ["8", "--rollout-num-gpus-per-engine", "4",
-                                              "--num-gpus-per-node", "8", "--eval-num-gpus", "4"])
+                                              "--num-gpus-per-node", "8", "--eval-num-gpus", "4",
+                                              "--eval-num-gpus-per-engine", "4"])
     text = text_map(topo)
     assert "eval 12-15 (1 x 4)" in text and "eval engine 2" in text
     assert len(slots(topo)) == 16

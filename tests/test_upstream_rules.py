@@ -81,7 +81,7 @@ def test_fsdp_mesh_rules_replace_megatron_grid_rules():
     assert Topology.from_flags(base + ["--dp-replicate-size", "2"]).dp_replicate == 2
     e = refused(base + ["--dp-replicate-size", "3"])
     assert codes(e.problems) == ["fsdp-mesh-divisibility"]
-    assert "8 (= 8/1) is not divisible by dp_replicate_size 3" in e.problems[0].message
+    assert "world size 8 is not divisible by dp_replicate_size 3" in e.problems[0].message
     # TP 3 would break Megatron's grid; FSDP ignores it and says so
     topo = Topology.from_flags(base + ["--tensor-model-parallel-size", "3"])
     assert topo.tp == 1 and codes(topo.warnings) == ["fsdp-ignores-megatron-sizes"]
@@ -295,3 +295,109 @@ def test_inferred_engine_groups_and_fsdp_sizes_round_trip_through_yaml(tmp_path)
         again = Topology.from_yaml(str(path))
         assert again == topo and [w.code for w in again.warnings] == [
             w.code for w in topo.warnings]
+
+
+# ---- audit against upstream (each verdict computed by hand from the cited code) ----------
+
+
+def test_fewer_query_groups_than_tp_ranks_is_accepted():
+    # megatron-core TransformerConfig.__post_init__: query groups a multiple OR a divisor of tp;
+    # Qwen3-30B-A3B (32 heads, 4 KV groups) on tp 8: 8 % 4 == 0, each group replicated twice
+    qwen = ["--colocate", "--tensor-model-parallel-size", "8", "--sequence-parallel",
+            "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "4"]
+    assert Topology.from_flags(qwen).tp == 8
+    # 3 groups on tp 2: 3 % 2 = 1 and 2 % 3 = 2, neither: ValueError in Megatron
+    e = refused(["--colocate", "--tensor-model-parallel-size", "2", "--num-attention-heads", "6",
+                 "--num-query-groups", "3"])
+    assert codes(e.problems) == ["heads-not-divisible-by-tp"]
+    assert "multiple or a divisor of tp" in e.problems[0].message
+
+
+def test_virtual_pipeline_of_one_stage_needs_no_pp():
+    # Megatron validate_args: virtual size 1 -> None, so pp = 1 is fine (no interleaving)
+    base = ["--colocate", "--num-layers", "8"]
+    assert Topology.from_flags(base + ["--num-virtual-stages-per-pipeline-rank", "1"]).chunks == 1
+    # 8 layers / 8 per virtual stage = 1 chunk: also None
+    assert Topology.from_flags(base + ["--num-layers-per-virtual-pipeline-stage", "8"])
+    # 8 / 4 = 2 chunks with pp = 1: asserted (pp must be > 1)
+    e = refused(base + ["--num-layers-per-virtual-pipeline-stage", "4"])
+    assert codes(e.problems) == ["vpp-requires-pp"]
+    # 8 % 3 != 0: asserted before the pp rule
+    e = refused(base + ["--num-layers-per-virtual-pipeline-stage", "3"])
+    assert codes(e.problems) == ["layers-not-divisible-by-pp"]
+    # both spellings at once: "No more than one of the following arguments"
+    e = refused(base + ["--pipeline-model-parallel-size", "2", "--actor-num-gpus-per-node", "8",
+                        "--num-virtual-stages-per-pipeline-rank", "2",
+                        "--num-layers-per-virtual-pipeline-stage", "2"])
+    assert codes(e.problems) == ["vpp-requires-pp"]
+
+
+def test_uneven_stage_without_layers_is_refused():
+    # TransformerConfig: 4 layers, pp 3, first 2 + last 2 leaves the middle stage 0 layers
+    # ("Mismatch: 0 middle layers remaining but 1 middle PP stages"); first 0 is "must be > 0"
+    pp3 = ["--colocate", "--actor-num-gpus-per-node", "6", "--pipeline-model-parallel-size", "3",
+           "--num-layers", "4"]
+    e = refused(pp3 + ["--decoder-first-pipeline-num-layers", "2",
+                       "--decoder-last-pipeline-num-layers", "2"])
+    assert codes(e.problems) == ["layers-not-divisible-by-pp"]
+    e = refused(pp3 + ["--decoder-first-pipeline-num-layers", "0"])
+    assert codes(e.problems) == ["layers-not-divisible-by-pp"]
+    assert Topology.from_flags(pp3 + ["--decoder-first-pipeline-num-layers", "2"]).stage_counts \
+        == (2, 1, 1)
+    # uneven stages with layers-per-virtual-stage: validate_args asserts the other spelling
+    e = refused(["--colocate", "--pipeline-model-parallel-size", "2", "--num-layers", "8",
+                 "--decoder-first-pipeline-num-layers", "2",
+                 "--num-layers-per-virtual-pipeline-stage", "2"])
+    assert "vpp-requires-pp" in codes(e.problems)
+
+
+def test_eval_engines_default_to_one_gpu_each():
+    # miles eval_num_gpus_per_engine defaults to 1, not --rollout-num-gpus-per-engine; 2 eval
+    # GPUs with engines of 4 are two 1-GPU eval engines (2 % 1 == 0), at positions 12 and 13
+    topo = Topology.from_flags(DISAGG + ["--eval-num-gpus", "2"])
+    assert topo.all_engines - topo.num_engines == 2
+    assert topo.engine_gpus(2) == ((1, 4),) and topo.engine_gpus(3) == ((1, 5),)
+
+
+@pytest.mark.parametrize("backend", ["mooncake", "ascend_fuseep", "flashinfer", "mori"])
+def test_every_a2a_backend_that_sets_ep_to_tp_warns(backend):
+    # SGLang ServerArgs._handle_a2a_moe sets ep_size = tp_size for each of these backends
+    topo = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
+                                "--num-experts", "8", "--sglang-moe-a2a-backend", backend,
+                                "--sglang-ep-size", "2"])
+    assert topo.engine_ep_used == 4 and codes(topo.warnings) == ["sglang-ep-overridden"]
+    plain = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
+                                 "--num-experts", "8", "--sglang-moe-a2a-backend", "none",
+                                 "--sglang-ep-size", "2"])
+    assert plain.engine_ep_used == 2 and not plain.warnings
+
+
+def test_fsdp_refuses_context_parallel():
+    # miles parse_args_and_get_parser (FSDP branch): assert context_parallel_size == 1
+    base = ["--train-backend", "fsdp", "--actor-num-gpus-per-node", "8", "--colocate"]
+    e = refused(base + ["--context-parallel-size", "2"])
+    assert codes(e.problems) == ["fsdp-cp-unsupported"]
+    # validate_hybrid_shard_args: 8 % 4 == 0 -> two shards of four replicas is fine
+    assert Topology.from_flags(base + ["--dp-replicate-size", "4"]).dp_replicate == 4
+
+
+def test_num_experts_zero_is_dense_and_ep_needs_experts():
+    # Megatron-LM validate_args: num_experts == 0 -> None (a dense model), not a bad value
+    topo = Topology.from_flags(["--colocate", "--num-layers", "4", "--num-experts", "0"])
+    assert topo.experts is None and not topo.is_moe
+    # ...and EP > 1 then asserts "num_experts must be non None to use expert model parallelism"
+    e = refused(["--colocate", "--num-layers", "4", "--expert-model-parallel-size", "2"])
+    assert codes(e.problems) == ["ep-requires-moe"]
+    # no model flags at all: the shape may come from a model script, so nothing is claimed
+    assert Topology.from_flags(["--colocate", "--expert-model-parallel-size", "2"]).ep == 2
+
+
+def test_rollout_only_switches_colocate_off():
+    # miles_validate_args (debug_rollout_only): colocated with no --rollout-num-gpus, rollout
+    # takes the actor's 2 x 8 = 16 GPUs; with --rollout-num-gpus 4 the actor shape becomes
+    # min(8, 4) = 4 GPUs x 4 // 4 = 1 node; either way colocate ends up False
+    topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--actor-num-nodes", "2"])
+    assert not topo.colocate and topo.rollout_gpu_count == 16 and topo.placement_gpus == 16
+    topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--rollout-num-gpus", "4"])
+    assert (topo.nodes, topo.gpus_per_node, topo.rollout_gpu_count) == (1, 4, 4)
+    assert "colocate-ignores-rollout-gpus" not in codes(topo.warnings)
