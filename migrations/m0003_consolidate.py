@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from miles_topology.flags import flag_of, parse_flags
-from miles_topology.script import FlagValue, is_switch
+from miles_topology.shell import FlagValue, is_switch
 
 from .common import (
     EP_MOE,

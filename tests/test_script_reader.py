@@ -102,7 +102,7 @@ def test_arithmetic(tmp_path, expr, value):
 
 
 @pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 2))", "$((2 ** 99))",
-                                  "$((N ? 1 : 2))", "$((9999999999 * 9999999999))", "$((1 +))"])
+                                  "$((N ? 1 : 2))", "$((9999999999 * 9999999999))"])
 def test_arithmetic_unknowable(tmp_path, expr):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
     assert final(read)["--x"] is None
@@ -302,6 +302,12 @@ def test_missing_continuation_after_array_expansion(tmp_path):
     (note,) = read.notes
     assert note.code == "missing-line-continuation" and note.source.line == 5
     assert "line 4" in note.fix
+
+
+def test_incomplete_arithmetic_is_a_read_error(tmp_path):
+    # bash parses $((1 +)) and fails when it runs it; tree-sitter rejects it up front
+    with pytest.raises(ScriptReadError, match=r"run.sh:2: bash cannot evaluate the arithmetic"):
+        read_text(tmp_path, "N=4\npython3 train.py --x $((1 +))\n")
 
 
 @pytest.mark.parametrize(("text", "line", "words"), [
