@@ -1,19 +1,29 @@
 """`check SCRIPT.sh`: what a launch script really launches, judged by the Topology's rules.
 
-The script is read statically (script.py); its flags go through the same `read_flags`
-as the launcher, so there is one rule set. A problem that involves a value the reader
-could not resolve is reported as skipped, not failed: `ok` is false only when proven.
+The script is read statically (miles_topology/shell); its flags go through the same
+`read_flags` as the launcher, so there is one rule set. A problem that involves a value the
+reader could not resolve, or a model fact the script does not fix, is reported as skipped,
+not failed: `ok` is false only when proven.
 """
 
 from __future__ import annotations
 
 from .errors import InputError, Problem
 from .flags import FLAGS, RENAMED
-from .script import ScriptRead, ScriptReadError, read_script
+from .shell import ScriptRead, ScriptReadError, read_script
 from .sources import read_flags
 
 TOPOLOGY_FLAGS = set(FLAGS) | set(RENAMED) | {"--topology"}
 GRID_FIELDS = {"nodes", "gpus_per_node", "tp", "pp", "cp", "ep", "etp"}
+# the model's shape, as opposed to its parallel layout (what model_args_utils.py and
+# scripts/models/*.sh give in miles)
+MODEL_FIELDS = {"layers", "heads", "query_groups", "experts", "topk", "moe_layer_freq"}
+MODEL_FLAGS = {f for f, spec in FLAGS.items() if spec.field in MODEL_FIELDS}
+# checks that read the model's shape (checks.py), also through is_moe
+NEEDS_MODEL = {"r3-requires-moe", "moe-tp-requires-sp", "heads-not-divisible-by-tp",
+               "layers-not-divisible-by-pp", "experts-not-divisible-by-ep", "sglang-ep-invalid"}
+# notes that mean the launch is not what the script appears to say: bash drops flags
+ERROR_NOTES = {"missing-line-continuation"}
 
 
 def read(path: str, env: dict[str, str]) -> ScriptRead:
@@ -25,11 +35,42 @@ def read(path: str, env: dict[str, str]) -> ScriptRead:
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
     if found.entry is None:
+        instead = "; found instead: " + ", ".join(f"{what} at {src}" for src, what in
+                                                  found.others) if found.others else ""
         raise InputError(
             f"{path}: no training launch found (python3 train.py, train_async.py, torchrun, "
-            "or ray job submit ... -- python3 train.py)"
+            f"or ray job submit ... -- python3 train.py){instead}. A converter, server or "
+            "wrapper is not a training job: check the script that starts train.py"
         )
     return found
+
+
+def unknown_facts(found: ScriptRead) -> tuple[set[str], str]:
+    """Model-shape flags whose value the script does not fix, and why.
+
+    An unresolved word list in the launch (``${MODEL_ARGS[@]}`` read from a helper's output,
+    ``$@``, an array from a missing model file) may hold any flag, and the last occurrence
+    wins: a flag given after the last such list is known, one given only before it, or not
+    at all, is not. When the shape itself (--num-layers) is not known, it comes from
+    elsewhere (the HF config behind --hf-checkpoint, a helper): every shape fact not given
+    is unknown too, never a default.
+    """
+    given = {fv.flag for fv in found.argv if fv.flag in MODEL_FLAGS}
+    known = {f for f in given if found.given_after_gaps(f)}
+    gap = next((u for u in found.unresolved if u.flag is None), None)
+    if "--num-layers" in known:
+        why = f"{gap.expression} at {gap.source} may set it" if found.gaps and gap else \
+            "its value is not known"
+        return given - known, why
+    values = found.values()
+    if found.gaps and gap is not None:
+        why = f"the model shape may come from {gap.expression} at {gap.source} ({gap.why})"
+    elif "--hf-checkpoint" in values:
+        why = "the model shape is not given as flags; it comes from the checkpoint " \
+              "(--hf-checkpoint) when the job runs"
+    else:
+        why = "the model shape is not given as flags (no --num-layers)"
+    return MODEL_FLAGS - known, why
 
 
 def values_report(found: ScriptRead) -> dict:
@@ -54,13 +95,18 @@ def check_script(path: str, env: dict[str, str]):
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     v = verdict_of(path, lambda: read_flags(found.flags(), exported).topology)
     unknown = {u.flag for u in found.unresolved if u.flag}
+    facts, why = unknown_facts(found)
     if any(f in FLAGS and FLAGS[f].field in GRID_FIELDS for f in unknown):
         v.summary = None  # the sizes are not known, so they are not reported
-    if unknown:
-        proven = [p for p in v.errors if not unknown & set(p.flags)]
-        v.skipped = [p for p in v.errors if unknown & set(p.flags)]
-        v.errors = proven
-    v.warnings = [_note(n) for n in found.notes] + v.warnings
+    if unknown or facts:
+        def skip(p: Problem) -> bool:
+            return bool(unknown & set(p.flags) or facts & set(p.flags)
+                        or facts and p.code in NEEDS_MODEL)
+        v.skipped = [p for p in v.errors if skip(p)]
+        v.errors = [p for p in v.errors if not skip(p)]
+    notes = [_note(n) for n in found.notes]
+    v.errors = [p for p in notes if p.severity == "error"] + v.errors
+    v.warnings = [p for p in notes if p.severity == "warning"] + v.warnings
     values = values_report(found)
     v.extra = {
         "launcher": found.launcher,
@@ -70,16 +116,18 @@ def check_script(path: str, env: dict[str, str]):
             {"flag": u.flag, "expression": u.expression, "source": str(u.source), "why": u.why}
             for u in found.unresolved
         ],
-        "report_lines": _lines(values, found),
+        "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None,
+        "report_lines": _lines(values, found, facts, why),
     }
     return v
 
 
 def _note(n) -> Problem:
-    return Problem(n.code, f"{n.source}: {n.message}", n.fix, (), "warning")
+    kind = "error" if n.code in ERROR_NOTES else "warning"
+    return Problem(n.code, f"{n.source}: {n.message}", n.fix, (), kind)
 
 
-def _lines(values: dict, found: ScriptRead) -> list[str]:
+def _lines(values: dict, found: ScriptRead, facts: set[str], why: str) -> list[str]:
     lines = [f"launch: {found.launcher or '?'} {found.entry}"]
     for flag, info in values.items():
         shown = {"": "(switch)", None: "?"}.get(info["value"], info["value"])
@@ -88,4 +136,7 @@ def _lines(values: dict, found: ScriptRead) -> list[str]:
             lines.append(f"    overrides {old['value'] or '(switch)'} at {old['source']}")
     for u in found.unresolved:
         lines.append(f"unresolved {u.flag or ''} = {u.expression}  at {u.source}: {u.why}")
+    if facts:
+        lines.append(f"model shape unknown ({', '.join(sorted(facts))}): {why}; the checks "
+                     "that need it are skipped")
     return lines

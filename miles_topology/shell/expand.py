@@ -29,6 +29,13 @@ class Expander:
 
     def expand(self, word, cond: Unk | None = None) -> list[Field]:
         """A word as the fields bash would pass (word splitting, "${A[@]}", no globbing)."""
+        parts = word.parts
+        if len(parts) == 1 and type(parts[0]) is Lit:  # the common case: plain text
+            f = Field(parts[0].text, self.src(parts[0].line), None, word.text, False, cond)
+            if word.start >= 0 and self.where:
+                f.span = (self.where[-1], word.start, word.end, self.stmt_line,
+                          self.branch[-1] if self.branch else None)
+            return [f]
         fields: list[Field] = []
         owns: list[bool] = []
         cur: list[str] = []

@@ -51,6 +51,7 @@ class Reader(Expander, Provenance):
         self.unresolved: list[Unresolved] = []
         self.calls = 0
         self.steps = 0
+        self.sources: dict[tuple[str, int], Source] = {}
         self.why_unknown = ""
         # for rewriting: the text of each file, where each word came from, and the shell state
         self.text: str | None = None  # the main script's text, when given instead of its file
@@ -129,7 +130,11 @@ class Reader(Expander, Provenance):
         return self.stack[-1][1]
 
     def src(self, line: int) -> Source:
-        return Source(self.stack[-1][1], line)
+        key = (self.stack[-1][1], line)
+        got = self.sources.get(key)
+        if got is None:
+            got = self.sources[key] = Source(*key)
+        return got
 
     def run(self, nodes: list, cond: Unk | None):
         for node in nodes:
@@ -222,7 +227,7 @@ class Reader(Expander, Provenance):
                   "known at run time"
             inner = cond or Unk("case", self.src(n.line), why)
         for pats, body in n.arms:
-            if inner is not cond:
+            if inner is not cond or word.unk:
                 self.run(body, inner)
                 continue
             matched = None
@@ -572,6 +577,7 @@ class Reader(Expander, Provenance):
 
     def orphan(self, n: syntax.Simple, fields: list[Field], prev: int | None):
         flags = [f.value or f.text for f in fields if (f.value or f.text).startswith("-")]
+        flags = flags or [n.words[0].text]  # an unresolved ${A[@]}: its words are unknown
         shown = " ".join(flags[:3]) + (" ..." if len(flags) > 3 else "")
         above = f"line {prev}" if prev else "the line above"
         self.notes.append(Note(

@@ -417,7 +417,7 @@ class _Conv:
                 arms.append((pats, body))
             elif c.is_named and word is None and c.type != "comment":
                 word = self.word(c)
-        return Case(word, arms, self.line(n))
+        return Case(word or Word([], self.line(n), ""), arms, self.line(n))
 
     def s_for_statement(self, n):
         var, body = None, []
@@ -513,15 +513,23 @@ class _Conv:
     def word(self, n) -> Word:
         parts: list = []
         self.parts(n, False, parts)
-        if self.located:
-            return Word(parts, self.line(n), self.text(n), self.char(n.start_byte),
-                        self.char(n.end_byte))
-        return Word(parts, self.line(n), self.text(n))
+        a, b = n.start_byte, n.end_byte
+        text = parts[0].text if len(parts) == 1 and n.type == "word" and \
+            len(parts[0].text) == b - a else self.data[a:b].decode("utf-8", "replace")
+        line = parts[0].line if parts else self.line(n)
+        if not self.located:
+            return Word(parts, line, text)
+        if self.marks:
+            a, b = self.char(a), self.char(b)
+        return Word(parts, line, text, a, b)
 
     def parts(self, n, quoted: bool, out: list):
         t = n.type
-        line = self.line(n)
-        if t == "string" or t == "translated_string":
+        line = n.start_point[0] + self.base
+        if t == "word" or t == "number":
+            text = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+            out.append(Lit(_unescape(text) if "\\" in text else text, quoted, line))
+        elif t == "string" or t == "translated_string":
             kids = [c for c in n.children if c.type not in ('"', '$"')]
             pos = n.start_byte + (2 if t == "translated_string" else 1)
             end = n.end_byte - 1
