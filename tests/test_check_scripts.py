@@ -10,6 +10,7 @@ import pytest
 
 from miles_topology.check_script import check_script
 from miles_topology.cli import main
+from miles_topology.errors import InputError
 
 HERE = Path(__file__).parent / "fixtures" / "scripts"
 FIXTURES = json.loads((HERE / "expected.json").read_text())["fixtures"]
@@ -22,6 +23,10 @@ CASES = [
 
 @pytest.mark.parametrize("name,index,case", CASES)
 def test_fixture_verdict(name, index, case):
+    if case["entry"] is None:  # not a training job: unreadable as one, with what was found
+        with pytest.raises(InputError, match="no training launch found.*found instead"):
+            check_script(str(HERE / name), case["env"])
+        return
     v = check_script(str(HERE / name), case["env"])
     if "topology" not in case:  # no hand-computed verdict for this case
         if case["unresolved"]:  # sizes only known at run time: reported, never guessed
@@ -32,6 +37,8 @@ def test_fixture_verdict(name, index, case):
     assert v.ok == want["ok"], [p.code for p in v.errors]
     assert sorted({p.code for p in v.errors}) == want["errors"]
     assert sorted({p.code for p in v.warnings} - notes) == want["warnings"]
+    if "skipped" in want:
+        assert sorted({p.code for p in v.skipped}) == want["skipped"]
     if want["forms_grid"] and not v.extra["unresolved"]:
         s = v.summary
         assert (s["world_size"], s["dp"], s["edp"]) == (want["world_size"], want["dp"], want["edp"])

@@ -20,6 +20,7 @@ from .values import (
     arith,
     dirname,
     glob_re,
+    printf,
     strip,
 )
 
@@ -383,6 +384,11 @@ class Expander:
                 while vals[1:] and vals[1] in ("-n", "-e", "-E"):
                     vals.pop(1)
                 out.append(" ".join(vals[1:]))
+            elif name == "printf" and len(vals) > 1 and vals[1] != "-v":
+                got = printf(vals[1], vals[2:])
+                if got is None:
+                    return self.unknown(sub, "printf with a format not modelled")
+                out.append(got)
             elif name in ("true", ":"):
                 pass
             else:

@@ -18,7 +18,7 @@ from . import syntax
 from .expand import Expander
 from .model import Note, ScriptReadError, Source, Unresolved
 from .provenance import Provenance
-from .values import INT_LIMIT, MAX_ITEMS, MAX_VALUE, Field, Unk, Var
+from .values import INT_LIMIT, MAX_ITEMS, MAX_VALUE, Field, Unk, Var, printf
 
 MAX_SOURCE_DEPTH = 16
 MAX_CALL_DEPTH = 32
@@ -386,11 +386,7 @@ class Reader(Expander, Provenance):
         bad = next((f.unk for f in fields[3:] if f.unk), None)
         value = None
         if bad is None and len(fields) > 3:
-            fmt, args = fields[3].value, [f.value for f in fields[4:]]
-            specs = re.findall(r"%[sd%]|%", fmt)
-            if "%" not in specs and len([x for x in specs if x != "%%"]) == len(args):
-                it = iter(args)
-                value = re.sub(r"%[sd%]", lambda m: "%" if m.group() == "%%" else next(it), fmt)
+            value = printf(fields[3].value, [f.value for f in fields[4:]])
         if value is None and bad is None:
             bad = Unk(expr, src, f"{name} is formatted by printf at run time")
         self.set(name, value, bad, src, cond, expr, expr)

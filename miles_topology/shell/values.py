@@ -180,3 +180,31 @@ def strip(value: str, pattern: str, op: str) -> str:
             if fnmatch.fnmatchcase(value[k:], pattern):
                 return value[:k]
     return value
+
+
+_PRINTF_ESC = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'"}
+
+
+def printf(fmt: str, args: list[str]) -> str | None:
+    """``printf FORMAT ARGS`` with %s, %d, %% and \\n-style escapes; the format repeats
+    while arguments remain, as in bash. None for anything else."""
+    specs = [x for x in re.findall(r"%[sd%]|%", fmt) if x != "%%"]
+    if "%" in specs:
+        return None
+    fmt = re.sub(r"\\(.)", lambda m: _PRINTF_ESC.get(m.group(1), m.group(0)), fmt)
+    pieces = re.split(r"(%[sd%])", fmt)
+    out, k = [], 0
+    while True:
+        for piece in pieces:
+            if piece == "%%":
+                out.append("%")
+            elif piece in ("%s", "%d"):
+                v = args[k] if k < len(args) else ""
+                k += 1
+                if piece == "%d" and not re.fullmatch(r"\s*-?\d*\s*", v):
+                    return None
+                out.append(v.strip() or "0" if piece == "%d" else v)
+            else:
+                out.append(piece)
+        if not specs or k >= len(args):
+            return "".join(out)
