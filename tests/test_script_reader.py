@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -447,3 +448,108 @@ def test_words_used_apart_count_as_used_there(tmp_path):
 def test_exported_stays_exported_when_set_again(tmp_path):
     read = read_text(tmp_path, "export A=1\nA=2\nB=3\npython3 train.py\n", env={"B": "x", "C": "y"})
     assert read.site.environ() == {"A": "2", "C": "y"}
+
+
+# ---------------------------------------------------------------- real idioms (tree-sitter reader)
+
+
+def test_unresolved_array_is_never_a_flag_value(tmp_path):
+    text = ('read -ra X <<< "$(python3 model_args.py qwen3-4B)"\n'
+            "python3 train.py --colocate ${X[@]} --rollout-num-gpus 4 ${X[@]} "
+            '--tensor-model-parallel-size "${X[@]}"\n')
+    read = read_text(tmp_path, text)
+    got = final(read)
+    assert got["--colocate"] == "" and got["--rollout-num-gpus"] == "4"
+    assert got["--tensor-model-parallel-size"] is None  # its value may be X's first word
+    assert read.gaps == [1, 2, 3]
+    assert read.flags() == ["--colocate", "--rollout-num-gpus", "4"]
+    assert {u.flag for u in read.unresolved} == {None, "--tensor-model-parallel-size"}
+
+
+def test_here_string_is_not_a_heredoc(tmp_path):
+    # the old reader took <<< for <<, and swallowed the rest of the file as its body
+    read = read_text(tmp_path, 'read -r A B <<< "x y z"\npython3 train.py --a $A --b "$B"\n')
+    assert final(read) == {"--a": "x", "--b": "y z"}
+
+
+def test_read_mapfile_eval_of_unknown_text_stay_unknown(tmp_path):
+    text = ("mapfile -t M < <(ls /ckpt)\nread -ra R < args.txt\neval \"$(cat cmd)\"\n"
+            "python3 train.py --m ${M[@]} --r \"${R[@]}\"\n")
+    read = read_text(tmp_path, text)
+    assert final(read) == {"--m": "", "--r": ""}  # --m/--r are no known topology flags
+    assert len(read.gaps) == 2 and all(u.flag is None for u in read.unresolved)
+
+
+def test_utf8_text_keeps_character_spans(tmp_path):
+    text = '# é — 中文 😀\nA=(--tp "2")  # ü\npython3 train.py --x=é "${A[@]}"\n'
+    read = read_text(tmp_path, text)
+    by = {fv.flag: fv for fv in read.argv}
+    assert text[by["--tp"].span.start:by["--tp"].span.end] == "--tp"
+    assert text[by["--tp"].value_spans[0].start:by["--tp"].value_spans[0].end] == '"2"'
+    assert (by["--tp"].span.line, by["--tp"].span.col) == (2, 3)
+    assert text[by["--x"].span.start:by["--x"].span.end] == "--x=é"
+    assert by["--x"].value == "é"
+
+
+def test_unicode_fixture_migrates_exactly(tmp_path):
+    from migrations.runner import migrate
+    src = HERE / "unicode-comments.sh"
+    run = tmp_path / "unicode-comments.sh"
+    run.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    os.symlink(HERE / "models", tmp_path / "models")
+    out = migrate(run)
+    assert "0003" in out.applied
+    new = out.new
+    assert "# Qwen3-4B — modèle dense, réglé à la main (UTF-8: é, —, 中文)" in new
+    assert "   # taille TP → 2\n" in new and "--tensor-model-parallel-size" not in new
+    assert "   --sequence-parallel" not in new  # moved whole, nothing left half-cut
+    after = read_script(run, text=new)
+    assert after.entry == "train.py" and any(fv.flag == "--topology" for fv in after.argv)
+
+
+def test_doubling_string_is_bounded(tmp_path):
+    text = "X=ab\n" + 'X="$X$X"\n' * 40 + "python3 train.py --x \"$X\" --y 1\n"
+    start = time.perf_counter()
+    read = read_text(tmp_path, text)
+    assert time.perf_counter() - start < 5
+    assert final(read) == {"--x": None, "--y": "1"}
+    assert "MB" in read.unresolved[0].why
+
+
+def test_array_appends_are_linear(tmp_path):
+    def cost(n: int) -> float:
+        path = write(tmp_path, "A=()\n" + "A+=(--x 1)\n" * n + 'python3 train.py "${A[@]}"\n',
+                     f"run{n}.sh")
+        start = time.perf_counter()
+        read = read_script(path)
+        took = time.perf_counter() - start
+        assert len(read.argv) == n
+        return took
+    small, big = cost(10_000), cost(100_000)
+    assert big < 25 * small  # 10x the appends; quadratic copies would be ~100x
+
+
+def test_huge_file_is_refused_before_reading(tmp_path):
+    path = tmp_path / "big.sh"
+    with open(path, "wb") as f:
+        f.truncate(51 << 20)
+    with pytest.raises(ScriptReadError, match=r"big.sh:0: the file is 51 MB, over the 50 MB"):
+        read_script(path)
+
+
+def test_exponential_function_calls_are_bounded(tmp_path):
+    text = "f() { f; f; }\nf\npython3 train.py --a 1\n"
+    start = time.perf_counter()
+    try:
+        read_text(tmp_path, text)
+    except ScriptReadError as e:
+        assert "more than" in str(e)
+    assert time.perf_counter() - start < 60
+
+
+def test_tree_sitter_is_loaded_lazily():
+    code = ("import sys; import miles_topology, miles_topology.script, miles_topology.cli; "
+            "print('tree_sitter' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent)
+    assert out.stdout.strip() == "False"

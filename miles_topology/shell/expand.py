@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 
 from . import syntax
 from .syntax import Arith, Lit, Param, Sub
@@ -24,6 +25,8 @@ from .values import (
     strip,
 )
 
+_BLANK = re.compile(r"[ \t\n]")
+
 
 class Expander:
     """Expansion, mixed into the interpreter (it reads `vars`, `frames`, `stack`)."""
@@ -37,6 +40,26 @@ class Expander:
                 f.span = (self.where[-1], word.start, word.end, self.stmt_line,
                           self.branch[-1] if self.branch else None)
             return [f]
+        if len(parts) == 1:  # one expansion giving one known word: no splitting to do
+            part = parts[0]
+            items, is_list = self.part(part)
+            if not is_list and len(items) == 1 and items[0].unk is None:
+                f = items[0]
+                v = f.value
+                if part.quoted or (v and not _BLANK.search(v)):
+                    self.consume(items)
+                    out = Field(v, f.src, None, f.text, False, cond or f.cond)
+                    if word.start >= 0 and self.where:
+                        out.span = (self.where[-1], word.start, word.end, self.stmt_line,
+                                    self.branch[-1] if self.branch else None)
+                    return [out]
+                if not v:
+                    return []
+            return self.split(word, cond, [(part, items, is_list)])
+        return self.split(word, cond, None)
+
+    def split(self, word, cond: Unk | None, done) -> list[Field]:
+        """The general case: parts joined, unquoted results split on blanks."""
         fields: list[Field] = []
         owns: list[bool] = []
         cur: list[str] = []
@@ -78,7 +101,10 @@ class Expander:
                 cur.append(part.text)
                 add(Field(part.text, self.src(part.line), text=word.text))
                 continue
-            items, is_list = self.part(part)
+            if done is not None:  # already expanded by the caller
+                _, items, is_list = done[0]
+            else:
+                items, is_list = self.part(part)
             quoted = part.quoted
             for n, f in enumerate(items):
                 if n:

@@ -594,7 +594,13 @@ class _Conv:
         """Bytes [a, b) of `n` as one word: expansions inside it, the text between literal."""
         parts: list = []
         pos, line = a, self.line(n)
-        stack = list(reversed(n.children))
+        kids = n.children
+        inner = [c for c in kids if c.end_byte > a and c.start_byte < b]
+        if len(inner) == 1 and inner[0].type in ("word", "number") and \
+                inner[0].start_byte == a and inner[0].end_byte == b:
+            text = self.gap(a, b)
+            return Word([Lit(_unescape(text), quoted, line)], line, text)
+        stack = list(reversed(kids))
         while stack:
             c = stack.pop()
             if c.end_byte <= a or c.start_byte >= b:
