@@ -19,9 +19,9 @@ GRID_FIELDS = {"nodes", "gpus_per_node", "tp", "pp", "cp", "ep", "etp"}
 # scripts/models/*.sh give in miles)
 MODEL_FIELDS = {"layers", "heads", "query_groups", "experts", "topk", "moe_layer_freq"}
 MODEL_FLAGS = {f for f, spec in FLAGS.items() if spec.field in MODEL_FIELDS}
-# checks that read the model's shape (checks.py), also through is_moe
-NEEDS_MODEL = {"r3-requires-moe", "moe-tp-requires-sp", "heads-not-divisible-by-tp",
-               "layers-not-divisible-by-pp", "experts-not-divisible-by-ep", "sglang-ep-invalid"}
+# checks that read whether the model is MoE (checks.py, Topology.is_moe) beyond their flags
+MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
+MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
 # notes that mean the launch is not what the script appears to say: bash drops flags
 ERROR_NOTES = {"missing-line-continuation"}
 
@@ -51,20 +51,19 @@ def unknown_facts(found: ScriptRead) -> tuple[set[str], str]:
     An unresolved word list in the launch (``${MODEL_ARGS[@]}`` read from a helper's output,
     ``$@``, an array from a missing model file) may hold any flag, and the last occurrence
     wins: a flag given after the last such list is known, one given only before it, or not
-    at all, is not. When the shape itself (--num-layers) is not known, it comes from
-    elsewhere (the HF config behind --hf-checkpoint, a helper): every shape fact not given
-    is unknown too, never a default.
+    at all, is not. With no such list, a script that spells the shape out (--num-layers)
+    means the defaults of the flags it leaves out; one that does not takes the shape from
+    elsewhere (the HF config behind --hf-checkpoint, a helper), so nothing about it is known.
     """
     given = {fv.flag for fv in found.argv if fv.flag in MODEL_FLAGS}
     known = {f for f in given if found.given_after_gaps(f)}
     gap = next((u for u in found.unresolved if u.flag is None), None)
-    if "--num-layers" in known:
-        why = f"{gap.expression} at {gap.source} may set it" if found.gaps and gap else \
-            "its value is not known"
-        return given - known, why
     values = found.values()
-    if found.gaps and gap is not None:
-        why = f"the model shape may come from {gap.expression} at {gap.source} ({gap.why})"
+    if found.gaps:
+        where = f"{gap.expression} at {gap.source} ({gap.why})" if gap else "run-time words"
+        why = f"the model shape may come from {where}"
+    elif "--num-layers" in known:  # the shape is spelled out: a flag left out is its default
+        return given - known, "its value is only known when the script runs"
     elif "--hf-checkpoint" in values:
         why = "the model shape is not given as flags; it comes from the checkpoint " \
               "(--hf-checkpoint) when the job runs"
@@ -100,8 +99,8 @@ def check_script(path: str, env: dict[str, str]):
         v.summary = None  # the sizes are not known, so they are not reported
     if unknown or facts:
         def skip(p: Problem) -> bool:
-            return bool(unknown & set(p.flags) or facts & set(p.flags)
-                        or facts and p.code in NEEDS_MODEL)
+            return bool((unknown | facts) & set(p.flags)
+                        or p.code in MOE_CODES and facts & MOE_FLAGS)
         v.skipped = [p for p in v.errors if skip(p)]
         v.errors = [p for p in v.errors if not skip(p)]
     notes = [_note(n) for n in found.notes]
