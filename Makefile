@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` (the main job) and `make test` (the tests).
 # Both create .venv/ when it is missing: torch first (the CPU build on this machine's disk),
-# then the project with its pinned dependencies.
+# then the project with its pinned dependencies and the `train` and `test` extras.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -9,10 +9,10 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[train,test]'
 	touch $(STAMP)
 
-.PHONY: run test test-fast test-slow bench
+.PHONY: run test test-fast test-slow bench wheel docs
 run: $(STAMP)
 	$(PY) -m miles.train $(ARGS)
 
@@ -30,3 +30,9 @@ bench: $(STAMP)
 	$(PY) bench/topology_scale.py
 	$(PY) bench/r3_packing.py
 	$(PY) bench/check_scripts.py
+
+wheel: $(STAMP)
+	$(PY) -m pip wheel --no-deps -q -w dist .
+
+docs: $(STAMP)
+	$(PY) -m miles_topology.codes > docs/problem-codes.md

@@ -14,29 +14,22 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from miles_topology.errors import InputError, TopologyError
-from miles_topology.flags import FLAGS, RENAMED
-from miles_topology.model import Topology
-from miles_topology.shell import (
+from ..errors import InputError, TopologyError
+from ..flags import TOPOLOGY, field_of, is_switch
+from ..model import Topology, fields_in
+from ..shell import (
     FlagValue,
     ScriptRead,
     ScriptReadError,
     Span,
-    is_switch,
     read_script,
     syntax,
 )
-from miles_topology.sources import read_flags
+from ..sources import read_flags
 
 # Fields of the parallel layout (cluster, train grid, rollout engines, replay): they move
 # into the topology file. Model shape, batch sizes and kernel options stay in the script.
-LAYOUT = (
-    "nodes", "gpus_per_node", "node_gpus", "use_critic", "critic_nodes", "critic_gpus_per_node",
-    "tp", "pp", "vpp", "vpp_layers", "first_stage_layers", "last_stage_layers", "cp", "ep",
-    "etp", "sp", "order", "colocate", "rollout_gpus", "engine_size", "engine_ep",
-    "engine_dp", "dp_attention", "rollout_external", "train_only", "rollout_only",
-    "routing_replay", "rollout_routing_replay",
-)
+LAYOUT = fields_in("layout", "rollout", "replay")
 # Notes that mean bash runs something other than what the script appears to say: fix first.
 BLOCKING = {"missing-line-continuation", "space-after-line-continuation",
             "several-launch-commands", "conditional-launch", "no-launch-command", "source-cycle"}
@@ -75,16 +68,6 @@ class Reading:
     passthrough: list[str]
 
 
-def field_of(flag: str) -> str | None:
-    """The model field a flag spelling sets (renamed spellings included)."""
-    if flag in FLAGS:
-        return FLAGS[flag].field
-    if flag in RENAMED:
-        spec = RENAMED[flag][1]
-        return spec.field if spec else ("engine_ep" if flag == EP_MOE else None)
-    return None
-
-
 # ---------------------------------------------------------------- reading
 
 
@@ -101,7 +84,7 @@ def read(state: State) -> Reading:
     argv = script.flags()
     with tempfile.TemporaryDirectory() as tmp:
         for i, tok in enumerate(argv[:-1]):
-            if tok == "--topology" and Path(os.path.abspath(argv[i + 1])) in state.files:
+            if tok == TOPOLOGY and Path(os.path.abspath(argv[i + 1])) in state.files:
                 stand_in = Path(tmp, f"{i}.yaml")
                 stand_in.write_text(state.files[Path(os.path.abspath(argv[i + 1]))])
                 argv[i + 1] = str(stand_in)
@@ -138,7 +121,7 @@ def first_read(state: State) -> Reading:
 def key(topo: Topology) -> dict:
     """What must not change: every field, except the two a step may legitimately change
     without changing the job (an implied etp made explicit; rollout GPUs under --colocate)."""
-    d = {f: getattr(topo, f) for f in Topology.model_fields if f != "etp_implied"}
+    d = {f: getattr(topo, f) for f in Topology.model_fields}
     if topo.colocate:
         d["rollout_gpus"] = None
     return d

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import shlex
 
-from miles_topology.flags import FLAGS
-
+from ..flags import RENAMED
 from .common import (
     EP_MOE,
     Edit,
@@ -65,7 +64,7 @@ def migrate(state: State, r: Reading) -> None:
         elif fv.flag == DEEPEP:
             edits.append(Edit(span.start, span.end, "--sglang-moe-a2a-backend deepep"))
             state.done.append(f"{fv.source}: {DEEPEP} -> --sglang-moe-a2a-backend deepep")
-        elif any(field_of(o.flag) == "engine_ep" and o.flag in FLAGS for o in argv):
+        elif any(field_of(o.flag) == "engine_ep" and o.flag not in RENAMED for o in argv):
             edits.append(delete(span))
             notes.setdefault(span.stmt_line, []).append(
                 f"# miles-topology {ID}: removed {EP_MOE}; --sglang-ep-size is given, "

@@ -19,9 +19,9 @@ import os
 import re
 from pathlib import Path
 
-from miles_topology.flags import flag_of, parse_flags
-from miles_topology.shell import FlagValue, is_switch
-
+from ..config import schema_comment
+from ..flags import TOPOLOGY, flag_of, is_switch, parse_flags
+from ..shell import FlagValue
 from .common import (
     EP_MOE,
     LAYOUT,
@@ -54,7 +54,7 @@ def yaml_path(state: State) -> Path:
 
 def migrate(state: State, r: Reading) -> None:
     moving = movable(state, r)
-    if "--topology" in r.script.values():
+    if TOPOLOGY in r.script.values():
         if moving:
             raise Refused("it already reads a topology file (--topology) and still sets "
                           f"{', '.join(flag_of(f) for f in moving)} by flags; merge them by hand.")
@@ -150,7 +150,8 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit]) -> None:
             derived.setdefault(line, []).append(f"export {var}={how}  # read by {path.name}")
             shown = f"${{oc.env:{var},{shown}}}"
         lines.append(f"{key}: {shown}")
-    head = [f"# Parallel layout of {state.path.name}, which passes this file with --topology.",
+    head = [schema_comment(),
+            f"# Parallel layout of {state.path.name}, which passes this file with --topology.",
             f"# Moved here from the script's flags by `miles-topology migrate` (step {ID})."]
     if exports or derived:
         head.append("# ${oc.env:VAR,value} reads VAR, which the script exports; value is what "

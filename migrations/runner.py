@@ -148,28 +148,29 @@ def report(out: Outcome, stream) -> None:
         print(f"  kept: {line}", file=stream)
 
 
-def main(args, env: dict[str, str]) -> int:
+def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: bool = False,
+         inline: bool = False) -> int:
     """The `migrate` subcommand; returns the exit code (0 done, 1 pending or refused, 2 unreadable
     input or usage)."""
-    if args.check and args.write:
+    if check and write:
         print("miles-topology migrate: --check only reports; give it without --write",
               file=sys.stderr)
         return 2
-    if not args.inputs:
+    if not inputs:
         print("miles-topology migrate: give the launch scripts to migrate", file=sys.stderr)
         return 2
     code = 0
-    for name in args.inputs:
+    for name in inputs:
         try:
-            code = max(code, _one(Path(name), args, env))
+            code = max(code, _one(Path(name), env, write, check, inline))
         except Refused as e:
             print(f"{name}: refused: {e.reason}", file=sys.stderr)
             code = max(code, e.code)
     return code
 
 
-def _one(path: Path, args, env: dict[str, str]) -> int:
-    if args.check:
+def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: bool) -> int:
+    if check:
         todo = pending(load(path))
         if not todo:
             print(f"{path}: up to date (migration {LATEST})")
@@ -177,11 +178,11 @@ def _one(path: Path, args, env: dict[str, str]) -> int:
         print(f"{path}: pending {', '.join(f'{s.ID} ({s.SUMMARY})' for s in todo)}; run "
               f"`miles-topology migrate --write {path}`")
         return 1
-    out = migrate(path, env, args.inline)
+    out = migrate(path, env, inline)
     if not out.applied:
         print(f"{path}: up to date (migration {LATEST})", file=sys.stderr)
         return 0
-    if not args.write:
+    if not write_:
         sys.stdout.write(diff(out))
         report(out, sys.stderr)
         return 0

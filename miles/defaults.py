@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from miles_topology.config import load_fields
 from miles_topology.flags import parse_flags
+from miles_topology.model import fields_in
 
 # field -> flags added when the field is not given (model facts and the GRPO group size)
 MODEL: dict[str, list[str]] = {
@@ -26,25 +27,16 @@ LAYOUT = [
     "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4", "--num-gpus-per-node", "4",
     "--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "1", "--colocate",
 ]
-LAYOUT_FIELDS = {
-    "nodes", "gpus_per_node", "node_gpus", "cluster_nodes", "use_critic", "critic_nodes",
-    "critic_gpus_per_node", "tp", "pp", "vpp", "vpp_layers", "cp", "ep", "etp", "sp", "order",
-    "first_stage_layers", "last_stage_layers", "colocate", "rollout_gpus",
-    "engine_size", "engine_ep", "engine_dp", "dp_attention", "rollout_external", "train_only",
-    "rollout_only", "_renamed",
-}
-REPLAY_FIELDS = {"routing_replay", "rollout_routing_replay"}
+LAYOUT_FIELDS = set(fields_in("layout", "rollout"))
+REPLAY_FIELDS = set(fields_in("replay"))
 
 
 def given(argv: list[str]) -> set[str]:
     """Model fields the user set, by flag or in the `--topology` YAML (InputError if unreadable)."""
-    fields = set(parse_flags(argv).fields)
-    for i, tok in enumerate(argv):
-        path = argv[i + 1] if tok == "--topology" and i + 1 < len(argv) else None
-        if tok.startswith("--topology="):
-            path = tok.split("=", 1)[1]
-        if path is not None:
-            fields |= set(load_fields(path))
+    parsed = parse_flags(argv)
+    fields = set(parsed.fields)
+    if parsed.topology is not None:
+        fields |= set(load_fields(parsed.topology))
     return fields
 
 

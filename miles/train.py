@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from miles_topology import Problem, Topology, TopologyError
 from miles_topology.errors import InputError
+from miles_topology.show import header
 from miles_topology.sources import read_flags
 
 from .defaults import with_defaults
@@ -68,8 +69,6 @@ def split_job_flags(argv: list[str]) -> tuple[Job, list[str]]:
                 raise UsageError(f"{name} needs a value")
             _set(job, name, value)
         else:
-            if tok == "--topology" and (i >= len(argv) or argv[i].startswith("--")):
-                raise UsageError("--topology needs a YAML file")
             rest.append(tok)
     return job, rest
 
@@ -132,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if topo.warnings:
         report([], topo.warnings)
+    print("topology: " + "; ".join(header(topo).splitlines()), file=sys.stderr)
     return run(topo, job, read.passthrough)
 
 

@@ -8,22 +8,23 @@ not failed: `ok` is false only when proven.
 
 from __future__ import annotations
 
-from .errors import InputError, Problem
-from .flags import FLAGS, RENAMED
+from .errors import InputError, Location, Problem
+from .flags import field_of, flag_of, known
+from .model import fields_in, summary_fields
+from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script
 from .sources import read_flags
 
-TOPOLOGY_FLAGS = set(FLAGS) | set(RENAMED) | {"--topology"}
-GRID_FIELDS = {"nodes", "gpus_per_node", "tp", "pp", "cp", "ep", "etp"}
-# the model's shape, as opposed to its parallel layout (what model_args_utils.py and
-# scripts/models/*.sh give in miles)
-MODEL_FIELDS = {"layers", "heads", "query_groups", "experts", "topk", "moe_layer_freq"}
-MODEL_FLAGS = {f for f, spec in FLAGS.items() if spec.field in MODEL_FIELDS}
 # checks that read whether the model is MoE (checks.py, Topology.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
 MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
 # notes that mean the launch is not what the script appears to say: bash drops flags
 ERROR_NOTES = {"missing-line-continuation"}
+
+
+def model_flags() -> set[str]:
+    """The flags of the model's shape (the "model" facts), as opposed to its layout."""
+    return {flag_of(name) for name in fields_in("model")}
 
 
 def read(path: str, env: dict[str, str]) -> ScriptRead:
@@ -55,8 +56,11 @@ def unknown_facts(found: ScriptRead) -> tuple[set[str], str]:
     means the defaults of the flags it leaves out; one that does not takes the shape from
     elsewhere (the HF config behind --hf-checkpoint, a helper), so nothing about it is known.
     """
-    given = {fv.flag for fv in found.argv if fv.flag in MODEL_FLAGS}
-    known = {f for f in given if found.given_after_gaps(f)}
+    names = fields_in("model")
+    last = max(found.gaps, default=0)
+    given = {flag_of(field_of(fv.flag)) for fv in found.argv if field_of(fv.flag) in names}
+    known = {flag_of(field_of(fv.flag)) for fv in found.argv[last:]
+             if fv.value is not None and field_of(fv.flag) in names}
     gap = next((u for u in found.unresolved if u.flag is None), None)
     values = found.values()
     if found.gaps:
@@ -69,14 +73,14 @@ def unknown_facts(found: ScriptRead) -> tuple[set[str], str]:
               "(--hf-checkpoint) when the job runs"
     else:
         why = "the model shape is not given as flags (no --num-layers)"
-    return MODEL_FLAGS - known, why
+    return model_flags() - known, why
 
 
 def values_report(found: ScriptRead) -> dict:
     """Each topology flag's final value with its source, and the earlier places it was set."""
     out = {}
     for flag, seen in found.values().items():
-        if flag not in TOPOLOGY_FLAGS:
+        if not known(flag):
             continue
         last = seen[-1]
         out[flag] = {
@@ -87,15 +91,13 @@ def values_report(found: ScriptRead) -> dict:
     return out
 
 
-def check_script(path: str, env: dict[str, str]):
-    from .cli import verdict_of
-
+def check_script(path: str, env: dict[str, str]) -> Verdict:
     found = read(path, env)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     v = verdict_of(path, lambda: read_flags(found.flags(), exported).topology)
     unknown = {u.flag for u in found.unresolved if u.flag}
     facts, why = unknown_facts(found)
-    if any(f in FLAGS and FLAGS[f].field in GRID_FIELDS for f in unknown):
+    if any(field_of(f) in summary_fields() for f in unknown):
         v.summary = None  # the sizes are not known, so they are not reported
     if unknown or facts:
         def skip(p: Problem) -> bool:
@@ -106,6 +108,10 @@ def check_script(path: str, env: dict[str, str]):
     notes = [_note(n) for n in found.notes]
     v.errors = [p for p in notes if p.severity == "error"] + v.errors
     v.warnings = [p for p in notes if p.severity == "warning"] + v.warnings
+    where = _where(found)
+    v.errors, v.warnings, v.skipped = (
+        [p.at(_locate(p, where)) if p.location is None else p for p in ps]
+        for ps in (v.errors, v.warnings, v.skipped))
     values = values_report(found)
     v.extra = {
         "launcher": found.launcher,
@@ -123,7 +129,26 @@ def check_script(path: str, env: dict[str, str]):
 
 def _note(n) -> Problem:
     kind = "error" if n.code in ERROR_NOTES else "warning"
-    return Problem(n.code, f"{n.source}: {n.message}", n.fix, (), kind)
+    return Problem(n.code, f"{n.source}: {n.message}", n.fix, (), kind,
+                   Location(n.source.path, n.source.line))
+
+
+def _where(found: ScriptRead) -> dict[str, Location]:
+    """Flag (and, for a --topology file, each field's flag) -> where its final value is set."""
+    out = {}
+    for flag, seen in found.values().items():
+        src = seen[-1].source
+        if src.line > 0:
+            out[flag] = Location(src.path, src.line)
+            name = field_of(flag)
+            if name:  # problems quote a field's own flag, the script may use another spelling
+                out.setdefault(flag_of(name), out[flag])
+    return out
+
+
+def _locate(p: Problem, where: dict[str, Location]) -> Location | None:
+    """The line that sets the first of the problem's flags the script sets."""
+    return next((where[f] for f in p.flags if f in where), None)
 
 
 def _lines(values: dict, found: ScriptRead, facts: set[str], why: str) -> list[str]:

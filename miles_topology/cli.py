@@ -1,6 +1,8 @@
-"""`miles-topology`: check, show and migrate parallel layouts.
+"""`miles-topology`: check, show and migrate parallel layouts; print the YAML schema.
 
-Exit codes: 0 valid (warnings allowed), 1 invalid configuration, 2 unreadable input or usage.
+The CLI is the composition root: it reads the inputs, builds verdicts (report.py), runs the
+migrations (migrations/) and prints. Exit codes: 0 valid (warnings allowed), 1 invalid
+configuration, 2 unreadable input or usage error.
 """
 
 from __future__ import annotations
@@ -9,59 +11,58 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError, Problem, TopologyError
-from .model import Topology
-from .sources import read_flags
+from . import __version__
+from .errors import InputError, Location, Problem
+from .report import FORMATS, Verdict, exit_code, render, text_one, verdict_of
 
 USAGE = """\
-miles-topology check [--format text|json] [--env KEY=VALUE ...]
-                     (SCRIPT.sh... | TOPOLOGY.yaml | -- FLAGS...)
+miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...]
+                     (SCRIPT.sh... | TOPOLOGY.yaml... | -- FLAGS...)
 miles-topology show  [--svg FILE] [--env KEY=VALUE ...] (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
-miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]"""
+miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
+miles-topology schema
+miles-topology --version"""
 
+EXIT = """\
+exit codes: 0 valid (warnings allowed), 1 invalid configuration, 2 unreadable input or usage
+error. Problem codes: docs/problem-codes.md."""
 
-@dataclass
-class Verdict:
-    """What `check` found for one input."""
+EXAMPLES = {
+    "check": """\
+examples:
+  miles-topology check run-qwen3-30B-A3B.sh
+  miles-topology check scripts/*.sh --format github        # annotations in a GitHub workflow
+  miles-topology check run.sh --env NNODES=4 --format json
+  miles-topology check run.topology.yaml
+  miles-topology check -- --actor-num-nodes 2 --actor-num-gpus-per-node 8 \\
+      --expert-model-parallel-size 8 --num-experts 64 --colocate""",
+    "show": """\
+examples:
+  miles-topology show examples/moe-2x4.topology.yaml
+  miles-topology show run.sh --svg map.svg
+  miles-topology show -- --actor-num-nodes 2 --actor-num-gpus-per-node 4 \\
+      --expert-model-parallel-size 2 --num-experts 8 --colocate""",
+    "migrate": """\
+examples:
+  miles-topology migrate run.sh                  # show the diff, write nothing
+  miles-topology migrate --write run.sh          # apply it (keeps run.sh.bak)
+  miles-topology migrate --check scripts/*.sh    # exit 1 while a step is pending (CI)
+  miles-topology migrate --inline run.sh         # one TOPOLOGY_ARGS array, no YAML file""",
+    "schema": """\
+examples:
+  miles-topology schema > topology.schema.json
+  # then, first line of a topology YAML:
+  # yaml-language-server: $schema=./topology.schema.json""",
+}
 
-    path: str
-    topology: Topology | None = None
-    errors: list[Problem] = field(default_factory=list)
-    warnings: list[Problem] = field(default_factory=list)
-    skipped: list[Problem] = field(default_factory=list)
-    summary: dict | None = None
-    extra: dict = field(default_factory=dict)  # script reports: values, unresolved, notes
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    def as_dict(self) -> dict:
-        d = {
-            "ok": self.ok,
-            "errors": [p.as_dict() for p in self.errors],
-            "warnings": [p.as_dict() for p in self.warnings],
-            "topology": self.summary,
-        }
-        if self.path != "flags":
-            d = {"path": self.path, **d, "skipped": [p.as_dict() for p in self.skipped]}
-            d.update(self.extra)
-        return d
-
-
-def verdict_of(path: str, build) -> Verdict:
-    """Run `build()` -> Topology and file its outcome; InputError propagates (exit 2)."""
-    v = Verdict(path)
-    try:
-        topo = build()
-    except TopologyError as e:
-        v.errors, v.warnings, v.summary = list(e.problems), list(e.warnings), e.summary
-        return v
-    v.topology, v.warnings, v.summary = topo, list(topo.warnings), topo.summary()
-    return v
+HELP = {
+    "check": "validate launch scripts, topology YAML files or flags",
+    "show": "print the rank / GPU / expert map (and draw it as SVG)",
+    "migrate": "rewrite launch scripts: renamed flags, implied values, one topology file",
+    "schema": "print the JSON Schema of the topology YAML",
+}
 
 
 def _parse_env(pairs: list[str]) -> dict[str, str]:
@@ -74,21 +75,50 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def _yaml_verdict(path: str) -> Verdict:
+    from .config import key_lines
+    from .flags import field_of
+    from .model import Topology
+
+    v = verdict_of(path, lambda: Topology.from_yaml(path))
+    lines = key_lines(path)
+
+    def at(p: Problem) -> Problem:
+        names = [field_of(f) or f for f in p.flags]
+        line = next((lines[n] for n in names if n in lines), 0)
+        return p.at(Location(path, line)) if line else p
+
+    v.errors, v.warnings = [at(p) for p in v.errors], [at(p) for p in v.warnings]
+    return v
+
+
+def _one(path: str, env: dict[str, str]) -> Verdict:
+    if path.endswith((".yaml", ".yml")):
+        return _yaml_verdict(path)
+    from .check_script import check_script
+
+    return check_script(path, env)
+
+
 def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> list[Verdict]:
+    """One verdict per input. With several inputs an unreadable one is an entry of its own;
+    a single unreadable input raises InputError."""
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")
+        from .sources import read_flags
+
         return [verdict_of("flags", lambda: read_flags(flags).topology)]
     if not paths:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
+    if len(paths) == 1:
+        return [_one(paths[0], env)]
     out = []
     for p in paths:
-        if p.endswith((".yaml", ".yml")):
-            out.append(verdict_of(p, lambda p=p: Topology.from_yaml(p)))
-        else:
-            from .check_script import check_script
-
-            out.append(check_script(p, env))
+        try:
+            out.append(_one(p, env))
+        except InputError as e:
+            out.append(Verdict(p, unreadable=str(e)))
     return out
 
 
@@ -99,86 +129,47 @@ def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
-def _print_text(v: Verdict, out) -> None:
-    s = v.summary
-    state = "OK" if v.ok else "INVALID"
-    if v.ok and v.extra.get("unresolved"):
-        n = len(v.extra["unresolved"])
-        state = f"OK as far as known ({n} unresolved: pass --env KEY=VALUE)"
-    sizes = ""
-    if s:
-        sizes = f"  world {s['world_size']}"
-        if "dp" in s:
-            sizes += f", dp {s['dp']}, edp {s['edp']}"
-        sizes += (
-            f" | tp {s['tp']} cp {s['cp']} pp {s['pp']} ep {s['ep']} etp {s['etp']}"
-            f" | {s['num_engines']} engine(s) x {s['engine_size']} GPU"
-        )
-    print(f"{v.path}: {state}{sizes}", file=out)
-    for p in v.extra.get("report_lines", []):
-        print(f"  {p}", file=out)
-    for kind, problems in (("error", v.errors), ("warning", v.warnings), ("skipped", v.skipped)):
-        for p in problems:
-            for line in p.lines(kind):
-                print(f"  {line}", file=out)
-
-
-def _print_table(verdicts: list[Verdict]) -> None:
-    rows = [("input", "verdict", "world", "dp", "edp", "problems")]
-    for v in verdicts:
-        s = v.summary or {}
-        codes = [p.code for p in v.errors] + [f"({p.code})" for p in v.skipped]
-        rows.append((v.path, "ok" if v.ok else "INVALID", str(s.get("world_size", "?")),
-                     str(s.get("dp", "?")), str(s.get("edp", "?")), " ".join(codes) or "-"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    print()
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-    bad = sum(not v.ok for v in verdicts)
-    print(f"\n{len(verdicts)} inputs: {len(verdicts) - bad} valid, {bad} invalid")
-
-
 def cmd_check(args, flags) -> int:
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
-    if args.format == "json":
-        data = [v.as_dict() for v in verdicts]
-        print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
-    else:
-        for v in verdicts:
-            _print_text(v, sys.stdout)
-        if len(verdicts) == 1 and verdicts[0].topology is not None and verdicts[0].extra:
-            from .show import text_map
-
-            print("\n" + text_map(verdicts[0].topology))
-        if len(verdicts) > 1:
-            _print_table(verdicts)
-    return 0 if all(v.ok for v in verdicts) else 1
+    render(verdicts, args.format, sys.stdout)
+    return exit_code(verdicts)
 
 
 def cmd_show(args, flags) -> int:
     from .show import svg_map, text_map
 
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
-    code = 0
+    code = exit_code(verdicts)
     for v in verdicts:
         if v.topology is None:
-            _print_text(v, sys.stdout)
-            code = 1
+            text_one(v, sys.stdout)
             continue
+        if args.svg:
+            try:
+                Path(args.svg).write_text(svg_map(v.topology))
+            except OSError as e:
+                raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
         print(f"{v.path}:")
         print(text_map(v.topology))
         if args.svg:
-            Path(args.svg).write_text(svg_map(v.topology))
             print(f"\nwrote {args.svg}")
     return code
 
 
 def cmd_migrate(args, flags) -> int:
-    try:
-        from migrations.runner import main as migrate_main
-    except ImportError:
-        raise InputError("migrate is not available in this build") from None
-    return migrate_main(args, _parse_env(args.env))
+    if flags is not None:
+        raise InputError("migrate takes launch scripts, not `-- FLAGS...`")
+    from .migrations.runner import main as migrate_main
+
+    return migrate_main(args.inputs, _parse_env(args.env), write=args.write, check=args.check,
+                        inline=args.inline)
+
+
+def cmd_schema(args, flags) -> int:
+    from .config import schema
+
+    print(json.dumps(schema(), indent=2))
+    return 0
 
 
 class _Usage(Exception):
@@ -193,20 +184,38 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="miles-topology", usage=USAGE)
-    sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    for name in ("check", "show", "migrate"):
-        p = sub.add_parser(name, usage=USAGE)
-        p.add_argument("inputs", nargs="*")
-        p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    top = _Parser(
+        prog="miles-topology", usage=USAGE,
+        description="One validated Topology for every parallel size of a miles MoE RL job.",
+        epilog=EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
+    sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
+    for name in ("check", "show", "migrate", "schema"):
+        p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
+                           description=HELP[name],
+                           epilog=EXAMPLES[name] + "\n\n" + EXIT,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        if name == "schema":
+            continue
+        what = "launch scripts to rewrite" if name == "migrate" else \
+            "launch scripts (.sh) or topology files (.yaml); or `-- FLAGS...` after the options"
+        p.add_argument("inputs", nargs="*", metavar="INPUT", help=what)
+        p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                       help="a value the script reads from its environment (repeatable)")
         if name == "check":
-            p.add_argument("--format", choices=("text", "json"), default="text")
+            p.add_argument("--format", choices=FORMATS, default="text", metavar="FORMAT",
+                           help="text (default), json (one object, a list for several "
+                                "inputs), github (workflow annotations), sarif (2.1.0)")
         if name == "show":
-            p.add_argument("--svg", metavar="FILE")
+            p.add_argument("--svg", metavar="FILE", help="also draw the map into FILE as SVG")
         if name == "migrate":
-            p.add_argument("--write", action="store_true")
-            p.add_argument("--check", action="store_true")
-            p.add_argument("--inline", action="store_true")
+            p.add_argument("--write", action="store_true",
+                           help="apply the steps (atomically; keeps SCRIPT.bak)")
+            p.add_argument("--check", action="store_true",
+                           help="write nothing; exit 1 while a step is pending")
+            p.add_argument("--inline", action="store_true",
+                           help="gather the layout flags in one TOPOLOGY_ARGS array instead "
+                                "of a YAML file")
     return top
 
 
@@ -215,14 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     head, flags = _split_dashdash(argv)
     try:
         args = parser().parse_args(head)
-        run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate}[args.cmd]
-        return run(args, flags)
+        run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
+               "schema": cmd_schema}[args.cmd]
+        code = run(args, flags)
+        sys.stdout.flush()
+        return code
+    except SystemExit as e:  # --help, --version
+        return e.code if isinstance(e.code, int) else 0
     except _Usage as e:
         print(f"miles-topology: {e}\nusage:\n{USAGE}", file=sys.stderr)
         return 2
     except InputError as e:
         print(f"miles-topology: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `miles-topology ... | head`: the reader left, stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except Exception as e:  # a bug of ours: say so in one line, keep the traceback on request
         if os.environ.get("MILES_TOPOLOGY_DEBUG"):
             raise

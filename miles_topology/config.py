@@ -12,7 +12,9 @@ from .errors import InputError
 if TYPE_CHECKING:
     from .model import Topology
 
-SKIP = {"etp_implied"}
+# Where editors find the JSON Schema of a topology YAML (`miles-topology schema` prints it).
+SCHEMA_URL = ("https://raw.githubusercontent.com/radixark/miles-topology/main/docs/"
+              "topology.schema.json")
 ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^{}]*))?\}")
 
 
@@ -76,15 +78,70 @@ def from_yaml(path: str | Path, overrides: list[str] | None = None) -> Topology:
 
 
 def to_yaml(topo: Topology) -> str:
-    """The fields that differ from their defaults; an implied etp stays implied."""
-    lines = []
-    for name, info in type(topo).model_fields.items():
-        value = getattr(topo, name)
-        if name in SKIP or (name == "etp" and topo.etp_implied) or value == info.default:
-            continue
-        if isinstance(value, tuple):
-            value = "[" + ", ".join(map(str, value)) + "]"
-        elif isinstance(value, bool):
-            value = "true" if value else "false"
-        lines.append(f"{name}: {value}")
+    """The fields that differ from their defaults, by group; an implied etp stays implied."""
+    from .model import GROUPS, fields_in
+
+    lines = [schema_comment()]
+    for group in GROUPS:
+        body = []
+        for name in fields_in(group):
+            info = type(topo).model_fields[name]
+            value = getattr(topo, name)
+            if info.default_factory is not None and name not in topo.model_fields_set:
+                continue  # inferred from other fields, so it stays inferred
+            if info.default_factory is None and value == info.default:
+                continue
+            body.append(f"{name}: {yaml_value(value)}")
+        if body:
+            lines += [f"# {group}"] + body
     return "\n".join(lines) + "\n"
+
+
+def yaml_value(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def schema_comment() -> str:
+    """The first line of a topology YAML we write: editors validate the file against it."""
+    return f"# yaml-language-server: $schema={SCHEMA_URL}"
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of a topology YAML: the model's input fields (derived sizes excluded),
+    each described by its flag; any value may also be an omegaconf interpolation."""
+    from .flags import table
+    from .model import Topology, facts
+
+    free = {spec.field for spec in table().values() if spec.kind == "str"}  # parsed from text
+    out = Topology.model_json_schema()
+    for name, prop in out["properties"].items():
+        f = facts(name)
+        for key in ("group", "flag", "summary", "switch"):
+            prop.pop(key, None)
+        shown = f["flag"] or "no flag (YAML only)"
+        prop["description"] = f"{shown}; group {f['group']}"
+        body = {k: prop.pop(k) for k in list(prop) if k not in ("title", "description",
+                                                                  "default")}
+        text = {"type": "string"} if name in free else {"type": "string", "pattern": r"\$\{"}
+        prop["anyOf"] = [body, text]
+    out["title"] = "miles-topology topology YAML"
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return out
+
+
+def key_lines(path: str | Path) -> dict[str, int]:
+    """Top-level key -> its 1-based line in a YAML file (for problems' locations)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\s*:", line)
+        if m:
+            out.setdefault(m.group(1), n)
+    return out

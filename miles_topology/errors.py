@@ -2,24 +2,41 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a problem is written: a file as the user named it and a 1-based line."""
+
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One finding: stable kebab-case `code`, the arithmetic in `message`, a concrete `fix`."""
+    """One finding: stable kebab-case `code` (see codes.py), the arithmetic in `message`, a
+    concrete `fix`, the flags involved, and where it is written when that is known."""
 
     code: str
     message: str
     fix: str
     flags: tuple[str, ...] = ()
     severity: str = "error"  # "error" or "warning"
+    location: Location | None = None
 
     def as_dict(self) -> dict:
-        d = asdict(self)
-        d["flags"] = list(self.flags)
-        del d["severity"]
+        d = {"code": self.code, "message": self.message, "fix": self.fix,
+             "flags": list(self.flags)}
+        if self.location is not None:
+            d["location"] = {"path": self.location.path, "line": self.location.line}
         return d
+
+    def at(self, location: Location | None) -> Problem:
+        return replace(self, location=location)
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message} Fix: {self.fix}"
@@ -29,6 +46,8 @@ class Problem:
         out = [f"{kind or self.severity} [{self.code}] {self.message}", f"  fix: {self.fix}"]
         if self.flags:
             out.append(f"  flags: {', '.join(self.flags)}")
+        if self.location is not None:
+            out.append(f"  at: {self.location}")
         return out
 
 

@@ -1,84 +1,117 @@
-"""The bridge from the long miles/Megatron/SGLang flag names to the model's short fields.
+"""The flag grammar: the only place that reads flag spellings into the model's short fields.
 
-This is the only place that knows flag spellings. Flags it does not know pass through.
+Each field's own flag is declared with the field (model.py, `fact`); this module adds the
+other spellings (aliases), the renamed flags with what replaces them, and `--topology`.
+Flags it does not know pass through. Tokens are strings, or objects with a `.text` (the
+script reader's words, which also know where they are written): `Parsed.origin` keeps the
+token that set each field so a problem can point at its file and line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from typing import Any
 
-from .errors import Problem
-from .grid import ORDERS
+from .errors import InputError, Problem
+
+TOPOLOGY = "--topology"  # a topology YAML, read under the other topology flags
+
+# Another spelling of a field's flag: flag -> field. Messages quote the field's own flag.
+ALIASES: dict[str, str] = {
+    "--sglang-expert-parallel-size": "engine_ep",
+}
+
+
+@dataclass(frozen=True)
+class Rename:
+    """A renamed flag: `new` is what to write instead (quoted in the warning); the old
+    spelling still sets `field` (None: nothing of ours), as a switch copying the value of
+    field `like` when given, and stands for the flags `passes` (not ours: passed through)."""
+
+    new: str
+    field: str | None = None
+    like: str | None = None
+    passes: tuple[str, ...] = ()
+
+
+RENAMED: dict[str, Rename] = {
+    "--rollout-num-gpus-per-node": Rename("--num-gpus-per-node", "node_gpus"),
+    "--sglang-enable-ep-moe": Rename("--sglang-ep-size N", "engine_ep", like="engine_size"),
+    "--sglang-enable-deepep-moe": Rename("--sglang-moe-a2a-backend deepep",
+                                         passes=("--sglang-moe-a2a-backend", "deepep")),
+}
 
 
 @dataclass(frozen=True)
 class Spec:
     field: str
-    kind: str  # "int", "switch", "freq", "str"
-    values: tuple | None = None  # a switch that sets a field to (value off, value on)
+    kind: str  # "int", "switch" or "str" (a string the model parses, e.g. --moe-layer-freq)
+    values: tuple | None = None  # a switch that sets its field to (value off, value on)
 
 
-# flag -> Spec. The first flag listed for a field is the name quoted in messages.
-FLAGS: dict[str, Spec] = {
-    "--actor-num-nodes": Spec("nodes", "int"),
-    "--actor-num-gpus-per-node": Spec("gpus_per_node", "int"),
-    "--num-gpus-per-node": Spec("node_gpus", "int"),
-    "--critic-num-nodes": Spec("critic_nodes", "int"),
-    "--critic-num-gpus-per-node": Spec("critic_gpus_per_node", "int"),
-    "--use-critic": Spec("use_critic", "switch"),
-    "--rollout-num-gpus": Spec("rollout_gpus", "int"),
-    "--rollout-num-gpus-per-engine": Spec("engine_size", "int"),
-    "--colocate": Spec("colocate", "switch"),
-    "--rollout-external": Spec("rollout_external", "switch"),
-    "--debug-train-only": Spec("train_only", "switch"),
-    "--debug-rollout-only": Spec("rollout_only", "switch"),
-    "--tensor-model-parallel-size": Spec("tp", "int"),
-    "--pipeline-model-parallel-size": Spec("pp", "int"),
-    "--num-virtual-stages-per-pipeline-rank": Spec("vpp", "int"),
-    "--num-layers-per-virtual-pipeline-stage": Spec("vpp_layers", "int"),
-    "--decoder-first-pipeline-num-layers": Spec("first_stage_layers", "int"),
-    "--decoder-last-pipeline-num-layers": Spec("last_stage_layers", "int"),
-    "--context-parallel-size": Spec("cp", "int"),
-    "--expert-model-parallel-size": Spec("ep", "int"),
-    "--expert-tensor-parallel-size": Spec("etp", "int"),
-    "--sequence-parallel": Spec("sp", "switch"),
-    "--use-tp-pp-dp-mapping": Spec("order", "switch", ORDERS),
-    "--num-layers": Spec("layers", "int"),
-    "--num-attention-heads": Spec("heads", "int"),
-    "--num-query-groups": Spec("query_groups", "int"),
-    "--num-experts": Spec("experts", "int"),
-    "--moe-router-topk": Spec("topk", "int"),
-    "--moe-layer-freq": Spec("moe_layer_freq", "freq"),
-    "--moe-router-fusion": Spec("router_fusion", "switch"),
-    "--sglang-ep-size": Spec("engine_ep", "int"),
-    "--sglang-expert-parallel-size": Spec("engine_ep", "int"),
-    "--sglang-dp-size": Spec("engine_dp", "int"),
-    "--sglang-enable-dp-attention": Spec("dp_attention", "switch"),
-    "--use-routing-replay": Spec("routing_replay", "switch"),
-    "--use-rollout-routing-replay": Spec("rollout_routing_replay", "switch"),
-    "--rollout-batch-size": Spec("rollout_batch_size", "int"),
-    "--n-samples-per-prompt": Spec("n_samples_per_prompt", "int"),
-    "--global-batch-size": Spec("global_batch_size", "int"),
-    "--micro-batch-size": Spec("micro_batch_size", "int"),
-    "--use-dynamic-batch-size": Spec("dynamic_batch", "switch"),
-    "--max-tokens-per-gpu": Spec("max_tokens_per_gpu", "int"),
-}
+def _model() -> Any:
+    from .model import Topology  # the model declares the fields and their flags
 
-# old flag -> (new flag, how the old spelling maps onto the model)
-RENAMED: dict[str, tuple[str, Spec | None]] = {
-    "--rollout-num-gpus-per-node": ("--num-gpus-per-node", Spec("node_gpus", "int")),
-    "--sglang-enable-ep-moe": ("--sglang-ep-size N", None),
-    "--sglang-enable-deepep-moe": ("--sglang-moe-a2a-backend deepep", None),
-}
-
-FIELD_FLAG: dict[str, str] = {}
-for _flag, _spec in FLAGS.items():
-    FIELD_FLAG.setdefault(_spec.field, _flag)
+    return Topology
 
 
+@lru_cache(maxsize=1)
+def table() -> dict[str, Spec]:
+    """Every flag of ours (own flags, aliases, renamed spellings) -> how it reads."""
+    specs: dict[str, Spec] = {}
+    by_field: dict[str, Spec] = {}
+    for name, info in _model().model_fields.items():
+        extra = info.json_schema_extra or {}
+        if extra.get("switch"):
+            spec = Spec(name, "switch", tuple(extra["switch"]))
+        elif info.annotation is bool:
+            spec = Spec(name, "switch")
+        elif info.annotation in (int, int | None):
+            spec = Spec(name, "int")
+        else:
+            spec = Spec(name, "str")
+        by_field[name] = spec
+        if extra.get("flag"):
+            specs[extra["flag"]] = spec
+    for flag, name in ALIASES.items():
+        specs[flag] = by_field[name]
+    for flag, r in RENAMED.items():
+        plain = r.field is not None and r.like is None
+        specs[flag] = by_field[r.field] if plain else Spec(r.field or "", "switch")
+    return specs
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FLAGS":  # flag -> Spec, built from the model on first use
+        return table()
+    raise AttributeError(name)
+
+
+def known(flag: str) -> bool:
+    """A flag of ours (including `--topology`)."""
+    return flag == TOPOLOGY or flag in table()
+
+
+def field_of(flag: str) -> str | None:
+    """The model field a flag spelling sets (renamed and alias spellings included)."""
+    spec = table().get(flag)
+    return spec.field or None if spec else None
+
+
+def is_switch(flag: str) -> bool:
+    """A flag that takes no value word."""
+    spec = table().get(flag)
+    return spec is not None and spec.kind == "switch"
+
+
+@cache
 def flag_of(name: str) -> str:
-    """The user-facing flag of a model field (what messages quote)."""
-    return FIELD_FLAG.get(name, name)
+    """The user-facing flag of a model field (what messages quote); else the name itself."""
+    info = _model().model_fields.get(name)
+    flag = (info.json_schema_extra or {}).get("flag") if info is not None else None
+    return flag or name
 
 
 @dataclass
@@ -87,61 +120,68 @@ class Parsed:
 
     fields: dict = field(default_factory=dict)
     given_by: dict[str, str] = field(default_factory=dict)  # field -> flag spelling used
-    passthrough: list[str] = field(default_factory=list)
+    origin: dict[str, Any] = field(default_factory=dict)  # field -> the token that set it
+    passthrough: list = field(default_factory=list)  # tokens as given
+    topology: str | None = None  # the `--topology` file
+    topology_token: Any = None
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
 
 
-def _is_flag(token: str) -> bool:
-    return token.startswith("--") and len(token) > 2
+def text_of(token: Any) -> str:
+    return token if isinstance(token, str) else token.text
 
 
-def parse_flags(argv: list[str]) -> Parsed:
+def _is_flag(text: str) -> bool:
+    return text.startswith("--") and len(text) > 2
+
+
+def parse_flags(argv: Sequence[Any]) -> Parsed:
     """Read topology flags from argv (argparse semantics: the last occurrence wins)."""
+    specs = table()
     out = Parsed()
+    likes: list[tuple[Rename, str, Any]] = []
     i = 0
     while i < len(argv):
         token = argv[i]
+        text = text_of(token)
         i += 1
-        name, eq, inline = token.partition("=")
-        if not _is_flag(token) or (name not in FLAGS and name not in RENAMED):
+        name, eq, inline = text.partition("=")
+        if not _is_flag(text) or not (name in specs or name == TOPOLOGY):
             out.passthrough.append(token)
             continue
         value: str | None = inline if eq else None
-        spec = FLAGS.get(name)
+        spec = specs.get(name)
         if name in RENAMED:
-            new, spec = RENAMED[name]
-            out.warnings.append(
-                Problem(
-                    "deprecated-flag",
-                    f"{name} was renamed; it now reads {new}.",
-                    f"replace {name} with {new} (`miles-topology migrate SCRIPT --write` "
-                    "does it for a launch script).",
-                    (name,),
-                    "warning",
-                )
-            )
-            if spec is None:  # a switch with a new meaning
-                out.fields.setdefault("_renamed", []).append(name)
-                if name == "--sglang-enable-deepep-moe":
-                    out.passthrough += ["--sglang-moe-a2a-backend", "deepep"]
+            r = RENAMED[name]
+            out.warnings.append(_renamed(name, r.new))
+            out.passthrough += list(r.passes)
+            if r.like is not None:
+                likes.append((r, name, token))
                 continue
-        if spec.kind == "switch":
+            if r.field is None:
+                continue
+        if spec is not None and spec.kind == "switch":
             if value is not None and value.lower() not in ("true", "1", "false", "0"):
                 out.errors.append(
                     _bad_value(name, value, "a switch takes no value", f"write {name} alone.")
                 )
                 continue
             on = value is None or value.lower() in ("true", "1")
-            _set(out, spec.field, spec.values[on] if spec.values else on, name)
+            _set(out, spec.field, spec.values[on] if spec.values else on, name, token)
             continue
         if value is None:
-            if i < len(argv) and not _is_flag(argv[i]):
-                value = argv[i]
+            if i < len(argv) and not _is_flag(text_of(argv[i])):
+                value = text_of(argv[i])
                 i += 1
+            elif name == TOPOLOGY:  # no file to read: unreadable input (exit 2), not a size
+                raise InputError(f"{TOPOLOGY} needs a topology YAML file: {TOPOLOGY} FILE.yaml")
             else:
                 out.errors.append(_bad_value(name, None, "it needs a value"))
                 continue
+        if name == TOPOLOGY:
+            out.topology, out.topology_token = value, token
+            continue
         if spec.kind == "int":
             try:
                 parsed: object = int(value)
@@ -150,11 +190,26 @@ def parse_flags(argv: list[str]) -> Parsed:
                 continue
         else:
             parsed = value
-        _set(out, spec.field, parsed, name)
+        _set(out, spec.field, parsed, name, token)
+    for r, name, token in likes:  # e.g. --sglang-enable-ep-moe: engine EP = engine size
+        if r.field not in out.fields:
+            like = out.fields.get(r.like, _model().model_fields[r.like].default)
+            _set(out, r.field, like, name, token)
     return out
 
 
-def _set(out: Parsed, name: str, value: object, flag: str) -> None:
+def _renamed(old: str, new: str) -> Problem:
+    return Problem(
+        "deprecated-flag",
+        f"{old} was renamed; it now reads {new}.",
+        f"replace {old} with {new} (`miles-topology migrate SCRIPT --write` does it for a "
+        "launch script).",
+        (old,),
+        "warning",
+    )
+
+
+def _set(out: Parsed, name: str, value: object, flag: str, token: Any) -> None:
     earlier = out.given_by.get(name)
     if earlier is not None and earlier != flag and out.fields[name] != value:
         out.errors.append(
@@ -168,6 +223,7 @@ def _set(out: Parsed, name: str, value: object, flag: str) -> None:
         )
     out.fields[name] = value
     out.given_by[name] = flag
+    out.origin[name] = token
 
 
 def _bad_value(flag: str, value: str | None, rule: str, fix: str = "") -> Problem:

@@ -11,17 +11,30 @@ from itertools import product
 
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # Megatron's default, --use-tp-pp-dp-mapping
 
+# Each grid's own axis names -> megatron-core RankGenerator's tokens: the one mapping.
+# The expert grid has no cp axis (Megatron builds it with cp=1), so its "cp" is size 1.
+DENSE_AXES = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp", "pp": "pp"}
+EXPERT_AXES = {"etp": "tp", "ep": "ep", "edp": "dp", "pp": "pp"}
+
 
 class Grid:
-    """One factorisation of the world: ordered axis sizes, strides, groups, coordinates."""
+    """One factorisation of the world: ordered axis sizes, strides, groups, coordinates.
 
-    def __init__(self, sizes: dict[str, int], order: str):
-        names = order.split("-")
+    `sizes` is keyed by the grid's own axis names (`axes`: name -> Megatron token) and
+    `order` is Megatron's token order. Queries accept either spelling; a Megatron token the
+    grid does not have (cp on the expert grid) is an axis of size 1.
+    """
+
+    def __init__(self, sizes: dict[str, int], order: str, axes: dict[str, str] = DENSE_AXES):
+        name_of = {token: name for name, token in axes.items()}
+        names = [name_of[t] for t in order.split("-") if t in name_of]
         for name in sizes:  # Megatron appends size-1 axes missing from the order
             if name not in names:
                 names.append(name)
         self.names: tuple[str, ...] = tuple(names)
         self.sizes: tuple[int, ...] = tuple(sizes[n] for n in names)
+        self._alias = {**name_of, **{n: n for n in names}}
+        self._absent = {t for t in DENSE_AXES if t not in self._alias}
         strides, s = [], 1
         for size in self.sizes:
             strides.append(s)
@@ -32,9 +45,13 @@ class Grid:
 
     def index(self, axis: str) -> int:
         try:
-            return self.names.index(axis)
-        except ValueError:
-            raise KeyError(f"unknown axis {axis!r}; valid axes: {', '.join(self.names)}") from None
+            return self.names.index(self._alias[axis])
+        except KeyError:
+            valid = ", ".join(self.names)
+            raise KeyError(f"unknown axis {axis!r}; valid axes: {valid}") from None
+
+    def size(self, axis: str) -> int:
+        return 1 if axis in self._absent else self.sizes[self.index(axis)]
 
     def groups(self, token: str) -> list[list[int]]:
         """Groups of `token` ("tp", "tp-dp", ...), ordered exactly as RankGenerator.get_ranks."""
@@ -43,7 +60,7 @@ class Grid:
     def _groups(self, token: str) -> tuple[tuple[int, ...], ...]:
         cached = self._cache.get(token)
         if cached is None:
-            masked = {self.index(t) for t in token.split("-")}
+            masked = {self.index(t) for t in token.split("-") if t not in self._absent}
             inside = [i for i in range(len(self.names)) if i in masked]
             outside = [i for i in range(len(self.names)) if i not in masked]
             offsets_in = _offsets(
@@ -62,6 +79,7 @@ class Grid:
         return {n: (rank // st) % sz for n, st, sz in zip(self.names, self.strides, self.sizes)}
 
     def rank(self, **coord: int) -> int:
+        coord = {self._alias.get(k, k): v for k, v in coord.items()}
         unknown = set(coord) - set(self.names)
         if unknown:
             raise KeyError(

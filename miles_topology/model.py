@@ -7,6 +7,7 @@ derived here, from the fields, and nowhere else.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Literal
 
@@ -25,64 +26,105 @@ from . import layers as _layers
 from .checks import run_checks
 from .errors import Problem, TopologyError
 from .flags import flag_of
-from .grid import ORDERS, Grid
+from .grid import EXPERT_AXES, ORDERS, Grid
 
-Pos = Field(default=1, ge=1)
+GROUPS = ("layout", "rollout", "model", "replay", "batch")
+
+
+def fact(group: str, flag: str | None, default: Any = 1, *, switch: tuple | None = None,
+         factory: Any = None, summary: bool = False, **limits: Any) -> Any:
+    """A Topology field with its group and the flag that sets it: the one table of facts.
+
+    Every list of fields (flags, YAML sections, what a migration moves, what `check`
+    reports) is derived from these. `switch`: the flag is a switch choosing (off, on);
+    `summary`: `check` reports it. Aliases and renamed flags live in flags.py.
+    """
+    extra: dict[str, Any] = {"group": group, "flag": flag}
+    if summary:
+        extra["summary"] = True
+    if switch is not None:
+        extra["switch"] = list(switch)
+    if factory is not None:
+        return Field(default_factory=factory, json_schema_extra=extra, **limits)
+    return Field(default, json_schema_extra=extra, **limits)
+
+
+def fields_in(*groups: str) -> tuple[str, ...]:
+    """Field names of these groups, in declaration order."""
+    return tuple(n for n, f in Topology.model_fields.items() if facts(n)["group"] in groups)
+
+
+def summary_fields() -> tuple[str, ...]:
+    """The fields `check` reports (`Topology.summary`)."""
+    return tuple(n for n in Topology.model_fields if facts(n).get("summary"))
+
+
+def facts(name: str) -> dict[str, Any]:
+    """{"group", "flag"[, "switch"]} of a field."""
+    return Topology.model_fields[name].json_schema_extra  # type: ignore[return-value]
+
 
 class Topology(BaseModel):
     """Every parallel size of a miles job and the model facts they depend on."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # defer_build: the validator is built on first use, which keeps `import` light
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True,
+                              defer_build=True)
 
-    # cluster
-    nodes: int = Pos
-    gpus_per_node: int = Field(default=8, ge=1)
-    node_gpus: int = Field(default=8, ge=1)  # physical GPUs per node (--num-gpus-per-node)
-    cluster_nodes: int | None = Field(default=None, ge=1)
-    use_critic: bool = False
-    critic_nodes: int | None = Field(default=None, ge=1)
-    critic_gpus_per_node: int | None = Field(default=None, ge=1)
-    # train grid
-    tp: int = Pos
-    pp: int = Pos
-    vpp: int | None = Field(default=None, ge=1)
-    vpp_layers: int | None = Field(default=None, ge=1)
-    cp: int = Pos
-    ep: int = Pos
-    etp: int = Pos  # inferred = tp when not given
-    etp_implied: bool = False
-    sp: bool = False
-    order: Literal[ORDERS] = ORDERS[0]
-    # rollout
-    colocate: bool = False
-    rollout_gpus: int | None = Field(default=None, ge=0)
-    engine_size: int = Pos
-    engine_ep: int = Pos
-    engine_dp: int = Pos
-    dp_attention: bool = False
-    rollout_external: bool = False
-    train_only: bool = False
-    rollout_only: bool = False
-    # model shape
-    layers: int | None = Field(default=None, ge=1)
-    heads: int | None = Field(default=None, ge=1)
-    query_groups: int | None = Field(default=None, ge=1)
-    experts: int | None = Field(default=None, ge=1)
-    topk: int = Field(default=2, ge=1)
-    moe_layer_freq: int | tuple[int, ...] = 1
-    first_stage_layers: int | None = Field(default=None, ge=0)
-    last_stage_layers: int | None = Field(default=None, ge=0)
+    # layout: cluster and train grid (the fields of the YAML beside a migrated script)
+    nodes: int = fact("layout", "--actor-num-nodes", ge=1, summary=True)
+    gpus_per_node: int = fact("layout", "--actor-num-gpus-per-node", 8, ge=1, summary=True)
+    node_gpus: int = fact("layout", "--num-gpus-per-node", 8, ge=1)  # physical GPUs per node
+    cluster_nodes: int | None = fact("layout", None, None, ge=1)  # the Ray cluster, when known
+    use_critic: bool = fact("layout", "--use-critic", False)
+    critic_nodes: int | None = fact("layout", "--critic-num-nodes", None, ge=1)
+    critic_gpus_per_node: int | None = fact("layout", "--critic-num-gpus-per-node", None, ge=1)
+    tp: int = fact("layout", "--tensor-model-parallel-size", ge=1, summary=True)
+    pp: int = fact("layout", "--pipeline-model-parallel-size", ge=1, summary=True)
+    vpp: int | None = fact("layout", "--num-virtual-stages-per-pipeline-rank", None, ge=1,
+                           summary=True)
+    vpp_layers: int | None = fact("layout", "--num-layers-per-virtual-pipeline-stage", None,
+                                  ge=1)
+    first_stage_layers: int | None = fact("layout", "--decoder-first-pipeline-num-layers", None,
+                                          ge=0)
+    last_stage_layers: int | None = fact("layout", "--decoder-last-pipeline-num-layers", None,
+                                         ge=0)
+    cp: int = fact("layout", "--context-parallel-size", ge=1, summary=True)
+    ep: int = fact("layout", "--expert-model-parallel-size", ge=1, summary=True)
+    # not given: Megatron uses etp = tp (`etp_implied`)
+    etp: int = fact("layout", "--expert-tensor-parallel-size", factory=lambda d: d.get("tp", 1),
+                    summary=True, ge=1)
+    sp: bool = fact("layout", "--sequence-parallel", False)
+    order: Literal[ORDERS] = fact("layout", "--use-tp-pp-dp-mapping", ORDERS[0], switch=ORDERS,
+                                  summary=True)
+    # rollout engines
+    colocate: bool = fact("rollout", "--colocate", False)
+    rollout_gpus: int | None = fact("rollout", "--rollout-num-gpus", None, ge=0, summary=True)
+    engine_size: int = fact("rollout", "--rollout-num-gpus-per-engine", ge=1, summary=True)
+    engine_ep: int = fact("rollout", "--sglang-ep-size", ge=1)
+    engine_dp: int = fact("rollout", "--sglang-dp-size", ge=1)
+    dp_attention: bool = fact("rollout", "--sglang-enable-dp-attention", False)
+    rollout_external: bool = fact("rollout", "--rollout-external", False)
+    train_only: bool = fact("rollout", "--debug-train-only", False)
+    rollout_only: bool = fact("rollout", "--debug-rollout-only", False)
+    # model shape (and kernel options that change what the layout must hold)
+    layers: int | None = fact("model", "--num-layers", None, ge=1)
+    heads: int | None = fact("model", "--num-attention-heads", None, ge=1)
+    query_groups: int | None = fact("model", "--num-query-groups", None, ge=1)
+    experts: int | None = fact("model", "--num-experts", None, ge=1)
+    topk: int = fact("model", "--moe-router-topk", 2, ge=1)
+    moe_layer_freq: int | tuple[int, ...] = fact("model", "--moe-layer-freq")
+    router_fusion: bool = fact("model", "--moe-router-fusion", False)
     # routing replay
-    routing_replay: bool = False
-    rollout_routing_replay: bool = False
-    router_fusion: bool = False
+    routing_replay: bool = fact("replay", "--use-routing-replay", False)
+    rollout_routing_replay: bool = fact("replay", "--use-rollout-routing-replay", False)
     # batch
-    rollout_batch_size: int | None = Field(default=None, ge=1)
-    n_samples_per_prompt: int = Pos
-    global_batch_size: int | None = Field(default=None, ge=1)
-    micro_batch_size: int = Pos
-    dynamic_batch: bool = False
-    max_tokens_per_gpu: int | None = Field(default=None, ge=1)
+    rollout_batch_size: int | None = fact("batch", "--rollout-batch-size", None, ge=1)
+    n_samples_per_prompt: int = fact("batch", "--n-samples-per-prompt", ge=1)
+    global_batch_size: int | None = fact("batch", "--global-batch-size", None, ge=1)
+    micro_batch_size: int = fact("batch", "--micro-batch-size", ge=1)
+    dynamic_batch: bool = fact("batch", "--use-dynamic-batch-size", False)
+    max_tokens_per_gpu: int | None = fact("batch", "--max-tokens-per-gpu", None, ge=1)
 
     _warnings: tuple[Problem, ...] = PrivateAttr(default=())
 
@@ -93,6 +135,49 @@ class Topology(BaseModel):
             super().__init__(**data)
         except ValidationError as e:
             raise _as_topology_error(e) from None
+
+    # Every way pydantic offers to build a model validates and raises TopologyError.
+
+    @classmethod
+    def model_validate(cls, *args: Any, **kwargs: Any) -> Topology:
+        try:
+            return super().model_validate(*args, **kwargs)
+        except ValidationError as e:
+            raise _as_topology_error(e) from None
+
+    @classmethod
+    def model_validate_json(cls, *args: Any, **kwargs: Any) -> Topology:
+        try:
+            return super().model_validate_json(*args, **kwargs)
+        except ValidationError as e:
+            raise _as_topology_error(e) from None
+
+    @classmethod
+    def model_validate_strings(cls, *args: Any, **kwargs: Any) -> Topology:
+        try:
+            return super().model_validate_strings(*args, **kwargs)
+        except ValidationError as e:
+            raise _as_topology_error(e) from None
+
+    @classmethod
+    def model_construct(cls, _fields_set: Any = None, **values: Any) -> Topology:
+        """Validated like any other construction (a Topology is never unchecked)."""
+        return cls(**values)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+                   ) -> Topology:
+        """A new, validated Topology: the given values of this one with `update` on top
+        (values inferred here, such as an implied etp, are inferred again)."""
+        if not update:
+            return self
+        data = {name: getattr(self, name) for name in self.model_fields_set}
+        return type(self)(**{**data, **update})
+
+    def __copy__(self) -> Topology:
+        return self
+
+    def __deepcopy__(self, memo: dict | None = None) -> Topology:
+        return self
 
     @field_validator("moe_layer_freq", mode="before")
     @classmethod
@@ -110,9 +195,8 @@ class Topology(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        if data.get("etp") is None:
-            data["etp"] = data.get("tp", 1)
-            data["etp_implied"] = True
+        if "etp" in data and data["etp"] is None:  # not given: the field's factory infers it
+            del data["etp"]
         if data.get("rollout_routing_replay"):
             data["routing_replay"] = True
         if data.get("rollout_only") and data.get("rollout_gpus"):
@@ -159,6 +243,11 @@ class Topology(BaseModel):
     @property
     def warnings(self) -> tuple[Problem, ...]:
         return self._warnings
+
+    @property
+    def etp_implied(self) -> bool:
+        """Expert TP was not given, so Megatron uses etp = tp."""
+        return "etp" not in self.model_fields_set
 
     # ---- sizes (each product defined here, once) ------------------------------------
 
@@ -208,7 +297,8 @@ class Topology(BaseModel):
 
     @cached_property
     def expert_grid(self) -> Grid:
-        return Grid(dict(tp=self.etp, cp=1, ep=self.ep, dp=self.edp, pp=self.pp), self.order)
+        sizes = dict(etp=self.etp, ep=self.ep, edp=self.edp, pp=self.pp)
+        return Grid(sizes, self.order, EXPERT_AXES)
 
     def grid(self, expert: bool = False) -> Grid:
         return self.expert_grid if expert else self.dense_grid
@@ -216,22 +306,16 @@ class Topology(BaseModel):
     def rank_groups(self, token: str, expert: bool = False) -> list[list[int]]:
         """Groups for `token` exactly as megatron-core RankGenerator.get_ranks(token).
 
-        On the expert grid "tp" means etp and "dp" means edp ("etp"/"edp" are accepted).
+        The expert grid's axes are etp, ep, edp, pp; Megatron's tokens tp and dp name etp
+        and edp there (grid.py maps them).
         """
-        if expert:
-            token = "-".join({"etp": "tp", "edp": "dp"}.get(t, t) for t in token.split("-"))
         return self.grid(expert).groups(token)
 
     def coord(self, rank: int, expert: bool = False) -> dict[str, int]:
         """Coordinates of a global rank: dense {tp,cp,ep,dp,pp}; expert {etp,ep,edp,pp}."""
-        c = self.grid(expert).coord(rank)
-        if not expert:
-            return c
-        return {"etp": c["tp"], "ep": c["ep"], "edp": c["dp"], "pp": c["pp"]}
+        return self.grid(expert).coord(rank)
 
     def rank(self, expert: bool = False, **coord: int) -> int:
-        if expert:
-            coord = {{"etp": "tp", "edp": "dp"}.get(k, k): v for k, v in coord.items()}
         return self.grid(expert).rank(**coord)
 
     def megatron_args(self) -> dict[str, Any]:
@@ -257,33 +341,13 @@ class Topology(BaseModel):
     def experts_per_rank(self) -> int:
         return (self.experts or 0) // self.ep
 
-    def ep_rank(self, rank: int) -> int:
-        return self.expert_grid.coord(rank)["ep"]
-
-    def ep_experts(self, ep_rank: int) -> tuple[int, ...]:
-        """The ownership rule, stated once: EP rank e owns [e*E/ep, (e+1)*E/ep) (megatron-core)."""
-        per = self.experts_per_rank
-        return tuple(range(ep_rank * per, (ep_rank + 1) * per))
-
-    @cached_property
-    def expert_ep_ranks(self) -> tuple[int, ...]:
-        """The EP rank owning each global expert id: `ep_experts` inverted, for dispatch."""
-        owner = [0] * (self.experts or 0)
-        for e in range(self.ep):
-            for expert in self.ep_experts(e):
-                owner[expert] = e
-        return tuple(owner)
-
     def local_experts(self, rank: int) -> tuple[int, ...]:
-        """Global expert ids held by global rank `rank`."""
-        return self.ep_experts(self.ep_rank(rank))
-
-    def expert_owners(self, expert: int) -> tuple[int, ...]:
-        """Every global rank holding `expert` (one per expert-DP replica, ETP rank, stage)."""
-        if self.experts is None or not 0 <= expert < self.experts:
-            raise IndexError(f"expert {expert} outside 0..{(self.experts or 0) - 1}")
-        e = self.expert_ep_ranks[expert]
-        return tuple(sorted(g[e] for g in self.expert_grid._groups("ep")))
+        """The ownership rule, stated once: the rank at EP coordinate e of the expert grid
+        holds global experts [e*E/ep, (e+1)*E/ep) (megatron-core MoELayer's
+        local_expert_indices). Placement, replay, dispatch and weight sync all read it here."""
+        per = self.experts_per_rank
+        e = self.expert_grid.coord(rank)["ep"]
+        return tuple(range(e * per, (e + 1) * per))
 
     # ---- layers ---------------------------------------------------------------------
 
@@ -388,15 +452,13 @@ class Topology(BaseModel):
 
     def summary(self) -> dict[str, Any]:
         """The sizes reported by `check --format json` (also for an invalid topology)."""
-        d = {"world_size": self.world_size}
+        d: dict[str, Any] = {"world_size": self.world_size}
         if self.forms_grid:
             d.update(dp=self.dp, edp=self.edp)
-        d.update(
-            tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.chunks, ep=self.ep, etp=self.etp,
-            order=self.order, nodes=self.nodes, gpus_per_node=self.gpus_per_node,
-            rollout_gpus=self.rollout_gpu_count, engine_size=self.engine_size,
-            num_engines=self.num_engines,
-        )
+        shown = {"vpp": self.chunks, "rollout_gpus": self.rollout_gpu_count}
+        for name in summary_fields():
+            d[name] = shown.get(name, getattr(self, name))
+        d["num_engines"] = self.num_engines
         return d
 
 
@@ -414,6 +476,8 @@ def _as_topology_error(e: ValidationError) -> TopologyError:
     warnings: list[Problem] = []
     summary = None
     for err in e.errors():
+        if err["type"] == "default_factory_not_called":  # follows from another field's error
+            continue
         inner = (err.get("ctx") or {}).get("error")
         if isinstance(inner, TopologyError):
             problems += inner.problems

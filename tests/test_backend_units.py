@@ -29,7 +29,7 @@ def layer():
     router = weight(spec, "0.router", 0).requires_grad_()
     w1 = weight(spec, "0.w1", 0).requires_grad_()
     w2 = weight(spec, "0.w2", 0).requires_grad_()
-    m = moe.MoELayer(0, router, w1, w2, topo.expert_ep_ranks, topo.local_experts(0), 2,
+    m = moe.MoELayer(0, router, w1, w2, [0] * 8, topo.local_experts(0), 2,
                      moe.Groups(None, None), moe.Trace())
     yield m, spec
     moe.forget_routers()

@@ -170,3 +170,64 @@ def test_uneven_stages_with_remainder():
         Topology.from_flags(argv + ["2"])
     p = _only(info.value.problems, "layers-not-divisible-by-pp")
     assert "(2 layers), 8 layers remain for 3 middle stage(s)" in p.message
+
+
+# ---- the problem code registry ------------------------------------------------------
+
+
+def _emitted_codes(extra=()):
+    """Every code literal the package can emit: the first argument of Problem(...), Note(...)
+    and the check helpers, and the first item of the script reader's note tuples."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = {p.resolve() for d in ("miles_topology", "migrations")
+             for p in (root / d).rglob("*.py")} | set(extra)
+    makers = {"Problem", "Note", "_err", "_warn", "_problem", "_note"}
+    found = {}
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            first = None
+            if isinstance(node, ast.Call) and node.args:
+                fn = node.func.id if isinstance(node.func, ast.Name) else \
+                    node.func.attr if isinstance(node.func, ast.Attribute) else None
+                if fn in makers:
+                    first = node.args[0]
+                elif fn == "append" and isinstance(node.args[0], ast.Tuple) and \
+                        len(node.args[0].elts) == 4:  # the bash reader's (code, line, msg, fix)
+                    first = node.args[0].elts[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found.setdefault(first.value, path.name)
+    return found
+
+
+def test_every_code_the_package_can_emit_is_registered():
+    from miles_topology.codes import CODES, KINDS
+
+    found = _emitted_codes()
+    assert len(found) >= 30  # the scan sees the checks, flags, model and script reader
+    missing = {c: f for c, f in found.items() if c not in CODES}
+    assert not missing, f"add these to miles_topology/codes.py: {missing}"
+    assert all(kind in KINDS and when for kind, when in CODES.values())
+
+
+def test_registry_catches_an_unregistered_code(tmp_path):
+    """The scan above sees a new check's code that nobody registered."""
+    from miles_topology.codes import CODES
+
+    new = tmp_path / "new_check.py"
+    new.write_text("def rule(topo):\n    yield _err('made-up-code', 'm', 'f', 'tp')\n"
+                   "notes.append(('made-up-note', 1, 'm', 'f'))\n")
+    found = _emitted_codes([new])
+    assert {"made-up-code", "made-up-note"} <= set(found) and "made-up-code" not in CODES
+
+
+def test_problem_codes_doc_is_generated_from_the_registry():
+    from pathlib import Path
+
+    from miles_topology.codes import CODES, markdown
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "problem-codes.md").read_text()
+    assert doc == markdown(), "regenerate: python -m miles_topology.codes > docs/problem-codes.md"
+    assert all(f"| `{code}` |" in doc for code in CODES)

@@ -99,3 +99,156 @@ def test_import_stays_light_and_check_is_fast():
     elapsed = time.perf_counter() - start
     assert out.returncode == 0
     assert elapsed < 2.0, elapsed  # whole interpreter start included; measured ~0.3 s
+
+
+# ---- ecosystem conventions ----------------------------------------------------------
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "fixtures" / "scripts"
+
+
+def test_version_and_python_m_package():
+    from miles_topology import __version__
+
+    out = subprocess.run([sys.executable, "-m", "miles_topology", "--version"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"miles-topology {__version__}"
+    out = subprocess.run([sys.executable, "-m", "miles_topology", "check", "--", *BAD],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "expert-grid-divisibility" in out.stdout
+
+
+@pytest.mark.parametrize("cmd", ["check", "show", "migrate", "schema"])
+def test_help_has_a_line_per_option_and_examples(cmd, capsys):
+    assert main([cmd, "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "examples:" in text and f"miles-topology {cmd}" in text.split("examples:")[1]
+    options = {"check": ["--format", "--env"], "show": ["--svg", "--env"],
+               "migrate": ["--write", "--check", "--inline", "--env"], "schema": []}[cmd]
+    for opt in options:  # each option is listed with a help text on its line
+        line = next(x for x in text.splitlines() if x.strip().startswith(opt))
+        assert len(line.split(None, 2)) == 3, line
+    assert main(["--help"]) == 0
+    top = capsys.readouterr().out
+    assert all(c in top for c in ("check", "show", "migrate", "schema", "--version"))
+
+
+def test_schema_validates_every_example_and_rejects_a_bad_one(tmp_path, capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    from omegaconf import OmegaConf
+
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "etp_implied" not in schema["properties"] and "world_size" not in schema["properties"]
+    assert schema["additionalProperties"] is False
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    examples = sorted((ROOT / "examples").glob("*.yaml")) + \
+        sorted((ROOT / "migrations" / "fixtures").rglob("*.topology.yaml"))
+    assert examples
+    for path in examples:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        assert not list(validator.iter_errors(data)), path
+    for bad in ({"tp": 0}, {"tensor_parallel": 2}, {"order": "dp-tp"}, {"colocate": "yes"}):
+        assert list(validator.iter_errors(bad)), bad
+    assert (ROOT / "docs" / "topology.schema.json").read_text() == json.dumps(schema, indent=2) \
+        + "\n", "docs/topology.schema.json is stale: miles-topology schema > it"
+
+
+def test_written_yaml_carries_the_schema_comment(tmp_path):
+    from miles_topology import Topology
+    from miles_topology.config import schema_comment
+
+    topo = Topology(nodes=1, gpus_per_node=8, tp=2, colocate=True)
+    assert topo.to_yaml().splitlines()[0] == schema_comment()
+    assert schema_comment().startswith("# yaml-language-server: $schema=")
+
+
+def test_github_format_points_at_the_file_and_line(capsys):
+    path = str(SCRIPTS / "err-expert-grid.sh")
+    assert main(["check", "--format", "github", path]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    line = next(x for x in lines if "title=expert-grid-divisibility" in x)
+    # --expert-model-parallel-size 16 is written on line 8 of the fixture
+    want = next(i for i, t in enumerate(open(path), 1) if "--expert-model-parallel-size" in t)
+    assert line.startswith(f"::error file={path},line={want},title=expert-grid-divisibility::")
+    assert "%25" in line and "\n" not in line  # '%' escaped as GitHub requires
+
+
+def test_github_format_for_yaml_points_at_the_key(tmp_path, capsys):
+    path = tmp_path / "t.yaml"
+    path.write_text("nodes: 1\ngpus_per_node: 8\ncolocate: true\ntp: 3\n")
+    assert main(["check", "--format", "github", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"::error file={path},line=4,title=dense-grid-divisibility::" in out
+
+
+def test_sarif_format_is_2_1_0_with_rules_and_regions(capsys):
+    path = str(SCRIPTS / "err-expert-grid.sh")
+    assert main(["check", "--format", "sarif", path, str(SCRIPTS / "flag-given-twice.sh")]) == 1
+    log = json.loads(capsys.readouterr().out)
+    assert log["version"] == "2.1.0" and "sarif-2.1.0" in log["$schema"]
+    (run_,) = log["runs"]
+    rules = run_["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == list(dict.fromkeys(r["ruleId"] for r in run_["results"]))
+    for res in run_["results"]:
+        assert rules[res["ruleIndex"]]["id"] == res["ruleId"]
+        assert res["level"] in ("error", "warning", "note")
+    err = next(r for r in run_["results"] if r["ruleId"] == "expert-grid-divisibility")
+    loc = err["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"]["uri"] == path and loc["region"]["startLine"] == 8
+
+
+def test_batch_reports_every_file_and_an_unreadable_one_exits_2(tmp_path, capsys):
+    missing = str(tmp_path / "nope.sh")
+    good = str(SCRIPTS / "run-qwen3-4B.sh")
+    assert main(["check", missing, good]) == 2
+    out = capsys.readouterr().out
+    assert f"{missing}: UNREADABLE:" in out and f"{good}: OK" in out and "1 unreadable" in out
+    assert main(["check", "--format", "json", missing, good]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert [d["path"] for d in data] == [missing, good]
+    assert "unreadable" in data[0] and data[1]["ok"] is True
+    assert main(["check", "--format", "github", missing, good]) == 2
+    assert f"::error file={missing},title=unreadable::" in capsys.readouterr().out
+
+
+def test_broken_pipe_exits_quietly():
+    scripts = [str(p) for p in sorted(SCRIPTS.glob("*.sh"))] * 5
+    cmd = [sys.executable, "-m", "miles_topology", "check", *scripts]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away, like `| head -1`
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert err == ""
+
+
+def test_show_svg_to_a_bad_path_is_a_clear_exit_2(tmp_path, capsys):
+    bad = tmp_path / "no" / "such" / "dir" / "map.svg"
+    assert main(["show", "--svg", str(bad), "--", *GOOD]) == 2
+    err = capsys.readouterr().err
+    assert f"--svg {bad}: cannot write" in err and "Traceback" not in err
+
+
+def test_core_imports_nothing_from_the_cli_or_the_migrations():
+    import ast
+
+    pkg = ROOT / "miles_topology"
+    roots = {"cli", "migrations", "__main__"}
+    for path in pkg.glob("*.py"):
+        if path.stem in roots:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                mod = (node.module or "").split(".")[0]
+                names = {a.name for a in node.names}
+                assert not (node.level and (mod in roots or roots & names)), (path, mod)
+                assert mod != "miles_topology" or not roots & set(
+                    (node.module or "").split(".")[1:2]), path
+    for path in (ROOT / "migrations").glob("*.py"):
+        assert "cli" not in {a.name for n in ast.walk(ast.parse(path.read_text()))
+                             if isinstance(n, ast.ImportFrom) for a in n.names}, path
+        assert "argparse" not in path.read_text(), path

@@ -161,3 +161,112 @@ def test_yaml_reads_a_given_env_instead_of_the_process_env(tmp_path, monkeypatch
 def test_rank_order_switch_off_keeps_the_default():
     assert Topology.from_flags(["--colocate", "--use-tp-pp-dp-mapping=false"]).order == (
         "tp-cp-ep-dp-pp")
+
+
+# ---- one table per fact -------------------------------------------------------------
+
+
+def test_explicit_etp_round_trips_through_yaml(tmp_path):
+    from miles_topology.config import to_yaml
+
+    for given in (dict(etp=2), dict(etp=1), {}):
+        topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, ep=2, experts=8, colocate=True,
+                        **given)
+        path = tmp_path / "t.yaml"
+        path.write_text(to_yaml(topo))
+        back = Topology.from_yaml(str(path))
+        assert back == topo and back.etp == topo.etp
+        assert back.etp_implied == topo.etp_implied == (not given)
+        assert [w.code for w in back.warnings] == [w.code for w in topo.warnings]
+
+
+def test_etp_implied_is_derived_not_a_field():
+    assert "etp_implied" not in Topology.model_fields
+    with pytest.raises(TopologyError) as info:
+        Topology(etp_implied=False, colocate=True)
+    assert info.value.codes == ["unknown-field"]
+
+
+def test_model_validate_and_copy_validate_and_raise_topology_error():
+    good = Topology.model_validate({"nodes": 1, "gpus_per_node": 8, "tp": 2, "colocate": True})
+    assert good.dp == 4 and good.etp == 2
+    for bad in ({"tp": "x"}, {"tp": 3, "colocate": True}, {"nodes": 0}):
+        with pytest.raises(TopologyError) as info:
+            Topology.model_validate(bad)
+        assert not isinstance(info.value, ValidationError)
+    with pytest.raises(TopologyError) as info:
+        Topology.model_validate_json('{"tp": 3, "colocate": true}')
+    assert "dense-grid-divisibility" in info.value.codes
+    with pytest.raises(TopologyError):
+        good.model_copy(update={"tp": 3})  # 8 GPUs do not split over tp 3
+    with pytest.raises(TopologyError):
+        Topology.model_construct(tp=3, colocate=True)
+    wider = good.model_copy(update={"tp": 4})
+    assert wider.etp == 4 and wider.etp_implied  # an implied etp follows the new tp
+    assert good.model_copy(update={"etp": 1}).etp_implied is False
+
+
+def test_invalid_tp_is_one_problem_not_two():
+    with pytest.raises(TopologyError) as info:
+        Topology(tp="x", colocate=True)
+    assert info.value.codes == ["invalid-flag-value"]
+
+
+def test_every_field_has_a_group_and_every_flag_reads_its_field():
+    from miles_topology.flags import ALIASES, RENAMED, field_of, flag_of, is_switch, known
+    from miles_topology.model import GROUPS, facts, fields_in
+
+    assert sorted(n for g in GROUPS for n in fields_in(g)) == sorted(Topology.model_fields)
+    for name in Topology.model_fields:
+        flag = facts(name)["flag"]
+        if flag is None:
+            continue
+        assert known(flag) and field_of(flag) == name and flag_of(name) == flag
+        assert is_switch(flag) == (Topology.model_fields[name].annotation is bool
+                                   or "switch" in facts(name))
+    for flag, name in ALIASES.items():
+        assert field_of(flag) == name and flag_of(name) != flag
+    assert set(RENAMED) <= {f for f in RENAMED if known(f)}
+    assert not known("--lr") and field_of("--lr") is None
+
+
+def test_parse_flags_keeps_the_token_objects_that_set_each_field():
+    from dataclasses import dataclass
+
+    from miles_topology.flags import parse_flags
+
+    @dataclass
+    class Word:
+        text: str
+        line: int
+
+    words = [Word(t, i + 1) for i, t in enumerate(
+        ["--tensor-model-parallel-size", "2", "--lr", "1e-6", "--colocate",
+         "--sglang-expert-parallel-size=2", "--topology", "t.yaml"])]
+    parsed = parse_flags(words)
+    assert parsed.fields == {"tp": 2, "colocate": True, "engine_ep": 2}
+    assert parsed.origin["tp"] is words[0] and parsed.origin["colocate"] is words[4]
+    assert parsed.origin["engine_ep"].line == 6
+    assert parsed.passthrough == [words[2], words[3]]
+    assert parsed.topology == "t.yaml" and parsed.topology_token is words[6]
+    assert parse_flags(["--topology=x.yaml"]).topology == "x.yaml"
+
+
+def test_a_topology_flag_without_a_file_is_unreadable_input():
+    from miles_topology.errors import InputError
+
+    for argv in (["--topology"], ["--topology", "--colocate"]):
+        with pytest.raises(InputError, match="--topology needs a topology YAML file"):
+            read_flags(argv)
+
+
+def test_the_topology_option_is_parsed_only_in_flags_py():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"""["']--topology=?["']""")
+    files = {p.resolve() for d in ("miles_topology", "migrations", "miles")
+             for p in (root / d).rglob("*.py")}
+    found = [str(p.relative_to(root)) for p in files if pattern.search(p.read_text())]
+    assert found == ["miles_topology/flags.py"]

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mutation import mutated
 
-from migrations.common import Refused
-from migrations.runner import migrate, write
+from miles_topology.migrations.common import Refused
+from miles_topology.migrations.runner import migrate, write
 
 ROOT = Path(__file__).parent.parent
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"

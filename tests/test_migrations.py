@@ -14,11 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from migrations import common
-from migrations.common import LAYOUT, Refused, State, field_of, first_read, read, verify
-from migrations.runner import STEPS, migrate, write
 from miles_topology.cli import main as cli_main
 from miles_topology.errors import TopologyError
+from miles_topology.migrations import common
+from miles_topology.migrations.common import (
+    LAYOUT,
+    Refused,
+    State,
+    field_of,
+    first_read,
+    read,
+    verify,
+)
+from miles_topology.migrations.runner import STEPS, migrate, write
 from miles_topology.sources import read_flags
 
 ROOT = Path(__file__).parent.parent
@@ -204,7 +212,7 @@ def test_every_kind_of_layout_flag_moves(tmp_path):
     out = migrate(run)
     assert out.new.endswith('/run.topology.yaml" \\\n   --num-layers 16 \\\n'
                             '   --global-batch-size 8\n')
-    assert next(iter(out.files.values())).split("\n")[2:] == [
+    assert next(iter(out.files.values())).split("\n")[3:] == [
         "nodes: 2", "gpus_per_node: 8", "use_critic: true", "critic_nodes: 1", "pp: 2",
         "vpp_layers: 2", "order: tp-cp-ep-pp-dp", "colocate: false", "rollout_gpus: 8",
         "engine_size: 8", "engine_dp: 2", "dp_attention: true", ""]
@@ -431,11 +439,11 @@ def test_acceptance_on_checker_fixtures(name, case, tmp_path, capsys):
 
 
 def test_step_modules_import_without_heavy_dependencies():
-    code = ("import sys, migrations.runner, migrations.common; "
+    code = ("import sys, miles_topology.migrations.runner, miles_topology.migrations.common; "
             "bad = {'torch', 'ray', 'megatron', 'numpy'} & {m.split('.')[0] for m in sys.modules};"
             "assert not bad, bad")
     subprocess.run([os.sys.executable, "-c", code], check=True, cwd=ROOT)
-    assert importlib.import_module("migrations").STEPS == STEPS
+    assert importlib.import_module("miles_topology.migrations").STEPS == STEPS
 
 
 def test_rank_order_switch_moves_as_the_order_field(tmp_path, capsys):

@@ -492,7 +492,7 @@ def test_utf8_text_keeps_character_spans(tmp_path):
 
 
 def test_unicode_fixture_migrates_exactly(tmp_path):
-    from migrations.runner import migrate
+    from miles_topology.migrations.runner import migrate
     src = HERE / "unicode-comments.sh"
     run = tmp_path / "unicode-comments.sh"
     run.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")

@@ -35,7 +35,7 @@ class Faults:
         if "ownership-mod-gpus" not in self.names:
             return topo.local_experts(rank)
         e = (rank % topo.gpus_per_node) % topo.ep
-        return topo.ep_experts(e)
+        return topo.local_experts(topo.rank(expert=True, ep=e))
 
     def shift(self, rows: np.ndarray) -> np.ndarray:
         if "replay-shift" not in self.names or len(rows) < 2:

@@ -47,7 +47,7 @@ class Groups:
 
 class MoELayer:
     def __init__(self, layer, router, w1, w2, owner, held, topk, groups: Groups, trace: Trace):
-        """owner: EP rank of each global expert id (Topology.expert_ep_ranks); held: the
+        """owner: EP rank of each global expert id (from Topology.local_experts); held: the
         expert ids whose weights w1/w2 hold, in order (Topology.local_experts)."""
         self.layer, self.router, self.w1, self.w2 = layer, router, w1, w2
         self.owner = torch.tensor(owner)

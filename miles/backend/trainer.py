@@ -108,13 +108,15 @@ class Trainer:
         self.trace = moe.Trace()
         groups = moe.Groups(self.world.ep, self.world.etp)
         self.moe: dict[int, moe.MoELayer] = {}
+        ep_group = next(g for g in topo.rank_groups("ep", expert=True) if rank in g)
+        owner = dict(sorted((x, i) for i, r in enumerate(ep_group) for x in topo.local_experts(r)))
         self.experts: dict[str, torch.Tensor] = {}
         for layer in topo.replay_layers(c["pp"]):  # router order = RouterReplay order
             n1, n2 = expert_names(layer)
             self.experts[n1], self.experts[n2] = shard(n1, 2), shard(n2, 1)
             self.moe[layer] = moe.MoELayer(
                 layer, self.dense[f"{layer}.router"], self.experts[n1], self.experts[n2],
-                topo.expert_ep_ranks, topo.local_experts(rank), spec.topk, groups, self.trace,
+                list(owner.values()), topo.local_experts(rank), spec.topk, groups, self.trace,
             )
         params = list(self.dense.values()) + list(self.experts.values())
         self.opt = torch.optim.Adam(params, lr=lr)

@@ -13,7 +13,7 @@ import os
 import re
 from typing import NamedTuple
 
-from miles_topology.flags import FLAGS
+from miles_topology.flags import known
 
 from .model import FlagValue, LaunchSite, Source, Unresolved, is_switch
 from .values import Field, Unk
@@ -159,7 +159,7 @@ def argv_of(fields: list, unresolved: list[Unresolved], span=lambda t: None,
                 and fields[i].cond is None:
             vals.append(fields[i])
             i += 1
-        if not vals and i < n and fields[i].extra and flag in FLAGS and not is_switch(flag):
+        if not vals and i < n and fields[i].extra and known(flag) and not is_switch(flag):
             g = fields[i]  # its value may be the first of the unknown words
             out.append(FlagValue(flag, None, f.src, unresolved=g.text, span=span(f.span)))
             unresolved.append(Unresolved(flag, g.unk.expr, g.unk.src,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from miles_topology.flags import FLAGS, RENAMED
+from miles_topology.flags import is_switch
 
 __all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
            "Unresolved", "is_switch"]
@@ -130,12 +130,6 @@ class ScriptRead:
     # python/torchrun/ray commands found that are not a training launch (file:line, what)
     others: list[tuple[Source, str]] = field(default_factory=list)
 
-    def given_after_gaps(self, flag: str) -> bool:
-        """The flag's last value is known and no unknown word list comes after it."""
-        last = max(self.gaps, default=-1)
-        return any(fv.flag == flag and fv.value is not None for fv in self.argv[last:]) \
-            if last >= 0 else any(fv.flag == flag and fv.value is not None for fv in self.argv)
-
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""
         out: list[str] = []
@@ -157,9 +151,3 @@ class ScriptRead:
             if fv.flag:
                 out.setdefault(fv.flag, []).append(fv)
         return out
-
-
-def is_switch(flag: str) -> bool:
-    """A topology flag that takes no value (``--colocate``), under its current or old name."""
-    spec = FLAGS[flag] if flag in FLAGS else RENAMED[flag][1] if flag in RENAMED else None
-    return flag in RENAMED and spec is None or spec is not None and spec.kind == "switch"

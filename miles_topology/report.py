@@ -1,0 +1,230 @@
+"""What `check` found, and every way it is printed: text, JSON, GitHub annotations, SARIF.
+
+A `Verdict` is one input's outcome; `render` writes a list of them in one format. Problems
+carry a `location` (file and line) when their reader knows it; the GitHub and SARIF forms
+use it so a CI run points at the line of the launch script that sets the flag.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
+
+from .codes import CODES
+from .errors import Problem, TopologyError
+
+if TYPE_CHECKING:
+    from .model import Topology
+
+FORMATS = ("text", "json", "github", "sarif")
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+@dataclass
+class Verdict:
+    """What `check` found for one input (`unreadable`: why it could not be read at all)."""
+
+    path: str
+    topology: Topology | None = None
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    skipped: list[Problem] = field(default_factory=list)
+    summary: dict | None = None
+    extra: dict = field(default_factory=dict)  # script reports: values, unresolved, notes
+    unreadable: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.unreadable is None
+
+    def as_dict(self) -> dict:
+        d = {
+            "ok": self.ok,
+            "errors": [p.as_dict() for p in self.errors],
+            "warnings": [p.as_dict() for p in self.warnings],
+            "topology": self.summary,
+        }
+        if self.path != "flags":
+            d = {"path": self.path, **d, "skipped": [p.as_dict() for p in self.skipped]}
+            if self.unreadable is not None:
+                d["unreadable"] = self.unreadable
+            d.update(self.extra)
+        return d
+
+
+def verdict_of(path: str, build: Callable[[], Topology]) -> Verdict:
+    """Run `build()` -> Topology and file its outcome; InputError propagates (exit 2)."""
+    v = Verdict(path)
+    try:
+        topo = build()
+    except TopologyError as e:
+        v.errors, v.warnings, v.summary = list(e.problems), list(e.warnings), e.summary
+        return v
+    v.topology, v.warnings, v.summary = topo, list(topo.warnings), topo.summary()
+    return v
+
+
+def exit_code(verdicts: list[Verdict]) -> int:
+    """2 when an input could not be read, else 1 when one is invalid, else 0."""
+    if any(v.unreadable is not None for v in verdicts):
+        return 2
+    return 0 if all(v.ok for v in verdicts) else 1
+
+
+def render(verdicts: list[Verdict], fmt: str, out: IO[str]) -> None:
+    {"text": _text, "json": _json, "github": _github, "sarif": _sarif}[fmt](verdicts, out)
+
+
+def _problems(v: Verdict):
+    """(kind, problem) of a verdict, errors first; skipped ones are notes."""
+    for kind, items in (("error", v.errors), ("warning", v.warnings), ("skipped", v.skipped)):
+        for p in items:
+            yield kind, p
+
+
+# ---------------------------------------------------------------- text
+
+
+def _text(verdicts: list[Verdict], out: IO[str]) -> None:
+    for v in verdicts:
+        text_one(v, out)
+    if len(verdicts) == 1 and verdicts[0].topology is not None and verdicts[0].extra:
+        from .show import text_map
+
+        print("\n" + text_map(verdicts[0].topology), file=out)
+    if len(verdicts) > 1:
+        _table(verdicts, out)
+
+
+def text_one(v: Verdict, out: IO[str]) -> None:
+    if v.unreadable is not None:
+        print(f"{v.path}: UNREADABLE: {v.unreadable}", file=out)
+        return
+    s = v.summary
+    state = "OK" if v.ok else "INVALID"
+    if v.ok and v.extra.get("unresolved"):
+        n = len(v.extra["unresolved"])
+        state = f"OK as far as known ({n} unresolved: pass --env KEY=VALUE)"
+    sizes = ""
+    if s:
+        sizes = f"  world {s['world_size']}"
+        if "dp" in s:
+            sizes += f", dp {s['dp']}, edp {s['edp']}"
+        sizes += (
+            f" | tp {s['tp']} cp {s['cp']} pp {s['pp']} ep {s['ep']} etp {s['etp']}"
+            f" | {s['num_engines']} engine(s) x {s['engine_size']} GPU"
+        )
+    print(f"{v.path}: {state}{sizes}", file=out)
+    for line in v.extra.get("report_lines", []):
+        print(f"  {line}", file=out)
+    for kind, p in _problems(v):
+        for line in p.lines(kind):
+            print(f"  {line}", file=out)
+
+
+def _table(verdicts: list[Verdict], out: IO[str]) -> None:
+    rows = [("input", "verdict", "world", "dp", "edp", "problems")]
+    for v in verdicts:
+        s = v.summary or {}
+        codes = [p.code for p in v.errors] + [f"({p.code})" for p in v.skipped]
+        state = "UNREADABLE" if v.unreadable is not None else "ok" if v.ok else "INVALID"
+        rows.append((v.path, state, str(s.get("world_size", "?")), str(s.get("dp", "?")),
+                     str(s.get("edp", "?")), " ".join(codes) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    print(file=out)
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1], file=out)
+    bad = sum(not v.ok and v.unreadable is None for v in verdicts)
+    lost = sum(v.unreadable is not None for v in verdicts)
+    tail = f", {lost} unreadable" if lost else ""
+    print(f"\n{len(verdicts)} inputs: {len(verdicts) - bad - lost} valid, {bad} invalid{tail}",
+          file=out)
+
+
+def _json(verdicts: list[Verdict], out: IO[str]) -> None:
+    data = [v.as_dict() for v in verdicts]
+    print(json.dumps(data[0] if len(data) == 1 else data, indent=2), file=out)
+
+
+# ---------------------------------------------------------------- GitHub workflow commands
+
+
+_LEVEL = {"error": "error", "warning": "warning", "skipped": "notice"}
+
+
+def _escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def _github(verdicts: list[Verdict], out: IO[str]) -> None:
+    """`::error file=F,line=L,title=CODE::message` per problem (GitHub Actions annotations)."""
+    for v in verdicts:
+        if v.unreadable is not None:
+            print(f"::error file={_escape(v.path, True)},title=unreadable::"
+                  f"{_escape(v.unreadable)}", file=out)
+            continue
+        for kind, p in _problems(v):
+            props = []
+            path = p.location.path if p.location else (v.path if v.path != "flags" else None)
+            if path is not None:
+                props.append(f"file={_escape(path, True)}")
+            if p.location is not None and p.location.line > 0:
+                props.append(f"line={p.location.line}")
+            props.append(f"title={_escape(p.code, True)}")
+            text = f"{p.message} Fix: {p.fix}" + (" (skipped: depends on an unresolved value)"
+                                                  if kind == "skipped" else "")
+            print(f"::{_LEVEL[kind]} {','.join(props)}::{_escape(text)}", file=out)
+
+
+# ---------------------------------------------------------------- SARIF 2.1.0
+
+
+def _sarif(verdicts: list[Verdict], out: IO[str]) -> None:
+    from . import __version__
+
+    rules: dict[str, int] = {}
+    results = []
+    for v in verdicts:
+        found = list(_problems(v))
+        if v.unreadable is not None:
+            found = [("error", Problem("unreadable", v.unreadable, "check the path"))]
+        for kind, p in found:
+            level = {"error": "error", "warning": "warning", "skipped": "note"}[kind]
+            index = rules.setdefault(p.code, len(rules))
+            result = {
+                "ruleId": p.code,
+                "ruleIndex": index,
+                "level": level,
+                "message": {"text": f"{p.message} Fix: {p.fix}"},
+            }
+            path = p.location.path if p.location else (v.path if v.path != "flags" else None)
+            if path is not None:
+                loc: dict = {"artifactLocation": {"uri": path}}
+                if p.location is not None and p.location.line > 0:
+                    loc["region"] = {"startLine": p.location.line}
+                result["locations"] = [{"physicalLocation": loc}]
+            if p.flags:
+                result["properties"] = {"flags": list(p.flags)}
+            results.append(result)
+    driver_rules = []
+    for code in rules:
+        kind, when = CODES[code]
+        level = {"error": "error", "warning": "warning"}.get(kind, "note")
+        driver_rules.append({
+            "id": code,
+            "shortDescription": {"text": when},
+            "defaultConfiguration": {"level": level},
+        })
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "miles-topology", "version": __version__,
+                                "rules": driver_rules}},
+            "results": results,
+        }],
+    }
+    print(json.dumps(log, indent=2), file=out)
