@@ -253,10 +253,17 @@ class Expander:
             return [Field(str(n), self.src(p.line), text=p.text)], False
         unknown = items is not None and any(f.unk for f in items)
         if op is None:
+            if items is None and p.index in ("@", "*"):
+                # arrays are never inherited from the environment: unset is empty in bash,
+                # unless a sourced file that was not found may have set it
+                if not self.missing:
+                    return [], True
+                why = f"{name} is not set here; it may be set by {self.missing[-1]}, which " \
+                      "was not found"
+                return [self.unknown(p, why, extra=True)], False
             if items is None:
                 why = f"{name} is not set and has no default: pass --env {name}=VALUE"
-                # an unset ${A[@]}: any number of words (the file that sets it may be missing)
-                return [self.unknown(p, why, extra=p.index in ("@", "*"))], False
+                return [self.unknown(p, why)], False
             return items, is_list
         if unknown:
             return [f for f in items if f.unk][:1], False

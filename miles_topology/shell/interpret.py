@@ -52,6 +52,7 @@ class Reader(Expander, Provenance):
         self.calls = 0
         self.steps = 0
         self.sources: dict[tuple[str, int], Source] = {}
+        self.missing: list[str] = []  # sourced files that were not found
         self.why_unknown = ""
         # for rewriting: the text of each file, where each word came from, and the shell state
         self.text: str | None = None  # the main script's text, when given instead of its file
@@ -612,6 +613,7 @@ class Reader(Expander, Provenance):
                 d = up
         found = next((os.path.normpath(p) for p in tried if os.path.isfile(p)), None)
         if found is None:
+            self.missing.append(f"'{f.value}' (sourced at {where})")
             self.unresolved.append(Unresolved(
                 None, n.words[1].text if len(n.words) > 1 else f.text, where,
                 f"sourced file '{f.value}' not found (looked for it relative to the script "
