@@ -516,6 +516,15 @@ def test_doubling_string_is_bounded(tmp_path):
     assert "MB" in read.unresolved[0].why
 
 
+def test_doubling_array_is_bounded(tmp_path):
+    text = "A=(x)\n" + 'A=("${A[@]}" "${A[@]}")\n' * 60 + 'python3 train.py --y 1 "${A[@]}"\n'
+    start = time.perf_counter()
+    read = read_text(tmp_path, text)
+    assert time.perf_counter() - start < 30  # ~2 s idle: 17 doublings, then one unknown
+    assert final(read) == {"--y": "1"} and read.gaps == [1]
+    assert "more than" in read.unresolved[0].why
+
+
 def test_array_appends_are_linear(tmp_path):
     def cost(n: int) -> float:
         path = write(tmp_path, "A=()\n" + "A+=(--x 1)\n" * n + 'python3 train.py "${A[@]}"\n',

@@ -307,7 +307,10 @@ class Reader(Expander, Provenance):
         if a.array is not None:
             items: list[Field] = []
             for w in a.array:
-                items.extend(self.expand(w))
+                got = self.expand(w)
+                for f in got:  # unknown words next to unknown words: still just unknown words
+                    if not (f.extra and f.unk and items and items[-1].extra and items[-1].unk):
+                        items.append(f)
             if a.append:
                 old = self.vars.get(name)
                 if cond:

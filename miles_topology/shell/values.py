@@ -11,7 +11,7 @@ from typing import NamedTuple
 from .model import Source
 
 MAX_VALUE = 1 << 20  # characters in one string value; longer becomes unknown
-MAX_ITEMS = 1 << 18  # words in one array; more becomes an unknown number of words
+MAX_ITEMS = 1 << 17  # words in one array; more becomes an unknown number of words
 
 
 class Unk(NamedTuple):
