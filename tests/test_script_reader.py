@@ -527,7 +527,7 @@ def test_doubling_array_is_bounded(tmp_path):
 
 def test_array_appends_are_linear(tmp_path):
     def cost(n: int) -> float:
-        path = write(tmp_path, "A=()\n" + "A+=(--x 1)\n" * n + 'python3 train.py "${A[@]}"\n',
+        path = write(tmp_path, "A=()\n" + "A+=(w)\n" * n + 'python3 train.py "${A[@]}"\n',
                      f"run{n}.sh")
         start = time.perf_counter()
         read = read_script(path)
