@@ -562,3 +562,10 @@ def test_tree_sitter_is_loaded_lazily():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent)
     assert out.stdout.strip() == "False"
+
+
+def test_command_held_in_an_array_is_not_a_cut_off_line(tmp_path):
+    read = read_text(tmp_path, 'CMD=(python3 train.py --a 1)\n"${CMD[@]}" --b 2\n')
+    assert (read.entry, read.flags(), read.notes) == ("train.py", ["--a", "1", "--b", "2"], [])
+    read = read_text(tmp_path, 'read -ra CMD < cmd.txt\n"${CMD[@]}"\npython3 train.py\n')
+    assert read.notes == []

@@ -426,7 +426,8 @@ class Reader(Expander, Provenance):
         first = fields[0]
         name = first.value
         lead = name if name is not None else first.text
-        if lead.startswith("--") and len(lead) > 2 or _array_first(n):
+        if lead.startswith("--") and len(lead) > 2 or name is None and _array_first(n) and any(
+                (f.value or "").startswith("--") for f in fields[1:]):
             self.orphan(n, fields, prev)
             return
         if name is None:
@@ -671,7 +672,8 @@ def _test(vals: list[Field], fancy: bool) -> bool | None:
 
 
 def _array_first(n: syntax.Simple) -> bool:
-    """The command starts with ``${A[@]}``: an argument array cut off from its command."""
+    """The command starts with ``${A[@]}`` (unknown here, and flags follow): an argument
+    array cut off from its command. A known array that holds a command runs as one."""
     parts = n.words[0].parts if n.words else ()
     p = parts[0] if len(parts) == 1 else None
     return type(p) is syntax.Param and p.index in ("@", "*") and p.op is None
