@@ -46,6 +46,7 @@ REFUSED_VALID = {
     # the shape comes from the checkpoint: check skips r3-requires-moe, but a migration must
     # build the whole Topology to prove it unchanged, and cannot without the shape
     ("fsdp-r3-hf-shape.sh", 0): "its topology is invalid",
+    ("fsdp-per-model.sh", 0): "its topology is invalid",
 }
 
 
