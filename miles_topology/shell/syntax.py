@@ -590,14 +590,17 @@ class _Conv:
         proc = self.text(n)[:2] if n.type == "process_substitution" else None
         return Sub(body, quoted, self.text(n), self.line(n), proc)
 
-    def region(self, n, a: int, b: int, quoted: bool) -> Word:
+    def region(self, n, a: int, b: int, quoted: bool, kids=None, line=None) -> Word:
         """Bytes [a, b) of `n` as one word: expansions inside it, the text between literal."""
         parts: list = []
-        pos, line = a, self.line(n)
-        kids = n.children
+        if line is None:
+            line = self.line(n)
+        pos = a
+        if kids is None:
+            kids = n.children
         inner = [c for c in kids if c.end_byte > a and c.start_byte < b]
-        if len(inner) == 1 and inner[0].type in ("word", "number") and \
-                inner[0].start_byte == a and inner[0].end_byte == b:
+        if len(inner) == 1 and inner[0].start_byte == a and inner[0].end_byte == b and \
+                inner[0].type in ("word", "number"):
             text = self.gap(a, b)
             return Word([Lit(_unescape(text), quoted, line)], line, text)
         stack = list(reversed(kids))
@@ -617,7 +620,9 @@ class _Conv:
         return Word(parts, line, self.gap(a, b))
 
     def expansion(self, n, quoted: bool) -> Param:
-        kids = n.children[1:-1] if len(n.children) >= 2 else []
+        allk = n.children
+        line = n.start_point[0] + self.base
+        kids = allk[1:-1] if len(allk) >= 2 else []
         name, index, length, bad = "", None, False, False
         ops: list = []  # operator nodes after the name
         k = 0
@@ -647,19 +652,19 @@ class _Conv:
         op = arg = arg2 = None
         if ops:
             op = ops[0].type
-            end = n.children[-1].start_byte
+            end = allk[-1].start_byte
             if op in ("/", "//", "/#", "/%") and len(ops) > 1:
-                arg = self.region(n, ops[0].end_byte, ops[1].start_byte, quoted)
-                arg2 = self.region(n, ops[1].end_byte, end, quoted)
+                arg = self.region(n, ops[0].end_byte, ops[1].start_byte, quoted, allk, line)
+                arg2 = self.region(n, ops[1].end_byte, end, quoted, allk, line)
             else:
-                arg = self.region(n, ops[0].end_byte, end, quoted)
+                arg = self.region(n, ops[0].end_byte, end, quoted, allk, line)
             if op not in _OPS:
                 op = "?bad"
         elif rest:
             op = "?bad"
         if bad or not name:
             op = "?bad"
-        return Param(name, index, op, arg, arg2, length, quoted, self.text(n), self.line(n))
+        return Param(name, index, op, arg, arg2, length, quoted, self.text(n), line)
 
 
 # ---------------------------------------------------------------- errors
