@@ -27,6 +27,8 @@ MAX_FILE = 50 << 20  # bytes; bigger files are refused before they are read
 
 
 class Reader(Expander, Provenance):
+    """One read of one script: the shell state, the launches found, and what stayed unknown."""
+
     def __init__(self, path: Path, env: Mapping[str, str]):
         self.main_abs = os.path.abspath(path)
         self.main_disp = str(path)
