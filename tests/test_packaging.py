@@ -48,6 +48,7 @@ def test_wheel_holds_miles_topology_only(wheel):
     top = {n.split("/")[0] for n in names}
     assert top == {"miles_topology", wheel.name.split("-py3")[0] + ".dist-info"}, top
     assert "miles_topology/migrations/runner.py" in names and "miles_topology/py.typed" in names
+    assert "miles_topology/shell/syntax.py" in names  # the script reader
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     requires = [x for x in meta.splitlines() if x.startswith("Requires-Dist:")]
     core = [x for x in requires if "extra ==" not in x]
