@@ -569,3 +569,10 @@ def test_command_held_in_an_array_is_not_a_cut_off_line(tmp_path):
     assert (read.entry, read.flags(), read.notes) == ("train.py", ["--a", "1", "--b", "2"], [])
     read = read_text(tmp_path, 'read -ra CMD < cmd.txt\n"${CMD[@]}"\npython3 train.py\n')
     assert read.notes == []
+
+
+def test_word_slices(tmp_path):
+    text = ('A=(--a 1 --b 2 --c 3)\nrun() {\n  python3 train.py "${@:2}" "${A[@]:2:2}" '
+            '${A[@]: -2}\n}\nrun skip --x 1\n')
+    read = read_text(tmp_path, text)
+    assert read.flags() == ["--x", "1", "--b", "2", "--c", "3"]

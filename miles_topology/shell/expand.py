@@ -291,6 +291,8 @@ class Expander:
         arg = self.join(p.arg) if p.arg is not None else Field("", self.src(p.line))
         if arg.unk:
             return [Field(None, arg.src, arg.unk, p.text)], False
+        if op == ":" and (p.index in ("@", "*") or p.name in ("@", "*")):
+            return self.slice(items, arg.value, p), is_list
         out = []
         self.consume(items)
         for f in items:
@@ -300,6 +302,26 @@ class Expander:
                 return [self.unknown(p, f"${{...}} offset: {e}")], False
             out.append(Field(v, f.src, None, f.text, False, f.cond))
         return out, is_list
+
+    def slice(self, items: list[Field], arg: str, p: Param) -> list[Field]:
+        """``${A[@]:off:len}`` / ``${@:off:len}``: a slice of the words, not of each word
+        (for ``$@`` offset 1 is the first argument)."""
+        if any(f.unk for f in items):
+            return [self.unknown(p, "a slice of words only known at run time", extra=True)]
+        lookup = self.arith_lookup(p)
+        off, _, ln = arg.partition(":")
+        try:
+            a = arith(off, lookup) if off.strip() else 0
+            b = arith(ln, lookup) if ln.strip() else None
+        except ArithError as e:
+            return [self.unknown(p, f"${{...}} offset: {e}", extra=True)]
+        words = list(items)
+        if p.name in ("@", "*"):  # $0 comes first
+            words = [Field(self.main_abs, self.src(p.line), text=p.text)] + words
+        a = max(0, len(words) + a) if a < 0 else a
+        end = len(words) if b is None else (a + b if b >= 0 else len(words) + b)
+        self.consume(words)
+        return words[a:max(a, end)]
 
     def transform(self, v: str, op: str, arg: str, p: Param) -> str:
         if op in ("#", "##", "%", "%%"):
