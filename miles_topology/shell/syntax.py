@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from functools import lru_cache
 
 __all__ = ["ShellSyntaxError", "parse", "parse_word"]
 
@@ -753,7 +754,20 @@ def parse(data: bytes, located: bool = True, base_line: int = 1) -> tuple[list, 
     """Parse a whole script; returns (commands, notes). Raises ShellSyntaxError.
 
     `located`: words carry their character spans in `data` (False for eval strings).
+    The nodes are never changed once built, so the same text (a model file sourced by many
+    scripts, a script a migration reads again after each step) is parsed once.
     """
+    if len(data) <= 1 << 20:
+        return _cached(data, located, base_line)
+    return _parse(data, located, base_line)
+
+
+@lru_cache(maxsize=32)
+def _cached(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
+    return _parse(data, located, base_line)
+
+
+def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     tree = _parser().parse(data)
     root = tree.root_node
     conv = _Conv(data, located, base_line)
