@@ -34,8 +34,9 @@ SUMMARY = "rename renamed flags to their new names (--num-gpus-per-node, --sglan
           "--sglang-moe-a2a-backend deepep)"
 
 OLD_NODE = "--rollout-num-gpus-per-node"
-NEW_NODE = "--num-gpus-per-node"
+NEW_NODE = RENAMED[OLD_NODE].new
 DEEPEP = "--sglang-enable-deepep-moe"
+DEEPEP_NEW = " ".join(RENAMED[DEEPEP].passes)
 
 
 def migrate(state: State, r: Reading) -> None:
@@ -62,8 +63,8 @@ def migrate(state: State, r: Reading) -> None:
                 continue
             state.done.append(f"{fv.source}: {OLD_NODE} -> {NEW_NODE}")
         elif fv.flag == DEEPEP:
-            edits.append(Edit(span.start, span.end, "--sglang-moe-a2a-backend deepep"))
-            state.done.append(f"{fv.source}: {DEEPEP} -> --sglang-moe-a2a-backend deepep")
+            edits.append(Edit(span.start, span.end, DEEPEP_NEW))
+            state.done.append(f"{fv.source}: {DEEPEP} -> {DEEPEP_NEW}")
         elif any(field_of(o.flag) == "engine_ep" and o.flag not in RENAMED for o in argv):
             edits.append(delete(span))
             notes.setdefault(span.stmt_line, []).append(

@@ -129,8 +129,7 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
 
 def _note(n) -> Problem:
     kind = "error" if n.code in ERROR_NOTES else "warning"
-    return Problem(n.code, f"{n.source}: {n.message}", n.fix, (), kind,
-                   Location(n.source.path, n.source.line))
+    return Problem(n.code, n.message, n.fix, (), kind, Location(n.source.path, n.source.line))
 
 
 def _where(found: ScriptRead) -> dict[str, Location]:

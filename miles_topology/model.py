@@ -173,6 +173,12 @@ class Topology(BaseModel):
         data = {name: getattr(self, name) for name in self.model_fields_set}
         return type(self)(**{**data, **update})
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self).model_fields:
+            raise AttributeError(f"a Topology is immutable; use topo.model_copy(update="
+                                 f"{{{name!r}: {value!r}}}) for a new, validated one")
+        super().__setattr__(name, value)
+
     def __copy__(self) -> Topology:
         return self
 

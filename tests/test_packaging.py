@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -36,8 +37,15 @@ def wheel(tmp_path_factory) -> Path:
     if importlib.util.find_spec("setuptools") is None:
         pytest.skip("setuptools is not installed here, so the wheel cannot be built offline")
     out = tmp_path_factory.mktemp("dist")
+    src = tmp_path_factory.mktemp("src")  # a clean copy: no stale build/ of the checkout
+    for name in ("pyproject.toml", "README.md", "miles_topology", "migrations"):
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "fixtures"))
+        else:
+            shutil.copy(ROOT / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(out), str(ROOT)], check=True, timeout=300,
+                    "-q", "-w", str(out), str(src)], check=True, timeout=300,
                    capture_output=True)
     (found,) = out.glob("miles_topology-*.whl")
     return found
@@ -139,14 +147,18 @@ def test_installs_beside_miles_and_checks_without_torch(env_with_miles):
 
 def test_import_is_fast_there(env_with_miles):
     env, _ = env_with_miles
-    code = ("import time, sys; t = time.perf_counter(); import miles_topology; "
-            "print(time.perf_counter() - t); "
+    # CPU time of the import (wall time on a loaded 2-core machine measures the neighbours)
+    code = ("import time, sys; w, c = time.perf_counter(), time.process_time(); "
+            "import miles_topology; print(time.process_time() - c, time.perf_counter() - w); "
             "assert not {'torch', 'ray', 'megatron', 'numpy'} & {m.split('.')[0] for m in "
             "sys.modules}")
-    times = []
-    for _ in range(3):
+    cpu, wall = [], []
+    for _ in range(5):
         out = _py(env, code)
         assert out.returncode == 0, out.stderr
-        times.append(float(out.stdout))
-    print(f"import miles_topology in a fresh venv: {min(times):.3f} s (best of 3)")
-    assert min(times) < 0.3, times
+        c, w = map(float, out.stdout.split())
+        cpu.append(c)
+        wall.append(w)
+    print(f"import miles_topology in a fresh venv: {min(cpu):.3f} s CPU, {min(wall):.3f} s "
+          "wall (best of 5)")
+    assert min(cpu) < 0.3, cpu

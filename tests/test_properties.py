@@ -98,3 +98,20 @@ def test_placement_is_a_bijection_onto_the_gpus(topo):
         assert set(engine_spots) == set(spots)
     else:
         assert not set(engine_spots) & set(spots)
+
+
+@settings(max_examples=200, deadline=None)
+@given(topologies(), st.booleans())
+def test_yaml_round_trip_keeps_the_topology_and_what_was_given(topo, explicit_etp):
+    import tempfile
+
+    from miles_topology.config import to_yaml
+
+    if explicit_etp:
+        topo = topo.model_copy(update={"etp": topo.etp})
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(to_yaml(topo))
+        f.flush()
+        back = Topology.from_yaml(f.name)
+    assert back == topo and back.etp_implied == topo.etp_implied
+    assert [w.code for w in back.warnings] == [w.code for w in topo.warnings]

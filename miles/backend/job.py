@@ -59,8 +59,7 @@ def prepare(topo: Topology) -> Topology:
     """The topology with the embedded model's defaults filled in, or a clear refusal."""
     missing = {k: v for k, v in DEFAULTS.items() if getattr(topo, k) is None}
     if missing:
-        fields = {f: getattr(topo, f) for f in type(topo).model_fields}
-        topo = Topology(**{**fields, **missing})
+        topo = topo.model_copy(update=missing)  # validated again; an implied etp stays implied
     problems = []
     if not topo.is_moe:
         problems.append("the reference backend trains an MoE model: give --num-experts")
