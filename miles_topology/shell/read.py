@@ -27,14 +27,19 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None,
     if text is None and not os.path.isfile(abs_path):
         raise ScriptReadError(f"{path}:0: no such file. Fix: check the script path.")
     # The read makes many small acyclic objects; the cyclic collector's passes over them
-    # would make a long script quadratic (10^5 appends: 22 s instead of 2 s).
+    # would make a long script quadratic (10^5 appends: 22 s instead of 2 s). It runs again
+    # once the read is done, when the temporary objects are gone.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        r.run_file(abs_path, None)
+        return _read(r, path, abs_path)
     finally:
         if collecting:
             gc.enable()
+
+
+def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
+    r.run_file(abs_path, None)
     unresolved = list(r.unresolved)
     notes = list(r.notes)
     pool = [x for x in r.launches if x.training]
