@@ -576,3 +576,15 @@ def test_word_slices(tmp_path):
             '${A[@]: -2}\n}\nrun skip --x 1\n')
     read = read_text(tmp_path, text)
     assert read.flags() == ["--x", "1", "--b", "2", "--c", "3"]
+
+
+def test_keyed_and_associative_arrays(tmp_path):
+    text = ('A=([0]=--tp [1]=2 [3]="--pp" 1)\nB=(--ep)\nB+=([5]=4)\n'
+            'declare -A SIZE=([qwen3-4B]=2 [qwen3-30B]=8)\nSIZE[tiny]=1\nM=qwen3-30B\n'
+            'python3 train.py "${A[@]}" "${B[@]}" --cp "${SIZE[$M]}" --x "${SIZE[tiny]}"\n'
+            'python3 train.py --all "${SIZE[@]}"\n')
+    read = read_text(tmp_path, text.split("python3 train.py --all")[0])
+    assert read.flags() == ["--tp", "2", "--pp", "1", "--ep", "4", "--cp", "8", "--x", "1"]
+    # bash lists an associative array's values in its own order: not guessed
+    read = read_text(tmp_path, text)
+    assert final(read)["--all"] == "" and read.gaps

@@ -222,12 +222,18 @@ class Expander:
             self.consume(var.items[:1])
             return var.items[:1], False
         if index in ("@", "*"):
+            if var.keys is not None and len(var.items) > 1:
+                why = f"{name} is an associative array: bash lists its values in its own order"
+                return [self.unknown(part, why, extra=True)], False
             return var.items, index == "@"
         if var.array and len(var.items) == 1 and var.items[0].extra:
             return var.items, False
         got = self.join(index)
         if got.unk:
             return [Field(None, got.src, got.unk, part.text)], False
+        if var.keys is not None:
+            k = var.keys.index(got.value) if got.value in var.keys else -1
+            return ([var.items[k]], False) if k >= 0 else (None, False)
         try:
             k = arith(got.value, self.arith_lookup(part))
         except ArithError as e:

@@ -55,6 +55,7 @@ class Reader(Expander, Provenance):
         self.steps = 0
         self.sources: dict[tuple[str, int], Source] = {}
         self.missing: list[str] = []  # sourced files that were not found
+        self.assoc: set[str] = set()  # declared associative (declare -A)
         self.why_unknown = ""
         # for rewriting: the text of each file, where each word came from, and the shell state
         self.text: str | None = None  # the main script's text, when given instead of its file
@@ -307,6 +308,8 @@ class Reader(Expander, Provenance):
         name = a.name
         self.inherited.discard(name)  # --env gave it, but the script sets it itself
         if a.array is not None:
+            if any(type(w) is tuple for w in a.array) or name in self.assoc:
+                return self.keyed(a, src, cond)
             items: list[Field] = []
             for w in a.array:
                 got = self.expand(w)
@@ -341,6 +344,9 @@ class Reader(Expander, Provenance):
                 self.vars[name] = Var(items, True)
             return
         got = self.join(a.value)
+        if a.index is not None and name in self.assoc:
+            return self.keyed(syntax.Assign(name, None, True, None, [(a.index, a.value)],
+                                            a.line, a.text), src, cond)
         if a.index is not None:
             old = self.vars.get(name)
             items = list(old.items) if old else []
@@ -364,6 +370,41 @@ class Reader(Expander, Provenance):
             else:
                 value = (old.items[0].value if old and old.items else "") + value
         self.set(name, value, unk, src, cond, a.text, a.value.text)
+
+    def keyed(self, a: syntax.Assign, src: Source, cond: Unk | None):
+        """``A=([0]=x [3]=y z)`` (indexed: values in index order) and associative arrays
+        (``declare -A M=([k]=v)``, ``M[k]=v``)."""
+        name = a.name
+        old = self.vars.get(name) if a.append else None
+        assoc = name in self.assoc or any(type(w) is tuple and not w[0].strip().isdigit()
+                                          for w in a.array)
+        got: dict = {}
+        if old is not None and not any(f.unk for f in old.items):
+            got = dict(zip(old.keys, old.items)) if old.keys is not None else \
+                dict(enumerate(old.items))
+        nxt = max((k for k in got if isinstance(k, int)), default=-1) + 1
+        for w in a.array:
+            if type(w) is tuple:
+                key = self.join(syntax.parse_word(w[0]) or syntax.Word([], a.line, w[0]))
+                if key.unk or cond:
+                    why = cond.why if cond else f"a key of {name} is only known at run time"
+                    self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)],
+                                          True)
+                    return
+                k = key.value if assoc else int(key.value.strip())
+                got[k] = self.join(w[1])
+                nxt = k + 1 if not assoc else nxt
+            else:
+                for f in self.expand(w):
+                    got[nxt] = f
+                    nxt += 1
+        if cond or any(f.unk for f in got.values()):
+            why = cond.why if cond else "an element is only known at run time"
+            self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
+        elif assoc:
+            self.vars[name] = Var(list(got.values()), True, [str(k) for k in got])
+        else:
+            self.vars[name] = Var([got[k] for k in sorted(got)], True)
 
     def set(self, name: str, value: str | None, unk: Unk | None, src: Source,
             cond: Unk | None, expr: str, text: str):
@@ -407,6 +448,9 @@ class Reader(Expander, Provenance):
                                   f"{MAX_STEPS} commands (recursion without end?). "
                                   "Fix: simplify the script.")
         if not words or head in syntax.DECLARE:
+            if head in ("declare", "typeset", "local") and any(
+                    w.text.startswith("-") and "A" in w.text for w in words[1:]):
+                self.assoc |= {a.name for a in n.assigns} | {w.text for w in words[1:]}
             for a in n.assigns:
                 self.assign(a, cond)
             self.export(n, head)

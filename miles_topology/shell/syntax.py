@@ -503,11 +503,26 @@ class _Conv:
                 value = c
         line = self.line(n)
         if value is not None and value.type == "array":
-            items = [self.word(c) for c in value.children if c.is_named and c.type != "comment"]
+            items = [self.element(c) for c in value.children
+                     if c.is_named and c.type != "comment"]
             return Assign(name, None, append, None, items, line,
                           self.gap(n.start_byte, eq_end))
         word = self.word(value) if value is not None else Word([], line, "")
         return Assign(name, index, append, word, None, line, self.text(n))
+
+    def element(self, n):
+        """An array element: a Word, or (key, Word) for ``[key]=value``."""
+        if n.type == "concatenation":
+            kids = n.children
+            if len(kids) >= 3 and kids[0].type == "word" and self.text(kids[0]) == "[":
+                close = next((k for k, c in enumerate(kids) if k and self.text(c) == "]"), None)
+                if close is not None and close + 1 < len(kids):
+                    eq = kids[close + 1]
+                    if self.data[eq.start_byte:eq.start_byte + 1] == b"=":
+                        key = self.gap(kids[0].end_byte, kids[close].start_byte)
+                        value = self.region(n, eq.start_byte + 1, n.end_byte, False, kids)
+                        return (key, value)
+        return self.word(n)
 
     # -- words
 
@@ -642,8 +657,9 @@ class _Conv:
                         name = self.text(d)
                     elif d.is_named:
                         ix = self.text(d)
-                        index = ix if ix in ("@", "*") else self.region(d, d.start_byte,
-                                                                         d.end_byte, True)
+                        index = ix if ix in ("@", "*") else self.word(d) \
+                            if d.type in _EXPANSIONS or d.type in ("word", "number") \
+                            else self.region(d, d.start_byte, d.end_byte, True)
         if not name and len(kids) == 1 and kids[0].type == "#":
             name = "#"
         rest = kids[k:]

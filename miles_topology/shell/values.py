@@ -37,10 +37,10 @@ class Var:
     """A variable: one field for a string (its source is the line of its last assignment),
     one per element for an array (each keeps the line it was written on)."""
 
-    __slots__ = ("items", "array")
+    __slots__ = ("items", "array", "keys")
 
-    def __init__(self, items: list[Field], array: bool):
-        self.items, self.array = items, array
+    def __init__(self, items: list[Field], array: bool, keys: list[str] | None = None):
+        self.items, self.array, self.keys = items, array, keys  # keys: associative arrays
 
 
 class ArithError(Exception):
