@@ -103,7 +103,7 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
         def skip(p: Problem) -> bool:
             return bool((unknown | facts) & set(p.flags)
                         or p.code in MOE_CODES and facts & MOE_FLAGS)
-        v.skipped = [p for p in v.errors if skip(p)]
+        v.skipped += [p for p in v.errors if skip(p)]
         v.errors = [p for p in v.errors if not skip(p)]
     notes = [_note(n) for n in found.notes]
     v.errors = [p for p in notes if p.severity == "error"] + v.errors

@@ -7,8 +7,10 @@ arithmetic, the rule, and a fix with concrete values that pass.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from math import gcd, lcm
 from typing import TYPE_CHECKING
 
+from . import placement as _placement
 from .errors import Problem
 from .flags import flag_of
 
@@ -36,8 +38,19 @@ def _warn(code: str, message: str, fix: str, *fields: str) -> Problem:
     return Problem(code, message, fix, tuple(flag_of(f) for f in fields), "warning")
 
 
+def _skip(code: str, message: str, fix: str, *fields: str) -> Problem:
+    """A rule that cannot be decided: a fact it needs is unknown (not a failure)."""
+    return Problem(code, message, fix, tuple(flag_of(f) for f in fields), "skipped")
+
+
+_SMALL = 1 << 16
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n for suggestions, in bounded time: every d <= 2^16 and its cofactor n // d
+    (all of them when n <= 2^32), so a size like 10^30 answers at once."""
+    small = [d for d in range(1, min(n, _SMALL) + 1) if n % d == 0]
+    return sorted(set(small) | {n // d for d in small})
 
 
 def _nearest(candidates: list[int], target: int, k: int = 2) -> list[int]:
@@ -50,12 +63,16 @@ def _or(values: list[int]) -> str:
 
 
 def _node_fix(topo: Topology) -> str:
-    """A node count (same GPUs per node) at which both grids divide the world."""
-    for nodes in list(range(topo.nodes + 1, topo.nodes * 64 + 2)) + list(range(1, topo.nodes)):
-        world = nodes * topo.gpus_per_node
-        if world % topo.dense_model_size == 0 and world % topo.expert_model_size == 0:
-            return f"{nodes} node{'s' if nodes > 1 else ''} of {topo.gpus_per_node} GPUs"
-    return ""
+    """The next node count (same GPUs per node) at which both grids divide the world: nodes
+    must be a multiple of lcm(dense, expert) / gcd(that, GPUs per node), found in O(1)."""
+    need = lcm(topo.dense_model_size, topo.expert_model_size)
+    step = need // gcd(need, topo.gpus_per_node)
+    nodes = (topo.nodes // step + 1) * step
+    if nodes > topo.nodes * 64:  # none within 64x: the smallest count below, if any
+        if step >= topo.nodes:
+            return ""
+        nodes = step
+    return f"{nodes} node{'s' if nodes > 1 else ''} of {topo.gpus_per_node} GPUs"
 
 
 def _with_nodes(fix: str, topo: Topology) -> str:
@@ -65,6 +82,8 @@ def _with_nodes(fix: str, topo: Topology) -> str:
 
 @check
 def dense_grid(topo: Topology) -> Iterator[Problem]:
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
     world, m = topo.world_size, topo.dense_model_size
     if world % m == 0:
         return
@@ -87,6 +106,8 @@ def dense_grid(topo: Topology) -> Iterator[Problem]:
 
 @check
 def expert_grid(topo: Topology) -> Iterator[Problem]:
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
     world, m = topo.world_size, topo.expert_model_size
     if world % m == 0:
         return
@@ -95,11 +116,12 @@ def expert_grid(topo: Topology) -> Iterator[Problem]:
         for e in _divisors(world)
         if world % (topo.etp * e * topo.pp) == 0 and (topo.experts is None or topo.experts % e == 0)
     ]
-    fix = f"try --expert-model-parallel-size {_or(_nearest(eps, topo.ep))}" if eps else "try"
+    fixes = [f"--expert-model-parallel-size {_or(_nearest(eps, topo.ep))}"] if eps else []
     if topo.etp > 1:
         etps = [t for t in _divisors(world) if world % (t * topo.ep * topo.pp) == 0]
         if etps:
-            fix += f", or --expert-tensor-parallel-size {_or(_nearest(etps, topo.etp))}"
+            fixes.append(f"--expert-tensor-parallel-size {_or(_nearest(etps, topo.etp))}")
+    fix = "try " + ", or ".join(fixes) if fixes else "change the sizes"
     yield _err(
         "expert-grid-divisibility",
         f"world size {topo.nodes} node(s) x {topo.gpus_per_node} GPUs = {world} is not divisible "
@@ -131,6 +153,8 @@ def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
 
 @check
 def experts_by_ep(topo: Topology) -> Iterator[Problem]:
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
     if topo.experts is None or topo.experts % topo.ep == 0:
         return
     eps = [e for e in _divisors(topo.experts) if topo.world_size % (topo.etp * e * topo.pp) == 0]
@@ -148,6 +172,8 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
 
 @check
 def heads_by_tp(topo: Topology) -> Iterator[Problem]:
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
     for name, count in (("heads", topo.heads), ("query_groups", topo.query_groups)):
         if count is None or count % topo.tp == 0:
             continue
@@ -164,6 +190,8 @@ def heads_by_tp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def layers_by_pp(topo: Topology) -> Iterator[Problem]:
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
     if topo.layers is None or (topo.pp == 1 and topo.vpp is None and topo.vpp_layers is None
                                and topo.first_stage_layers is None
                                and topo.last_stage_layers is None):
@@ -246,6 +274,8 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
     if topo.is_moe and topo.tp > 1 and not topo.sp:
         yield _err(
             "moe-tp-requires-sp",
@@ -266,7 +296,7 @@ def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
 @check
 def rollout_engines(topo: Topology) -> Iterator[Problem]:
     gpus, size = topo.rollout_gpu_count, topo.engine_size
-    if gpus % size:
+    if topo.engine_groups is None and gpus % size:
         multiples = [size * k for k in (gpus // size, gpus // size + 1) if k > 0]
         yield _err(
             "rollout-gpus-not-multiple-of-engine",
@@ -277,32 +307,51 @@ def rollout_engines(topo: Topology) -> Iterator[Problem]:
             "rollout_gpus", "engine_size",
         )
         return
-    node = topo.engine_node_size
-    bad = next((e for e in range(topo.num_engines) if not _engine_aligned(topo, e)), None)
-    if bad is not None:
-        ok = [d for d in _divisors(node)] + [node * k for k in (2, 4)]
+    node = topo.node_size
+    for group in topo.engine_group_list:
+        if group.gpus % group.engine_size and group.kind != "placeholder" \
+                and topo.engine_groups is not None and group.model != "eval":
+            yield _err(
+                "rollout-gpus-not-multiple-of-engine",
+                f"--sglang-config group {group.model}/{group.kind} has {group.gpus} GPUs, not "
+                f"whole engines of {group.engine_size} ({group.gpus}/{group.engine_size} = "
+                f"{group.gpus / group.engine_size:.2f}).",
+                "give the group a multiple of its num_gpus_per_engine GPUs",
+                "sglang_config",
+            )
+            continue
+        if group.gpus % group.engine_size:
+            continue  # reported by its own rule
+        bad = _placement.straddler(group, node)
+        if bad is None:
+            continue
+        at = topo.engine_gpus(bad)[0] if bad < topo.all_engines else (0, 0)
+        s = group.engine_size
+        ok = [d for d in _divisors(node) if d <= node] + [node * k for k in (2, 4)]
         yield _err(
+            # the packed placement group (placement.py) lets engines start mid-node; SGLang
+            # takes base_gpu_id .. base_gpu_id + tp - 1 on one node, so an engine that runs
+            # past the node's last GPU (or a multi-node engine not tiling whole nodes) fails
             "engine-straddles-nodes",
-            f"rollout engine {bad} of {size} GPUs would cross a node boundary on nodes of "
-            f"{node} GPUs: an engine must fit inside one node or span whole nodes "
-            f"({node} % {size} = {node % size}).",
-            f"try --rollout-num-gpus-per-engine {_or(_nearest(ok, size))}",
-            "engine_size", "node_gpus" if not topo.colocate else "gpus_per_node",
+            f"rollout engine {bad} of {s} GPUs starts at node {at[0]} GPU {at[1]} "
+            f"(engines follow the actor's {topo.rollout_offset} GPUs in miles' packed placement "
+            f"group) and would run past the end of its node, on nodes of {node} GPUs: an "
+            "engine must fit inside one node from its first GPU, or span whole nodes from GPU 0 "
+            f"({node} % {s} = {node % s}).",
+            f"try --rollout-num-gpus-per-engine {_or(_nearest(ok, s))}, or an actor GPU count "
+            f"that is a multiple of {s} (engines start after the actor's {topo.rollout_offset} "
+            "GPUs)",
+            "engine_size", "node_gpus", "nodes",
         )
-
-
-def _engine_aligned(topo: Topology, engine: int) -> bool:
-    """Inside one node, or whole nodes starting at GPU 0 (read from `engine_gpus`)."""
-    gpus = topo.engine_gpus(engine)
-    if len({n for n, _ in gpus}) == 1:
-        return True
-    return gpus[0][1] == 0 and topo.engine_size % topo.engine_node_size == 0
+        return
 
 
 @check
 def sglang_dp(topo: Topology) -> Iterator[Problem]:
     size, dp = topo.engine_size, topo.engine_dp
     if size % dp:
+        # SGLang layers/dp_attention.py: attn_tp_size = tp_size // dp_size (not read here via
+        # the search tool at this exact revision; the design table rule is kept)
         yield _err(
             "sglang-dp-invalid",
             f"engine DP {dp} does not divide the engine's {size} GPUs (engine TP); in SGLang "
@@ -311,9 +360,13 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
             "engine_dp", "engine_size",
         )
     if dp > 1 and not topo.dp_attention:
+        # miles backends/sglang_utils/arguments.py validate_args:
+        # `if args.sglang_dp_size > 1: assert args.sglang_enable_dp_attention`
         yield _err(
             "sglang-dp-invalid",
-            f"engine DP {dp} > 1 needs DP attention.",
+            f"engine DP {dp} > 1 needs DP attention: miles asserts "
+            "--sglang-enable-dp-attention whenever --sglang-dp-size "
+            "(--sglang-data-parallel-size) is above 1, at start-up.",
             "add --sglang-enable-dp-attention, or set --sglang-dp-size 1",
             "engine_dp", "dp_attention",
         )
@@ -321,7 +374,7 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
 
 @check
 def sglang_ep(topo: Topology) -> Iterator[Problem]:
-    size, ep = topo.engine_size, topo.engine_ep
+    size, ep = topo.engine_size, topo.engine_ep_used
     ok = [d for d in _divisors(size) if topo.experts is None or topo.experts % d == 0]
     if size % ep or (topo.experts is not None and topo.experts % ep):
         yield _err(
@@ -330,29 +383,80 @@ def sglang_ep(topo: Topology) -> Iterator[Problem]:
             + (f" and the {topo.experts} experts" if topo.experts is not None else "")
             + f" ({size} % {ep} = {size % ep}"
             + (f", {topo.experts} % {ep} = {topo.experts % ep}" if topo.experts else "")
-            + ").",
-            f"try --sglang-ep-size {_or(_nearest(ok, ep))}",
+            + ")" + (" (the a2a backend sets engine EP = engine TP)" if topo.a2a_forces_ep
+                     else "") + ".",
+            f"try --sglang-ep-size {_or(_nearest(ok, ep))}" if not topo.a2a_forces_ep else
+            "choose --rollout-num-gpus-per-engine dividing the expert count",
             "engine_ep", "engine_size", "experts",
         )
 
 
 @check
+def sglang_overridden(topo: Topology) -> Iterator[Problem]:
+    """Engine sizes miles or SGLang overwrite silently: warnings, with what is really used."""
+    if topo.sglang_tp is not None and topo.sglang_tp != topo.engine_size:
+        # miles backends/sglang_utils/arguments.py validate_args:
+        # `args.sglang_tp_size = args.rollout_num_gpus_per_engine`
+        yield _warn(
+            "sglang-tp-overridden",
+            f"--sglang-tp-size {topo.sglang_tp} is overwritten by miles with "
+            f"--rollout-num-gpus-per-engine {topo.engine_size}: each engine runs TP "
+            f"{topo.engine_size}.",
+            f"drop --sglang-tp-size and set --rollout-num-gpus-per-engine {topo.sglang_tp} if "
+            "that is the engine size you meant",
+            "sglang_tp", "engine_size",
+        )
+    if topo.a2a_forces_ep and topo.engine_ep not in (1, topo.engine_size):
+        # SGLang server_args.py (ServerArgs post-init, MoE a2a handling): with
+        # moe_a2a_backend deepep (and mooncake) `self.ep_size = self.tp_size`
+        yield _warn(
+            "sglang-ep-overridden",
+            f"--sglang-moe-a2a-backend {topo.a2a_backend} makes SGLang set engine EP = engine "
+            f"TP = {topo.engine_size}, so --sglang-ep-size {topo.engine_ep} is ignored.",
+            f"drop --sglang-ep-size, or set it to {topo.engine_size}",
+            "engine_ep", "a2a_backend", "engine_size",
+        )
+
+
+@check
 def gpu_budget(topo: Topology) -> Iterator[Problem]:
-    if topo.gpus_per_node > topo.node_gpus:
-        yield _err(
-            "gpu-budget-exceeded",
-            f"the actor asks for {topo.gpus_per_node} GPUs per node but nodes have "
-            f"{topo.node_gpus} GPUs (--num-gpus-per-node).",
-            f"try --actor-num-gpus-per-node {topo.node_gpus} with --actor-num-nodes "
-            f"{-(-topo.world_size // topo.node_gpus)}, or --num-gpus-per-node "
-            f"{topo.gpus_per_node} if the nodes really have that many",
+    node = topo.node_size
+    if topo.node_gpus_given and topo.gpus_per_node != node and (
+            topo.nodes > 1 or topo.gpus_per_node > node):
+        # miles ray/actor_group.py: rank i takes bundle i of the sorted packed group; the
+        # per-node count is only multiplied into the world size
+        n = -(-topo.world_size // node)
+        yield _warn(
+            "actor-node-shape-ignored",
+            f"the actor asks for {topo.nodes} node(s) x {topo.gpus_per_node} GPUs, but miles "
+            f"packs its {topo.world_size} ranks into one placement group: they fill {n} "
+            f"node(s) of {node} GPUs (--num-gpus-per-node) in order, not "
+            f"{topo.gpus_per_node} per node.",
+            f"use --actor-num-gpus-per-node {node} with --actor-num-nodes {n} to say what "
+            f"happens, or --num-gpus-per-node {topo.gpus_per_node} if the nodes have that many",
             "gpus_per_node", "node_gpus",
+        )
+    if not topo.node_gpus_given and topo.nodes > 1 and topo.gpus_per_node < topo.node_gpus:
+        where = (
+            "every colocated engine is given the head node's address (ray/rollout.py "
+            f"`_allocate_rollout_engine_addr_and_ports_normal` counts {topo.node_gpus} "
+            "engine GPUs per node)" if topo.colocate and topo.num_engines else
+            f"miles sizes engines and their nodes for {topo.node_gpus} GPUs per node"
+        )
+        yield _warn(
+            "num-gpus-per-node-default",
+            f"the actor uses {topo.nodes} nodes x {topo.gpus_per_node} GPUs but "
+            f"--num-gpus-per-node is not given, so miles assumes {topo.node_gpus}: {where}. "
+            f"This check assumes nodes of {topo.gpus_per_node} GPUs.",
+            f"add --num-gpus-per-node {topo.gpus_per_node}",
+            "node_gpus", "gpus_per_node", "colocate",
         )
     if topo.cluster_nodes is not None and topo.nodes_needed > topo.cluster_nodes:
         yield _err(
             "gpu-budget-exceeded",
-            f"this job needs {topo.nodes_needed} nodes of {topo.node_gpus} GPUs "
-            f"({topo.gpu_budget}) but the cluster has {topo.cluster_nodes}.",
+            f"this job needs {topo.nodes_needed} nodes of {node} GPUs "
+            f"({topo.gpu_budget}, one packed placement group) but the cluster has "
+            f"{topo.cluster_nodes}.",
             f"add nodes to the cluster (it needs {topo.nodes_needed}), or shrink the job: "
             "fewer --actor-num-nodes or --rollout-num-gpus, or --colocate",
             "nodes", "rollout_gpus", "cluster_nodes",
@@ -365,13 +469,25 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
         return
     which = "rollout_routing_replay" if topo.rollout_routing_replay else "routing_replay"
     if not topo.is_moe:
-        yield _err(
-            "r3-requires-moe",
-            "routing replay was asked for, but the model has no MoE layers "
-            + ("(no --num-experts)." if topo.experts is None else "(--moe-layer-freq)."),
-            f"drop {flag_of(which)}, or give the MoE shape (--num-experts N)",
-            which, "experts",
-        )
+        if topo.train_backend == "fsdp" or (topo.experts is None and topo.layers is None):
+            # the model shape is read from the checkpoint (HF config under FSDP, the model
+            # script under Megatron), so an absent --num-experts proves nothing
+            yield _skip(
+                "r3-requires-moe",
+                "routing replay was asked for; whether the model has MoE layers is not known "
+                + ("(FSDP reads it from the HF checkpoint)." if topo.train_backend == "fsdp"
+                   else "(no model shape given: --num-layers, --num-experts)."),
+                "give the model shape (--num-layers, --num-experts) to check it",
+                which, "experts",
+            )
+        else:
+            yield _err(
+                "r3-requires-moe",
+                "routing replay was asked for, but the model has no MoE layers "
+                + ("(no --num-experts)." if topo.experts is None else "(--moe-layer-freq)."),
+                f"drop {flag_of(which)}, or give the MoE shape (--num-experts N)",
+                which, "experts",
+            )
     if topo.rollout_routing_replay and topo.rollout_external:
         yield _warn(
             "r3-external-capture",
@@ -395,21 +511,75 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
 @check
 def batch_sizes(topo: Topology) -> Iterator[Problem]:
     gbs = topo.global_batch_size
+    if topo.dynamic_global_batch:
+        # miles_validate_args: needs --use-dynamic-batch-size (unless multi-LoRA); the
+        # global batch is then set per rollout (RolloutManager._compute_dynamic_global_batch_size)
+        if not topo.dynamic_batch:
+            yield _err(
+                "dynamic-global-batch-requires-dynamic-batch",
+                "--use-dynamic-global-batch-size needs --use-dynamic-batch-size: miles refuses "
+                "it at start-up (static micro-batches cannot follow a data-dependent count).",
+                "add --use-dynamic-batch-size with --max-tokens-per-gpu N",
+                "dynamic_global_batch", "dynamic_batch",
+            )
+        return
+    if topo.dynamic_batch and topo.max_tokens_per_gpu is None:
+        yield _err(  # miles_validate_args asserts it
+            "dynamic-batch-requires-max-tokens",
+            "--use-dynamic-batch-size needs --max-tokens-per-gpu: miles asserts it at start-up.",
+            "add --max-tokens-per-gpu N",
+            "dynamic_batch", "max_tokens_per_gpu",
+        )
+    if topo.rollout_batch_size is not None and topo.steps_per_rollout is not None:
+        total = topo.rollout_batch_size * topo.n_samples_per_prompt
+        want = total // topo.steps_per_rollout
+        if gbs is not None and gbs != want:
+            yield _err(  # miles_validate_args: global_batch_size must equal it
+                "steps-per-rollout-conflict",
+                f"--num-steps-per-rollout {topo.steps_per_rollout} sets the global batch to "
+                f"{topo.rollout_batch_size} x {topo.n_samples_per_prompt} // "
+                f"{topo.steps_per_rollout} = {want}, but --global-batch-size is {gbs}; miles "
+                "asserts they agree.",
+                f"drop --global-batch-size, or set it to {want}",
+                "steps_per_rollout", "global_batch_size",
+            )
     if gbs is None:
         return
     if topo.rollout_batch_size is not None:
         total = topo.rollout_batch_size * topo.n_samples_per_prompt
-        if total % gbs:
-            yield _err(
+        if total < gbs and not topo.no_trim:
+            yield _err(  # RolloutManager._get_rollout_data: trim_len == 0 raises ValueError
                 "rollout-batch-not-multiple-of-global-batch",
                 f"rollout_batch_size x n_samples_per_prompt = {topo.rollout_batch_size} x "
-                f"{topo.n_samples_per_prompt} = {total} samples is not a multiple of "
-                f"global_batch_size {gbs} ({total}/{gbs} = {total / gbs:.2f}).",
+                f"{topo.n_samples_per_prompt} = {total} samples do not fill one global batch of "
+                f"{gbs}: miles raises 'Not enough samples' after the first rollout.",
                 f"try --global-batch-size {_or(_nearest(_divisors(total), gbs))}",
                 "rollout_batch_size", "n_samples_per_prompt", "global_batch_size",
             )
+        elif total % gbs and not topo.no_trim:
+            # RolloutManager._get_rollout_data trims to a multiple of the global batch
+            yield _warn(
+                "rollout-batch-not-multiple-of-global-batch",
+                f"rollout_batch_size x n_samples_per_prompt = {topo.rollout_batch_size} x "
+                f"{topo.n_samples_per_prompt} = {total} samples is not a multiple of "
+                f"global_batch_size {gbs} ({total}/{gbs} = {total / gbs:.2f}): miles trims "
+                f"every rollout to {total // gbs * gbs} samples, dropping {total % gbs}.",
+                f"try --global-batch-size {_or(_nearest(_divisors(total), gbs))}",
+                "rollout_batch_size", "n_samples_per_prompt", "global_batch_size",
+            )
+        elif total % gbs and not topo.partial_train_step:
+            yield _skip(
+                "rollout-batch-not-multiple-of-global-batch",
+                f"{total} samples per rollout are not a multiple of global_batch_size {gbs} and "
+                "--disable-rollout-trim-samples keeps the remainder; what training does with a "
+                "partial batch is not checked here.",
+                f"try --global-batch-size {_or(_nearest(_divisors(total), gbs))}, or "
+                "--allow-partial-train-step",
+                "rollout_batch_size", "global_batch_size", "no_trim",
+            )
     step = topo.dp * topo.micro_batch_size
-    if not topo.dynamic_batch and topo.world_size % topo.dense_model_size == 0 and gbs % step:
+    if (not topo.dynamic_batch and topo.train_backend == "megatron"
+            and topo.world_size % topo.dense_model_size == 0 and gbs % step):
         yield _err(
             "global-batch-not-divisible-by-dp",
             f"global_batch_size {gbs} is not divisible by dp x micro_batch_size = {topo.dp} x "
@@ -451,18 +621,206 @@ def implied_and_ignored(topo: Topology) -> Iterator[Problem]:
 
 @check
 def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
+    """TP groups are runs of tp consecutive ranks (tp is the fastest axis in every order), and
+    rank r sits at position r of the placement group: decided by arithmetic, not by groups."""
     if topo.world_size % topo.dense_model_size or topo.world_size % topo.expert_model_size:
         return
+    node = topo.node_size
     for name, size, expert in (("TP", topo.tp, False), ("ETP", topo.etp, True)):
         if size <= 1:
             continue
-        group = topo.rank_groups("tp", expert=expert)[0]
-        nodes = {topo.placement(r)[0] for r in group}
-        if len(nodes) > 1 or size > topo.gpus_per_node:
+        if size > node:
+            spans = -(-size // node)
+        elif node % size and ((node - 1) // size + 1) * size <= topo.world_size:
+            spans = 2  # the group holding the node's last GPU runs into the next node
+        else:
+            continue
+        yield _warn(
+            "tp-group-crosses-nodes",
+            f"a {name} group of {size} ranks spans {spans} nodes of {node} GPUs; {name} "
+            "traffic then crosses the network.",
+            f"keep {name} <= GPUs per node ({node}) and a divisor of it",
+            "etp" if expert else "tp", "gpus_per_node",
+        )
+
+
+# ---- flags of miles HEAD (miles/utils/arguments.py miles_validate_args) -----------------
+
+
+@check
+def critic(topo: Topology) -> Iterator[Problem]:
+    """PPO: `args.use_critic = args.advantage_estimator == "ppo"`; the critic shares the
+    actor's placement group and its --critic-num-* are overwritten with the actor's."""
+    if topo.use_critic and topo.advantage_estimator is None:
+        yield _warn(
+            "deprecated-flag",
+            "--use-critic is gone from miles: the critic exists exactly when "
+            "--advantage-estimator is ppo (miles sets use_critic from it and drops this flag).",
+            "replace --use-critic with --advantage-estimator ppo",
+            "use_critic",
+        )
+    if not topo.use_critic:
+        return
+    if topo.train_backend != "megatron":
+        yield _err(
+            "ppo-requires-megatron",
+            "--advantage-estimator ppo (shared actor/critic) needs the Megatron backend: miles "
+            "raises 'Shared Actor/Critic PPO requires the Megatron backend' at start-up.",
+            "drop --train-backend fsdp, or use another --advantage-estimator (e.g. grpo)",
+            "advantage_estimator", "train_backend",
+        )
+    asked = [(f, v, a) for f, v, a in (
+        ("critic_nodes", topo.critic_nodes, topo.nodes),
+        ("critic_gpus_per_node", topo.critic_gpus_per_node, topo.gpus_per_node),
+    ) if v is not None and v != a]
+    if asked:
+        yield _warn(
+            "critic-placement-overridden",
+            "the critic shares the actor's placement group and miles overwrites "
+            + ", ".join(f"{flag_of(f)} {v} with the actor's {a}" for f, v, a in asked) + ".",
+            "drop " + " and ".join(flag_of(f) for f, _, _ in asked),
+            *(f for f, _, _ in asked),
+        )
+
+
+@check
+def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
+    """FSDP (miles backends/fsdp_utils/arguments.py validate_hybrid_shard_args, parallel.py
+    build_fsdp_meshes): a (dp, cp) mesh, dp = world / cp, dp split into replicas x shards."""
+    if topo.train_backend != "fsdp":
+        if topo.dp_replicate > 1:
             yield _warn(
-                "tp-group-crosses-nodes",
-                f"a {name} group of {size} ranks spans {len(nodes)} nodes of "
-                f"{topo.gpus_per_node} GPUs; {name} traffic then crosses the network.",
-                f"keep {name} <= GPUs per node ({topo.gpus_per_node}) and a divisor of it",
-                "etp" if expert else "tp", "gpus_per_node",
+                "fsdp-flag-ignored",
+                f"--dp-replicate-size {topo.dp_replicate} applies to --train-backend fsdp only; "
+                "Megatron ignores it.",
+                "drop --dp-replicate-size, or add --train-backend fsdp",
+                "dp_replicate", "train_backend",
             )
+        return
+    world, cp = topo.world_size, topo.cp
+    if world % cp:
+        yield _err(
+            "fsdp-mesh-divisibility",
+            f"world size {world} is not divisible by context_parallel_size {cp}: FSDP's mesh "
+            f"is dp x cp ({world}/{cp} = {world / cp:.2f}).",
+            f"try --context-parallel-size {_or(_nearest(_divisors(world), cp))}",
+            "cp", "nodes", "gpus_per_node",
+        )
+    elif (world // cp) % topo.dp_replicate:
+        dp = world // cp
+        yield _err(
+            "fsdp-mesh-divisibility",
+            f"data_parallel_size {dp} (= {world}/{cp}) is not divisible by dp_replicate_size "
+            f"{topo.dp_replicate}: FSDP2 hybrid shard splits dp into replicas x shards.",
+            f"try --dp-replicate-size {_or(_nearest(_divisors(dp), topo.dp_replicate))}",
+            "dp_replicate", "cp", "nodes",
+        )
+    if topo.fsdp_ignored:
+        shown = ", ".join(f"{flag_of(f)} {v}" for f, v in topo.fsdp_ignored)
+        yield _warn(
+            "fsdp-ignores-megatron-sizes",
+            f"--train-backend fsdp ignores {shown}: FSDP shards every parameter over the "
+            "data-parallel ranks and builds no tensor, pipeline or expert groups.",
+            "drop them (FSDP uses --context-parallel-size and --dp-replicate-size only)",
+            "train_backend", *(f for f, _ in topo.fsdp_ignored),
+        )
+
+
+@check
+def weight_transfer(topo: Topology) -> Iterator[Problem]:
+    mode = topo.transfer_mode
+    if mode in ("p2p", "disk-delta") and topo.colocate:
+        yield _err(  # miles_validate_args asserts it
+            "transfer-mode-invalid",
+            f"--update-weight-transfer-mode {mode} is refused with --colocate at start-up "
+            "(colocated engines take weights through CUDA IPC).",
+            "use --update-weight-transfer-mode broadcast, or drop --colocate",
+            "transfer_mode", "colocate",
+        )
+    if mode in ("p2p", "disk-delta") and topo.prefill_servers is not None:
+        yield _err(
+            "transfer-mode-invalid",
+            f"--update-weight-transfer-mode {mode} is refused with --prefill-num-servers "
+            "(not supported with prefill/decode disaggregation).",
+            "use --update-weight-transfer-mode broadcast",
+            "transfer_mode", "prefill_servers",
+        )
+
+
+@check
+def eval_engines(topo: Topology) -> Iterator[Problem]:
+    if not topo.eval_gpus:
+        return
+    if topo.eval_gpus % topo.eval_size:
+        yield _err(  # miles_validate_args asserts it
+            "eval-gpus-not-multiple-of-engine",
+            f"--eval-num-gpus {topo.eval_gpus} is not divisible by GPUs per eval engine "
+            f"{topo.eval_size} ({topo.eval_gpus}/{topo.eval_size} = "
+            f"{topo.eval_gpus / topo.eval_size:.2f}).",
+            f"try --eval-num-gpus {topo.eval_size * max(1, topo.eval_gpus // topo.eval_size)}",
+            "eval_gpus", "eval_engine_size",
+        )
+    for on, why in ((topo.rollout_external, "external rollout engines"),
+                    (topo.colocate, "--colocate (snapshot eval)")):
+        if on:
+            yield _err(
+                "eval-gpus-invalid",
+                f"--eval-num-gpus {topo.eval_gpus} cannot be used with {why}: miles asserts "
+                "against it at start-up.",
+                "drop --eval-num-gpus",
+                "eval_gpus", "rollout_external" if topo.rollout_external else "colocate",
+            )
+
+
+@check
+def engine_groups(topo: Topology) -> Iterator[Problem]:
+    """--prefill-num-servers and --sglang-config (miles ray/rollout.py init_rollout_engines,
+    miles_validate_args, sglang_config.py _compute_raw_sglang_config)."""
+    if topo.prefill_servers is not None:
+        if topo.sglang_config is not None or topo.rollout_external:
+            yield _err(
+                "engine-groups-invalid",
+                "--prefill-num-servers cannot be combined with "
+                + ("--sglang-config" if topo.sglang_config else "external rollout engines")
+                + ": miles refuses it at start-up.",
+                "describe prefill/decode groups in --sglang-config only",
+                "prefill_servers", "sglang_config",
+            )
+        elif topo.num_engines <= topo.prefill_servers and topo.rollout_gpu_count:
+            n = topo.rollout_gpu_count // topo.engine_size
+            yield _err(
+                "engine-groups-invalid",
+                f"--prefill-num-servers {topo.prefill_servers} leaves no decode engine: "
+                f"{n} engine(s) in all; miles asserts engines > prefill servers.",
+                f"try --prefill-num-servers {max(0, n - 1)}, or more --rollout-num-gpus",
+                "prefill_servers", "rollout_gpus",
+            )
+    if topo.sglang_config is None:
+        return
+    if topo.rollout_external:
+        yield _err(
+            "engine-groups-invalid",
+            "--sglang-config cannot be used with external rollout engines (miles asserts it).",
+            "drop --sglang-config", "sglang_config", "rollout_external",
+        )
+        return
+    if topo.engine_groups is None:
+        yield _skip(
+            "engine-groups-unread",
+            f"--sglang-config {topo.sglang_config} could not be read here, so the engine "
+            "groups (sizes, offsets, prefill/decode) are not checked.",
+            "check on the machine where the file is, or pass the file's path as it is seen here",
+            "sglang_config",
+        )
+        return
+    total = sum(g[2] for g in topo.engine_groups)
+    want = topo.rollout_gpu_count + topo.eval_gpus
+    if total != want:
+        yield _err(
+            "engine-groups-invalid",
+            f"--sglang-config groups hold {total} GPUs but --rollout-num-gpus + --eval-num-gpus "
+            f"= {want}; miles asserts they are equal.",
+            f"make the groups' num_gpus add up to {want}, or set --rollout-num-gpus "
+            f"{total - topo.eval_gpus}",
+            "sglang_config", "rollout_gpus",
+        )

@@ -43,10 +43,6 @@ REFUSED_VALID = {
     ("several-launches.sh", 0): "does not read as one plain launch command",
     ("several-launches.sh", 1): "runs inside the branch",
     ("several-launches.sh", 2): "runs inside the branch",
-    # the shape comes from the checkpoint: check skips r3-requires-moe, but a migration must
-    # build the whole Topology to prove it unchanged, and cannot without the shape
-    ("fsdp-r3-hf-shape.sh", 0): "its topology is invalid",
-    ("fsdp-per-model.sh", 0): "its topology is invalid",
 }
 
 

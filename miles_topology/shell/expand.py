@@ -415,6 +415,8 @@ class Expander:
                                                        f"value added {f.cond.why}"), sub.text)
             if ifs:
                 return self.unknown(sub, "IFS is changed, which changes how words are joined")
+            if not args:  # the words expanded to nothing: no command runs
+                continue
             vals = [f.value for f in args]
             name, rest = vals[0], [v for v in vals[1:] if not v.startswith("-")]
             if name == "cd" and len(rest) == 1:
