@@ -778,7 +778,7 @@ def parse(data: bytes, located: bool = True, base_line: int = 1) -> tuple[list, 
     return _parse(data, located, base_line)
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=4)
 def _cached(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     return _parse(data, located, base_line)
 
