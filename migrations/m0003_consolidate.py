@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..config import schema_comment
 from ..flags import TOPOLOGY, flag_of, is_switch, parse_flags
-from ..script import FlagValue
+from ..shell import FlagValue
 from .common import (
     EP_MOE,
     LAYOUT,

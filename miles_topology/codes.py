@@ -118,14 +118,17 @@ CODES: dict[str, tuple[str, str]] = {
         "error", "`--use-dynamic-global-batch-size` without `--use-dynamic-batch-size`"),
     "dynamic-batch-requires-max-tokens": (
         "error", "`--use-dynamic-batch-size` without `--max-tokens-per-gpu`"),
-    # the script reader (check SCRIPT.sh); reported as warnings
+    # the script reader (check SCRIPT.sh); notes are reported as warnings
     "missing-line-continuation": (
-        "note", "a line starts with flags but the line above does not end in `\\`"),
+        "error", "a line starts with flags (or an unresolved `${A[@]}` and flags) but the line "
+        "above does not end in `\\`: bash drops them from the launch"),
     "space-after-line-continuation": (
         "note", "a line ends in `\\` followed by spaces, so the command ends there"),
     "flag-given-twice": ("note", "a topology flag is given more than once; the last one wins"),
     "source-cycle": ("note", "a file is sourced again while it is being sourced"),
-    "no-launch-command": ("note", "no `python ... train.py`, `torchrun` or `ray job submit`"),
+    "no-launch-command": (
+        "note", "no training launch (`train.py`/`train_async.py` by python, `torchrun` or `ray "
+        "job submit`); converters, servers and `run.py` wrappers do not count: exit 2"),
     "several-launch-commands": ("note", "more than one launch command; the last one is read"),
     "conditional-launch": ("note", "the launch command runs inside an if/case/loop/&&"),
 }

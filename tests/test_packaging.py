@@ -61,6 +61,7 @@ def test_wheel_holds_miles_topology_only(wheel):
     assert "migrations" in subpackages
     for sub in subpackages:  # every subpackage of the checkout ships
         assert f"miles_topology/{sub}/__init__.py" in names, sub
+    assert "miles_topology/shell/syntax.py" in names  # the script reader
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     requires = [x for x in meta.splitlines() if x.startswith("Requires-Dist:")]
     core = [x for x in requires if "extra ==" not in x]
