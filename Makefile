@@ -3,6 +3,9 @@
 # then the project with its pinned dependencies and the `train` and `test` extras.
 VENV := .venv
 PY := $(VENV)/bin/python
+# The wheel installs miles_topology only; the consumers in miles/ run from this checkout, so
+# the launcher, its Ray workers and the tests' subprocesses find them through PYTHONPATH.
+export PYTHONPATH := $(CURDIR)
 STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml

@@ -1,7 +1,9 @@
 """Read 100 generated launch scripts (~200 lines each, with a sourced model file).
 
-A benchmark, not a timed test: it prints per-script timings and a last line
-``RESULT scripts_per_s=...`` measured in this run.
+A benchmark, not a timed test: it prints per-script timings and ``RESULT`` lines measured in
+this run: ``scripts_per_s`` (wall clock), ``scripts_per_cpu_s`` (process CPU time, steadier
+on a shared machine) and ``check_ms_median`` (a whole `check`, reading and judging one
+script with its model file).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from miles_topology.check_script import check_script  # noqa: E402
 from miles_topology.script import read_script  # noqa: E402
 
 MODEL = """\
@@ -100,20 +103,28 @@ def main() -> None:
         paths = [make(root, k, rng) for k in range(100)]
         lines = [p.read_text().count("\n") for p in paths]
         read_script(paths[0])  # warm imports and regex caches
+        check_script(str(paths[0]), {})
         times, flags = [], 0
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for p in paths:
             t = time.perf_counter()
             read = read_script(p)
             times.append(time.perf_counter() - t)
             flags += len(read.argv)
-        total = time.perf_counter() - start
+        total, cpu = time.perf_counter() - start, time.process_time() - cpu
+        checks = []
+        for p in paths:
+            t = time.perf_counter()
+            check_script(str(p), {})
+            checks.append((time.perf_counter() - t) * 1000)
     ms = sorted(x * 1000 for x in times)
     print(f"scripts: {len(paths)}, lines per script: {min(lines)}-{max(lines)} "
           f"(+ a {MODEL.count(chr(10)) + 20}-line model file each), flags read: {flags}")
     print(f"per script: median {statistics.median(ms):.2f} ms, p90 {ms[89]:.2f} ms, "
           f"max {ms[-1]:.2f} ms; total {total:.3f} s")
     print(f"RESULT scripts_per_s={len(paths) / total:.1f}")
+    print(f"RESULT scripts_per_cpu_s={len(paths) / cpu:.1f}")
+    print(f"RESULT check_ms_median={statistics.median(checks):.2f}")
 
 
 if __name__ == "__main__":

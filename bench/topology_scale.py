@@ -3,8 +3,15 @@
 Ours: build the Topology (validation included), then every dense and expert group, the
 expert ownership of every rank and the placement of every rank. Megatron: RankGenerator
 producing the same groups only. Prints `RESULT ours_s=... megatron_s=... ratio=...`.
+
+Then the whole `python -m miles.train --dry-run` plan (GPU map, stages, engines, weight-sync
+plan) for the same 8192-GPU job and for a 1024-GPU one (128 nodes, EP 64 kept): the cost per GPU
+of the two should be about equal (linear). Prints `RESULT dry_run_8192_s=... dry_run_1024_s=...
+per_gpu_ratio=...`.
 """
 
+import subprocess
+import sys
 import time
 
 from megatron.core.parallel_state import RankGenerator
@@ -57,5 +64,27 @@ def main():
     print(f"RESULT ours_s={ours_s:.4f} megatron_s={megatron_s:.4f} ratio={ours_s / megatron_s:.3f}")
 
 
+def dry_run_argv(nodes):
+    return [
+        sys.executable, "-m", "miles.train", "--dry-run", "--actor-num-nodes", str(nodes),
+        "--actor-num-gpus-per-node", "8", "--num-gpus-per-node", "8",
+        "--tensor-model-parallel-size", "8", "--sequence-parallel",
+        "--pipeline-model-parallel-size", "8", "--num-virtual-stages-per-pipeline-rank", "2",
+        "--expert-model-parallel-size", "64", "--expert-tensor-parallel-size", "1",
+        "--num-experts", "256", "--num-layers", "64", "--num-attention-heads", "64",
+        "--colocate", "--rollout-num-gpus-per-engine", "8",
+    ]
+
+
+def dry_run(nodes):
+    start = time.perf_counter()
+    subprocess.run(dry_run_argv(nodes), check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
 if __name__ == "__main__":
     main()
+    big, small = dry_run(1024), dry_run(128)
+    print(f"python -m miles.train --dry-run, 8192 GPUs: {big:.2f} s; 1024 GPUs: {small:.2f} s")
+    print(f"RESULT dry_run_8192_s={big:.3f} dry_run_1024_s={small:.3f} "
+          f"per_gpu_ratio={(big / 8192) / (small / 1024):.3f}")

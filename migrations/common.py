@@ -14,16 +14,16 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import bash
 from ..errors import InputError, TopologyError
 from ..flags import TOPOLOGY, field_of, is_switch
 from ..model import Topology, fields_in
-from ..script import (
+from ..shell import (
     FlagValue,
     ScriptRead,
     ScriptReadError,
     Span,
     read_script,
+    syntax,
 )
 from ..sources import read_flags
 
@@ -189,31 +189,26 @@ def snippet(state: State, span: Span) -> str:
 
 def plain_var(text: str, prefix: str = "") -> str | None:
     """NAME when the word is exactly ``$NAME``/``${NAME}`` (quoted or not) after `prefix`."""
-    try:
-        w = bash.Parser(text).word()
-    except bash.BashSyntaxError:
-        return None
-    if w is None or w.text != text:
+    w = syntax.parse_word(text)
+    if w is None:
         return None
     parts = list(w.parts)
     if prefix:
-        if not parts or type(parts[0]) is not bash.Lit or parts[0].text != prefix:
+        if not parts or type(parts[0]) is not syntax.Lit or not parts[0].text.startswith(prefix):
             return None
-        parts = parts[1:]
-    if len(parts) != 1 or type(parts[0]) is not bash.Param:
+        rest = parts[0].text[len(prefix):]
+        parts = ([syntax.Lit(rest, False, 0)] if rest else []) + parts[1:]
+    if len(parts) != 1 or type(parts[0]) is not syntax.Param:
         return None
     p = parts[0]
-    ok = p.op is None and p.index is None and not p.length and bash._NAME.fullmatch(p.name)
+    ok = p.op is None and p.index is None and not p.length and syntax.NAME.fullmatch(p.name)
     return p.name if ok else None
 
 
 def literal(text: str) -> str | None:
     """The word's value when it has no expansion at all (quotes removed), else None."""
-    try:
-        w = bash.Parser(text).word()
-    except bash.BashSyntaxError:
-        return None
-    return w.literal() if w is not None and w.text == text else None
+    w = syntax.parse_word(text)
+    return w.literal() if w is not None else None
 
 
 # ---------------------------------------------------------------- editing text

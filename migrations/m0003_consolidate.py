@@ -10,7 +10,14 @@ they stay where they are, usually a sourced model file.
 A value the script takes from a variable keeps coming from it: the YAML reads it as
 ``${oc.env:VAR,value}`` and the script exports VAR. A value computed by an expression the
 YAML cannot hold (``$((EP / 2))``, ``${PP:-1}``) is exported under a new name,
-``TOPO_<FIELD>``, computed where the flag was.
+``TOPO_<FIELD>``, computed where the flag was. Under ``ray job submit`` exports do not reach
+train.py (the job's entrypoint gets the cluster's environment plus its runtime env), so those
+variables are also passed with ``--runtime-env-json``; where the command already sets its own
+runtime env, such values stay in the script.
+
+The launch names the YAML through a folder variable made absolute before any ``cd`` (the
+script's own ``SCRIPT_DIR``, or ``MILES_TOPOLOGY_DIR`` added on its first line), so that it
+is found wherever the script is run from.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from pathlib import Path
 
 from ..config import schema_comment
 from ..flags import TOPOLOGY, flag_of, is_switch, parse_flags
-from ..script import FlagValue
+from ..shell import FlagValue
 from .common import (
     EP_MOE,
     LAYOUT,
@@ -96,6 +103,10 @@ def movable(state: State, r: Reading) -> dict[str, list[FlagValue]]:
         if why is None and not state.inline:
             kind, how = form(state, r, fvs[-1])
             why = how if kind == "no" else None
+            if kind in ("var", "expr") and ray_env_fixed(state, r):
+                why = ("its value comes from the script's variables, which the entrypoint of "
+                       "ray job submit does not inherit, and the command already sets its own "
+                       "--runtime-env, which this migration does not edit")
         if why:
             state.kept.append(f"{fvs[-1].flag} ({fvs[-1].source}) stays in the script: {why}")
             continue
@@ -161,8 +172,17 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit]) -> None:
         raise Refused(f"{path} exists and is not what this migration would write; move it "
                       "away first.")
     state.files[Path(os.path.abspath(path))] = text
-    ref, how_ref = reference(state, r, path.name)
+    ref, how_ref, top = reference(state, r, path.name)
+    if top:
+        edits.append(insert_lines(state.text, 2 if state.text.startswith("#!") else 1, top))
     edits.append(insert(site.entry.end, f" --topology {ref}"))
+    read_env = list(dict.fromkeys(re.findall(r"\$\{oc\.env:(\w+),", "\n".join(lines))))
+    if read_env and r.script.launcher == "ray job submit":
+        at, option = runtime_env(state, r, read_env)
+        edits.append(insert(at, option))
+        state.done.append(f"passed {', '.join(read_env)} to the job with --runtime-env-json "
+                          "(the entrypoint of ray job submit does not inherit the script's "
+                          "exports)")
     for line, extra in derived.items():
         edits.append(insert_lines(state.text, line, extra))
     if exports:
@@ -188,18 +208,65 @@ def inline(state: State, r: Reading, moving: dict, edits: list[Edit]) -> None:
     state.done.append(f"moved {', '.join(flag_of(f) for f in moving)} into {ARRAY}")
 
 
-def reference(state: State, r: Reading, name: str) -> tuple[str, str]:
-    """How the launch names the YAML: through the script's own folder variable when it has
-    one, else through the folder of ${BASH_SOURCE[0]}, so it works from any directory."""
+def reference(state: State, r: Reading, name: str) -> tuple[str, str, list[str]]:
+    """How the launch names the YAML so that it is found from any directory, also after a
+    ``cd`` in the script: through the script's own folder variable when it is made absolute
+    before any cd, else through a variable this step adds on the script's first line. Returns
+    the reference, a note for the report, and the lines to add at the top."""
     here = os.path.dirname(state.file)
     dirs = sorted((k for k, v in r.script.site.variables.items()
-                   if v and os.path.normpath(v) == here and re.fullmatch(r"[A-Za-z_]\w*", k)),
+                   if v and os.path.normpath(v) == here and re.fullmatch(r"[A-Za-z_]\w*", k)
+                   and set_before_cd(state.text, k)),
                   key=lambda k: (k != "SCRIPT_DIR", k))
     if dirs:
-        return f'"${{{dirs[0]}}}/{name}"', ""
-    return (f'"$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)/{name}"',
-            " (the script keeps no variable with its own folder, so the path is taken from "
-            "the script's location; the YAML must stay beside it)")
+        return f'"${{{dirs[0]}}}/{name}"', "", []
+    var = fresh("MILES_TOPOLOGY_DIR", set(r.script.site.variables) |
+                set(re.findall(r"\w+", state.text)))
+    line = f'{var}="$(cd -- "$(dirname -- "${{BASH_SOURCE[0]}}")" &>/dev/null && pwd)"' \
+        f"  # read by --topology"
+    return (f'"${{{var}}}/{name}"', f" (${var}, this script's folder, is set on its first line, "
+            "before any cd; the YAML must stay beside the script)", [line])
+
+
+_CD = re.compile(r"^[ \t]*(cd|pushd|popd)\b|(&&|\|\||;|\bthen|\bdo)[ \t]*(cd|pushd|popd)\b",
+                 re.M)
+
+
+def set_before_cd(text: str, name: str) -> bool:
+    """Whether every assignment of `name` in the script makes it absolute (pwd, realpath,
+    readlink -f) and comes before the first cd/pushd/popd: then it names the script's folder
+    wherever the launch runs. (A bare $(dirname "$0") is relative to the first directory.)"""
+    sets = list(re.finditer(rf"^[ \t]*(?:(?:export|readonly|declare|local)(?:[ \t]+-\w+)*"
+                            rf"[ \t]+)?{name}=(.*)$", text, re.M))
+    if not sets or not all(re.search(r"\bpwd\b|\brealpath\b|readlink -[fem]", m.group(1))
+                           for m in sets):
+        return False
+    cd = _CD.search(text)
+    return cd is None or all(m.start() < cd.start() for m in sets)
+
+
+def ray_env_fixed(state: State, r: Reading) -> bool:
+    """Whether a ray job submit launch sets its own runtime env (which holds everything its
+    entrypoint gets from outside the cluster), or could through an expansion."""
+    site = r.script.site
+    if r.script.launcher != "ray job submit":
+        return False
+    if site.statement is None or site.entry is None or site.statement.file != state.file:
+        return True
+    head = state.text[site.statement.start:site.entry.start]
+    return "--runtime-env" in head or re.search(r"\bsubmit\b", head) is None
+
+
+def runtime_env(state: State, r: Reading, names: list[str]) -> tuple[int, str]:
+    """Where and what to add to `ray job submit` so its entrypoint gets `names`."""
+    site = r.script.site
+    if ray_env_fixed(state, r):
+        raise Refused("internal: the ray job submit command already sets a runtime env; "
+                      "nothing was written.")
+    head = state.text[site.statement.start:site.entry.start]
+    at = site.statement.start + re.search(r"\bsubmit\b", head).end()
+    pairs = ", ".join(f'\\"{n}\\": \\"${{{n}}}\\"' for n in names)
+    return at, f' --runtime-env-json="{{\\"env_vars\\": {{{pairs}}}}}"'
 
 
 def fresh(name: str, taken: set[str]) -> str:

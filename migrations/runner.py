@@ -2,14 +2,17 @@
 
 Nothing is written unless every pending step passed and the result reads as the same job:
 the same Topology, the same other flags, the same launch. Writes are atomic (a temporary
-file in the same folder, then os.replace), the topology YAML before the script that names
-it, and the script's previous text stays in SCRIPT.bak.
+file in the same folder, then os.replace on the file a symbolic link points to), the topology
+YAML before the script that names it; the script keeps its mode and owner, and its previous
+text goes to a new SCRIPT.bak (SCRIPT.bak.1, ... when that exists). Read-only files are
+refused.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import stat
 import sys
 import tempfile
 from contextlib import suppress
@@ -81,25 +84,70 @@ def migrate(path: str | Path, env: dict[str, str] | None = None, inline: bool = 
     return out
 
 
+def target_of(out: Outcome) -> Path:
+    """The file the script's text lives in: a symbolic link is followed, never replaced."""
+    return Path(os.path.realpath(out.path))
+
+
+def writable(out: Outcome) -> None:
+    """Refuse, before anything is written, what `write` could not do safely."""
+    target = target_of(out)
+    if out.path.is_symlink() and out.files and target.parent != out.path.absolute().parent:
+        raise Refused(f"it is a symbolic link to {target}, in another folder; the topology "
+                      "file would sit beside only one of them. Migrate the file itself (or "
+                      "use --inline); nothing was written.")
+    try:
+        st = target.stat()
+    except OSError as e:
+        raise Refused(f"cannot read it: {e.strerror or e}", 2) from None
+    if not st.st_mode & stat.S_IWUSR or not os.access(target, os.W_OK):
+        raise Refused(f"it is read-only (mode {stat.S_IMODE(st.st_mode):04o}); nothing was "
+                      "written. Make it writable (chmod u+w) to migrate it.")
+    if st.st_nlink > 1:
+        raise Refused(f"it has {st.st_nlink} hard links, and replacing it would leave the "
+                      "others with the old text; nothing was written.")
+    for d in {target.parent, *(p.parent for p in out.files)}:
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise Refused(f"its folder {d} is not writable; nothing was written.")
+    if os.geteuid() != 0 and (st.st_uid != os.geteuid() or
+                              st.st_gid not in (os.getegid(), *os.getgroups())):
+        raise Refused(f"it belongs to uid {st.st_uid} gid {st.st_gid}, which a rewritten file "
+                      "could not keep; nothing was written.")
+
+
+def backup_path(target: Path) -> Path:
+    """SCRIPT.bak, or the first free SCRIPT.bak.N: an earlier backup is never overwritten."""
+    bak, n = target.with_name(target.name + ".bak"), 0
+    while os.path.lexists(bak):
+        n += 1
+        bak = target.with_name(f"{target.name}.bak.{n}")
+    return bak
+
+
 def write(out: Outcome) -> list[Path]:
-    """Write the YAML first, then the script (keeping SCRIPT.bak); on failure undo what was
-    created and leave the script as it was. Returns the files written."""
+    """Write the YAML first, then the script (its previous text goes to a new SCRIPT.bak[.N]);
+    on failure undo what was created and leave the script as it was. A symbolic link is
+    followed; the mode and owner of the script are kept. Returns the files written, the
+    backup last."""
+    writable(out)
+    target = target_of(out)
+    st = target.stat()
+    owner = (st.st_uid, st.st_gid)
     written, created = [], []
     try:
         for p, text in out.files.items():
             if p.exists() and p.read_text() == text:
                 continue
+            p = Path(os.path.realpath(p))  # a link stays a link here too
             if not p.exists():
                 created.append(p)
-            _atomic(p, text.encode(), 0o644)
+            _atomic(p, text.encode(), 0o644, owner)
             written.append(p)
-        mode = out.path.stat().st_mode & 0o7777
-        bak = out.path.with_name(out.path.name + ".bak")
-        if not bak.exists():
-            created.append(bak)
-        _atomic(bak, out.old.encode(), mode)
-        _atomic(out.path, out.new.encode(), mode)
-        written.append(out.path)
+        bak = backup_path(target)
+        _atomic(bak, out.old.encode(), stat.S_IMODE(st.st_mode), owner, exclusive=True)
+        created.append(bak)
+        _atomic(target, out.new.encode(), stat.S_IMODE(st.st_mode), owner)
+        written += [target, bak]
     except OSError as e:
         for p in created:
             with suppress(OSError):
@@ -109,15 +157,24 @@ def write(out: Outcome) -> list[Path]:
     return written
 
 
-def _atomic(path: Path, data: bytes, mode: int) -> None:
+def _atomic(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None = None,
+            exclusive: bool = False) -> None:
+    """A temporary file in the same folder, renamed over `path` (or linked to it when
+    `exclusive`: then an existing file is an error, never replaced)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if owner is not None and (os.stat(tmp).st_uid, os.stat(tmp).st_gid) != owner:
+            os.chown(tmp, *owner)
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         with suppress(OSError):
             os.unlink(tmp)
@@ -171,13 +228,7 @@ def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: 
 
 def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: bool) -> int:
     if check:
-        todo = pending(load(path))
-        if not todo:
-            print(f"{path}: up to date (migration {LATEST})")
-            return 0
-        print(f"{path}: pending {', '.join(f'{s.ID} ({s.SUMMARY})' for s in todo)}; run "
-              f"`miles-topology migrate --write {path}`")
-        return 1
+        return _check(path, env, inline)
     out = migrate(path, env, inline)
     if not out.applied:
         print(f"{path}: up to date (migration {LATEST})", file=sys.stderr)
@@ -188,6 +239,27 @@ def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: boo
         return 0
     written = write(out)
     report(out, sys.stdout)
-    print(f"  wrote {', '.join(str(p) for p in written)} (previous script in "
-          f"{out.path.name}.bak)")
+    print(f"  wrote {', '.join(str(p) for p in written[:-1])} (previous script in "
+          f"{written[-1].name})")
     return 0
+
+
+def _check(path: Path, env: dict[str, str], inline: bool) -> int:
+    """Pending is what `--write` would write: a file it would refuse, or one with no launch
+    of its own (a sourced model file), is reported but not pending."""
+    load(path)  # unreadable: exit 2
+    try:
+        out = migrate(path, env, inline)
+        if out.applied and out.changed:
+            writable(out)
+    except Refused as e:
+        if e.code == 2 and "no training launch" not in e.reason:
+            raise
+        print(f"{path}: not migrated (--write would refuse: {e.reason})")
+        return 0
+    if not out.applied or not out.changed:
+        print(f"{path}: up to date (migration {LATEST})")
+        return 0
+    todo = ", ".join(f"{s.ID} ({s.SUMMARY})" for s in STEPS if s.ID in out.applied)
+    print(f"{path}: pending {todo}; run `miles-topology migrate --write {path}`")
+    return 1

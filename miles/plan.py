@@ -7,7 +7,8 @@ exactly what the Ray placement and the Megatron groups will do.
 from __future__ import annotations
 
 from miles_topology import Topology
-from miles_topology.show import text_map
+from miles_topology.show import header, text_map
+from miles_topology.show import too_big as show_too_big
 from miles_topology.weightsync import sync_plan
 
 from .ray.plan import need_per_node, slots
@@ -66,15 +67,37 @@ def weight_sync(topo: Topology) -> list[str]:
     return out
 
 
+# The plan lists every GPU, engine and layer; past these sizes it prints the sizes only, so a
+# dry run of any size answers at once (the per-GPU listing is linear in GPUs below them).
+MAX_LAYERS = 1 << 17
+
+
+def too_big(topo: Topology) -> str | None:
+    """Why the per-GPU plan is not printed, or None."""
+    if show_too_big(topo):
+        return show_too_big(topo)
+    if topo.layers is not None and topo.layers > MAX_LAYERS:
+        return f"{topo.layers} layers is more than the {MAX_LAYERS} a dry run lists one by one"
+    return None
+
+
 def plan_text(topo: Topology, added: list[str] | None = None) -> str:
-    need = need_per_node(topo)
-    lines = ["miles job plan (dry run: nothing started)", "", text_map(topo), ""]
-    lines += stages(topo) + [""] + engines(topo) + [""] + weight_sync(topo)
-    lines += [
-        "",
-        f"ray: {len(need)} node(s) with GPUs {need}, {len(slots(topo))} placement bundles "
-        "(one per node x GPU); a local cluster unless RAY_ADDRESS is set",
-    ]
+    big = too_big(topo)
+    if big is not None:
+        lines = ["miles job plan (dry run: nothing started)", "", header(topo), "",
+                 f"per-GPU plan not listed: {big}; the sizes above are validated "
+                 "(`miles-topology check` gives the same verdict).",
+                 f"ray: {topo.nodes_needed} node(s) of {topo.node_size} GPUs, "
+                 f"{topo.placement_gpus} placement bundles"]
+    else:
+        need = need_per_node(topo)
+        lines = ["miles job plan (dry run: nothing started)", "", text_map(topo), ""]
+        lines += stages(topo) + [""] + engines(topo) + [""] + weight_sync(topo)
+        lines += [
+            "",
+            f"ray: {len(need)} node(s) with GPUs {need}, {len(slots(topo))} placement bundles "
+            "(one per node x GPU); a local cluster unless RAY_ADDRESS is set",
+        ]
     if added:
         lines.append("embedded defaults used: " + " ".join(added))
     if topo.warnings:

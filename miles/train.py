@@ -100,7 +100,7 @@ def report(problems: list[Problem] | tuple[Problem, ...], warnings=()) -> None:
         print(f"miles: invalid configuration, {n} problem{'s' if n != 1 else ''}:", file=err)
     for kind, items in (("error", problems), ("warning", warnings)):
         for p in items:
-            for line in p.lines(kind):
+            for line in p.lines(kind if kind == "error" else None):  # warning or skipped
                 print(f"  {line}", file=err)
 
 

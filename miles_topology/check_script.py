@@ -1,18 +1,30 @@
 """`check SCRIPT.sh`: what a launch script really launches, judged by the Topology's rules.
 
-The script is read statically (script.py); its flags go through the same `read_flags`
-as the launcher, so there is one rule set. A problem that involves a value the reader
-could not resolve is reported as skipped, not failed: `ok` is false only when proven.
+The script is read statically (miles_topology/shell); its flags go through the same
+`read_flags` as the launcher, so there is one rule set. A problem that involves a value the
+reader could not resolve, or a model fact the script does not fix, is reported as skipped,
+not failed: `ok` is false only when proven.
 """
 
 from __future__ import annotations
 
 from .errors import InputError, Location, Problem
 from .flags import field_of, flag_of, known
-from .model import summary_fields
+from .model import fields_in, summary_fields
 from .report import Verdict, verdict_of
-from .script import ScriptRead, ScriptReadError, read_script
+from .shell import ScriptRead, ScriptReadError, read_script
 from .sources import read_flags
+
+# checks that read whether the model is MoE (checks.py, Topology.is_moe) beyond their flags
+MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
+MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
+# notes that mean the launch is not what the script appears to say: bash drops flags
+ERROR_NOTES = {"missing-line-continuation"}
+
+
+def model_flags() -> set[str]:
+    """The flags of the model's shape (the "model" facts), as opposed to its layout."""
+    return {flag_of(name) for name in fields_in("model")}
 
 
 def read(path: str, env: dict[str, str]) -> ScriptRead:
@@ -24,11 +36,44 @@ def read(path: str, env: dict[str, str]) -> ScriptRead:
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
     if found.entry is None:
+        instead = "; found instead: " + ", ".join(f"{what} at {src}" for src, what in
+                                                  found.others) if found.others else ""
         raise InputError(
             f"{path}: no training launch found (python3 train.py, train_async.py, torchrun, "
-            "or ray job submit ... -- python3 train.py)"
+            f"or ray job submit ... -- python3 train.py){instead}. A converter, server or "
+            "wrapper is not a training job: check the script that starts train.py"
         )
     return found
+
+
+def unknown_facts(found: ScriptRead) -> tuple[set[str], str]:
+    """Model-shape flags whose value the script does not fix, and why.
+
+    An unresolved word list in the launch (``${MODEL_ARGS[@]}`` read from a helper's output,
+    ``$@``, an array from a missing model file) may hold any flag, and the last occurrence
+    wins: a flag given after the last such list is known, one given only before it, or not
+    at all, is not. With no such list, a script that spells the shape out (--num-layers)
+    means the defaults of the flags it leaves out; one that does not takes the shape from
+    elsewhere (the HF config behind --hf-checkpoint, a helper), so nothing about it is known.
+    """
+    names = fields_in("model")
+    last = max(found.gaps, default=0)
+    given = {flag_of(field_of(fv.flag)) for fv in found.argv if field_of(fv.flag) in names}
+    known = {flag_of(field_of(fv.flag)) for fv in found.argv[last:]
+             if fv.value is not None and field_of(fv.flag) in names}
+    gap = next((u for u in found.unresolved if u.flag is None), None)
+    values = found.values()
+    if found.gaps:
+        where = f"{gap.expression} at {gap.source} ({gap.why})" if gap else "run-time words"
+        why = f"the model shape may come from {where}"
+    elif "--num-layers" in known:  # the shape is spelled out: a flag left out is its default
+        return given - known, "its value is only known when the script runs"
+    elif "--hf-checkpoint" in values:
+        why = "the model shape is not given as flags; it comes from the checkpoint " \
+              "(--hf-checkpoint) when the job runs"
+    else:
+        why = "the model shape is not given as flags (no --num-layers)"
+    return model_flags() - known, why
 
 
 def values_report(found: ScriptRead) -> dict:
@@ -51,13 +96,18 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     v = verdict_of(path, lambda: read_flags(found.flags(), exported).topology)
     unknown = {u.flag for u in found.unresolved if u.flag}
+    facts, why = unknown_facts(found)
     if any(field_of(f) in summary_fields() for f in unknown):
         v.summary = None  # the sizes are not known, so they are not reported
-    if unknown:
-        proven = [p for p in v.errors if not unknown & set(p.flags)]
-        v.skipped = [p for p in v.errors if unknown & set(p.flags)]
-        v.errors = proven
-    v.warnings = [_note(n) for n in found.notes] + v.warnings
+    if unknown or facts:
+        def skip(p: Problem) -> bool:
+            return bool((unknown | facts) & set(p.flags)
+                        or p.code in MOE_CODES and facts & MOE_FLAGS)
+        v.skipped += [p for p in v.errors if skip(p)]
+        v.errors = [p for p in v.errors if not skip(p)]
+    notes = [_note(n) for n in found.notes]
+    v.errors = [p for p in notes if p.severity == "error"] + v.errors
+    v.warnings = [p for p in notes if p.severity == "warning"] + v.warnings
     where = _where(found)
     v.errors, v.warnings, v.skipped = (
         [p.at(_locate(p, where)) if p.location is None else p for p in ps]
@@ -71,13 +121,15 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
             {"flag": u.flag, "expression": u.expression, "source": str(u.source), "why": u.why}
             for u in found.unresolved
         ],
-        "report_lines": _lines(values, found),
+        "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None,
+        "report_lines": _lines(values, found, facts, why),
     }
     return v
 
 
 def _note(n) -> Problem:
-    return Problem(n.code, n.message, n.fix, (), "warning", Location(n.source.path, n.source.line))
+    kind = "error" if n.code in ERROR_NOTES else "warning"
+    return Problem(n.code, n.message, n.fix, (), kind, Location(n.source.path, n.source.line))
 
 
 def _where(found: ScriptRead) -> dict[str, Location]:
@@ -98,7 +150,7 @@ def _locate(p: Problem, where: dict[str, Location]) -> Location | None:
     return next((where[f] for f in p.flags if f in where), None)
 
 
-def _lines(values: dict, found: ScriptRead) -> list[str]:
+def _lines(values: dict, found: ScriptRead, facts: set[str], why: str) -> list[str]:
     lines = [f"launch: {found.launcher or '?'} {found.entry}"]
     for flag, info in values.items():
         shown = {"": "(switch)", None: "?"}.get(info["value"], info["value"])
@@ -107,4 +159,7 @@ def _lines(values: dict, found: ScriptRead) -> list[str]:
             lines.append(f"    overrides {old['value'] or '(switch)'} at {old['source']}")
     for u in found.unresolved:
         lines.append(f"unresolved {u.flag or ''} = {u.expression}  at {u.source}: {u.why}")
+    if facts:
+        lines.append(f"model shape unknown ({', '.join(sorted(facts))}): {why}; the checks "
+                     "that need it are skipped")
     return lines

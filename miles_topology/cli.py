@@ -95,6 +95,10 @@ def _yaml_verdict(path: str) -> Verdict:
 def _one(path: str, env: dict[str, str]) -> Verdict:
     if path.endswith((".yaml", ".yml")):
         return _yaml_verdict(path)
+    if path.endswith(".py"):
+        from .pylaunch import check_python
+
+        return check_python(path, [], env)
     from .check_script import check_script
 
     return check_script(path, env)
@@ -103,6 +107,10 @@ def _one(path: str, env: dict[str, str]) -> Verdict:
 def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> list[Verdict]:
     """One verdict per input. With several inputs an unreadable one is an entry of its own;
     a single unreadable input raises InputError."""
+    if len(paths) == 1 and paths[0].endswith(".py"):  # check LAUNCHER.py [-- LAUNCHER ARGS]
+        from .pylaunch import check_python
+
+        return [check_python(paths[0], flags or [], env)]
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")

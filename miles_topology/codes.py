@@ -9,13 +9,19 @@ from __future__ import annotations
 
 # code -> (kind, when). kind: error (the real stack refuses, crashes, hangs or trains wrongly),
 # warning (it silently changes or drops something), note (the script reader: bash runs
-# something other than what the script appears to say).
+# something other than what the script appears to say), skipped (a fact the rule needs is
+# unknown; absence of a flag is not knowledge when the real stack reads it elsewhere).
 CODES: dict[str, tuple[str, str]] = {
     # the first set (DESIGN.md section 5)
     "dense-grid-divisibility": ("error", "world size not divisible by tp*cp*pp"),
     "expert-grid-divisibility": ("error", "world size not divisible by etp*ep*pp"),
     "experts-not-divisible-by-ep": ("error", "num_experts % ep != 0"),
-    "heads-not-divisible-by-tp": ("error", "attention heads or query groups % tp != 0"),
+    "ep-requires-moe": (
+        "error", "expert parallel > 1 with the model shape given but no `--num-experts` "
+        "(Megatron asserts num_experts is set)"),
+    "heads-not-divisible-by-tp": (
+        "error", "attention heads % tp != 0, or query groups neither a multiple nor a divisor "
+        "of tp"),
     "layers-not-divisible-by-pp": ("error", "layers cannot be split over pp (and vpp) as given"),
     "vpp-requires-pp": ("error", "virtual pipeline given with pp == 1"),
     "rollout-gpus-not-multiple-of-engine": ("error", "rollout GPUs % GPUs per engine != 0"),
@@ -27,9 +33,11 @@ CODES: dict[str, tuple[str, str]] = {
         "error", "engine DP does not divide engine TP, or DP > 1 without DP attention"),
     "sglang-ep-invalid": ("error", "engine EP does not divide engine TP or the expert count"),
     "gpu-budget-exceeded": (
-        "error", "actor + rollout (+ critic) GPUs exceed nodes * GPUs per node of the cluster "
-        "given"),
-    "r3-requires-moe": ("error", "routing replay asked for on a model with no MoE layers"),
+        "error", "miles' one packed placement group (actor + rollout + eval GPUs; the critic "
+        "shares the actor's) needs more nodes than the cluster given has"),
+    "r3-requires-moe": (
+        "error", "routing replay asked for on a model with no MoE layers (skipped when the "
+        "model shape is read from the checkpoint: FSDP, or no model flags given)"),
     "r3-router-fusion": ("error", "routing replay with fused router top-k, which bypasses replay"),
     "flag-conflict": (
         "error", "the same size given two different ways (flag vs YAML, alias vs name)"),
@@ -46,7 +54,9 @@ CODES: dict[str, tuple[str, str]] = {
         "error", "`--use-tp-pp-dp-mapping` with pp > 1 and dense dp != expert dp "
         "(megatron-core refuses it)"),
     "rollout-batch-not-multiple-of-global-batch": (
-        "error", "rollout batch x samples per prompt % global batch != 0"),
+        "warning", "rollout batch x samples per prompt % global batch != 0: miles trims the "
+        "remainder (an error when not one global batch is filled; skipped with "
+        "`--disable-rollout-trim-samples`)"),
     "global-batch-not-divisible-by-dp": (
         "error", "global batch % (dp x micro batch) != 0 (no dynamic batch)"),
     "missing-model-fact": ("error", "a derivation needs a model fact that was not given"),
@@ -58,19 +68,72 @@ CODES: dict[str, tuple[str, str]] = {
     "unreadable": (
         "error", "an input cannot be read at all (missing file, bad YAML, bash syntax): exit 2; "
         "in `--format github`/`sarif` and batch output"),
-    # the script reader (check SCRIPT.sh); reported as warnings
+    # flags of miles HEAD and where upstream silently changes something (issue 10)
+    "unknown-flag": (
+        "warning", "an unknown flag within edit distance 2 of a layout flag, or a short alias "
+        "such as `-tp`: the message says which flag was meant"),
+    "flag-repeated": (
+        "warning", "one flag given twice with different values on a command line; miles' "
+        "parser keeps the last"),
+    "num-gpus-per-node-default": (
+        "warning", "the actor spans nodes of fewer than 8 GPUs but `--num-gpus-per-node` is "
+        "not given: miles sizes engines (and colocated engine addresses) for 8 per node"),
+    "actor-node-shape-ignored": (
+        "warning", "`--actor-num-gpus-per-node` differs from `--num-gpus-per-node`: the packed "
+        "placement group fills whole nodes in order regardless"),
+    "sglang-tp-overridden": (
+        "warning", "`--sglang-tp-size` differs from `--rollout-num-gpus-per-engine`, which "
+        "miles writes over it"),
+    "sglang-ep-overridden": (
+        "warning", "`--sglang-moe-a2a-backend deepep` (or mooncake, ascend_fuseep, flashinfer, "
+        "mori) makes SGLang set engine EP = engine TP, ignoring the `--sglang-ep-size` given"),
+    "critic-placement-overridden": (
+        "warning", "PPO critic: `--critic-num-*` differ from the actor's, which miles writes "
+        "over them (the critic shares the actor's placement group)"),
+    "ppo-requires-megatron": (
+        "error", "`--advantage-estimator ppo` with `--train-backend fsdp`"),
+    "fsdp-mesh-divisibility": ("error", "FSDP: world % `--dp-replicate-size` != 0"),
+    "fsdp-cp-unsupported": (
+        "error", "`--train-backend fsdp` with `--context-parallel-size` > 1 (miles asserts "
+        "cp == 1)"),
+    "fsdp-ignores-megatron-sizes": (
+        "warning", "`--train-backend fsdp` with Megatron sizes (TP, PP, EP, ...) it ignores"),
+    "fsdp-flag-ignored": ("warning", "`--dp-replicate-size` without `--train-backend fsdp`"),
+    "transfer-mode-invalid": (
+        "error", "`--update-weight-transfer-mode p2p`/`disk-delta` with `--colocate` or "
+        "`--prefill-num-servers`"),
+    "eval-gpus-not-multiple-of-engine": (
+        "error", "`--eval-num-gpus` % `--eval-num-gpus-per-engine` != 0"),
+    "eval-gpus-invalid": (
+        "error", "`--eval-num-gpus` with external rollout engines or `--colocate`"),
+    "engine-groups-invalid": (
+        "error", "`--prefill-num-servers` leaves no decode engine or is combined with "
+        "`--sglang-config`/external engines; `--sglang-config` groups do not add up to "
+        "rollout + eval GPUs"),
+    "engine-groups-unread": (
+        "skipped", "`--sglang-config` cannot be read here, so its engine groups are not checked"),
+    "steps-per-rollout-conflict": (
+        "error", "`--num-steps-per-rollout` and `--global-batch-size` disagree"),
+    "dynamic-global-batch-requires-dynamic-batch": (
+        "error", "`--use-dynamic-global-batch-size` without `--use-dynamic-batch-size`"),
+    "dynamic-batch-requires-max-tokens": (
+        "error", "`--use-dynamic-batch-size` without `--max-tokens-per-gpu`"),
+    # the script reader (check SCRIPT.sh); notes are reported as warnings
     "missing-line-continuation": (
-        "note", "a line starts with flags but the line above does not end in `\\`"),
+        "error", "a line starts with flags (or an unresolved `${A[@]}` and flags) but the line "
+        "above does not end in `\\`: bash drops them from the launch"),
     "space-after-line-continuation": (
         "note", "a line ends in `\\` followed by spaces, so the command ends there"),
     "flag-given-twice": ("note", "a topology flag is given more than once; the last one wins"),
     "source-cycle": ("note", "a file is sourced again while it is being sourced"),
-    "no-launch-command": ("note", "no `python ... train.py`, `torchrun` or `ray job submit`"),
+    "no-launch-command": (
+        "note", "no training launch (`train.py`/`train_async.py` by python, `torchrun` or `ray "
+        "job submit`); converters, servers and `run.py` wrappers do not count: exit 2"),
     "several-launch-commands": ("note", "more than one launch command; the last one is read"),
     "conditional-launch": ("note", "the launch command runs inside an if/case/loop/&&"),
 }
 
-KINDS = ("error", "warning", "note")
+KINDS = ("error", "warning", "note", "skipped")  # skipped: a needed fact is unknown
 
 
 def markdown() -> str:

@@ -98,8 +98,8 @@ def to_yaml(topo: Topology) -> str:
 
 
 def yaml_value(value: Any) -> str:
-    if isinstance(value, tuple):
-        return "[" + ", ".join(map(str, value)) + "]"
+    if isinstance(value, tuple):  # nested tuples (engine groups) as nested flow lists
+        return "[" + ", ".join(map(yaml_value, value)) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

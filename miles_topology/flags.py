@@ -9,18 +9,26 @@ token that set each field so a problem can point at its file and line.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from .errors import InputError, Problem
 
 TOPOLOGY = "--topology"  # a topology YAML, read under the other topology flags
 
 # Another spelling of a field's flag: flag -> field. Messages quote the field's own flag.
+# SGLang ServerArgs flags are forwarded by miles with the --sglang- prefix, every alias of
+# them included (miles backends/sglang_utils/arguments.py add_sglang_arguments; validate_args
+# then copies sglang_data_parallel_size -> sglang_dp_size, ... and overwrites sglang_tp_size).
 ALIASES: dict[str, str] = {
     "--sglang-expert-parallel-size": "engine_ep",
+    "--sglang-ep": "engine_ep",
+    "--sglang-data-parallel-size": "engine_dp",
+    "--sglang-pipeline-parallel-size": "engine_pp",
+    "--sglang-tensor-parallel-size": "sglang_tp",
 }
 
 
@@ -39,6 +47,7 @@ class Rename:
 RENAMED: dict[str, Rename] = {
     "--rollout-num-gpus-per-node": Rename("--num-gpus-per-node", "node_gpus"),
     "--sglang-enable-ep-moe": Rename("--sglang-ep-size N", "engine_ep", like="engine_size"),
+    # `passes` are read next as if written there (--sglang-moe-a2a-backend is ours now)
     "--sglang-enable-deepep-moe": Rename("--sglang-moe-a2a-backend deepep",
                                          passes=("--sglang-moe-a2a-backend", "deepep")),
 }
@@ -47,8 +56,9 @@ RENAMED: dict[str, Rename] = {
 @dataclass(frozen=True)
 class Spec:
     field: str
-    kind: str  # "int", "switch" or "str" (a string the model parses, e.g. --moe-layer-freq)
-    values: tuple | None = None  # a switch that sets its field to (value off, value on)
+    kind: str  # "int", "switch", "str" (a string the model parses, e.g. --moe-layer-freq),
+    # or "list" (one or more values up to the next flag: argparse nargs="+")
+    values: tuple | None = None  # a switch: (value off, value on); a str: the allowed values
 
 
 def _model() -> Any:
@@ -70,8 +80,10 @@ def table() -> dict[str, Spec]:
             spec = Spec(name, "switch")
         elif info.annotation in (int, int | None):
             spec = Spec(name, "int")
+        elif info.annotation == tuple[str, ...] | None:
+            spec = Spec(name, "list")
         else:
-            spec = Spec(name, "str")
+            spec = Spec(name, "str", _choices(info.annotation))
         by_field[name] = spec
         if extra.get("flag"):
             specs[extra["flag"]] = spec
@@ -81,6 +93,14 @@ def table() -> dict[str, Spec]:
         plain = r.field is not None and r.like is None
         specs[flag] = by_field[r.field] if plain else Spec(r.field or "", "switch")
     return specs
+
+
+def _choices(annotation: Any) -> tuple | None:
+    """The values a Literal (or Literal | None) field accepts, else None."""
+    for t in (annotation, *get_args(annotation)):
+        if get_origin(t) is Literal:
+            return get_args(t)
+    return None
 
 
 def __getattr__(name: str) -> Any:
@@ -136,11 +156,99 @@ def _is_flag(text: str) -> bool:
     return text.startswith("--") and len(text) > 2
 
 
+# Short spellings people carry over from other launchers; miles' parser does not know them.
+SHORT: dict[str, str] = {
+    f"{dash}{short}": flag
+    for short, flag in (
+        ("tp", "--tensor-model-parallel-size"), ("pp", "--pipeline-model-parallel-size"),
+        ("cp", "--context-parallel-size"), ("ep", "--expert-model-parallel-size"),
+        ("etp", "--expert-tensor-parallel-size"), ("sp", "--sequence-parallel"),
+        ("vpp", "--num-virtual-stages-per-pipeline-rank"),
+    )
+    for dash in ("-", "--")
+}
+
+
+def _distance(a: str, b: str) -> int:
+    """Levenshtein distance, capped at 3 with an early exit: cheap for unrelated names."""
+    if abs(len(a) - len(b)) > 2:
+        return 3
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+        if min(row) > 2:
+            return 3
+    return min(row[-1], 3)
+
+
+@lru_cache(maxsize=1)
+def _histograms() -> dict[str, Counter]:
+    return {f: Counter(f) for f in table()}
+
+
+def suggest(name: str) -> str | None:
+    """The known layout flag an unknown flag most likely means, or None (bounded: one pass
+    over the flag table with a cheap letter-count filter, and only for unknown flags)."""
+    if name in SHORT:
+        return SHORT[name]
+    if not name.startswith("--") or len(name) < 8:
+        return None
+    have = Counter(name)
+    near = [
+        (_distance(name, f), f) for f, counts in _histograms().items()
+        if abs(len(f) - len(name)) <= 2
+        # each edit changes the letter counts by at most 2: a lower bound first
+        and sum((have - counts).values()) + sum((counts - have).values()) <= 4
+    ]
+    best = min(near, default=(3, ""))
+    return best[1] if best[0] <= 2 else None
+
+
+def _typo(name: str, new: str) -> Problem:
+    return Problem(
+        "unknown-flag",
+        f"{name} is not a flag miles knows (its parser refuses or ignores it); did you mean "
+        f"{new}?",
+        f"write {new}", (name,), "warning",
+    )
+
+
+def _repeated(name: str, first: object, last: object) -> Problem:
+    return Problem(
+        "flag-repeated",
+        f"{name} is given twice, {first} and then {last}; miles' parser keeps the last, {last}.",
+        f"give {name} once ({name} {last} is what runs)", (name,), "warning",
+    )
+
+
+def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, name: str,
+                eq: str, inline: str) -> None:
+    """A flag that is not ours: a near miss of ours warns; a repeat with another value warns."""
+    near = suggest(name)
+    if near is not None:
+        out.warnings.append(_typo(name, near))
+        return
+    if not _is_flag(name):
+        return
+    nxt = text_of(argv[i]) if i < len(argv) else None
+    value = inline if eq else (nxt if nxt is not None and not nxt.startswith("-") else None)
+    if value is None:
+        return
+    if seen.get(name, value) != value:
+        out.warnings.append(_repeated(name, seen[name], value))
+    seen[name] = value
+
+
 def parse_flags(argv: Sequence[Any]) -> Parsed:
-    """Read topology flags from argv (argparse semantics: the last occurrence wins)."""
+    """Read topology flags from argv (argparse semantics: the last occurrence wins; a repeat
+    with another value and a near miss of a known flag are reported as warnings)."""
     specs = table()
     out = Parsed()
     likes: list[tuple[Rename, str, Any]] = []
+    seen: dict[str, str] = {}  # other flags' values, to report repeats
+    argv = list(argv)
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -149,13 +257,15 @@ def parse_flags(argv: Sequence[Any]) -> Parsed:
         name, eq, inline = text.partition("=")
         if not _is_flag(text) or not (name in specs or name == TOPOLOGY):
             out.passthrough.append(token)
+            if text.startswith("-") and len(text) > 1:
+                _other_flag(out, seen, argv, i, name, eq, inline)
             continue
         value: str | None = inline if eq else None
         spec = specs.get(name)
         if name in RENAMED:
             r = RENAMED[name]
             out.warnings.append(_renamed(name, r.new))
-            out.passthrough += list(r.passes)
+            argv[i:i] = list(r.passes)  # read next, as if written here
             if r.like is not None:
                 likes.append((r, name, token))
                 continue
@@ -188,6 +298,17 @@ def parse_flags(argv: Sequence[Any]) -> Parsed:
             except ValueError:
                 out.errors.append(_bad_value(name, value, "it must be a whole number"))
                 continue
+        elif spec.kind == "list":  # argparse nargs="+": every value up to the next flag
+            items = [value]
+            while i < len(argv) and not text_of(argv[i]).startswith("--"):
+                items.append(text_of(argv[i]))
+                i += 1
+            parsed = tuple(items)
+        elif spec.values and value not in spec.values:
+            out.errors.append(_bad_value(
+                name, value, f"it must be one of {', '.join(spec.values)}",
+                f"give {name} one of: {', '.join(spec.values)}."))
+            continue
         else:
             parsed = value
         _set(out, spec.field, parsed, name, token)
@@ -211,6 +332,8 @@ def _renamed(old: str, new: str) -> Problem:
 
 def _set(out: Parsed, name: str, value: object, flag: str, token: Any) -> None:
     earlier = out.given_by.get(name)
+    if earlier == flag and out.fields[name] != value:
+        out.warnings.append(_repeated(flag, out.fields[name], value))
     if earlier is not None and earlier != flag and out.fields[name] != value:
         out.errors.append(
             Problem(

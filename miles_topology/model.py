@@ -23,12 +23,15 @@ from pydantic import (
 )
 
 from . import layers as _layers
+from . import placement as _placement
 from .checks import run_checks
 from .errors import Problem, TopologyError
 from .flags import flag_of
 from .grid import EXPERT_AXES, ORDERS, Grid
 
 GROUPS = ("layout", "rollout", "model", "replay", "batch")
+_MEGATRON_SIZES = ("tp", "pp", "ep", "etp", "vpp", "vpp_layers", "first_stage_layers",
+                   "last_stage_layers")  # what FSDP ignores
 
 
 def fact(group: str, flag: str | None, default: Any = 1, *, switch: tuple | None = None,
@@ -79,6 +82,10 @@ class Topology(BaseModel):
     use_critic: bool = fact("layout", "--use-critic", False)
     critic_nodes: int | None = fact("layout", "--critic-num-nodes", None, ge=1)
     critic_gpus_per_node: int | None = fact("layout", "--critic-num-gpus-per-node", None, ge=1)
+    advantage_estimator: str | None = fact("layout", "--advantage-estimator", None)
+    train_backend: Literal["megatron", "fsdp"] = fact("layout", "--train-backend", "megatron")
+    dp_replicate: int = fact("layout", "--dp-replicate-size", ge=1)  # FSDP2 hybrid shard
+    fsdp_ignored: tuple[tuple[str, int], ...] = fact("layout", None, ())  # inferred
     tp: int = fact("layout", "--tensor-model-parallel-size", ge=1, summary=True)
     pp: int = fact("layout", "--pipeline-model-parallel-size", ge=1, summary=True)
     vpp: int | None = fact("layout", "--num-virtual-stages-per-pipeline-rank", None, ge=1,
@@ -105,6 +112,20 @@ class Topology(BaseModel):
     engine_dp: int = fact("rollout", "--sglang-dp-size", ge=1)
     dp_attention: bool = fact("rollout", "--sglang-enable-dp-attention", False)
     rollout_external: bool = fact("rollout", "--rollout-external", False)
+    external_addrs: tuple[str, ...] | None = fact("rollout", "--rollout-external-engine-addrs",
+                                                  None)
+    engine_pp: int = fact("rollout", "--sglang-pp-size", ge=1)
+    sglang_tp: int | None = fact("rollout", "--sglang-tp-size", None, ge=1)  # miles overwrites
+    a2a_backend: str | None = fact("rollout", "--sglang-moe-a2a-backend", None)
+    eval_gpus: int = fact("rollout", "--eval-num-gpus", 0, ge=0)
+    eval_engine_size: int | None = fact("rollout", "--eval-num-gpus-per-engine", None, ge=1)
+    prefill_servers: int | None = fact("rollout", "--prefill-num-servers", None, ge=0)
+    sglang_config: str | None = fact("rollout", "--sglang-config", None)
+    # (model, worker type, GPUs, GPUs per engine; 0 = not given) per --sglang-config group,
+    # read from the file; None: not read
+    engine_groups: tuple[tuple[str, str, int, int], ...] | None = fact("rollout", None, None)
+    transfer_mode: Literal["broadcast", "p2p", "disk-delta"] | None = fact(
+        "rollout", "--update-weight-transfer-mode", None)
     train_only: bool = fact("rollout", "--debug-train-only", False)
     rollout_only: bool = fact("rollout", "--debug-rollout-only", False)
     # model shape (and kernel options that change what the layout must hold)
@@ -115,6 +136,7 @@ class Topology(BaseModel):
     topk: int = fact("model", "--moe-router-topk", 2, ge=1)
     moe_layer_freq: int | tuple[int, ...] = fact("model", "--moe-layer-freq")
     router_fusion: bool = fact("model", "--moe-router-fusion", False)
+    mtp_layers: int | None = fact("model", "--mtp-num-layers", None, ge=0)
     # routing replay
     routing_replay: bool = fact("replay", "--use-routing-replay", False)
     rollout_routing_replay: bool = fact("replay", "--use-rollout-routing-replay", False)
@@ -125,6 +147,10 @@ class Topology(BaseModel):
     micro_batch_size: int = fact("batch", "--micro-batch-size", ge=1)
     dynamic_batch: bool = fact("batch", "--use-dynamic-batch-size", False)
     max_tokens_per_gpu: int | None = fact("batch", "--max-tokens-per-gpu", None, ge=1)
+    steps_per_rollout: int | None = fact("batch", "--num-steps-per-rollout", None, ge=1)
+    dynamic_global_batch: bool = fact("batch", "--use-dynamic-global-batch-size", False)
+    partial_train_step: bool = fact("batch", "--allow-partial-train-step", False)
+    no_trim: bool = fact("batch", "--disable-rollout-trim-samples", False)
     data_pad_multiplier: int = fact("batch", "--data-pad-size-multiplier", 128, ge=1)
     balance_data: bool = fact("batch", "--balance-data", False)
     allgather_cp: bool = fact("batch", "--allgather-cp", False)
@@ -205,19 +231,41 @@ class Topology(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        if data.get("train_backend") == "fsdp":  # FSDP builds its own dp x cp mesh
+            ignored = tuple((f, data.pop(f)) for f in _MEGATRON_SIZES
+                            if data.get(f) not in (None, 1))
+            data["fsdp_ignored"] = ignored + tuple(data.get("fsdp_ignored", ()))
         if "etp" in data and data["etp"] is None:  # not given: the field's factory infers it
             del data["etp"]
+        if data.get("experts") == 0:  # Megatron-LM validate_args: num_experts 0 means dense
+            data["experts"] = None
         if data.get("rollout_routing_replay"):
             data["routing_replay"] = True
-        if data.get("rollout_only") and data.get("rollout_gpus"):
-            data["gpus_per_node"] = min(8, data["rollout_gpus"])
+        if data.get("advantage_estimator") is not None:  # miles_validate_args
+            data["use_critic"] = data["advantage_estimator"] == "ppo"
+        if data.get("external_addrs"):  # engines given by address are external
+            data["rollout_external"] = True
+        if data.get("rollout_only"):
+            # miles_validate_args: colocated without rollout GPUs, they are the actor's; else
+            # the actor shape is derived from the rollout GPUs; colocate is then switched off
+            if data.get("colocate") and not data.get("rollout_gpus"):
+                data["rollout_gpus"] = data.get("nodes", 1) * data.get("gpus_per_node", 8)
+            elif data.get("rollout_gpus"):
+                data["gpus_per_node"] = min(8, data["rollout_gpus"])
+                data["nodes"] = max(1, data["rollout_gpus"] // data["gpus_per_node"])
+            data["colocate"] = False
+        steps, rbs = data.get("steps_per_rollout"), data.get("rollout_batch_size")
+        if steps and rbs and data.get("global_batch_size") is None:
+            data["global_batch_size"] = rbs * data.get("n_samples_per_prompt", 1) // steps or None
+        if data.get("sglang_config") and data.get("engine_groups") is None:
+            data["engine_groups"] = _placement.read_engine_groups(data["sglang_config"])
         return data
 
     @model_validator(mode="after")
     def _validate(self) -> Topology:
         found = run_checks(self)
         errors = [p for p in found if p.severity == "error"]
-        warnings = [p for p in found if p.severity == "warning"]
+        warnings = [p for p in found if p.severity != "error"]  # warnings, then skipped
         if errors:
             raise TopologyError(errors, warnings, self.summary() if self.forms_grid else None)
         self._warnings = tuple(warnings)
@@ -228,6 +276,14 @@ class Topology(BaseModel):
         from .sources import from_flags
 
         return from_flags(argv)
+
+    @classmethod
+    def from_namespace(cls, args: Any) -> Topology:
+        """The Topology of miles' parsed arguments (after its own validation rewrote them):
+        one line in miles' argument parsing validates the real job (namespace.py)."""
+        from .namespace import fields_from
+
+        return cls(**fields_from(args))
 
     @classmethod
     def from_yaml(cls, path: str, overrides: list[str] | None = None) -> Topology:
@@ -258,6 +314,11 @@ class Topology(BaseModel):
     def etp_implied(self) -> bool:
         """Expert TP was not given, so Megatron uses etp = tp."""
         return "etp" not in self.model_fields_set
+
+    @property
+    def node_gpus_given(self) -> bool:
+        """--num-gpus-per-node was given (else miles' default 8 is assumed, see node_size)."""
+        return "node_gpus" in self.model_fields_set
 
     # ---- sizes (each product defined here, once) ------------------------------------
 
@@ -344,8 +405,25 @@ class Topology(BaseModel):
 
     @property
     def is_moe(self) -> bool:
-        """An MoE model: experts given and (when layers are known) some MoE layer."""
-        return self.experts is not None and (self.layers is None or any(self.moe_pattern))
+        """An MoE model: experts given and (when layers are known) some MoE layer. An int
+        frequency makes layer 0 an MoE layer, so no pattern is built for it."""
+        if self.experts is None:
+            return False
+        if self.layers is None or isinstance(self.moe_layer_freq, int):
+            return self.layers is None or self.layers >= 1
+        return any(self.moe_layer_freq)
+
+    @property
+    def a2a_forces_ep(self) -> bool:
+        """SGLang sets engine EP = engine TP for these all-to-all MoE backends
+        (python/sglang/srt/server_args.py ServerArgs._handle_a2a_moe: `self.ep_size =
+        self.tp_size` for deepep, mooncake, ascend_fuseep, flashinfer and mori)."""
+        return self.a2a_backend in ("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori")
+
+    @cached_property
+    def engine_ep_used(self) -> int:
+        """The engine EP SGLang really runs (see `a2a_forces_ep`)."""
+        return self.engine_size if self.a2a_forces_ep else self.engine_ep
 
     @cached_property
     def experts_per_rank(self) -> int:
@@ -396,11 +474,23 @@ class Topology(BaseModel):
 
     # ---- placement ------------------------------------------------------------------
 
+    @cached_property
+    def node_size(self) -> int:
+        """Physical GPUs per node: --num-gpus-per-node when given; else the actor's GPUs per
+        node when it spans nodes (what the user evidently has); else miles' default 8."""
+        if self.node_gpus_given:
+            return self.node_gpus
+        return self.gpus_per_node if self.nodes > 1 else max(self.node_gpus, self.gpus_per_node)
+
+    def slot(self, index: int) -> tuple[int, int]:
+        """(node, GPU) of position `index` of miles' packed placement group (placement.py)."""
+        return divmod(index, self.node_size)
+
     def placement(self, rank: int) -> tuple[int, int]:
-        """(node, GPU) of train rank `rank`: ranks fill a node's GPUs before the next node."""
+        """(node, GPU) of train rank `rank`: rank r takes position r of the placement group."""
         if not 0 <= rank < self.world_size:
             raise IndexError(f"rank {rank} outside the world of {self.world_size} ranks")
-        return divmod(rank, self.gpus_per_node)
+        return self.slot(rank)
 
     @computed_field
     @cached_property
@@ -411,51 +501,55 @@ class Topology(BaseModel):
             return 0
         return self.rollout_gpus or 0
 
+    @cached_property
+    def eval_size(self) -> int:
+        """GPUs per eval engine: miles' --eval-num-gpus-per-engine defaults to 1, independent
+        of --rollout-num-gpus-per-engine (utils/args/configs eval_num_gpus_per_engine)."""
+        return self.eval_engine_size or 1
+
+    @cached_property
+    def engine_group_list(self) -> tuple[_placement.Group, ...]:
+        return _placement.groups(self)
+
+    @cached_property
+    def all_engines(self) -> int:
+        """Rollout engines, then eval engines."""
+        return sum(g.engines for g in self.engine_group_list)
+
     @computed_field
     @cached_property
     def num_engines(self) -> int:
-        return self.rollout_gpu_count // self.engine_size
+        """Engines that serve rollout and receive weight updates (eval engines excluded)."""
+        return sum(g.engines for g in self.engine_group_list if g.model != "eval")
 
     @cached_property
-    def engine_node_size(self) -> int:
-        """GPUs per node where engines are placed: the actor's nodes when colocated."""
-        return self.gpus_per_node if self.colocate else self.node_gpus
+    def rollout_offset(self) -> int:
+        return _placement.layout(self)[1]
 
     @cached_property
-    def rollout_first_node(self) -> int:
-        return 0 if self.colocate else self.train_nodes_used
-
-    @cached_property
-    def train_nodes_used(self) -> int:
-        critic = 0
-        if self.use_critic or self.critic_nodes is not None:
-            critic = self.critic_nodes or self.nodes
-        return self.nodes + critic
+    def placement_gpus(self) -> int:
+        """Bundles in miles' one placement group."""
+        return _placement.layout(self)[0]
 
     def engine_gpus(self, engine: int) -> tuple[tuple[int, int], ...]:
-        """(node, GPU) of each GPU of rollout engine `engine`."""
-        if not 0 <= engine < self.num_engines:
-            raise IndexError(f"engine {engine} outside 0..{self.num_engines - 1}")
-        node = self.engine_node_size
-        start = engine * self.engine_size
-        return tuple(
-            (self.rollout_first_node + s // node, s % node)
-            for s in range(start, start + self.engine_size)
-        )
+        """(node, GPU) of each GPU of engine `engine` (rollout engines first, then eval)."""
+        if not 0 <= engine < self.all_engines:
+            raise IndexError(f"engine {engine} outside 0..{self.all_engines - 1}")
+        start, size = _placement.engine_span(self, engine)
+        return tuple(self.slot(i) for i in range(start, start + size))
 
     @computed_field
     @cached_property
     def nodes_needed(self) -> int:
-        rollout = 0 if self.colocate else -(-self.rollout_gpu_count // self.node_gpus)
-        return self.train_nodes_used + rollout
+        return -(-self.placement_gpus // self.node_size)
 
     @property
     def gpu_budget(self) -> str:
         parts = [f"actor {self.world_size}"]
-        if self.train_nodes_used > self.nodes:
-            parts.append(f"critic {(self.train_nodes_used - self.nodes) * self.gpus_per_node}")
         if not self.colocate and self.rollout_gpu_count:
             parts.append(f"rollout {self.rollout_gpu_count}")
+        if self.eval_gpus:
+            parts.append(f"eval {self.eval_gpus}")
         return " + ".join(parts) + " GPUs"
 
     # ---- reporting ------------------------------------------------------------------

@@ -46,8 +46,9 @@ class Verdict:
             "warnings": [p.as_dict() for p in self.warnings],
             "topology": self.summary,
         }
+        d["skipped"] = [p.as_dict() for p in self.skipped]
         if self.path != "flags":
-            d = {"path": self.path, **d, "skipped": [p.as_dict() for p in self.skipped]}
+            d = {"path": self.path, **d}
             if self.unreadable is not None:
                 d["unreadable"] = self.unreadable
             d.update(self.extra)
@@ -61,8 +62,10 @@ def verdict_of(path: str, build: Callable[[], Topology]) -> Verdict:
         topo = build()
     except TopologyError as e:
         v.errors, v.warnings, v.summary = list(e.problems), list(e.warnings), e.summary
-        return v
-    v.topology, v.warnings, v.summary = topo, list(topo.warnings), topo.summary()
+    else:
+        v.topology, v.warnings, v.summary = topo, list(topo.warnings), topo.summary()
+    v.skipped = [p for p in v.warnings if p.severity == "skipped"]  # undecidable rules
+    v.warnings = [p for p in v.warnings if p.severity != "skipped"]
     return v
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from .errors import InputError
 from .model import Topology
 
 
@@ -28,7 +29,7 @@ def rank_label(topo: Topology, rank: int) -> list[str]:
 
 
 def engine_of_gpu(topo: Topology) -> dict[tuple[int, int], int]:
-    return {g: e for e in range(topo.num_engines) for g in topo.engine_gpus(e)}
+    return {g: e for e in range(topo.all_engines) for g in topo.engine_gpus(e)}
 
 
 def cells(topo: Topology) -> dict[tuple[int, int], list[str]]:
@@ -37,8 +38,22 @@ def cells(topo: Topology) -> dict[tuple[int, int], list[str]]:
     for r in range(topo.world_size):
         out[topo.placement(r)] = rank_label(topo, r)
     for gpu, e in engine_of_gpu(topo).items():
-        out.setdefault(gpu, []).append(f"engine {e}")
+        out.setdefault(gpu, []).append(f"{'eval ' if e >= topo.num_engines else ''}engine {e}")
     return out
+
+
+def placement_line(topo: Topology) -> str:
+    """miles' one packed placement group, as positions: who holds which run of bundles."""
+    parts = [f"actor 0-{topo.world_size - 1}"] if not topo.rollout_only else []
+    for g in topo.engine_group_list:
+        if g.gpus:
+            model = "rollout" if g.model == "default" else g.model
+            name = model if g.kind == "regular" else f"{model} {g.kind}"
+            parts.append(f"{name} {g.start}-{g.start + g.gpus - 1}"
+                         f" ({g.engines} x {g.engine_size})")
+    return (f"placement group: {topo.placement_gpus} GPU bundles packed over "
+            f"{topo.nodes_needed} node(s) of {topo.node_size} (position i = node i // "
+            f"{topo.node_size}, GPU i % {topo.node_size}): " + "; ".join(parts))
 
 
 def header(topo: Topology) -> str:
@@ -55,12 +70,24 @@ def header(topo: Topology) -> str:
         + (f" (vpp {topo.chunks})" if topo.chunks > 1 else "")
         + f"\nexpert etp {topo.etp} x ep {topo.ep} x edp {topo.edp} x pp {topo.pp}"
         + (f"; {topo.experts} experts, {topo.experts_per_rank} per EP rank" if topo.experts else "")
-        + f"\n{engines}"
+        + f"\n{engines}\n{placement_line(topo)}"
     )
+
+
+MAX_GPUS = 1 << 16  # the map lists every GPU; beyond this it shows the sizes only
+
+
+def too_big(topo: Topology) -> str | None:
+    """Why the per-GPU map is not drawn (a size beyond what one can list), or None."""
+    n = max(topo.placement_gpus, topo.world_size)
+    return f"{n} GPUs is more than the {MAX_GPUS} the map lists one by one" if n > MAX_GPUS \
+        else None
 
 
 def text_map(topo: Topology) -> str:
     """Nodes as blocks, one column per GPU; each cell: rank, coordinates, experts, engine."""
+    if too_big(topo):
+        return f"{header(topo)}\n\nGPU map not drawn: {too_big(topo)}."
     grid = cells(topo)
     nodes = sorted({n for n, _ in grid})
     width = max(len(s) for lines in grid.values() for s in lines) + 2
@@ -78,6 +105,8 @@ def text_map(topo: Topology) -> str:
 
 def svg_map(topo: Topology) -> str:
     """The same map as an SVG: one row of GPU boxes per node, engines tinted per engine."""
+    if too_big(topo):
+        raise InputError(f"no SVG: {too_big(topo)}")
     grid = cells(topo)
     nodes = sorted({n for n, _ in grid})
     per_node = max(g for _, g in grid) + 1

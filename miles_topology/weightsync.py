@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -51,7 +51,15 @@ class EngineSync:
 
     def of(self, rank: int) -> tuple[Shard, ...]:
         """Shards `rank` sends to this engine (empty when it is not a sender)."""
-        return tuple(s for r, s in self.sends if r == rank)
+        return self._by_rank.get(rank, ())
+
+    @cached_property
+    def _by_rank(self) -> dict[int, tuple[Shard, ...]]:
+        """sends grouped by sender once, so asking every sender is linear in the sends."""
+        out: dict[int, list[Shard]] = {}
+        for r, s in self.sends:
+            out.setdefault(r, []).append(s)
+        return {r: tuple(v) for r, v in out.items()}
 
     def missing(self, finished: Iterable[int]) -> tuple[int, ...]:
         """Senders that have not finished yet: the engine must not post-process while any."""
@@ -63,14 +71,25 @@ class EngineSync:
 
 
 def engine_sources(topo: Topology, engine: int) -> dict[Key, int]:
-    """Shard key -> the train rank that sends it to `engine`."""
-    gpus = set(topo.engine_gpus(engine))
-    nodes = {n for n, _ in gpus}
+    """Shard key -> the train rank that sends it to `engine`.
+
+    Replicas are looked up through per-node indexes (train rank r sits at position r of the
+    placement group, so the rank on a GPU is arithmetic), never by scanning every holder:
+    the whole plan stays linear in GPUs.
+    """
+    gpus = topo.engine_gpus(engine)
+    nodes = sorted({n for n, _ in gpus})
+    keys_of, by_node = _index(topo)
+    on_gpu: dict[Key, list[int]] = {}
+    for r in sorted(n * topo.node_size + g for n, g in gpus):
+        if r < topo.world_size:
+            for key in keys_of[r]:
+                on_gpu.setdefault(key, []).append(r)
     out: dict[Key, int] = {}
     for key, holders in _holders(topo).items():
-        on_gpu = [r for r in holders if topo.placement(r) in gpus]
-        on_node = [r for r in holders if topo.placement(r)[0] in nodes]
-        pick = on_gpu or on_node or holders
+        pick = on_gpu.get(key)
+        if not pick:  # ranks ascend with nodes, so node order keeps rank order
+            pick = [r for n in nodes for r in by_node[key].get(n, ())] or holders
         out[key] = pick[engine % len(pick)]
     return out
 
@@ -103,15 +122,42 @@ def rank_sends(plan: Iterable[EngineSync], rank: int) -> dict[int, tuple[Shard, 
 
 
 def _shard(topo: Topology, key: Key, rank: int) -> Shard:
-    if key[0] == "dense":
-        _, pp, tp = key
-        layers = () if topo.layers is None else tuple(
-            layer for v in range(topo.chunks) for layer in topo.stage_layers(pp, v)
-        )
-        return Shard("dense", pp, tp, topo.tp, layers)
-    _, pp, etp, _ep = key
-    layers = () if topo.layers is None else topo.replay_layers(pp)
-    return Shard("expert", pp, etp, topo.etp, layers, topo.local_experts(rank))
+    """The shard of `key`; every holder of a key holds the same shard, so it is built once
+    per key (its experts are those of the key's EP rank: `Topology.local_experts`)."""
+    return _shards(topo)[key]
+
+
+@lru_cache(maxsize=4)
+def _shards(topo: Topology) -> dict[Key, Shard]:
+    dense: dict[int, tuple[int, ...]] = {}
+    moe: dict[int, tuple[int, ...]] = {}
+    if topo.layers is not None:
+        for p in range(topo.pp):
+            dense[p] = tuple(x for v in range(topo.chunks) for x in topo.stage_layers(p, v))
+            moe[p] = topo.replay_layers(p)
+    out: dict[Key, Shard] = {}
+    for key in _holders(topo):
+        if key[0] == "dense":
+            _, pp, tp = key
+            out[key] = Shard("dense", pp, tp, topo.tp, dense.get(pp, ()))
+        else:
+            _, pp, etp, _ep = key
+            experts = topo.local_experts(_holders(topo)[key][0])  # the same for every holder
+            out[key] = Shard("expert", pp, etp, topo.etp, moe.get(pp, ()), experts)
+    return out
+
+
+@lru_cache(maxsize=4)
+def _index(topo: Topology) -> tuple[list[list[Key]], dict[Key, dict[int, list[int]]]]:
+    """Per train rank the keys it holds, and per key its holders grouped by node."""
+    keys_of: list[list[Key]] = [[] for _ in range(topo.world_size)]
+    by_node: dict[Key, dict[int, list[int]]] = {}
+    for key, holders in _holders(topo).items():
+        nodes = by_node.setdefault(key, {})
+        for r in holders:
+            keys_of[r].append(key)
+            nodes.setdefault(topo.placement(r)[0], []).append(r)
+    return keys_of, by_node
 
 
 @lru_cache(maxsize=4)

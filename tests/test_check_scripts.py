@@ -10,6 +10,7 @@ import pytest
 
 from miles_topology.check_script import check_script
 from miles_topology.cli import main
+from miles_topology.errors import InputError
 
 HERE = Path(__file__).parent / "fixtures" / "scripts"
 FIXTURES = json.loads((HERE / "expected.json").read_text())["fixtures"]
@@ -22,6 +23,10 @@ CASES = [
 
 @pytest.mark.parametrize("name,index,case", CASES)
 def test_fixture_verdict(name, index, case):
+    if case["entry"] is None:  # not a training job: unreadable as one, with what was found
+        with pytest.raises(InputError, match="no training launch found.*found instead"):
+            check_script(str(HERE / name), case["env"])
+        return
     v = check_script(str(HERE / name), case["env"])
     if "topology" not in case:  # no hand-computed verdict for this case
         if case["unresolved"]:  # sizes only known at run time: reported, never guessed
@@ -32,6 +37,8 @@ def test_fixture_verdict(name, index, case):
     assert v.ok == want["ok"], [p.code for p in v.errors]
     assert sorted({p.code for p in v.errors}) == want["errors"]
     assert sorted({p.code for p in v.warnings} - notes) == want["warnings"]
+    if "skipped" in want:
+        assert sorted({p.code for p in v.skipped}) == want["skipped"]
     if want["forms_grid"] and not v.extra["unresolved"]:
         s = v.summary
         assert (s["world_size"], s["dp"], s["edp"]) == (want["world_size"], want["dp"], want["edp"])
@@ -48,9 +55,9 @@ def test_every_error_code_has_a_fixture():
     assert {"expert-grid-divisibility", "dense-grid-divisibility", "experts-not-divisible-by-ep",
             "heads-not-divisible-by-tp", "layers-not-divisible-by-pp", "vpp-requires-pp",
             "rollout-gpus-not-multiple-of-engine", "engine-straddles-nodes", "sglang-dp-invalid",
-            "sglang-ep-invalid", "gpu-budget-exceeded", "r3-requires-moe", "r3-router-fusion",
+            "sglang-ep-invalid", "r3-requires-moe", "r3-router-fusion",
             "flag-conflict", "etp-implied", "colocate-ignores-rollout-gpus",
-            "deprecated-flag"} <= codes
+            "deprecated-flag"} <= codes  # gpu-budget-exceeded needs a cluster size: test_checks
     assert len(FIXTURES) >= 25
 
 
@@ -102,3 +109,48 @@ def test_check_on_typical_script_is_fast():
                           str(HERE / "run-qwen3-30B-A3B.sh")], capture_output=True, timeout=60)
     assert out.returncode == 0
     assert time.perf_counter() - start < 2.0  # interpreter start included; measured ~0.3 s
+
+
+def test_missing_model_file_skips_model_checks(tmp_path):
+    # the model file is not there: its shape is unknown, so R3's MoE rule cannot fail
+    script = tmp_path / "run.sh"
+    script.write_text('source "$(dirname "$0")/models/absent.sh"\n'
+                      "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
+                      '--colocate "${MODEL_ARGS[@]}" --use-rollout-routing-replay\n')
+    v = check_script(str(script), {})
+    assert v.ok and [p.code for p in v.skipped] == ["r3-requires-moe"]
+    assert v.summary["world_size"] == 8
+    assert "absent.sh" in v.extra["unknown_model_facts"]["why"]
+
+
+def test_explicit_dense_shape_still_fails_r3(tmp_path):
+    # the shape is given and has no experts: that is knowledge, and R3 cannot work
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
+                      "--colocate --num-layers 4 --num-attention-heads 8 "
+                      "--use-rollout-routing-replay\n")
+    v = check_script(str(script), {})
+    assert not v.ok and [p.code for p in v.errors] == ["r3-requires-moe"]
+    assert v.extra["unknown_model_facts"] is None
+
+
+def test_model_flag_after_unknown_words_is_known(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text('read -ra X <<< "$(python3 m.py)"\n'
+                      "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
+                      '--num-layers 4 "${X[@]}" --num-layers 4 --num-attention-heads 6 '
+                      "--tensor-model-parallel-size 4 --use-rollout-routing-replay\n")
+    v = check_script(str(script), {})
+    # heads 6 % tp 4 is proven (given after the unknown words); the expert count is not:
+    # the words may hold --num-experts
+    assert [p.code for p in v.errors] == ["heads-not-divisible-by-tp"]
+    assert [p.code for p in v.skipped] == ["r3-requires-moe"]
+    assert "--num-experts" in v.extra["unknown_model_facts"]["flags"]
+    assert "--num-layers" not in v.extra["unknown_model_facts"]["flags"]
+
+
+def test_no_training_launch_exit_2_names_what_was_found(capsys):
+    assert main(["check", str(HERE / "converter-only.sh")]) == 2
+    err = capsys.readouterr().err
+    assert "no training launch" in err and "convert_hf_to_torch_dist.py" in err
+    assert "converter-only.sh:5" in err

@@ -14,7 +14,7 @@ BAD = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--tensor-mod
        "--expert-tensor-parallel-size", "1", "--num-experts", "64", "--colocate"]
 GOOD = ["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4", "--tensor-model-parallel-size",
         "2", "--sequence-parallel", "--expert-model-parallel-size", "2", "--num-experts", "8",
-        "--num-attention-heads", "8", "--colocate"]
+        "--num-attention-heads", "8", "--colocate", "--num-gpus-per-node", "4"]
 
 
 def run(*argv):

@@ -234,7 +234,9 @@ def test_words_shared_with_another_command_stay(tmp_path):
     out = migrate(run)
     assert any("also reach the command at" in k for k in out.kept)
     assert "P=(--tensor-model-parallel-size 2)" in out.new
-    assert "$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)/run.topology.yaml" in out.new
+    assert out.new.startswith('# miles-topology-migration: 0003\nMILES_TOPOLOGY_DIR="$(cd -- '
+                              '"$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"')
+    assert '--topology "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in out.new
 
 
 def test_value_changed_after_use_is_computed_where_the_flag_was(tmp_path):
@@ -368,8 +370,10 @@ def test_launcher_accepts_legacy_flags_the_topology_file_and_flags_conflict(tmp_
 # ---------------------------------------------------------------- acceptance: checker fixtures
 
 ADDED = re.compile(r"^\s*(# miles-topology-migration: \d{4}|# miles-topology \d{4}: .*"
-                   r"|export [A-Za-z_].*  # read by \S+\.topology\.yaml)$")
-TOPOLOGY_REF = re.compile(r' --topology "[^"\n]*\.topology\.yaml"')
+                   r"|export [A-Za-z_].*  # read by \S+\.topology\.yaml"
+                   r"|MILES_TOPOLOGY_DIR\w*=.*  # read by --topology)$")
+TOPOLOGY_REF = re.compile(r' --topology "[^"\n]*\.topology\.yaml"'
+                          r'| --runtime-env-json="\{\\"env_vars\\": \{[^\n]*?\}\}"')
 # shell words, roughly: $((...)), ${...}, quoted strings and bare runs count as one each
 TOKEN = re.compile(r"\$\(\([^\n]*?\)\)|\$\{[^}\n]*\}|\"[^\"\n]*\"|'[^'\n]*'|[^\s()\"'$\\]+|\$\w*")
 
@@ -398,6 +402,11 @@ def test_acceptance_on_checker_fixtures(name, case, tmp_path, capsys):
     d = tmp_path / "scripts"
     shutil.copytree(SCRIPTS, d)
     path = d / name
+    if EXPECTED[name]["cases"][case]["entry"] is None:  # not a training job: nothing to move
+        code, _, err = cli(["migrate", "--write", *env_args(env), str(path)], capsys)
+        assert code == 2 and "no training launch" in err
+        assert path.read_text() == (SCRIPTS / name).read_text()
+        return
     code, out, _ = cli(["check", "--format", "json", *env_args(env), str(path)], capsys)
     before = json.loads(out)
     unknown = [u for u in before["unresolved"]
@@ -449,3 +458,196 @@ def test_rank_order_switch_moves_as_the_order_field(tmp_path, capsys):
     assert "--use-tp-pp-dp-mapping" not in script.read_text()
     code, out, _ = cli(["check", "--format", "json", str(script)], capsys)
     assert code == 0 and json.loads(out)["topology"]["order"] == before.order
+
+
+# ---------------------------------------------------------------- write safety
+
+
+def test_write_through_a_symlink_edits_the_target_and_keeps_the_link(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    real = run.rename(tmp_path / "run-real.sh")
+    link = tmp_path / "run.sh"
+    link.symlink_to("run-real.sh")
+    original, planned = real.read_text(), migrate(link)
+    code, out, err = cli(["migrate", "--write", str(link)], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == "run-real.sh"
+    assert real.read_text() == planned.new and (tmp_path / "run-real.sh.bak").read_text() \
+        == original
+    assert not (tmp_path / "run.sh.bak").exists()
+    assert (tmp_path / "run.topology.yaml").exists()  # beside the link, which it names
+
+
+def test_symlink_into_another_folder_is_refused_when_a_yaml_would_be_written(tmp_path, capsys):
+    (tmp_path / "real").mkdir()
+    real = staged(step_dir(STEPS[2]), tmp_path / "real")
+    shutil.copytree(tmp_path / "real" / "models", tmp_path / "models")
+    link = tmp_path / "run.sh"
+    link.symlink_to(real)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    code, _, err = cli(["migrate", "--write", str(link)], capsys)
+    assert code == 1 and "symbolic link to" in err and "another folder" in err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert link.is_symlink()
+    # --inline writes no YAML: it edits the target in place of the link
+    code, _, err = cli(["migrate", "--write", "--inline", str(link)], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and "TOPOLOGY_ARGS=(" in real.read_text()
+
+
+def test_backups_are_numbered_never_overwritten(tmp_path, capsys):
+    run = staged(step_dir(STEPS[0]), tmp_path)
+    run.with_name("run.sh.bak").write_text("an older backup\n")
+    run.with_name("run.sh.bak.1").write_text("another\n")
+    original = run.read_text()
+    code, out, _ = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 0 and "previous script in run.sh.bak.2" in out
+    assert run.with_name("run.sh.bak").read_text() == "an older backup\n"
+    assert run.with_name("run.sh.bak.1").read_text() == "another\n"
+    assert run.with_name("run.sh.bak.2").read_text() == original
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another owner needs root")
+def test_write_keeps_mode_and_owner(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    run.chmod(0o750)
+    os.chown(run, 4321, 4322)
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    for p in (run, run.with_name("run.sh.bak"), run.with_name("run.topology.yaml")):
+        st = p.stat()
+        assert (st.st_uid, st.st_gid) == (4321, 4322), p
+    assert run.stat().st_mode & 0o7777 == 0o750
+
+
+def test_read_only_script_is_refused_and_nothing_changes(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    run.chmod(0o444)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    original = run.read_bytes()
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "read-only (mode 0444)" in err and "chmod u+w" in err
+    assert run.read_bytes() == original and sorted(p.name for p in tmp_path.iterdir()) == before
+    code, out, _ = cli(["migrate", "--check", str(run)], capsys)  # not pending: --write refuses
+    assert code == 0 and "not migrated" in out and "read-only" in out
+
+
+def test_hard_linked_script_is_refused(tmp_path, capsys):
+    run = staged(step_dir(STEPS[0]), tmp_path)
+    os.link(run, tmp_path / "other.sh")
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "2 hard links" in err
+    assert (tmp_path / "other.sh").read_text() == run.read_text()
+
+
+def test_check_pending_is_what_write_would_do(tmp_path, capsys):
+    src = step_dir(STEPS[2])
+    run = staged(src, tmp_path)
+    code, out, _ = cli(["migrate", "--check", str(run)], capsys)
+    assert code == 1 and "pending 0001" in out and "0003" in out
+    # a sourced model file has no launch of its own: nothing to migrate, not pending
+    code, out, _ = cli(["migrate", "--check", str(tmp_path / "models" / "moe.sh")], capsys)
+    assert code == 0 and "not migrated" in out and "no training launch" in out
+    # what --write refuses is not pending either
+    (tmp_path / "b").mkdir()
+    bad = write_script(tmp_path / "b", "python3 train.py --actor-num-gpus-per-node 6 "
+                       "--tensor-model-parallel-size 4\n")
+    code, out, _ = cli(["migrate", "--check", str(bad)], capsys)
+    assert code == 0 and "topology is invalid" in out
+    assert cli(["migrate", "--write", str(bad)], capsys)[0] == 1
+    # unreadable input is still exit 2
+    assert cli(["migrate", "--check", str(tmp_path / "none.sh")], capsys)[0] == 2
+
+
+# ---------------------------------------------------------------- the migrated script, run
+
+
+def fake_stack(tmp_path: Path) -> tuple[Path, Path]:
+    """A bin folder with `python3` standing for train.py (it reads its flags, --topology
+    included, with the environment it really got, and writes what it found to a JSON file)
+    and `ray` whose `job submit -- CMD` runs CMD with only the runtime env's variables, as a
+    ray job's entrypoint gets them (it does not inherit the submitting shell's exports)."""
+    import sys
+
+    bin_, out = tmp_path / "bin", tmp_path / "seen.json"
+    bin_.mkdir()
+    (bin_ / "train.py").write_text(
+        "import json, os, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from miles_topology.sources import read_flags\n"
+        "t = read_flags(sys.argv[2:], dict(os.environ)).topology\n"
+        f"open({str(out)!r}, 'w').write(json.dumps({{'nodes': t.nodes, 'world': t.world_size,"
+        " 'dp': t.dp, 'edp': t.edp, 'ep': t.ep, 'cwd': os.getcwd()}))\n")
+    (bin_ / "ray.py").write_text(
+        "import json, os, sys\n"
+        "a = sys.argv[1:]\nassert a[:2] == ['job', 'submit'], a\n"
+        "cut = a.index('--')\nenv = {}\n"
+        "for w in a[2:cut]:\n"
+        "    if w.startswith('--runtime-env-json='):\n"
+        "        env = json.loads(w.split('=', 1)[1])['env_vars']\n"
+        f"os.execve({str(bin_ / 'python3')!r}, a[cut + 1:], {{'PATH': '/usr/bin:/bin', **env}})\n")
+    for name, target in (("python3", "train.py"), ("ray", "ray.py")):
+        (bin_ / name).write_text(f'#!/bin/bash\nexec {sys.executable} {bin_ / target} "$@"\n')
+        (bin_ / name).chmod(0o755)
+    return bin_, out
+
+
+def run_bash(script: Path, cwd: Path, bin_: Path, **env) -> None:
+    subprocess.run([BASH, os.path.relpath(script, cwd)], cwd=cwd, check=True,
+                   capture_output=True, env={"PATH": f"{bin_}:/usr/bin:/bin", **env})
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_values_moved_to_yaml_reach_train_py_under_ray_job_submit(tmp_path, capsys):
+    bin_, seen = fake_stack(tmp_path)
+    (tmp_path / "job").mkdir()
+    run = staged(step_dir(STEPS[2]), tmp_path / "job")
+    run_bash(run, tmp_path, bin_, NNODES="4")
+    before = json.loads(seen.read_text())
+    assert before["nodes"] == 4  # NNODES=4 reaches the flag through the shell
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    assert "--runtime-env-json=" in run.read_text()
+    seen.unlink()
+    run_bash(run, tmp_path, bin_, NNODES="4")
+    assert json.loads(seen.read_text()) == before  # and through the YAML, under ray
+    # without the runtime env the YAML would fall back to the value at migration time
+    run.write_text(re.sub(r' --runtime-env-json="[^\n]*?\}\}"', "", run.read_text()))
+    run_bash(run, tmp_path, bin_, NNODES="4")
+    assert json.loads(seen.read_text())["nodes"] == 2
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("folder", [
+    "",  # no folder variable at all
+    'D="$(dirname "$0")"\n',  # relative: wrong once the script has done a cd
+    'cd /tmp\nD="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n',  # set after a cd
+])
+def test_topology_path_survives_a_cd_before_the_launch(tmp_path, capsys, folder):
+    bin_, seen = fake_stack(tmp_path)
+    (tmp_path / "sub").mkdir()
+    run = write_script(tmp_path / "sub", "#!/bin/bash\n" + folder + "cd /\n"
+                       "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 4 "
+                       "--tensor-model-parallel-size 2 --colocate\n")
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    text = run.read_text()
+    assert '--topology "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in text
+    run_bash(run, tmp_path, bin_)  # run as `bash sub/run.sh` from tmp_path
+    got = json.loads(seen.read_text())
+    assert (got["world"], got["dp"], got["cwd"]) == (4, 2, "/")
+
+
+def test_a_folder_variable_set_before_any_cd_is_used(tmp_path):
+    run = write_script(tmp_path, HEAD + "cd /\npython3 train.py --actor-num-gpus-per-node 4 "
+                       "--colocate\n")
+    assert '--topology "${D}/run.topology.yaml"' in migrate(run).new
+    assert "MILES_TOPOLOGY_DIR" not in migrate(run).new
+
+
+def test_ray_job_with_its_own_runtime_env_keeps_variable_values_in_the_script(tmp_path):
+    run = write_script(tmp_path, "#!/bin/bash\nN=${N:-2}\nray job submit --address=x "
+                       "--runtime-env-json='{\"env_vars\": {\"A\": \"1\"}}' -- python3 train.py "
+                       "--actor-num-nodes $N --actor-num-gpus-per-node 4 --colocate\n")
+    out = migrate(run)
+    assert "--actor-num-nodes $N" in out.new and out.new.count("--runtime-env-json") == 1
+    assert any("--actor-num-nodes" in k and "does not inherit" in k for k in out.kept)
+    (yaml,) = out.files.values()
+    assert "gpus_per_node: 4" in yaml and "nodes" not in yaml.replace("gpus_per_node", "")

@@ -56,6 +56,12 @@ def test_wheel_holds_miles_topology_only(wheel):
     top = {n.split("/")[0] for n in names}
     assert top == {"miles_topology", wheel.name.split("-py3")[0] + ".dist-info"}, top
     assert "miles_topology/migrations/runner.py" in names and "miles_topology/py.typed" in names
+    subpackages = [d.name for d in (ROOT / "miles_topology").iterdir()
+                   if (d / "__init__.py").exists()]
+    assert "migrations" in subpackages
+    for sub in subpackages:  # every subpackage of the checkout ships
+        assert f"miles_topology/{sub}/__init__.py" in names, sub
+    assert "miles_topology/shell/syntax.py" in names  # the script reader
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     requires = [x for x in meta.splitlines() if x.startswith("Requires-Dist:")]
     core = [x for x in requires if "extra ==" not in x]

@@ -29,11 +29,11 @@ def topologies(draw):
     if colocate:  # engines inside a node, or whole nodes that divide the world
         engine = draw(st.sampled_from(_divisors(gpn) + [gpn * k for k in _divisors(nodes)]))
         rollout = None
-    else:  # separate rollout nodes of 8 GPUs
-        engine = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    else:  # rollout GPUs follow the actor's in the packed placement group (nodes of gpn)
+        engine = draw(st.sampled_from(_divisors(gpn) + [gpn * 2, gpn * 4]))
         rollout = engine * draw(st.integers(1, 4))
     return Topology(
-        nodes=nodes, gpus_per_node=gpn, node_gpus=8, tp=tp, cp=cp, pp=pp, etp=etp, ep=ep,
+        nodes=nodes, gpus_per_node=gpn, node_gpus=gpn, tp=tp, cp=cp, pp=pp, etp=etp, ep=ep,
         sp=tp > 1, experts=experts, colocate=colocate, rollout_gpus=rollout,
         engine_size=engine,
         order=draw(st.sampled_from(
@@ -91,9 +91,13 @@ def test_placement_is_a_bijection_onto_the_gpus(topo):
     engine_spots = [s for e in range(topo.num_engines) for s in topo.engine_gpus(e)]
     assert len(set(engine_spots)) == len(engine_spots) == topo.rollout_gpu_count
     for e in range(topo.num_engines):
-        nodes = {n for n, _ in topo.engine_gpus(e)}
+        gpus = topo.engine_gpus(e)
+        # engine e holds positions offset + e*size .. of the packed placement group
+        first = topo.rollout_offset + e * topo.engine_size
+        assert gpus == tuple(divmod(i, topo.node_size)
+                             for i in range(first, first + topo.engine_size))
         # an engine fits in one node or spans whole nodes
-        assert len(nodes) == 1 or topo.engine_size % topo.engine_node_size == 0
+        assert len({n for n, _ in gpus}) == 1 or topo.engine_size % topo.node_size == 0
     if topo.colocate:
         assert set(engine_spots) == set(spots)
     else:

@@ -28,6 +28,9 @@ SPAN_DISAGG = topo("--actor-num-nodes 1 --actor-num-gpus-per-node 4 --num-gpus-p
                    " --rollout-num-gpus-per-engine 8")
 SPAN_COLOCATED = topo("--actor-num-nodes 2 --actor-num-gpus-per-node 4 --num-gpus-per-node 4"
                       " --expert-model-parallel-size 2 --colocate --rollout-num-gpus-per-engine 8")
+MID_NODE = topo("--actor-num-nodes 1 --actor-num-gpus-per-node 2 --num-gpus-per-node 4"
+               " --expert-model-parallel-size 2 --rollout-num-gpus 4"
+               " --rollout-num-gpus-per-engine 2")  # engine 0 on node 0 GPUs 2-3, after rank 1
 TOO_BIG = topo("--actor-num-nodes 3 --actor-num-gpus-per-node 4 --num-gpus-per-node 4"
                " --expert-model-parallel-size 4 --rollout-num-gpus 4")
 TOO_WIDE = topo("--actor-num-nodes 1 --actor-num-gpus-per-node 8 --num-gpus-per-node 8"
@@ -46,6 +49,11 @@ def test_bind_gives_the_kth_gpu_to_the_kth_numeric_id():
     ids = ["3", "10", "0", "9", "1", "11", "2", "4", "5", "6", "7", "8"]  # bundle -> GPU id
     bound = bind(needed, {b: (0, gid) for b, gid in enumerate(ids)})
     assert [ids[bound[(0, g)]] for g in range(12)] == [str(g) for g in range(12)]
+
+
+def test_mid_node_engine_slots():
+    assert slots(MID_NODE) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
+    assert MID_NODE.engine_gpus(0) == ((0, 2), (0, 3)) and need_per_node(MID_NODE) == [4, 2]
 
 
 def test_slots_and_need():
@@ -146,6 +154,7 @@ CASES = {
     "colocated": (COLOCATED, list(range(8)), [(0, 0), (1, 0), (1, 3)]),
     "disaggregated": (DISAGG, [0, 7], [(0, i) for i in range(4)]),
     "engine-spans-2-nodes": (SPAN_DISAGG, [0, 3], [(0, i) for i in range(8)]),
+    "engine-starts-mid-node": (MID_NODE, *every(MID_NODE)),
     "colocated-engine-spans-2-nodes": (SPAN_COLOCATED, *every(SPAN_COLOCATED)),
 }
 SLOW = {"colocated-engine-spans-2-nodes"}
@@ -171,9 +180,9 @@ def test_actors_land_where_the_topology_says(ray_cluster, name):
             by_slot = {t.placement(r): w["reserved"] for r, w in train.items()}
             for (e, i), w in engines.items():
                 assert by_slot[t.engine_gpus(e)[i]] == w["reserved"]
-        else:  # rollout nodes hold no train rank
-            assert {t.engine_gpus(e)[i][0] for e, i in engines}.isdisjoint(
-                {t.placement(r)[0] for r in range(t.world_size)})
+        else:  # engine GPUs are not train GPUs (they may share a node: packed placement)
+            assert {t.engine_gpus(e)[i] for e, i in engines}.isdisjoint(
+                {t.placement(r) for r in range(t.world_size)})
         if t.engine_size == 8:  # the engine really spans two nodes
             assert len({w["node_id"] for w in engines.values()}) == 2
 

@@ -16,7 +16,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
 TEXTS = [p.read_text() for p in sorted(FIXTURES.glob("*.sh"))]
 NASTY = ["'", '"', "{", "}", "(", ")", "$((", "$(", "${", "`", "\\", "\\\n", "\n", "#", ";", ";;",
          "|", "&&", "<<EOF\n", "[[", "]]", "fi", "done", "esac", "then", "=(", "$", "!", "*", "\0",
-         "$((1/0))", "${X:-${Y:?", "if true; then", "case x in", "\t", " "]
+         "$((1/0))", "${X:-${Y:?", "if true; then", "case x in", "\t", " ", "<<<", " <<< \"$X\"",
+         "read -ra A <<< ", "mapfile -t A < <(echo --a 1)\n", "eval \"A=(--b 2)\"\n",
+         "${A[@]} \\\n", "é", "\\ \n", "X=\"$X$X\"\n"]
 
 
 MUTATED = mutated(TEXTS, NASTY, 1, 6)
@@ -60,5 +62,7 @@ def test_random_shell_soup(workdir, text, env):
 
 def test_deep_nesting_is_a_read_error(workdir):
     for text in ["X=" + "$(" * 500, "X=$((" + "(" * 2000 + "1" + ")" * 2000 + "))",
-                 "X=" + "${A:-" * 500, "if true; then " * 300]:
+                 "X=" + "${A:-" * 500, "if true; then " * 300,
+                 "X=" + "$(echo " * 300 + "1" + ")" * 300, "{ " * 400 + "true; " + "} " * 400,
+                 "eval " + "'eval " * 50 + "x=1" + "'" * 50]:
         check(workdir, text + "\npython3 train.py --a 1\n")

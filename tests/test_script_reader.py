@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,7 @@ def test_arithmetic(tmp_path, expr, value):
 
 
 @pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 2))", "$((2 ** 99))",
-                                  "$((N ? 1 : 2))", "$((9999999999 * 9999999999))", "$((1 +))"])
+                                  "$((N ? 1 : 2))", "$((9999999999 * 9999999999))"])
 def test_arithmetic_unknowable(tmp_path, expr):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
     assert final(read)["--x"] is None
@@ -304,6 +305,12 @@ def test_missing_continuation_after_array_expansion(tmp_path):
     assert "line 4" in note.fix
 
 
+def test_incomplete_arithmetic_is_a_read_error(tmp_path):
+    # bash parses $((1 +)) and fails when it runs it; tree-sitter rejects it up front
+    with pytest.raises(ScriptReadError, match=r"run.sh:2: bash cannot evaluate the arithmetic"):
+        read_text(tmp_path, "N=4\npython3 train.py --x $((1 +))\n")
+
+
 @pytest.mark.parametrize(("text", "line", "words"), [
     ('python3 train.py --a "x\n', 1, "double quote"),
     ("python3 train.py --a 'x\n", 1, "single quote"),
@@ -441,3 +448,143 @@ def test_words_used_apart_count_as_used_there(tmp_path):
 def test_exported_stays_exported_when_set_again(tmp_path):
     read = read_text(tmp_path, "export A=1\nA=2\nB=3\npython3 train.py\n", env={"B": "x", "C": "y"})
     assert read.site.environ() == {"A": "2", "C": "y"}
+
+
+# ---------------------------------------------------------------- real idioms (tree-sitter reader)
+
+
+def test_unresolved_array_is_never_a_flag_value(tmp_path):
+    text = ('read -ra X <<< "$(python3 model_args.py qwen3-4B)"\n'
+            "python3 train.py --colocate ${X[@]} --rollout-num-gpus 4 ${X[@]} "
+            '--tensor-model-parallel-size "${X[@]}"\n')
+    read = read_text(tmp_path, text)
+    got = final(read)
+    assert got["--colocate"] == "" and got["--rollout-num-gpus"] == "4"
+    assert got["--tensor-model-parallel-size"] is None  # its value may be X's first word
+    assert read.gaps == [1, 2, 3]
+    assert read.flags() == ["--colocate", "--rollout-num-gpus", "4"]
+    assert {u.flag for u in read.unresolved} == {None, "--tensor-model-parallel-size"}
+
+
+def test_here_string_is_not_a_heredoc(tmp_path):
+    # the old reader took <<< for <<, and swallowed the rest of the file as its body
+    read = read_text(tmp_path, 'read -r A B <<< "x y z"\npython3 train.py --a $A --b "$B"\n')
+    assert final(read) == {"--a": "x", "--b": "y z"}
+
+
+def test_read_mapfile_eval_of_unknown_text_stay_unknown(tmp_path):
+    text = ("mapfile -t M < <(ls /ckpt)\nread -ra R < args.txt\neval \"$(cat cmd)\"\n"
+            "python3 train.py --m ${M[@]} --r \"${R[@]}\"\n")
+    read = read_text(tmp_path, text)
+    assert final(read) == {"--m": "", "--r": ""}  # --m/--r are no known topology flags
+    assert len(read.gaps) == 2 and all(u.flag is None for u in read.unresolved)
+
+
+def test_utf8_text_keeps_character_spans(tmp_path):
+    text = '# é — 中文 😀\nA=(--tp "2")  # ü\npython3 train.py --x=é "${A[@]}"\n'
+    read = read_text(tmp_path, text)
+    by = {fv.flag: fv for fv in read.argv}
+    assert text[by["--tp"].span.start:by["--tp"].span.end] == "--tp"
+    assert text[by["--tp"].value_spans[0].start:by["--tp"].value_spans[0].end] == '"2"'
+    assert (by["--tp"].span.line, by["--tp"].span.col) == (2, 3)
+    assert text[by["--x"].span.start:by["--x"].span.end] == "--x=é"
+    assert by["--x"].value == "é"
+
+
+def test_unicode_fixture_migrates_exactly(tmp_path):
+    from miles_topology.migrations.runner import migrate
+    src = HERE / "unicode-comments.sh"
+    run = tmp_path / "unicode-comments.sh"
+    run.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    os.symlink(HERE / "models", tmp_path / "models")
+    out = migrate(run)
+    assert "0003" in out.applied
+    new = out.new
+    assert "# Qwen3-4B — modèle dense, réglé à la main (UTF-8: é, —, 中文)" in new
+    assert "   # taille TP → 2\n" in new and "--tensor-model-parallel-size" not in new
+    assert "   --sequence-parallel" not in new  # moved whole, nothing left half-cut
+    after = read_script(run, text=new)
+    assert after.entry == "train.py" and any(fv.flag == "--topology" for fv in after.argv)
+
+
+def test_doubling_string_is_bounded(tmp_path):
+    text = "X=ab\n" + 'X="$X$X"\n' * 40 + "python3 train.py --x \"$X\" --y 1\n"
+    start = time.perf_counter()
+    read = read_text(tmp_path, text)
+    assert time.perf_counter() - start < 5
+    assert final(read) == {"--x": None, "--y": "1"}
+    assert "MB" in read.unresolved[0].why
+
+
+def test_doubling_array_is_bounded(tmp_path):
+    text = "A=(x)\n" + 'A=("${A[@]}" "${A[@]}")\n' * 60 + 'python3 train.py --y 1 "${A[@]}"\n'
+    start = time.perf_counter()
+    read = read_text(tmp_path, text)
+    assert time.perf_counter() - start < 30  # ~2 s idle: 17 doublings, then one unknown
+    assert final(read) == {"--y": "1"} and read.gaps == [1]
+    assert "more than" in read.unresolved[0].why
+
+
+def test_array_appends_are_linear(tmp_path):
+    def cost(n: int) -> float:
+        path = write(tmp_path, "A=()\n" + "A+=(w)\n" * n + 'python3 train.py "${A[@]}"\n',
+                     f"run{n}.sh")
+        start = time.perf_counter()
+        read = read_script(path)
+        took = time.perf_counter() - start
+        assert len(read.argv) == n
+        return took
+    small, big = cost(10_000), cost(100_000)
+    assert big < 25 * small  # 10x the appends; quadratic copies would be ~100x
+
+
+def test_huge_file_is_refused_before_reading(tmp_path):
+    path = tmp_path / "big.sh"
+    with open(path, "wb") as f:
+        f.truncate(51 << 20)
+    with pytest.raises(ScriptReadError, match=r"big.sh:0: the file is 51 MB, over the 50 MB"):
+        read_script(path)
+
+
+def test_exponential_function_calls_are_bounded(tmp_path):
+    text = "f() { f; f; }\nf\npython3 train.py --a 1\n"
+    start = time.perf_counter()
+    try:
+        read_text(tmp_path, text)
+    except ScriptReadError as e:
+        assert "more than" in str(e)
+    assert time.perf_counter() - start < 60
+
+
+def test_tree_sitter_is_loaded_lazily():
+    code = ("import sys; import miles_topology, miles_topology.script, miles_topology.cli; "
+            "print('tree_sitter' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent)
+    assert out.stdout.strip() == "False"
+
+
+def test_command_held_in_an_array_is_not_a_cut_off_line(tmp_path):
+    read = read_text(tmp_path, 'CMD=(python3 train.py --a 1)\n"${CMD[@]}" --b 2\n')
+    assert (read.entry, read.flags(), read.notes) == ("train.py", ["--a", "1", "--b", "2"], [])
+    read = read_text(tmp_path, 'read -ra CMD < cmd.txt\n"${CMD[@]}"\npython3 train.py\n')
+    assert read.notes == []
+
+
+def test_word_slices(tmp_path):
+    text = ('A=(--a 1 --b 2 --c 3)\nrun() {\n  python3 train.py "${@:2}" "${A[@]:2:2}" '
+            '${A[@]: -2}\n}\nrun skip --x 1\n')
+    read = read_text(tmp_path, text)
+    assert read.flags() == ["--x", "1", "--b", "2", "--c", "3"]
+
+
+def test_keyed_and_associative_arrays(tmp_path):
+    text = ('A=([0]=--tp [1]=2 [3]="--pp" 1)\nB=(--ep)\nB+=([5]=4)\n'
+            'declare -A SIZE=([qwen3-4B]=2 [qwen3-30B]=8)\nSIZE[tiny]=1\nM=qwen3-30B\n'
+            'python3 train.py "${A[@]}" "${B[@]}" --cp "${SIZE[$M]}" --x "${SIZE[tiny]}"\n'
+            'python3 train.py --all "${SIZE[@]}"\n')
+    read = read_text(tmp_path, text.split("python3 train.py --all")[0])
+    assert read.flags() == ["--tp", "2", "--pp", "1", "--ep", "4", "--cp", "8", "--x", "1"]
+    # bash lists an associative array's values in its own order: not guessed
+    read = read_text(tmp_path, text)
+    assert final(read)["--all"] == "" and read.gaps

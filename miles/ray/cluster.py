@@ -37,6 +37,7 @@ from .plan import Slot, bind, budget_problems, gpu_key, slots
 TRAIN_GPU = {True: 0.5, False: 1.0}  # colocated -> fraction of the slot's GPU
 ENGINE_GPU = {True: 0.4, False: 1.0}
 PIN = 0.001  # share of a node's pin resource a bundle takes
+LOCAL_MAX_NODES = 64  # a local (logical-GPU) cluster larger than this is refused up front
 ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR",
     "MASTER_PORT", "LOCAL_WORLD_SIZE", "MILES_ENGINE", "MILES_ENGINE_RANK", "MILES_ENGINE_SIZE",
@@ -69,7 +70,7 @@ class Cluster:
         t = self.topo
         slot = t.placement(rank)
         env = dict(
-            RANK=rank, WORLD_SIZE=t.world_size, LOCAL_WORLD_SIZE=t.gpus_per_node,
+            RANK=rank, WORLD_SIZE=t.world_size, LOCAL_WORLD_SIZE=_ranks_on_node(t, slot[0]),
             MASTER_ADDR=self.master[0], MASTER_PORT=self.master[1],
         )
         return self._options(slot, TRAIN_GPU[t.colocate], env)
@@ -147,7 +148,16 @@ def start_cluster(topo: Topology, address: str | None = None, wait_s: float = 60
         if address:
             _wait_reachable(address, wait_s)
         else:
-            local = start_local(topo.nodes_needed, max(topo.node_gpus, topo.gpus_per_node))
+            if topo.nodes_needed > LOCAL_MAX_NODES:  # bounded: no attempt at 10^8 raylets
+                from miles_topology import Problem
+
+                raise TopologyError([Problem(
+                    "gpu-budget-exceeded",
+                    f"this job needs {topo.nodes_needed} nodes of {topo.node_size} GPUs; a local "
+                    f"cluster is built for at most {LOCAL_MAX_NODES}.",
+                    "point RAY_ADDRESS at a Ray cluster of that size, or shrink the job",
+                    ("--actor-num-nodes", "--rollout-num-gpus"))], list(topo.warnings))
+            local = start_local(topo.nodes_needed, topo.node_size)
             address = local.address
         ray.init(address=address, logging_level="warning")
         owns_conn = True
@@ -247,6 +257,12 @@ def _nodes() -> list[Node]:
              f"node:{n['NodeManagerAddress']}")
         for n in alive
     ]
+
+
+def _ranks_on_node(topo: Topology, node: int) -> int:
+    """Train ranks on `node`: ranks take the first positions of the packed placement group."""
+    first = node * topo.node_size
+    return max(0, min(topo.world_size, first + topo.node_size) - first)
 
 
 def _per_node(needed: list[Slot]) -> str:

@@ -1,7 +1,8 @@
 """What the job needs from a Ray cluster, as pure data (no ray import).
 
-Slots are the (node, GPU) pairs of the Topology: train placements and engine GPUs.
-One placement-group bundle per slot; every actor on a slot shares its bundle.
+Slots are the (node, GPU) positions of miles' one packed placement group, in the order miles
+sorts its bundles (node IP, then GPU id): the actor's ranks first, then the rollout and eval
+engines. One bundle per slot; every actor on a slot shares its bundle.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ Slot = tuple[int, int]
 
 
 def slots(topo: Topology) -> list[Slot]:
-    """Every (node, GPU) the job uses, ordered by node then GPU."""
-    used = {topo.placement(r) for r in range(topo.world_size)}
-    used.update(g for e in range(topo.num_engines) for g in topo.engine_gpus(e))
-    return sorted(used)
+    """Every (node, GPU) of miles' one packed placement group, in its sorted order: position i
+    is `topo.slot(i)` (miles/ray/placement_group.py; see miles_topology/placement.py)."""
+    return [topo.slot(i) for i in range(topo.placement_gpus)]
 
 
 def need_per_node(topo: Topology) -> list[int]:
@@ -25,9 +25,6 @@ def need_per_node(topo: Topology) -> list[int]:
     need = [0] * topo.nodes_needed
     for n, g in slots(topo):
         need[n] = max(need[n], g + 1)
-    critic = topo.critic_gpus_per_node or topo.gpus_per_node
-    for n in range(topo.nodes, topo.train_nodes_used):  # critic nodes: no slots placed here
-        need[n] = max(need[n], critic)
     return need
 
 
@@ -39,6 +36,18 @@ def gpu_key(gpu_id: object) -> tuple:
 
 def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
     """`gpu-budget-exceeded` when the cluster's nodes (GPUs each, in node order) cannot host it."""
+    if topo.nodes_needed > max(len(have), 1 << 12):  # decided without listing every node
+        return [Problem(
+            "gpu-budget-exceeded",
+            f"this job needs {topo.nodes_needed} node(s) of {topo.node_size} GPUs "
+            f"({topo.gpu_budget}) but the Ray cluster has {len(have)} node(s) with GPUs "
+            f"{list(have)}.",
+            f"give the cluster {topo.nodes_needed} nodes of {topo.node_size} GPUs (or point "
+            "RAY_ADDRESS at one), or shrink the job: fewer --actor-num-nodes or "
+            "--rollout-num-gpus, or --colocate",
+            ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus",
+             "--num-gpus-per-node"),
+        )]
     need = need_per_node(topo)
     short = [n for n, k in enumerate(need) if n >= len(have) or have[n] < k]
     if not short:

@@ -1,0 +1,249 @@
+"""Read a Python launcher (miles' ``scripts/run_*.py``): run it where nothing leaves the process
+and take the training command it would have started.
+
+Since miles writes its launchers in Python (a dataclass + typer CLI, a helper building one
+flag string, then ``execute_train(...)`` running ``ray job submit ... -- python3 train.py
+...`` through subprocess), the flags exist only once the launcher runs. `read_python_launcher`
+runs it in a fresh interpreter (``child.py``) with a temporary folder as cwd, HOME and TMPDIR,
+resource limits and a wall-clock timeout; every command it starts is recorded, not run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from .commands import launch_of, shown
+
+CHILD = Path(__file__).with_name("child.py")
+MEMORY_MB = 2048
+# What the import name does not say: the name to pip install.
+PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2":
+             "opencv-python", "dateutil": "python-dateutil", "google": "protobuf"}
+
+
+@dataclass
+class Recorded:
+    """A command the launcher tried to run (or a network/file action it tried), not run."""
+
+    kind: str  # "subprocess", "os.system", "os.execv", "socket.connect", "shutil.rmtree"...
+    command: str  # as one line
+    source: tuple[str, int] | None  # the launcher's own file:line of the call
+
+
+@dataclass
+class PythonLaunch:
+    """The training command a Python launcher issues, as `check` reads it."""
+
+    path: str
+    argv: list[str]  # the flags after train.py / train_async.py
+    entry: str  # the train script as the command names it
+    launcher: str  # "python", "torchrun" or "ray job submit"
+    source: tuple[str, int] | None  # the launcher's file:line of the call that issued it
+    # what the launch sets in the entry's environment beyond the one the launcher ran with;
+    # under ray job submit, its runtime env (the entrypoint inherits nothing else from it)
+    env: dict[str, str] = field(default_factory=dict)
+    others: list[Recorded] = field(default_factory=list)  # everything else it tried
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
+                         = None, timeout_s: float = 10, memory_mb: int = MEMORY_MB,
+                         cwd: str | None = None) -> PythonLaunch:
+    """Run the launcher at `path` with `launcher_args` in the sandbox and return its training
+    launch. `env` adds to the current environment (as `--env KEY=VALUE` does for scripts).
+    The launcher runs in the sandbox's temporary folder, or in `cwd` when given (for a launcher
+    that reads files relative to where it is started; its writes there are redirected all the
+    same). Raises InputError when there is no launch, or when the launcher cannot run to it."""
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
+    child_env = {**os.environ, **(env or {})}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
+        work = Path(tmp, "work")
+        work.mkdir()
+        # set in the child once it has started, so that its user site-packages (found from
+        # the real HOME) are there as they are for the real launcher
+        sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
+        sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
+        records, err, status = _run(path, launcher_args, child_env, sandbox, Path(tmp), work,
+                                    timeout_s, memory_mb)
+    return _interpret(path, records, err, status, {**child_env, **sandbox}, timeout_s,
+                      memory_mb, time.perf_counter() - t0)
+
+
+def _run(path, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
+         memory_mb: int):
+    record = tmp / "record.jsonl"
+    record.touch()
+    cfg = tmp / "config.json"
+    pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    cfg.write_text(json.dumps({
+        "launcher": os.path.abspath(path), "args": list(args), "work": str(work),
+        "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
+        "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
+        "env": sandbox}))
+    with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
+        # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc
+        proc = subprocess.Popen([sys.executable, "-E", "-B", str(CHILD), str(cfg)], cwd=work,
+                                env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
+                                start_new_session=True)
+        try:
+            status = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            status = "timeout"
+    records = []
+    for line in record.read_text(errors="replace").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut off by the kill
+    err = (tmp / "stderr").read_bytes()[-4096:].decode(errors="replace")
+    return records, err, status
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the child and anything in its session (it cannot start any, but be sure)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _where(src) -> tuple[str, int] | None:
+    return (src[0], int(src[1])) if src else None
+
+
+def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds
+               ) -> PythonLaunch:
+    end = records[-1] if records and "end" in records[-1] else None
+    calls = [r for r in records if "kind" in r]
+    found, others = None, []
+    for r in calls:
+        env = r.get("env")
+        if env is None:
+            env = {k: v for k, v in {**child_env, **(r.get("env_changes") or {})}.items()
+                   if v is not None}
+        got = launch_of({**r, "env": env}) if _runs(r["kind"]) else None
+        if got is not None and found is None:
+            found = (got, r)
+        else:
+            others.append(Recorded(r["kind"], shown(r), _where(r.get("source"))))
+    name = os.path.basename(path)
+    notes = []
+    if status in ("timeout", -signal.SIGXCPU):  # the wall clock, or RLIMIT_CPU
+        if found is None:
+            raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
+                             "recorded no training launch (an endless loop, or waiting for "
+                             "something the sandbox never starts)")
+        notes.append(f"the launcher was stopped after {timeout_s:g} s, after its training "
+                     "launch was recorded")
+    elif end is None:
+        why = f"killed by signal {-status}" if isinstance(status, int) and status < 0 else \
+            f"exited with status {status}"
+        if found is None:
+            raise InputError(f"{path}: the launcher was {why} before it launched training "
+                             f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
+                             + _tail(err))
+        notes.append(f"the launcher was {why} after its training launch was recorded")
+    elif end["end"] == "memory":
+        if found is None:
+            raise InputError(f"{path}: the launcher ran out of memory (limit {memory_mb} MiB) "
+                             "before it launched training")
+        notes.append(f"the launcher ran out of memory (limit {memory_mb} MiB) afterwards")
+    elif end["end"] == "missing":
+        pkg = (end.get("module") or "?").split(".")[0]
+        raise InputError(f"{name} imports {pkg}, which is not installed here: pip install "
+                         f"{PIP_NAMES.get(pkg, pkg)} (or put it on PYTHONPATH)")
+    elif end["end"] == "error":
+        if found is None:
+            raise InputError(f"{path}: the launcher failed before it launched training: "
+                             f"{_at(end)}{_hint(calls)}")
+        notes.append(f"the launcher failed after its training launch: {_at(end)}")
+    elif end["end"] == "exit" and end.get("code") not in (None, 0) and found is None:
+        raise InputError(f"{path}: the launcher exited with status {end['code']} before it "
+                         f"launched training{_tail(err)}")
+    if found is None:
+        ran = f"ran {len(calls)} command(s)" if calls else "ran no command"
+        raise InputError(f"{path}: no training launch: the launcher {ran}, none of them "
+                         "starts train.py or train_async.py (python3, torchrun, or ray job "
+                         "submit ... -- python3 train.py)")
+    (launch, rec) = found
+    if any(launch_of({**r, "env": {}}) for r in calls if r is not rec and _runs(r["kind"])):
+        notes.append("it launches training more than once; the first launch is the one read")
+    env = {k: v for k, v in launch.env.items() if launch.launcher == "ray job submit"
+           or child_env.get(k) != v}
+    return PythonLaunch(path, launch.argv, launch.entry, launch.launcher,
+                        _where(rec.get("source")), env, others, notes, seconds)
+
+
+def _runs(kind: str) -> bool:
+    """Whether a recorded call starts a program (the others touch files or the network)."""
+    return kind in ("subprocess", "os.system") or kind.startswith(
+        ("os.exec", "os.spawn", "os.posix_spawn"))
+
+
+def _at(end: dict) -> str:
+    where, inner = end.get("where"), end.get("inner")
+    at = f"{where[0]}:{where[1]}: " if where else ""
+    if inner:
+        at += f"(in {inner[2]}, {inner[0]}:{inner[1]}: `{inner[3]}`) "
+    return f"{at}{end.get('error')}"
+
+
+def _hint(calls: list[dict]) -> str:
+    """When a launcher fails on a command's output, say that the sandbox gave it none."""
+    if not calls or not calls[-1].get("captured"):
+        return ""
+    last = calls[-1]
+    return (f" (the sandbox runs no command: the last one, `{shown(last)[:120]}`, was "
+            "answered with exit 0 and empty output; where the launcher can take that value "
+            "from the environment, give it with --env KEY=VALUE)")
+
+
+def _tail(err: str) -> str:
+    lines = [x.strip() for x in err.splitlines() if x.strip()]
+    return f": {lines[-1]}" if lines else ""
+
+
+def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None):
+    """`check LAUNCHER.py [-- ARGS]`: the Verdict on the training launch the launcher issues.
+    A ``--topology`` YAML is resolved with the environment the entry really gets: under
+    ray job submit only the runtime env, else the launcher's own plus what the command sets."""
+    from ..errors import Location
+    from ..report import verdict_of
+    from ..sources import read_flags
+
+    got = read_python_launcher(path, launcher_args, env)
+    base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
+    environ = {**base, **got.env}
+    v = verdict_of(path, lambda: read_flags(got.argv, environ).topology)
+    where = None
+    if got.source:  # every problem is in the flags of the call the launcher makes there
+        same = os.path.realpath(got.source[0]) == os.path.realpath(path)
+        where = Location(path if same else os.path.relpath(got.source[0]), got.source[1])
+        v.errors, v.warnings, v.skipped = ([p if p.location else p.at(where) for p in ps]
+                                           for ps in (v.errors, v.warnings, v.skipped))
+    at = str(where) if where else "?"
+    lines = [f"launch: {got.launcher} {got.entry}  <- {at} (run in a sandbox in "
+             f"{got.seconds:.2f} s; {len(got.others)} other action(s) recorded, not run)"]
+    lines += [f"note: {n}" for n in got.notes]
+    v.extra = {"launcher": got.launcher, "entry": got.entry, "argv": got.argv,
+               "source": at, "unresolved": [],
+               "others": [{"kind": o.kind, "command": o.command,
+                           "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
+                          for o in got.others],
+               "notes": got.notes, "report_lines": lines}
+    return v

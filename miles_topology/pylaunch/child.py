@@ -1,0 +1,483 @@
+"""Run one Python launcher so that nothing it does leaves the process.
+
+This file runs as ``python -E -B child.py CONFIG.json`` and imports nothing of miles_topology.
+Before the launcher runs, every way to start a program, signal one, reach the network or
+change files outside the work folder is replaced by a recorder that answers "done" (exit 0,
+empty output; a file opened for writing outside the work folder is opened under
+WORK/outside/ instead, so that lock files and logs work), and a PEP 578 audit hook refuses
+whatever slips past the recorders (a saved reference to the real function, a C extension).
+Each recorded command is one JSON line in the record file, written as it happens, so a
+launcher that hangs or crashes later still leaves what it did; the last line says how the
+launcher ended.
+
+This guards a machine against a launcher's side effects (``pkill``, ``rm -rf``, ``ray
+start``, a download): it is not a jail for hostile code that reads memory through ctypes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import sys
+import threading
+import traceback
+
+REAL_EXIT = os._exit
+_lock = threading.Lock()
+_out = -1
+WORK = ""
+HERE = ""  # the launcher's folder: frames of files there are the launcher's own
+_BASE_ENV: dict[str, str] = {}
+_FAKE_PID = 0x3FFFFF00
+
+
+class SandboxRefused(PermissionError):
+    """What the audit hook raises: an OSError, so code that expects I/O failures copes."""
+
+
+def emit(rec: dict) -> None:
+    data = (json.dumps(rec, default=str) + "\n").encode()
+    with _lock:
+        os.write(_out, data)
+
+
+def _where() -> list | None:
+    """The innermost frame in the launcher's folder: its own file:line for this call."""
+    for fs in reversed(traceback.extract_stack()[:-2]):
+        if own(fs.filename):
+            return [fs.filename, fs.lineno]
+    return None
+
+
+def own(filename: str | None) -> bool:
+    """A file of the launcher: itself or a helper module beside it (not an installed one)."""
+    return bool(filename) and os.path.dirname(os.path.realpath(filename)) == HERE
+
+
+def _env_changes() -> dict:
+    now = dict(os.environ)
+    out = {k: v for k, v in now.items() if _BASE_ENV.get(k) != v}
+    out.update({k: None for k in _BASE_ENV if k not in now})
+    return out
+
+
+def record(kind: str, argv=None, shell: str | None = None, env=None, **extra) -> None:
+    rec = {"kind": kind, "argv": argv, "shell": shell, "source": _where(),
+           "env": dict(env) if env is not None else None, "env_changes": _env_changes()}
+    rec.update(extra)
+    emit(rec)
+
+
+def _words(args) -> tuple[list | None, str | None]:
+    if isinstance(args, (str, bytes, os.PathLike)):
+        return None, os.fsdecode(args)
+    return [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args], None
+
+
+def inside(path) -> bool:
+    """Whether `path` (relative to the current folder) resolves into the work folder."""
+    try:
+        full = os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return False
+    return full == WORK or full.startswith(WORK + os.sep)
+
+
+# ---------------------------------------------------------------- recorders
+
+
+class FakePopen:
+    """subprocess.Popen that records the command and finishes at once with status 0.
+    run/call/check_call/check_output/getoutput and os.popen all come through here."""
+
+    def __init__(self, args, bufsize=-1, executable=None, stdin=None, stdout=None, stderr=None,
+                 preexec_fn=None, close_fds=True, shell=False, cwd=None, env=None,
+                 universal_newlines=None, startupinfo=None, creationflags=0, restore_signals=True,
+                 start_new_session=False, pass_fds=(), *, text=None, encoding=None, errors=None,
+                 **_):
+        import subprocess
+
+        argv, string = _words(args)
+        if shell and argv is not None:  # Popen(["cmd ..."], shell=True): the first is the script
+            argv, string = None, argv[0] if argv else ""
+        record("subprocess", argv, string, env, via_shell=bool(shell),
+               cwd=os.fsdecode(cwd) if cwd is not None else None,
+               captured=stdout == subprocess.PIPE)
+        self.args, self.returncode, self.pid = args, None, _FAKE_PID
+        texty = bool(text or universal_newlines or encoding or errors)
+        empty = (lambda: io.StringIO("")) if texty else (lambda: io.BytesIO(b""))
+        self.stdin = io.StringIO() if texty and stdin == subprocess.PIPE else \
+            io.BytesIO() if stdin == subprocess.PIPE else None
+        self.stdout = empty() if stdout == subprocess.PIPE else None
+        self.stderr = empty() if stderr == subprocess.PIPE else None
+        self._empty = "" if texty else b""
+
+    def communicate(self, input=None, timeout=None):
+        self.returncode = 0
+        return (self._empty if self.stdout is not None else None,
+                self._empty if self.stderr is not None else None)
+
+    def poll(self):
+        self.returncode = 0
+        return 0
+
+    def wait(self, timeout=None):
+        self.returncode = 0
+        return 0
+
+    def send_signal(self, sig):
+        pass
+
+    terminate = kill = send_signal
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.returncode = 0
+        return False
+
+
+def _system(command):
+    record("os.system", None, os.fsdecode(command))
+    return 0
+
+
+def _exec(name):
+    def execute(path, args=(), *rest):
+        argv, _ = _words(args if not isinstance(args, (str, bytes)) else [args, *rest])
+        env = rest[-1] if name.endswith("e") and rest else None
+        record(f"os.{name}", argv, None, env if isinstance(env, dict) else None)
+        raise SystemExit(0)  # exec never returns: the launcher's process became that program
+
+    return execute
+
+
+def _execl(name):
+    def execute(path, *args):
+        env = args[-1] if name.endswith("e") else None
+        words = list(args[:-1] if env is not None else args)
+        record(f"os.{name}", _words(words)[0], None, env)
+        raise SystemExit(0)
+
+    return execute
+
+
+def _spawn(name):
+    def spawn(mode, path, *args):
+        argv = args[0] if name.startswith("spawnv") else (
+            args[:-1] if name.endswith("e") else args)
+        record(f"os.{name}", _words(argv)[0], None)
+        return _FAKE_PID if mode == os.P_NOWAIT else 0
+
+    return spawn
+
+
+def _posix_spawn(name):
+    def spawn(path, argv, env, *a, **k):
+        record(f"os.{name}", _words(argv)[0], None, env)
+        return _FAKE_PID
+
+    return spawn
+
+
+def _fork():
+    record("os.fork", None, None)
+    return _FAKE_PID  # the launcher carries on as the parent of a child that did nothing
+
+
+def _waitpid(pid, options):
+    return (pid, 0)
+
+
+def _kill(name):
+    def kill(pid, sig):
+        record(f"os.{name}", [str(pid), str(sig)], None)
+
+    return kill
+
+
+def _guard(name, real, nargs=1):
+    """Run `real` inside the work folder; elsewhere record the call and report success."""
+    def guarded(*args, **kwargs):
+        paths = args[:nargs]
+        if all(inside(p) for p in paths) and kwargs.get("dir_fd") is None:
+            return real(*args, **kwargs)
+        record(name, [os.path.abspath(os.fsdecode(p)) for p in paths], None)
+        return None
+
+    return guarded
+
+
+def _addr(address) -> list[str]:
+    if isinstance(address, tuple) and len(address) >= 2:
+        return [f"{address[0]}:{address[1]}"]
+    return [os.fsdecode(address) if isinstance(address, (str, bytes)) else str(address)]
+
+
+def _shadow(path) -> str:
+    """Where a write outside the work folder goes instead: the same path under WORK/outside,
+    so the launcher carries on (a lock file, a log) and the real file is never touched."""
+    full = os.path.abspath(os.fsdecode(path))
+    shadow = os.path.join(WORK, "outside", full.lstrip(os.sep))
+    _REAL["makedirs"](os.path.dirname(shadow), exist_ok=True)
+    return shadow
+
+
+def _writes(mode, flags) -> bool:
+    return any(c in mode for c in "wax+") if isinstance(mode, str) else \
+        bool((flags or 0) & _WRITE)
+
+
+def _open(file, mode="r", *args, **kwargs):
+    if isinstance(file, (str, bytes, os.PathLike)) and _writes(mode, 0) and not inside(file):
+        record("write", [os.path.abspath(os.fsdecode(file))], None)
+        file = _shadow(file)
+    return _REAL["open"](file, mode, *args, **kwargs)
+
+
+def _os_open(path, flags, mode=0o777, *, dir_fd=None):
+    if dir_fd is None and _writes(None, flags) and not inside(path):
+        record("write", [os.path.abspath(os.fsdecode(path))], None)
+        path = _shadow(path)
+    return _REAL["os.open"](path, flags, mode, dir_fd=dir_fd)
+
+
+def _connect(self, address):
+    record("socket.connect", _addr(address), None)
+    raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
+
+
+def _connect_ex(self, address):
+    record("socket.connect", _addr(address), None)
+    return 111  # ECONNREFUSED, as connect_ex reports it
+
+
+def _create_connection(address, *a, **k):
+    record("socket.create_connection", _addr(address), None)
+    raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
+
+
+def _getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+    import socket
+
+    port = int(port) if isinstance(port, (int, str)) and str(port).isdigit() else 0
+    return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+
+_REAL: dict = {}
+
+
+class Plain:
+    """A recorder that stays a plain function when a module stores it on a class (3.10's
+    pathlib keeps os functions as class attributes, where a Python function would become a
+    method and get the instance as its first argument)."""
+
+    __slots__ = ("f",)
+
+    def __init__(self, f):
+        self.f = f
+
+    def __call__(self, *args, **kwargs):
+        return self.f(*args, **kwargs)
+
+
+def _put(module, name: str, f) -> None:
+    setattr(module, name, Plain(f))
+
+
+def install() -> None:
+    import builtins
+    import shutil
+    import socket
+    import subprocess
+    import types
+
+    _REAL.update({"open": builtins.open, "os.open": os.open, "makedirs": os.makedirs})
+    _put(builtins, "open", _open)
+    _put(io, "open", _open)
+    _put(os, "open", _os_open)
+
+    subprocess.Popen = FakePopen
+    subprocess._USE_POSIX_SPAWN = False
+    _put(os, "system", _system)
+    for name in ("execv", "execve", "execvp", "execvpe"):
+        _put(os, name, _exec(name))
+    for name in ("execl", "execle", "execlp", "execlpe"):
+        _put(os, name, _execl(name))
+    for name in ("spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv", "spawnve", "spawnvp",
+                 "spawnvpe"):
+        if hasattr(os, name):
+            _put(os, name, _spawn(name))
+    for name in ("posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            _put(os, name, _posix_spawn(name))
+    _put(os, "fork", _fork)
+    _put(os, "waitpid", _waitpid)
+    _put(os, "kill", _kill("kill"))
+    _put(os, "killpg", _kill("killpg"))
+    for name in ("remove", "unlink", "rmdir", "removedirs", "mkdir", "makedirs", "chmod",
+                 "chown", "lchown", "truncate", "utime", "symlink", "link", "mkfifo", "mknod"):
+        if hasattr(os, name):
+            _put(os, name, _guard(f"os.{name}", getattr(os, name),
+                                  2 if name in ("symlink", "link") else 1))
+    for name in ("rename", "replace"):
+        _put(os, name, _guard(f"os.{name}", getattr(os, name), 2))
+    _put(shutil, "rmtree", _guard("shutil.rmtree", shutil.rmtree))
+    _put(shutil, "move", _guard("shutil.move", shutil.move, 2))
+    socket.socket.connect = _connect  # methods: these do take the socket first
+    socket.socket.connect_ex = _connect_ex
+    _put(socket, "create_connection", _create_connection)
+    _put(socket, "getaddrinfo", _getaddrinfo)
+    _put(socket, "gethostbyname", lambda host: "127.0.0.1")
+    _put(socket, "gethostbyname_ex", lambda host: (host, [], ["127.0.0.1"]))
+    # The C helper subprocess forks with raises no audit event: take it out of reach (3.11+
+    # holds it as _fork_exec, 3.10 as the module); an import of it again is refused by the hook.
+    subprocess._fork_exec = _refuse_fork_exec
+    if hasattr(subprocess, "_posixsubprocess"):
+        subprocess._posixsubprocess = types.SimpleNamespace(fork_exec=_refuse_fork_exec)
+    sys.modules.pop("_posixsubprocess", None)
+
+
+def _refuse_fork_exec(*a, **k):
+    raise SandboxRefused("starting a program is not allowed in the sandbox")
+
+
+# ---------------------------------------------------------------- the audit hook
+
+_NEVER = {"subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork",
+          "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill", "socket.connect",
+          "socket.sendto", "socket.sendmsg", "socket.bind", "socket.getaddrinfo",
+          "socket.gethostbyname", "socket.gethostbyaddr", "ctypes.dlsym", "ctypes.dlsym/handle",
+          "ctypes.call_function", "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at",
+          "shutil.rmtree", "shutil.chown", "os.setxattr", "os.removexattr", "pty.spawn",
+          "winreg.OpenKey", "sys.remote_exec"}
+_PATHS = {"os.remove": 1, "os.rmdir": 1, "os.rename": 2, "os.chmod": 1, "os.chown": 1,
+          "os.mkdir": 1, "os.symlink": 2, "os.link": 2, "os.truncate": 1, "os.utime": 1,
+          "shutil.copyfile": 2, "shutil.copytree": 2, "shutil.move": 2, "shutil.make_archive": 1,
+          "shutil.unpack_archive": 2}
+_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_BLOCKED_IMPORTS = {"_posixsubprocess"}
+
+
+_inside_hook = threading.local()
+
+
+def refuse(event: str, why: str, what=()) -> None:
+    """Record what the hook refused (once: recording reads source files, which is audited
+    too), then refuse it."""
+    if not getattr(_inside_hook, "on", False):
+        _inside_hook.on = True
+        try:
+            record(f"refused {event}", [os.fsdecode(w) if isinstance(w, (str, bytes)) else
+                                        str(w) for w in what], None)
+        finally:
+            _inside_hook.on = False
+    raise SandboxRefused(why)
+
+
+def hook(event: str, args: tuple) -> None:
+    if getattr(_inside_hook, "on", False) and event == "open":
+        return
+    if event in _NEVER:
+        refuse(event, f"{event} is not allowed in the sandbox", args[:1] if event not in (
+            "socket.connect", "socket.sendto", "socket.bind") else _addr(args[1]))
+    if event == "open":
+        path, mode, flags = (tuple(args) + (None, None, 0))[:3]
+        if isinstance(path, int):
+            return
+        if _writes(mode, flags) and not inside(path):
+            refuse(event, f"writing {os.fsdecode(path)} is not allowed in the sandbox (only "
+                   "in its temporary folder)", [os.fsdecode(path)])
+        return
+    if event == "import" and args and args[0] in _BLOCKED_IMPORTS:
+        refuse(event, f"importing {args[0]} is not allowed in the sandbox", args[:1])
+    n = _PATHS.get(event)
+    if n:
+        if event in ("os.chmod", "os.chown", "os.truncate", "os.utime") and \
+                isinstance(args[0], int):  # through a file descriptor: of any file
+            refuse(event, f"{event} of an open file is not allowed in the sandbox", args[:1])
+        paths = [p for p in args[:n] if isinstance(p, (str, bytes, os.PathLike))]
+        if event in ("shutil.copyfile", "shutil.copytree", "shutil.move", "os.symlink",
+                     "os.link"):
+            paths = paths[-1:]  # only the destination is written
+        if any(not inside(p) for p in paths):
+            refuse(event, f"{event} outside the sandbox's temporary folder is not allowed",
+                   [os.fsdecode(p) for p in paths])
+
+
+# ---------------------------------------------------------------- running the launcher
+
+
+def limits(cfg: dict) -> None:
+    mem = int(cfg["memory_mb"]) << 20
+    cpu = max(1, int(cfg["cpu_s"]))
+    for what, soft, hard in ((resource.RLIMIT_AS, mem, mem), (resource.RLIMIT_CPU, cpu, cpu + 2),
+                             (resource.RLIMIT_NOFILE, 256, 256),
+                             (resource.RLIMIT_FSIZE, 64 << 20, 64 << 20),
+                             (resource.RLIMIT_CORE, 0, 0)):
+        try:
+            resource.setrlimit(what, (soft, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def _last_line(exc: BaseException) -> dict:
+    """The launcher's own line where it failed, the innermost line when that is elsewhere (an
+    installed helper), and the error."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if own(f.filename)]
+    at = (mine or frames or [None])[-1]
+    inner = frames[-1] if frames and frames[-1] is not at else None
+    text = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return {"error": text, "type": type(exc).__name__,
+            "where": [at.filename, at.lineno] if at else None,
+            "inner": [inner.filename, inner.lineno, inner.name, (inner.line or "").strip()]
+            if inner else None}
+
+
+def main() -> None:
+    global _out, WORK, HERE, _BASE_ENV
+    with open(sys.argv[1]) as f:
+        cfg = json.load(f)
+    limits(cfg)
+    _out = os.open(cfg["record"], os.O_WRONLY | os.O_APPEND)
+    WORK = os.path.realpath(cfg["work"])
+    HERE = os.path.dirname(os.path.realpath(cfg["launcher"]))
+    os.chdir(cfg.get("cwd") or WORK)
+    os.environ.update(cfg["env"])  # HOME, TMPDIR... in the sandbox's folder
+    if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+        del sys.path[0]  # this file's folder, which python put first
+    sys.path[:0] = [os.path.dirname(os.path.abspath(cfg["launcher"]))] + cfg["pythonpath"]
+    sys.argv = [cfg["launcher"], *cfg["args"]]
+    _BASE_ENV = dict(os.environ)
+    install()
+    sys.addaudithook(hook)
+    end: dict = {"end": "ok"}
+    try:
+        import runpy
+
+        runpy.run_path(cfg["launcher"], run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        end = {"end": "exit", "code": code if isinstance(code, int) or code is None
+               else str(code)}
+    except MemoryError:
+        end = {"end": "memory"}
+    except ModuleNotFoundError as e:
+        end = {"end": "missing", "module": e.name, **_last_line(e)}
+    except BaseException as e:  # noqa: BLE001 - every way the launcher can fail is reported
+        end = {"end": "error", **_last_line(e)}
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    emit(end)
+    REAL_EXIT(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,460 @@
+"""Word expansion over known values: parameters (``${X:-d}``, ``${A[@]}``, ``${#A[@]}``,
+``${X%p}``...), arithmetic, word splitting, and the command substitutions that only locate
+files (``dirname``, ``cd && pwd``, ``realpath``, ``echo``/``printf``). Anything else is an
+unknown value that says why and where, never a guess."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+
+from . import syntax
+from .syntax import Arith, Lit, Param, Sub
+from .values import (
+    INT_LIMIT,
+    OWN,
+    ArithError,
+    Field,
+    Unk,
+    Var,
+    arith,
+    dirname,
+    glob_re,
+    printf,
+    strip,
+)
+
+_BLANK = re.compile(r"[ \t\n]")
+
+
+class Expander:
+    """Expansion, mixed into the interpreter (it reads `vars`, `frames`, `stack`)."""
+
+    def expand(self, word, cond: Unk | None = None) -> list[Field]:
+        """A word as the fields bash would pass (word splitting, "${A[@]}", no globbing)."""
+        parts = word.parts
+        if len(parts) == 1 and type(parts[0]) is Lit:  # the common case: plain text
+            f = Field(parts[0].text, self.src(parts[0].line), None, word.text, False, cond)
+            if word.start >= 0 and self.where:
+                f.span = (self.where[-1], word.start, word.end, self.stmt_line,
+                          self.branch[-1] if self.branch else None)
+            return [f]
+        if len(parts) == 1:  # one expansion giving one known word: no splitting to do
+            part = parts[0]
+            items, is_list = self.part(part)
+            if not is_list and len(items) == 1 and items[0].unk is None:
+                f = items[0]
+                v = f.value
+                if part.quoted or (v and not _BLANK.search(v)):
+                    self.consume(items)
+                    out = Field(v, f.src, None, f.text, False, cond or f.cond)
+                    if word.start >= 0 and self.where:
+                        out.span = (self.where[-1], word.start, word.end, self.stmt_line,
+                                    self.branch[-1] if self.branch else None)
+                    return [out]
+                if not v:
+                    return []
+            return self.split(word, cond, [(part, items, is_list)])
+        return self.split(word, cond, None)
+
+    def split(self, word, cond: Unk | None, done) -> list[Field]:
+        """The general case: parts joined, unquoted results split on blanks."""
+        fields: list[Field] = []
+        owns: list[bool] = []
+        cur: list[str] = []
+        st = {"has": False, "src": None, "unk": None, "text": None, "extra": True,
+              "cond": cond, "any": False, "own": False, "spans": []}
+
+        def add(f: Field, origin=OWN):
+            """`origin`: OWN for text of this word, else the span of a list item passed on."""
+            if origin is OWN:
+                st["own"] = True
+            else:
+                st["spans"].append(origin)
+            if st["src"] is None:
+                st["src"], st["text"] = f.src, f.text
+            if f.unk is not None and st["unk"] is None:
+                st["unk"] = f.unk
+            if not f.extra:
+                st["extra"] = False
+            if f.cond is not None and st["cond"] is None:
+                st["cond"] = f.cond
+            st["has"] = True
+            st["any"] = True
+
+        def flush():
+            if st["has"]:
+                unk = st["unk"]
+                spans = st["spans"]
+                fields.append(Field(None if unk else "".join(cur), st["src"], unk,
+                                    st["text"], unk is not None and st["extra"], st["cond"],
+                                    spans[0] if len(spans) == 1 and not st["own"] else None))
+                owns.append(st["own"] and not spans)
+            cur.clear()
+            st.update(has=False, src=None, unk=None, text=None, extra=True, cond=cond, own=False,
+                      spans=[])
+
+        for part in word.parts:
+            t = type(part)
+            if t is Lit:
+                cur.append(part.text)
+                add(Field(part.text, self.src(part.line), text=word.text))
+                continue
+            if done is not None:  # already expanded by the caller
+                _, items, is_list = done[0]
+            else:
+                items, is_list = self.part(part)
+            quoted = part.quoted
+            for n, f in enumerate(items):
+                if n:
+                    if is_list or not quoted:
+                        flush()
+                    else:
+                        cur.append(" ")
+                if f.unk is not None:
+                    add(Field(None, f.src, f.unk, f.text, f.extra, f.cond))
+                    continue
+                v = f.value
+                if quoted:
+                    cur.append(v)
+                    add(f, f.span if is_list else OWN)
+                    if not is_list:
+                        self.consume((f,))
+                    continue
+                pieces = v.split()
+                if not pieces:
+                    if v and st["has"]:
+                        flush()
+                    continue
+                if v[0] in " \t\n":
+                    flush()
+                whole = f.span if is_list and len(pieces) == 1 and pieces[0] == v else None
+                if whole is None:
+                    self.consume((f,))
+                for k, piece in enumerate(pieces):
+                    if k:
+                        flush()
+                    cur.append(piece)
+                    add(Field(piece, f.src, None, f.text, False, f.cond),
+                        whole if is_list else OWN)
+                if v[-1] in " \t\n":
+                    flush()
+        flush()
+        if len(fields) == 1 and owns[0] and word.start >= 0 and self.where:
+            branch = self.branch[-1] if self.branch else None
+            fields[0].span = (self.where[-1], word.start, word.end, self.stmt_line, branch)
+        return fields
+
+    def join(self, word) -> Field:
+        """A word without splitting (assignment values, [[ ]], case): one field."""
+        out: list[str] = []
+        unk = cnd = None
+        for part in word.parts:
+            if type(part) is Lit:
+                out.append(part.text)
+                continue
+            items, _ = self.part(part)
+            self.consume(items)
+            for n, f in enumerate(items):
+                if f.unk is not None:
+                    unk = unk or f.unk
+                    continue
+                if f.cond is not None:
+                    cnd = cnd or f.cond
+                if n:
+                    out.append(" ")
+                out.append(f.value)
+        if unk is None and cnd is not None:
+            unk = Unk(word.text, cnd.src, f"it includes a value added {cnd.why}")
+        return Field(None if unk else "".join(out), self.src(word.line), unk, word.text)
+
+    def part(self, part) -> tuple[list[Field], bool]:
+        t = type(part)
+        if t is Param:
+            return self.param(part)
+        if t is Sub:
+            if part.proc is not None:  # <(...) as a word: a /dev/fd path made at run time
+                return [self.unknown(part, "process substitution is a pipe made at run "
+                                           "time")], False
+            return [self.substitute(part)], False
+        if t is Arith:
+            return [self.arith(part)], False
+        return [Field(part.text, self.src(part.line), text=part.text)], False
+
+    def unknown(self, part, why: str, extra: bool = False) -> Field:
+        src = self.src(part.line)
+        return Field(None, src, Unk(part.text, src, why), part.text, extra)
+
+    def lookup(self, name: str, index, part) -> tuple[list[Field] | None, bool]:
+        """(fields, is_list) of a parameter, or (None, False) when it is unset."""
+        if name in ("@", "*"):
+            frame = self.frames[-1]
+            if frame is None:
+                why = ("positional arguments passed when the script is run (none assumed; "
+                       "pass --env 1=VALUE ...)")
+                return [self.unknown(part, why, extra=True)], True
+            return frame, name == "@"
+        if name.isdigit():
+            if name == "0":
+                return [Field(self.main_abs, self.src(part.line), text=part.text)], False
+            frame = self.frames[-1]
+            if frame is None:
+                why = f"positional argument ${name}: pass --env {name}=VALUE"
+                return [self.unknown(part, why)], False
+            k = int(name) - 1
+            self.read_position(k + 1)
+            return ([frame[k]], False) if k < len(frame) else (None, False)
+        if name == "#" and self.frames[-1] is not None:
+            self.read_position(INT_LIMIT)
+            return [Field(str(len(self.frames[-1])), self.src(part.line))], False
+        if name in "#?$!-":
+            return [self.unknown(part, f"${name} is only known when the script runs")], False
+        if name == "BASH_SOURCE" and (index is None or getattr(index, "text", "").strip() == "0"):
+            # the file being read, absolute, so the dirname idioms locate model files
+            return [Field(self.stack[-1][0], self.src(part.line), text=part.text)], False
+        var = self.vars.get(name)
+        if var is None:
+            return None, False
+        if index is None:
+            if var.array and not var.items:
+                return None, False
+            self.consume(var.items[:1])
+            return var.items[:1], False
+        if index in ("@", "*"):
+            if var.keys is not None and len(var.items) > 1:
+                why = f"{name} is an associative array: bash lists its values in its own order"
+                return [self.unknown(part, why, extra=True)], False
+            return var.items, index == "@"
+        if var.array and len(var.items) == 1 and var.items[0].extra:
+            return var.items, False
+        got = self.join(index)
+        if got.unk:
+            return [Field(None, got.src, got.unk, part.text)], False
+        if var.keys is not None:
+            k = var.keys.index(got.value) if got.value in var.keys else -1
+            return ([var.items[k]], False) if k >= 0 else (None, False)
+        try:
+            k = arith(got.value, self.arith_lookup(part))
+        except ArithError as e:
+            return [self.unknown(part, f"array index: {e}")], False
+        items = var.items
+        if k < 0:
+            k += len(items)
+        self.consume(items[:k + 1] if k >= 0 else items)  # the words before it fix its place
+        return ([items[k]], False) if 0 <= k < len(items) else (None, False)
+
+    def param(self, p: Param) -> tuple[list[Field], bool]:
+        name, op = p.name, p.op
+        if op in ("?bad", "@"):
+            return [self.unknown(p, "this form of ${...} is not modelled")], False
+        items, is_list = self.lookup(name, p.index, p)
+        if p.length:
+            if items is None:
+                return [Field("0", self.src(p.line), text=p.text)], False
+            if any(f.unk for f in items):
+                return [self.unknown(p, "length of a value only known at run time")], False
+            self.consume(items)
+            n = len(items) if (p.index in ("@", "*")) else len(items[0].value)
+            return [Field(str(n), self.src(p.line), text=p.text)], False
+        unknown = items is not None and any(f.unk for f in items)
+        if op is None:
+            if items is None and p.index in ("@", "*"):
+                # arrays are never inherited from the environment: unset is empty in bash,
+                # unless a sourced file that was not found may have set it
+                if not self.missing:
+                    return [], True
+                why = f"{name} is not set here; it may be set by {self.missing[-1]}, which " \
+                      "was not found"
+                return [self.unknown(p, why, extra=True)], False
+            if items is None:
+                why = f"{name} is not set and has no default: pass --env {name}=VALUE"
+                return [self.unknown(p, why)], False
+            return items, is_list
+        if unknown:
+            return [f for f in items if f.unk][:1], False
+        empty = items is None or (not is_list and items[0].value == "")
+        if op in (":-", "-", ":=", "="):
+            if items is None or (empty and op[0] == ":"):
+                got = self.join(p.arg)
+                if op in (":=", "="):
+                    self.vars[name] = Var([Field(got.value, got.src, got.unk, got.text)], False)
+                return [Field(got.value, got.src, got.unk, p.text, cond=got.cond)], False
+            return items, is_list
+        if op in (":?", "?"):
+            if items is None or (empty and op == ":?"):
+                msg = p.arg.text if p.arg is not None and p.arg.text else "null or not set"
+                why = f"{name} must be set ({msg}): pass --env {name}=VALUE"
+                return [self.unknown(p, why)], False
+            return items, is_list
+        if op in (":+", "+"):
+            if items is None or (empty and op == ":+"):
+                return [Field("", self.src(p.line), text=p.text)], False
+            got = self.join(p.arg)
+            return [Field(got.value, got.src, got.unk, p.text)], False
+        if items is None:
+            items, is_list = [Field("", self.src(p.line), text=p.text)], False
+        arg = self.join(p.arg) if p.arg is not None else Field("", self.src(p.line))
+        if arg.unk:
+            return [Field(None, arg.src, arg.unk, p.text)], False
+        if op == ":" and (p.index in ("@", "*") or p.name in ("@", "*")):
+            return self.slice(items, arg.value, p), is_list
+        out = []
+        self.consume(items)
+        for f in items:
+            try:
+                v = self.transform(f.value, op, arg.value, p)
+            except ArithError as e:
+                return [self.unknown(p, f"${{...}} offset: {e}")], False
+            out.append(Field(v, f.src, None, f.text, False, f.cond))
+        return out, is_list
+
+    def slice(self, items: list[Field], arg: str, p: Param) -> list[Field]:
+        """``${A[@]:off:len}`` / ``${@:off:len}``: a slice of the words, not of each word
+        (for ``$@`` offset 1 is the first argument)."""
+        if any(f.unk for f in items):
+            return [self.unknown(p, "a slice of words only known at run time", extra=True)]
+        lookup = self.arith_lookup(p)
+        off, _, ln = arg.partition(":")
+        try:
+            a = arith(off, lookup) if off.strip() else 0
+            b = arith(ln, lookup) if ln.strip() else None
+        except ArithError as e:
+            return [self.unknown(p, f"${{...}} offset: {e}", extra=True)]
+        words = list(items)
+        if p.name in ("@", "*"):  # $0 comes first
+            words = [Field(self.main_abs, self.src(p.line), text=p.text)] + words
+        a = max(0, len(words) + a) if a < 0 else a
+        end = len(words) if b is None else (a + b if b >= 0 else len(words) + b)
+        self.consume(words)
+        return words[a:max(a, end)]
+
+    def transform(self, v: str, op: str, arg: str, p: Param) -> str:
+        if op in ("#", "##", "%", "%%"):
+            return strip(v, arg, op)
+        if op in ("^^", "^"):
+            return v.upper() if op == "^^" else v[:1].upper() + v[1:]
+        if op in (",,", ","):
+            return v.lower() if op == ",," else v[:1].lower() + v[1:]
+        if op == ":":
+            lookup = self.arith_lookup(p)
+            off, _, ln = arg.partition(":")
+            a = arith(off, lookup)
+            a = max(0, len(v) + a) if a < 0 else a
+            if not ln:
+                return v[a:]
+            b = arith(ln, lookup)
+            return v[a:a + b] if b >= 0 else v[a:len(v) + b]
+        rep = self.join(p.arg2).value if p.arg2 is not None else ""
+        rep = rep or ""
+        if not arg:
+            return v
+        rx = glob_re(arg)
+        if op == "/#":
+            m = rx.match(v)
+            return rep + v[m.end():] if m else v
+        if op == "/%":
+            for k in range(len(v) + 1):
+                if fnmatch.fnmatchcase(v[k:], arg):
+                    return v[:k] + rep
+            return v
+        return rx.sub(lambda m: rep, v, count=0 if op == "//" else 1)
+
+    def arith_lookup(self, part):
+        def lookup(name: str) -> int:
+            items, _ = self.lookup(name, None, part)
+            if not items:
+                raise ArithError(f"{name} is not set: pass --env {name}=VALUE")
+            f = items[0]
+            if f.unk:
+                raise ArithError(f.unk.why)
+            try:
+                return int(f.value.strip() or "0")
+            except ValueError:
+                raise ArithError(f"{name}={f.value!r} is not an integer") from None
+        return lookup
+
+    def arith(self, part: Arith) -> Field:
+        got = self.join(part.expr)
+        if got.unk:
+            return Field(None, got.src, got.unk, part.text)
+        try:
+            v = arith(got.value, self.arith_lookup(part))
+        except ArithError as e:
+            return self.unknown(part, f"arithmetic {part.text}: {e}")
+        return Field(str(v), self.src(part.line), text=part.text)
+
+    def substitute(self, sub: Sub) -> Field:
+        """Only the idioms that locate files: dirname, basename, cd && pwd, realpath, echo."""
+        cwd, out = None, []
+        cmds = []
+        for node in sub.body:
+            if type(node) is syntax.AndOr and all(op in (None, "&&") for op, _ in node.items):
+                cmds.extend(c for _, c in node.items)
+            else:
+                cmds.append(node)
+        ifs = False
+        for node in cmds:
+            if type(node) is syntax.Simple and node.assigns and not node.words:
+                ifs = ifs or any(a.name == "IFS" for a in node.assigns)
+                continue
+            if type(node) is not syntax.Simple or node.assigns or not node.words:
+                first = node.cmds[0] if type(node) is syntax.Pipe else node
+                what = first.words[0].text if type(first) is syntax.Simple and first.words \
+                    else "commands"
+                return self.unknown(sub, f"command substitution runs '{what}' (in a pipeline "
+                                         "or compound command) when the script runs")
+            args = []
+            for w in node.words:
+                args.extend(self.expand(w))
+            for f in args:
+                if f.unk:
+                    return Field(None, f.src, f.unk, sub.text)
+                if f.cond:
+                    return Field(None, f.cond.src, Unk(sub.text, f.cond.src, "it includes a "
+                                                       f"value added {f.cond.why}"), sub.text)
+            if ifs:
+                return self.unknown(sub, "IFS is changed, which changes how words are joined")
+            if not args:  # the words expanded to nothing: no command runs
+                continue
+            vals = [f.value for f in args]
+            name, rest = vals[0], [v for v in vals[1:] if not v.startswith("-")]
+            if name == "cd" and len(rest) == 1:
+                target = rest[0]
+                if not target.startswith("/"):
+                    if cwd is None:
+                        return self.unknown(sub, "relative 'cd' depends on where the script is "
+                                                 "run from")
+                    target = os.path.join(cwd, target)
+                cwd = os.path.normpath(target)
+            elif name == "pwd" and cwd is not None:
+                out.append(cwd)
+            elif name == "dirname" and rest:
+                out.extend(dirname(v) for v in rest)
+            elif name == "basename" and rest:
+                out.append(os.path.basename(rest[0].rstrip("/")).removesuffix(
+                    rest[1] if len(rest) > 1 else "\0"))
+            elif name in ("realpath", "readlink") and len(rest) == 1 and (
+                    name == "realpath" or any(v in ("-f", "-e", "-m") for v in vals)):
+                p = rest[0]
+                if not p.startswith("/"):
+                    if cwd is None:
+                        return self.unknown(sub, f"'{name}' of a relative path depends on where "
+                                                 "the script is run from")
+                    p = os.path.join(cwd, p)
+                out.append(os.path.normpath(p))
+            elif name == "echo":
+                while vals[1:] and vals[1] in ("-n", "-e", "-E"):
+                    vals.pop(1)
+                out.append(" ".join(vals[1:]))
+            elif name == "printf" and len(vals) > 1 and vals[1] != "-v":
+                got = printf(vals[1], vals[2:])
+                if got is None:
+                    return self.unknown(sub, "printf with a format not modelled")
+                out.append(got)
+            elif name in ("true", ":"):
+                pass
+            else:
+                return self.unknown(sub, f"command substitution runs '{name}' when the script "
+                                         "runs")
+        return Field("\n".join(out).rstrip("\n"), self.src(sub.line), text=sub.text)

@@ -1,0 +1,742 @@
+"""The interpreter: runs a script's syntax tree over a model of bash that knows only literal
+values (variables, arrays, functions, ``source``, if/case over known tests, here-strings,
+``read``/``mapfile``/``eval`` of known text). What is decided at run time (other command
+output, branches on unknown conditions, unset variables) stays unknown with file:line.
+The process environment is never read: only the ``env`` given, so a check is reproducible.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from . import launch as launches
+from . import syntax
+from .expand import Expander
+from .model import Note, ScriptReadError, Source, Unresolved
+from .provenance import Provenance
+from .values import INT_LIMIT, MAX_ITEMS, MAX_VALUE, Field, Unk, Var, printf
+
+MAX_SOURCE_DEPTH = 16
+MAX_CALL_DEPTH = 32
+MAX_STEPS = 1_000_000  # commands run in all (function calls can fan out)
+MAX_FILE = 50 << 20  # bytes; bigger files are refused before they are read
+
+
+class Reader(Expander, Provenance):
+    """One read of one script: the shell state, the launches found, and what stayed unknown."""
+
+    def __init__(self, path: Path, env: Mapping[str, str]):
+        self.main_abs = os.path.abspath(path)
+        self.main_disp = str(path)
+        self.env = {str(k): str(v) for k, v in env.items()}
+        self.vars: dict[str, Var] = {}
+        env_src = Source("<env>", 0)
+        for k, v in self.env.items():
+            if not k.isdigit():
+                self.vars[k] = Var([Field(v, env_src, text=f"--env {k}={v}")], False)
+        args = []
+        while str(len(args) + 1) in self.env:
+            v = self.env[str(len(args) + 1)]
+            args.append(Field(v, env_src, text=f"--env {len(args) + 1}={v}"))
+        self.frames: list[list[Field] | None] = [args if args else None]
+        self.funcs: dict[str, list] = {}
+        self.cache: dict[str, list] = {}
+        self.stack: list[tuple[str, str]] = []  # (abs, display) of the files being run
+        self.prev_end: dict[str, int] = {}
+        self.cwd: str | None = None
+        self.launches: list[launches.Launch] = []
+        self.notes: list[Note] = []
+        self.unresolved: list[Unresolved] = []
+        self.calls = 0
+        self.steps = 0
+        self.sources: dict[tuple[str, int], Source] = {}
+        self.missing: list[str] = []  # sourced files that were not found
+        self.assoc: set[str] = set()  # declared associative (declare -A)
+        self.why_unknown = ""
+        # for rewriting: the text of each file, where each word came from, and the shell state
+        self.text: str | None = None  # the main script's text, when given instead of its file
+        self.newlines: dict[str, list[int]] = {}
+        self.where: list[str] = []  # absolute file of the code being run (function bodies too)
+        self.func_file: dict[str, str] = {}
+        self.stmt_line = 0
+        self.branch: list[Source] = []
+        self.uses: dict[tuple, set[Source]] = {}
+        self.exported: set[str] = set()  # by export / declare -x
+        self.inherited = {k for k in self.env if not k.isdigit()}  # from --env, not set here
+        self.allexport = False
+        # per function call: [words shifted off, highest argument position read by index]
+        self.positions: list[list[int]] = []
+
+    def disp(self, abs_path: str) -> str:
+        if abs_path == self.main_abs:
+            return self.main_disp
+        try:
+            rel = os.path.relpath(abs_path, os.path.dirname(self.main_abs))
+        except ValueError:
+            return abs_path
+        return os.path.normpath(os.path.join(os.path.dirname(self.main_disp), rel))
+
+    def parse_file(self, abs_path: str, disp: str) -> list:
+        if abs_path in self.cache:
+            return self.cache[abs_path]
+        try:
+            if abs_path != self.main_abs or self.text is None:
+                size = os.stat(abs_path).st_size
+                if size > MAX_FILE:
+                    raise ScriptReadError(
+                        f"{disp}:0: the file is {size / (1 << 20):.0f} MB, over the "
+                        f"{MAX_FILE >> 20} MB a launch script can be; it was not read. "
+                        "Fix: pass the bash launch script itself.")
+                data = Path(abs_path).read_bytes()
+            else:
+                data = self.text.encode("utf-8", "surrogateescape")
+        except OSError as e:
+            raise ScriptReadError(f"{disp}:0: cannot read the file ({e.strerror or e}). "
+                                  "Fix: check the path and its permissions.") from None
+        if len(data) > MAX_FILE:
+            raise ScriptReadError(f"{disp}:0: the text is over {MAX_FILE >> 20} MB. "
+                                  "Fix: pass the bash launch script itself.")
+        if b"\0" in data:
+            raise ScriptReadError(f"{disp}:1: not a text file (it contains NUL bytes). "
+                                  "Fix: pass the bash launch script.")
+        text = data.decode("utf-8", "surrogateescape")
+        self.newlines[abs_path] = [m.start() for m in re.finditer("\n", text)]
+        body = self.parse(data, disp)
+        self.cache[abs_path] = body
+        return body
+
+    def parse(self, data: bytes, disp: str, located: bool = True, line: int = 1) -> list:
+        try:
+            body, notes = syntax.parse(data, located, line)
+        except syntax.ShellSyntaxError as e:
+            raise ScriptReadError(f"{disp}:{e.line}: {e.message}. Fix: {e.fix}.") from None
+        for code, at, message, fix in notes:
+            self.notes.append(Note(code, message, fix, Source(disp, at)))
+        return body
+
+    def run_file(self, abs_path: str, cond: Unk | None):
+        disp = self.disp(abs_path)
+        body = self.parse_file(abs_path, disp)
+        self.stack.append((abs_path, disp))
+        self.where.append(abs_path)
+        try:
+            self.run(body, cond)
+        finally:
+            self.stack.pop()
+            self.where.pop()
+
+    @property
+    def file(self) -> str:
+        return self.stack[-1][1]
+
+    def src(self, line: int) -> Source:
+        key = (self.stack[-1][1], line)
+        got = self.sources.get(key)
+        if got is None:
+            got = self.sources[key] = Source(*key)
+        return got
+
+    def run(self, nodes: list, cond: Unk | None):
+        for node in nodes:
+            self.node(node, cond)
+
+    def node(self, n, cond: Unk | None):
+        t = type(n)
+        if t is syntax.Simple:
+            self.simple(n, cond)
+        elif t is syntax.AndOr:
+            status = self.status([n.items[0][1]], cond)
+            reason = self.why_unknown
+            self.node(n.items[0][1], cond)
+            self.branch.append(self.src(_line(n)))
+            try:
+                self.and_or(n, status, reason, cond)
+            finally:
+                self.branch.pop()
+        elif t is syntax.Pipe:
+            for c in n.cmds:
+                self.node(c, cond)
+        elif t in (syntax.If, syntax.Case, syntax.Loop):
+            self.branch.append(self.src(n.line))
+            try:
+                self.compound(n, cond)
+            finally:
+                self.branch.pop()
+        elif t is syntax.Func:
+            self.funcs[n.name] = [n.body]
+            self.func_file[n.name] = self.where[-1]
+        elif t is syntax.Group:
+            if n.subshell:
+                saved = {k: Var(list(v.items), v.array) for k, v in self.vars.items()}
+                self.run(n.body, cond)
+                self.vars = saved
+            else:
+                self.run(n.body, cond)
+
+    def and_or(self, n: syntax.AndOr, status: bool | None, reason: str, cond: Unk | None):
+        for op, cmd in n.items[1:]:
+            if status is None:
+                line = _line(n)
+                why = f"only if the command before '{op}' at {self.src(line)} " + (
+                    "succeeds" if op == "&&" else "fails") + reason
+                self.node(cmd, cond or Unk(op, self.src(line), why))
+                status = None
+            elif status == (op == "&&"):
+                status = self.status([cmd], cond)
+                self.node(cmd, cond)
+
+    def compound(self, n, cond: Unk | None):
+        t = type(n)
+        if t is syntax.If:
+            self.if_(n, cond)
+        elif t is syntax.Case:
+            self.case(n, cond)
+        else:
+            why = f"inside a '{n.kind}' loop at {self.src(n.line)}, run a number of times known "\
+                  "only at run time"
+            inner = cond or Unk(n.kind, self.src(n.line), why)
+            if n.var:
+                self.vars[n.var] = Var([Field(None, inner.src, Unk(f"${n.var}", inner.src,
+                                                                   f"loop variable {n.var}"))],
+                                       False)
+            self.run(n.body, inner)
+
+    def if_(self, n: syntax.If, cond: Unk | None):
+        inner = cond
+        for test, body in n.branches:
+            status = self.status(test, inner)
+            reason = self.why_unknown
+            self.run(test, inner)
+            if status is True:
+                self.run(body, inner)
+                return
+            if status is None:
+                line = test[0].line if test and hasattr(test[0], "line") else n.line
+                why = f"inside the 'if' at {self.src(line)}, whose condition is decided at " \
+                      "run time" + reason
+                inner = inner or Unk("if", self.src(line), why)
+                self.run(body, inner)
+        if n.orelse is not None:
+            self.run(n.orelse, inner)
+
+    def case(self, n: syntax.Case, cond: Unk | None):
+        word = self.join(n.word)
+        inner = cond
+        if word.unk:
+            why = f"inside a 'case {n.word.text}' at {self.src(n.line)} whose value is only " \
+                  "known at run time"
+            inner = cond or Unk("case", self.src(n.line), why)
+        for pats, body in n.arms:
+            if inner is not cond or word.unk:
+                self.run(body, inner)
+                continue
+            matched = None
+            for p in pats:
+                pv = self.join(p)
+                if pv.unk:
+                    matched = None
+                    break
+                if fnmatch.fnmatchcase(word.value, pv.value):
+                    matched = True
+                    break
+                matched = False
+            if matched is True:
+                self.run(body, inner)
+                return
+            if matched is None:
+                why = f"inside a 'case' arm at {self.src(n.line)} whose pattern is only known " \
+                      "at run time"
+                inner = inner or Unk("case", self.src(n.line), why)
+                self.run(body, inner)
+
+    def status(self, nodes: list, cond: Unk | None) -> bool | None:
+        """Exit status of a test command when it is decided by known values, else None.
+
+        When None, `why_unknown` says which value the test depends on.
+        """
+        self.why_unknown = ""
+        if len(nodes) != 1:
+            return None
+        node = nodes[0]
+        if type(node) is syntax.Pipe:
+            got = self.status(node.cmds[-1:], cond)
+            return None if got is None else (not got if node.neg else got)
+        if type(node) is syntax.AndOr:
+            got = self.status([node.items[0][1]], cond)
+            for op, cmd in node.items[1:]:
+                if got is None:
+                    return None
+                if got == (op == "&&"):
+                    got = self.status([cmd], cond)
+            return got
+        if type(node) is not syntax.Simple or not node.words:
+            return None
+        words = node.words
+        head = words[0].text
+        if head in ("true", ":"):
+            return True
+        if head == "false":
+            return False
+        if head == "[[":
+            vals = [self.join(w) for w in words[1:]]
+            if not vals or vals[-1].value != "]]":
+                return None
+            vals, fancy = vals[:-1], True
+        elif head in ("[", "test"):
+            vals = []
+            for w in words[1:]:
+                vals.extend(self.expand(w))
+            if head == "[":
+                if not vals or vals[-1].value != "]":
+                    return None
+                vals = vals[:-1]
+            fancy = False
+        else:
+            return None
+        got = _test(vals, fancy)
+        bad = next((f.unk or f.cond for f in vals if f.unk or f.cond), None)
+        if got is None and bad is not None:
+            self.why_unknown = f" ({bad.why})"
+        return got
+
+    def assign(self, a: syntax.Assign, cond: Unk | None):
+        src = self.src(a.line)
+        name = a.name
+        self.inherited.discard(name)  # --env gave it, but the script sets it itself
+        if a.array is not None:
+            if any(type(w) is tuple for w in a.array) or name in self.assoc:
+                return self.keyed(a, src, cond)
+            items: list[Field] = []
+            for w in a.array:
+                got = self.expand(w)
+                for f in got:  # unknown words next to unknown words: still just unknown words
+                    if not (f.extra and f.unk and items and items[-1].extra and items[-1].unk):
+                        items.append(f)
+            if a.append:
+                old = self.vars.get(name)
+                if cond:
+                    items = [Field(f.value, f.src, f.unk, f.text, f.extra, f.cond or cond, f.span)
+                             for f in items]
+                if old is not None and old.array:
+                    old.items.extend(items)  # in place: n appends cost O(n), not O(n^2)
+                    items = old.items
+                else:
+                    items = (old.items if old else []) + items
+                if len(items) > MAX_ITEMS:
+                    items = [Field(None, src, Unk(a.text + "(...)", src, f"{name} grows past "
+                                                  f"{MAX_ITEMS} words; not followed"),
+                                   a.text, True)]
+                self.vars[name] = old if old is not None and old.items is items \
+                    else Var(items, True)
+            elif cond:
+                self.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src, cond.why),
+                                             a.text, True)], True)
+            elif len(items) > MAX_ITEMS:
+                self.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src,
+                                                            f"{name} has more than {MAX_ITEMS} "
+                                                            "words; not followed"),
+                                             a.text, True)], True)
+            else:
+                self.vars[name] = Var(items, True)
+            return
+        got = self.join(a.value)
+        if a.index is not None and name in self.assoc:
+            return self.keyed(syntax.Assign(name, None, True, None, [(a.index, a.value)],
+                                            a.line, a.text), src, cond)
+        if a.index is not None:
+            old = self.vars.get(name)
+            items = list(old.items) if old else []
+            try:
+                k = int(a.index)
+            except ValueError:
+                k = -1
+            if cond or got.unk or k < 0 or k > len(items):
+                why = cond.why if cond else "array element set at an index known at run time"
+                self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
+                return
+            f = Field(got.value, src, None, a.value.text)
+            items[k:k + 1] = [f]
+            self.vars[name] = Var(items, True)
+            return
+        value, unk = got.value, got.unk
+        old = self.vars.get(name)
+        if a.append and not unk:
+            if old is not None and old.items and old.items[0].unk:
+                unk = old.items[0].unk
+            else:
+                value = (old.items[0].value if old and old.items else "") + value
+        self.set(name, value, unk, src, cond, a.text, a.value.text)
+
+    def keyed(self, a: syntax.Assign, src: Source, cond: Unk | None):
+        """``A=([0]=x [3]=y z)`` (indexed: values in index order) and associative arrays
+        (``declare -A M=([k]=v)``, ``M[k]=v``)."""
+        name = a.name
+        old = self.vars.get(name) if a.append else None
+        assoc = name in self.assoc or any(type(w) is tuple and not w[0].strip().isdigit()
+                                          for w in a.array)
+        got: dict = {}
+        if old is not None and not any(f.unk for f in old.items):
+            got = dict(zip(old.keys, old.items)) if old.keys is not None else \
+                dict(enumerate(old.items))
+        nxt = max((k for k in got if isinstance(k, int)), default=-1) + 1
+        for w in a.array:
+            if type(w) is tuple:
+                key = self.join(syntax.parse_word(w[0]) or syntax.Word([], a.line, w[0]))
+                if key.unk or cond:
+                    why = cond.why if cond else f"a key of {name} is only known at run time"
+                    self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)],
+                                          True)
+                    return
+                k = key.value if assoc else int(key.value.strip())
+                got[k] = self.join(w[1])
+                nxt = k + 1 if not assoc else nxt
+            else:
+                for f in self.expand(w):
+                    got[nxt] = f
+                    nxt += 1
+        if cond or any(f.unk for f in got.values()):
+            why = cond.why if cond else "an element is only known at run time"
+            self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
+        elif assoc:
+            self.vars[name] = Var(list(got.values()), True, [str(k) for k in got])
+        else:
+            self.vars[name] = Var([got[k] for k in sorted(got)], True)
+
+    def set(self, name: str, value: str | None, unk: Unk | None, src: Source,
+            cond: Unk | None, expr: str, text: str):
+        """Set a string variable; under a run-time condition it becomes unknown (unless
+        unchanged), and an unknown value is taken from ``env`` when it has the name."""
+        old = self.vars.get(name)
+        if value is not None and not unk and len(value) > MAX_VALUE:
+            unk = Unk(expr, src, f"{name} grows past {MAX_VALUE >> 20} MB; its value is not "
+                      "followed")
+        if cond and not unk:
+            same = old is not None and not old.array and old.items and \
+                old.items[0].value == value
+            if not same:
+                unk = Unk(expr, src, f"{name} is assigned {cond.why}")
+        if unk is not None and name in self.env:
+            v = self.env[name]
+            self.vars[name] = Var([Field(v, Source("<env>", 0), text=f"--env {name}={v}")], False)
+            return
+        self.vars[name] = Var([Field(None if unk else value, src, unk, text)], False)
+
+    def printf_v(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``printf -v NAME FORMAT ARGS``: only %s, %d and %% are formatted statically."""
+        name, src = fields[2].value, self.src(n.line)
+        self.inherited.discard(name)
+        expr = " ".join(f.text if f.unk else f.value for f in fields)
+        bad = next((f.unk for f in fields[3:] if f.unk), None)
+        value = None
+        if bad is None and len(fields) > 3:
+            value = printf(fields[3].value, [f.value for f in fields[4:]])
+        if value is None and bad is None:
+            bad = Unk(expr, src, f"{name} is formatted by printf at run time")
+        self.set(name, value, bad, src, cond, expr, expr)
+
+    def simple(self, n: syntax.Simple, cond: Unk | None):
+        words = n.words
+        head = words[0].text if words else ""
+        self.stmt_line = n.line
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise ScriptReadError(f"{self.src(n.line)}: reading the script runs more than "
+                                  f"{MAX_STEPS} commands (recursion without end?). "
+                                  "Fix: simplify the script.")
+        if not words or head in syntax.DECLARE:
+            if head in ("declare", "typeset", "local") and any(
+                    w.text.startswith("-") and "A" in w.text for w in words[1:]):
+                self.assoc |= {a.name for a in n.assigns} | {w.text for w in words[1:]}
+            for a in n.assigns:
+                self.assign(a, cond)
+            self.export(n, head)
+        if not words:
+            self.prev_end[self.file] = n.end
+            return
+        fields: list[Field] = []
+        for w in words:
+            fields.extend(self.expand(w))
+        if fields and fields[0].value not in self.funcs:  # a call's words are used inside it
+            here = self.src(n.line)
+            for f in fields:
+                if f.span is not None:
+                    self.uses.setdefault(f.span[:3], set()).add(here)
+        prev = self.prev_end.get(self.file)
+        self.prev_end[self.file] = n.end
+        if not fields:
+            return
+        first = fields[0]
+        name = first.value
+        lead = name if name is not None else first.text
+        if lead.startswith("--") and len(lead) > 2 or name is None and _array_first(n) and any(
+                (f.value or "").startswith("--") for f in fields[1:]):
+            self.orphan(n, fields, prev)
+            return
+        if name is None:
+            return
+        if name in ("source", "."):
+            self.source(fields[1:], n, cond)
+        elif name == "set":
+            for f in fields[1:]:
+                v = f.value or ""
+                if v[:1] in "-+" and v[1:2] != "-" and "a" in v:
+                    self.allexport = v[0] == "-"
+            if [f.value for f in fields[1:3]] in (["-o", "allexport"], ["+o", "allexport"]):
+                self.allexport = fields[1].value == "-o"
+        elif name == "unset":
+            for f in fields[1:]:
+                if f.value and not f.value.startswith("-"):
+                    self.vars.pop(f.value, None)
+        elif name == "cd":
+            rest = [f for f in fields[1:] if not (f.value or "-").startswith("-")]
+            target = rest[0].value if rest else None
+            if target and target.startswith("/") and not cond:
+                self.cwd = os.path.normpath(target)
+            else:
+                self.cwd = None
+        elif name == "printf" and len(fields) > 2 and fields[1].value == "-v" and fields[2].value:
+            self.printf_v(fields, n, cond)
+        elif name == "shift":
+            frame = self.frames[-1]
+            k = fields[1].value if len(fields) > 1 else "1"
+            if frame is not None and k is not None and k.isdigit():
+                self.frames[-1] = frame[int(k):]
+                if self.positions:
+                    self.positions[-1][0] += int(k)
+            else:
+                self.read_position(INT_LIMIT)
+        elif name in ("read", "mapfile", "readarray"):
+            self.read(name, fields, n, cond)
+        elif name == "eval":
+            self.eval(fields, n, cond)
+        elif name in self.funcs and self.calls < MAX_CALL_DEPTH:
+            self.calls += 1
+            self.frames.append(fields[1:])
+            self.where.append(self.func_file.get(name, self.where[-1]))
+            self.positions.append([0, 0])
+            try:
+                self.run(self.funcs[name], cond)
+            finally:
+                self.frames.pop()
+                self.where.pop()
+                self.calls -= 1
+                self.pin(fields[1:], self.positions.pop()[1], n)
+        else:
+            got = launches.find(fields, self.src(n.line), cond)
+            if got:
+                self.launches.append(got._replace(site=self.site(fields, got, n)))
+
+    # -- builtins that set variables from text
+
+    def stdin(self, n: syntax.Simple, what: str) -> Field:
+        """The text a command reads: a here-string's word (plus a newline), the output of
+        ``< <(...)`` when it is known, else unknown."""
+        src = self.src(n.line)
+        got = n.stdin
+        if type(got) is syntax.Word:
+            f = self.join(got)
+            return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
+        if type(got) is syntax.Sub:
+            f = self.substitute(got)
+            return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
+        why = "standard input, only known when the script runs" if got is None else \
+            "a file, only known when the script runs"
+        return Field(None, src, Unk(what, src, f"{what} reads {why}"), what)
+
+    def read(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``read [-r] [-a A] NAMES`` and ``mapfile/readarray [-t] [-d D] A`` over known text."""
+        takes = "adnNptui" if name == "read" else "dnOsuCc"
+        array, delim, names = None, "\n", []
+        it = iter(fields[1:])
+        for f in it:
+            v = f.value
+            if v is None:
+                continue
+            if v.startswith("-") and len(v) > 1:
+                for k, c in enumerate(v[1:], 1):
+                    if c in takes:
+                        arg = v[k + 1:] or (next(it, None) or Field("", f.src)).value or ""
+                        if c == "a":
+                            array = arg
+                        elif c == "d":
+                            delim = (arg or "\0")[:1]
+                        break
+                continue
+            names.append(v)
+        if name != "read":
+            array, names = (names[-1] if names else "MAPFILE"), []
+        elif array is None and not names:
+            names = ["REPLY"]
+        if array is not None and not syntax.NAME.fullmatch(array):
+            array = None
+        names = [x for x in names if syntax.NAME.fullmatch(x)]
+        what = " ".join(f.value or f.text for f in fields)
+        src = self.src(n.line)
+        got = self.stdin(n, what)
+        ifs = next((a for a in n.prefix if a.name == "IFS"), None)
+        ifs_v = self.join(ifs.value).value if ifs is not None else \
+            (self.vars["IFS"].items[0].value if "IFS" in self.vars and self.vars["IFS"].items
+             else " \t\n")
+        unk = got.unk or cond or (None if ifs_v is not None else Unk(what, src, "IFS unknown"))
+        if unk is not None or any(f.value is None for f in fields[1:]):
+            unk = unk or next(f.unk for f in fields[1:] if f.value is None)
+            for v, is_array in [(array, True)] * (array is not None) + [(x, False) for x in names]:
+                why = f"{v} is read from text only known when the script runs ({unk.why})"
+                self.vars[v] = Var([Field(None, src, Unk(what, src, why), f"${{{v}[@]}}",
+                                          extra=is_array)], is_array)
+            return
+        text = got.value
+        if name != "read":
+            lines = text.split(delim)
+            if lines and lines[-1] == "":
+                lines.pop()
+            keep = "-t" not in [f.value for f in fields]
+            items = [Field(x + (delim if keep else ""), src, text=what) for x in lines]
+            self.vars[array] = Var(items[:MAX_ITEMS], True)
+            return
+        line = text.split(delim, 1)[0]
+        words = _split(line, ifs_v)
+        if array is not None:
+            self.vars[array] = Var([Field(w, src, text=what) for w in words[:MAX_ITEMS]], True)
+        for k, v in enumerate(names):
+            last = k == len(names) - 1
+            value = " ".join(words[k:]) if last else (words[k] if k < len(words) else "")
+            self.set(v, value, None, src, cond, what, what)
+
+    def eval(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``eval "A=(...)"``: a known string is parsed and run here; its words are not the
+        file's text, so they carry no span."""
+        if any(f.unk for f in fields[1:]) or self.calls >= MAX_CALL_DEPTH:
+            return
+        code = " ".join(f.value for f in fields[1:])
+        if not code.strip():
+            return
+        body = self.parse(code.encode("utf-8", "surrogateescape"), self.file, False, n.line)
+        self.calls += 1
+        try:
+            self.run(body, cond)
+        finally:
+            self.calls -= 1
+
+    def orphan(self, n: syntax.Simple, fields: list[Field], prev: int | None):
+        flags = [f.value or f.text for f in fields if (f.value or f.text).startswith("-")]
+        flags = flags or [n.words[0].text]  # an unresolved ${A[@]}: its words are unknown
+        shown = " ".join(flags[:3]) + (" ..." if len(flags) > 3 else "")
+        above = f"line {prev}" if prev else "the line above"
+        self.notes.append(Note(
+            "missing-line-continuation",
+            f"line {n.line} starts with '{shown}' but {above} does not end in '\\', so bash "
+            f"ends the command there and runs line {n.line} on its own "
+            f"('{flags[0]}: command not found'); these flags never reach the launch command",
+            f"end {above} with ' \\'",
+            self.src(n.line)))
+
+    def source(self, args: list[Field], n: syntax.Simple, cond: Unk | None):
+        if not args:
+            return
+        f = args[0]
+        where = self.src(n.line)
+        if f.value is None:
+            self.unresolved.append(Unresolved(None, f.text, f.unk.src,
+                                              f"cannot tell which file is sourced: {f.unk.why}"))
+            return
+        tried = []
+        if f.value.startswith("/"):
+            tried.append(os.path.normpath(f.value))
+        else:
+            if self.cwd:
+                tried.append(os.path.join(self.cwd, f.value))
+            here = os.path.dirname(self.stack[-1][0])
+            tried.append(os.path.join(here, f.value))
+            d = os.path.dirname(self.main_abs)
+            while True:
+                cand = os.path.join(d, f.value)
+                if cand not in tried:
+                    tried.append(cand)
+                up = os.path.dirname(d)
+                if up == d:
+                    break
+                d = up
+        found = next((os.path.normpath(p) for p in tried if os.path.isfile(p)), None)
+        if found is None:
+            self.missing.append(f"'{f.value}' (sourced at {where})")
+            self.unresolved.append(Unresolved(
+                None, n.words[1].text if len(n.words) > 1 else f.text, where,
+                f"sourced file '{f.value}' not found (looked for it relative to the script "
+                "and the directories above it); the flags it defines are unknown"))
+            return
+        if len(self.stack) >= MAX_SOURCE_DEPTH or any(found == s for s, _ in self.stack):
+            self.notes.append(Note("source-cycle", f"'{f.value}' is sourced again while it is "
+                                   "being read; the nested read is skipped",
+                                   "source each model file once", where))
+            return
+        self.run_file(found, cond)
+
+
+def _line(node) -> int:
+    while not hasattr(node, "line"):
+        node = node.items[0][1] if type(node) is syntax.AndOr else node.cmds[0]
+    return node.line
+
+
+def _test(vals: list[Field], fancy: bool) -> bool | None:
+    """``[ ... ]`` / ``[[ ... ]]`` over known strings; None for anything else."""
+    if any(f.unk or f.cond for f in vals):
+        return None
+    v = [f.value for f in vals]
+    for sep in (("||", "-o"), ("&&", "-a")):
+        for k in range(len(v) - 1, 0, -1):
+            if v[k] in sep:
+                a, b = _test(vals[:k], fancy), _test(vals[k + 1:], fancy)
+                if a is None or b is None:
+                    return None
+                return (a or b) if sep[0] == "||" else (a and b)
+    if v and v[0] == "!":
+        r = _test(vals[1:], fancy)
+        return None if r is None else not r
+    if len(v) == 1:
+        return v[0] != ""
+    if len(v) == 2 and v[0] in ("-z", "-n"):
+        return (v[1] == "") == (v[0] == "-z")
+    if len(v) == 3:
+        a, op, b = v
+        if op in ("=", "==", "!="):
+            eq = fnmatch.fnmatchcase(a, b) if fancy else a == b
+            return eq if op != "!=" else not eq
+        ints = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__,
+                "-gt": int.__gt__, "-ge": int.__ge__}
+        if op in ints:
+            try:
+                return ints[op](int(a), int(b))
+            except ValueError:
+                return None
+    return None
+
+
+def _array_first(n: syntax.Simple) -> bool:
+    """The command starts with ``${A[@]}`` (unknown here, and flags follow): an argument
+    array cut off from its command. A known array that holds a command runs as one."""
+    parts = n.words[0].parts if n.words else ()
+    p = parts[0] if len(parts) == 1 else None
+    return type(p) is syntax.Param and p.index in ("@", "*") and p.op is None
+
+
+def _split(text: str, ifs: str) -> list[str]:
+    """Field splitting by IFS: IFS white space runs and each other IFS character delimit."""
+    ws = "".join(c for c in ifs if c in " \t\n")
+    other = "".join(c for c in ifs if c not in " \t\n")
+    if not ifs:
+        return [text] if text else []
+    if not other:
+        return re.split(f"[{re.escape(ws)}]+", text.strip(ws)) if text.strip(ws) else []
+    text = text.strip(ws)
+    if not text:
+        return []
+    out = [x.strip(ws) for x in re.split(f"[{re.escape(ws)}]*[{re.escape(other)}]", text)]
+    if out and out[-1] == "":
+        out.pop()
+    return out

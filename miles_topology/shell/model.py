@@ -1,0 +1,153 @@
+"""What reading a launch script yields: flags with their sources and the exact text they
+occupy (spans, for migrations), what stayed unknown, and notes. Plain data, no parsing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from miles_topology.flags import is_switch
+
+__all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
+           "Unresolved", "is_switch"]
+
+
+class ScriptReadError(Exception):
+    """The script cannot be read or bash would reject its syntax (the CLI exits 2)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A file as the user named it (sourced files relative to the script's folder) and a
+    1-based line; values given by ``env`` have path ``<env>`` and line 0."""
+
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Span:
+    """The exact text a word occupies, so a rewrite can edit that word and nothing else.
+
+    `file` is absolute; `start`/`end` are character offsets into its text; `line` and
+    `end_line` are 1-based, `col` and `end_col` 0-based. `stmt_line` is the line where the
+    command or assignment holding the word starts, and `branch` the if/case/loop/&& it runs
+    under (None at the top level), because moving a word out of a branch changes its meaning.
+    """
+
+    file: str
+    start: int
+    end: int
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    stmt_line: int = 0
+    branch: Source | None = None
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.file, self.start, self.end)
+
+
+@dataclass(frozen=True)
+class FlagValue:
+    """One flag after the entry script; `value` is "" for a switch, None when unknown.
+
+    `tokens` holds the value words as they reach argv (several for ``nargs='+'`` flags,
+    none for a switch); `value` is them joined by spaces. `span` is where the flag word is
+    written (the whole word for ``--flag=value``) and `value_spans` where each value word is;
+    None where a word cannot be pinned to text of its own (for example one of several flags
+    held in one string variable, or the output of a command substitution).
+    """
+
+    flag: str
+    value: str | None
+    source: Source
+    unresolved: str | None = None
+    tokens: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    span: Span | None = field(default=None, compare=False, repr=False)
+    value_spans: tuple[Span | None, ...] = field(default=(), compare=False, repr=False)
+    joined: bool = field(default=False, compare=False, repr=False)  # written --flag=value
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    """Where the launch command is and what the shell holds when it runs.
+
+    `statement` marks where the command starts and `entry` the entry script word
+    (``train.py``), both None when not pinned to the file's text; `variables` are the string
+    variables at the launch (None: known only at run time) and `exported` the names a child
+    process sees, which is what a topology YAML's ``${oc.env:VAR}`` reads.
+    """
+
+    statement: Span | None
+    entry: Span | None
+    branch: Source | None
+    variables: Mapping[str, str | None]
+    exported: frozenset[str]
+    command: Source | None = None  # as in `ScriptRead.uses`
+
+    def environ(self) -> dict[str, str]:
+        """The environment the launched process gets, as far as it is known."""
+        return {k: v for k, v in self.variables.items() if k in self.exported and v is not None}
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    flag: str | None
+    expression: str
+    source: Source
+    why: str
+
+
+@dataclass(frozen=True)
+class Note:
+    code: str
+    message: str
+    fix: str
+    source: Source
+
+
+@dataclass
+class ScriptRead:
+    path: str
+    launcher: str | None
+    entry: str | None
+    argv: list[FlagValue]
+    unresolved: list[Unresolved]
+    notes: list[Note]
+    site: LaunchSite | None = None
+    # Span.key -> the commands (file:line) whose words a located word reached
+    uses: dict[tuple[str, int, int], frozenset[Source]] = field(default_factory=dict)
+    # argv positions before which an unknown number of words is passed (an unresolved
+    # ``${A[@]}``, ``$@``...): they may hold any flag, so a flag only given before the
+    # last of them may be overridden, and one not given at all may be set there
+    gaps: list[int] = field(default_factory=list)
+    # python/torchrun/ray commands found that are not a training launch (file:line, what)
+    others: list[tuple[Source, str]] = field(default_factory=list)
+
+    def flags(self) -> list[str]:
+        """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""
+        out: list[str] = []
+        for fv in self.argv:
+            if fv.value is None:
+                continue
+            if fv.joined and is_switch(fv.flag):  # --colocate=false is not --colocate false
+                out.append(f"{fv.flag}={fv.value}")
+                continue
+            if fv.flag:
+                out.append(fv.flag)
+            out.extend(fv.tokens)
+        return out
+
+    def values(self) -> dict[str, list[FlagValue]]:
+        """Every occurrence of each flag, in order (the last one wins)."""
+        out: dict[str, list[FlagValue]] = {}
+        for fv in self.argv:
+            if fv.flag:
+                out.setdefault(fv.flag, []).append(fv)
+        return out

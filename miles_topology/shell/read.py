@@ -1,0 +1,84 @@
+"""`read_script`: a launch script read statically into the flags its training launch gets."""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from .interpret import Reader
+from .launch import argv_of
+from .model import FlagValue, Note, ScriptRead, ScriptReadError, Source
+
+
+def read_script(path: str | Path, env: Mapping[str, str] | None = None,
+                text: str | None = None) -> ScriptRead:
+    """Read a launch script statically: the flags after its entry script, with sources.
+
+    `text`, when given, is read as the script's content in place of the file's (a rewrite
+    checks its result this way before writing it); files it sources are read from disk.
+    Only a training launch counts (see launch.py); other commands found are listed in
+    `others`, and `entry` is None when there is no training launch.
+    """
+    r = Reader(Path(path), env or {})
+    r.text = text
+    abs_path = r.main_abs
+    if text is None and not os.path.isfile(abs_path):
+        raise ScriptReadError(f"{path}:0: no such file. Fix: check the script path.")
+    # The read makes many small acyclic objects; the cyclic collector's passes over them
+    # would make a long script quadratic (10^5 appends: 22 s instead of 2 s). It runs again
+    # once the read is done, when the temporary objects are gone.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _read(r, path, abs_path)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
+    r.run_file(abs_path, None)
+    unresolved = list(r.unresolved)
+    notes = list(r.notes)
+    pool = [x for x in r.launches if x.training]
+    others = [(x.src, f"{x.launcher} {x.entry}") for x in r.launches if not x.training]
+    launch = pool[-1] if pool else None
+    argv: list[FlagValue] = []
+    gaps: list[int] = []
+    if launch is None:
+        found = "; found instead: " + ", ".join(f"{w} at {s}" for s, w in others) \
+            if others else ""
+        notes.append(Note("no-launch-command", "no training launch ('python ... train.py', "
+                          "'train_async.py', 'torchrun ... train.py' or 'ray job submit ... -- "
+                          f"python ... train.py') was found{found}",
+                          "check that the launch command is not inside a function that is "
+                          "never called", Source(str(path), 1)))
+    else:
+        argv = argv_of(launch.argv, unresolved, r.span, gaps)
+        if len(pool) > 1:
+            shown = ", ".join(str(x.src) for x in pool[:-1])
+            notes.append(Note("several-launch-commands",
+                              f"{len(pool)} launch commands found ({shown} and {launch.src}); "
+                              f"the last one, at {launch.src}, is read",
+                              "keep one launch command per script", launch.src))
+        if launch.cond is not None:
+            notes.append(Note("conditional-launch", f"the launch command at {launch.src} runs "
+                              f"only {launch.cond.why}", "pass --env to decide the branch",
+                              launch.src))
+    read = ScriptRead(str(path), launch.launcher if launch else None,
+                      launch.entry if launch else None, argv, unresolved, notes,
+                      launch.site if launch else None,
+                      {k: frozenset(v) for k, v in r.uses.items()}, gaps, others)
+    for flag, occ in read.values().items():
+        if len(occ) > 1:
+            shown = ", ".join(f"{o.value if o.value is not None else o.unresolved!s} at "
+                              f"{o.source}" for o in occ)
+            last = occ[-1]
+            notes.append(Note("flag-given-twice",
+                              f"{flag} is given {len(occ)} times ({shown}); the last one "
+                              f"({last.value if last.value is not None else last.unresolved} at "
+                              f"{last.source}) wins",
+                              f"remove all but one {flag}", last.source))
+    return read

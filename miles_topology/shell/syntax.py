@@ -1,0 +1,807 @@
+"""Bash syntax from tree-sitter-bash, as the small tree the interpreter walks.
+
+tree-sitter parses the file (every real miles/slime launcher parses with no error node);
+this module only turns its concrete syntax tree into a few plain node classes, with the
+line of each node and the character span of each word (tree-sitter counts bytes; spans
+count characters, so a rewrite of a UTF-8 script edits exactly the word). ERROR and
+MISSING nodes become a `ShellSyntaxError` naming the line and a fix. tree_sitter itself
+is imported on first use, so ``import miles_topology`` stays light.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from functools import lru_cache
+
+__all__ = ["ShellSyntaxError", "parse", "parse_word"]
+
+MAX_DEPTH = 60  # nested $( ... ) / if / ${ ... }; far beyond real scripts, well below recursion
+RESERVED = frozenset("then elif else fi do done esac in }".split())
+DECLARE = frozenset("export declare local readonly typeset".split())
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OPS = frozenset((":-", ":=", ":?", ":+", "-", "=", "?", "+", "##", "#", "%%", "%",
+                  "//", "/#", "/%", "/", "^^", "^", ",,", ",", ":", "@"))
+_EXPANSIONS = frozenset(("simple_expansion", "expansion", "command_substitution",
+                         "arithmetic_expansion", "string", "raw_string", "ansi_c_string",
+                         "translated_string", "process_substitution"))
+_STATEMENTS = frozenset((
+    "command", "declaration_command", "unset_command", "variable_assignment",
+    "variable_assignments", "redirected_statement", "pipeline", "list", "negated_command",
+    "if_statement", "case_statement", "for_statement", "c_style_for_statement",
+    "while_statement", "function_definition", "compound_statement", "subshell", "test_command"))
+_REDIRECTS = frozenset(("file_redirect", "herestring_redirect", "heredoc_redirect"))
+
+_PARSER = None
+
+
+def _parser():
+    global _PARSER
+    if _PARSER is None:
+        import tree_sitter
+        import tree_sitter_bash
+
+        _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+    return _PARSER
+
+
+class ShellSyntaxError(Exception):
+    """A script bash itself would reject (unterminated quote, array, if ... fi)."""
+
+    def __init__(self, line: int, message: str, fix: str):
+        super().__init__(message)
+        self.line, self.message, self.fix = line, message, fix
+
+
+# ---------------------------------------------------------------- the tree
+
+
+class Lit:
+    """Literal text; `quoted` text is never split into several words."""
+
+    __slots__ = ("text", "quoted", "line")
+
+    def __init__(self, text: str, quoted: bool, line: int):
+        self.text, self.quoted, self.line = text, quoted, line
+
+
+class Param:
+    """``$X`` / ``${X...}``: `op` is the operator (``:-``, ``#``, ``/`` ...) and `arg` its word;
+    `index` is "@", "*", a Word, or None."""
+
+    __slots__ = ("name", "index", "op", "arg", "arg2", "length", "quoted", "text", "line")
+
+    def __init__(self, name, index, op, arg, arg2, length, quoted, text, line):
+        self.name, self.index, self.op, self.arg, self.arg2 = name, index, op, arg, arg2
+        self.length, self.quoted, self.text, self.line = length, quoted, text, line
+
+
+class Sub:
+    """``$(...)``, backquotes, or (`body` None) a process substitution ``<(...)``."""
+
+    __slots__ = ("body", "quoted", "text", "line", "proc")
+
+    def __init__(self, body, quoted, text, line, proc=None):
+        self.body, self.quoted, self.text, self.line, self.proc = body, quoted, text, line, proc
+
+
+class Arith:
+    """``$((...))``; `expr` is a Word whose expansion is then evaluated as integers."""
+
+    __slots__ = ("expr", "quoted", "text", "line")
+
+    def __init__(self, expr, quoted, text, line):
+        self.expr, self.quoted, self.text, self.line = expr, quoted, text, line
+
+
+class Word:
+    """`start`/`end`: character offsets of the word in the file (-1 when the word is not
+    the file's own text, e.g. inside an ``eval`` string)."""
+
+    __slots__ = ("parts", "line", "text", "start", "end")
+
+    def __init__(self, parts: list, line: int, text: str, start: int = -1, end: int = -1):
+        self.parts, self.line, self.text = parts, line, text
+        self.start, self.end = start, end
+
+    def literal(self) -> str | None:
+        """The word's text when it has no expansion at all (quotes removed)."""
+        out = []
+        for p in self.parts:
+            if type(p) is not Lit:
+                return None
+            out.append(p.text)
+        return "".join(out)
+
+
+class Assign:
+    """``X=v``, ``X+=v``, ``A=(...)``, ``A+=(...)``, ``A[i]=v`` (also after export/declare)."""
+
+    __slots__ = ("name", "index", "append", "value", "array", "line", "text")
+
+    def __init__(self, name, index, append, value, array, line, text):
+        self.name, self.index, self.append = name, index, append
+        self.value, self.array, self.line, self.text = value, array, line, text
+
+
+class Simple:
+    """A simple command. `start`: character offset where it begins (-1 when not the file's
+    text); `line`/`end`: its first and last line; `stdin`: what a ``<<<`` word, ``< <(...)``
+    or ``< FILE`` feeds it (a Word, a Sub, or the string "file"), else None."""
+
+    __slots__ = ("assigns", "words", "line", "end", "start", "stdin", "prefix")
+
+    def __init__(self, assigns, words, line, end, start=-1, stdin=None, prefix=()):
+        self.assigns, self.words, self.line, self.end = assigns, words, line, end
+        self.start, self.stdin, self.prefix = start, stdin, prefix
+
+
+class AndOr:
+    """``a && b || c``: every item after the first runs only conditionally."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = items
+
+
+class Pipe:
+    """``a | b``, or ``! a`` (`neg`): the status is the last command's, maybe negated."""
+
+    __slots__ = ("cmds", "neg")
+
+    def __init__(self, cmds, neg=False):
+        self.cmds, self.neg = cmds, neg
+
+
+class If:
+    __slots__ = ("branches", "orelse", "line")
+
+    def __init__(self, branches, orelse, line):
+        self.branches, self.orelse, self.line = branches, orelse, line
+
+
+class Case:
+    __slots__ = ("word", "arms", "line")
+
+    def __init__(self, word, arms, line):
+        self.word, self.arms, self.line = word, arms, line
+
+
+class Loop:
+    __slots__ = ("kind", "var", "body", "line")
+
+    def __init__(self, kind, var, body, line):
+        self.kind, self.var, self.body, self.line = kind, var, body, line
+
+
+class Func:
+    __slots__ = ("name", "body", "line")
+
+    def __init__(self, name, body, line):
+        self.name, self.body, self.line = name, body, line
+
+
+class Group:
+    __slots__ = ("body", "subshell", "line")
+
+    def __init__(self, body, subshell, line):
+        self.body, self.subshell, self.line = body, subshell, line
+
+
+# ---------------------------------------------------------------- text helpers
+
+_ESC = re.compile(r"\\(\n|.)", re.S)
+_DQ_ESC = re.compile(r"\\([$`\"\\\n])")
+_ANSI = {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"', "r": "\r", "e": "\x1b"}
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    return _ESC.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def _dq_unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    return _DQ_ESC.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def _ansi_c(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: _ANSI.get(m.group(1), m.group(0)), text)
+
+
+class _Conv:
+    """One file's tree turned into nodes; `base` is added to line numbers (eval strings)."""
+
+    def __init__(self, data: bytes, located: bool, base: int):
+        self.data = data
+        self.located = located
+        self.base = base
+        self.depth = 0
+        self.notes: list[tuple[str, int, str, str]] = []
+        # byte offset -> character offset, only where the text is not ASCII
+        self.marks: list[int] = []
+        self.extra: list[int] = []
+        if not data.isascii():
+            total, k = 0, 0
+            text = data.decode("utf-8", "surrogateescape")
+            for m in re.finditer(r"[^\x00-\x7f]+", text):
+                k = m.start() + total
+                for ch in m.group():
+                    n = len(ch.encode("utf-8", "surrogateescape"))
+                    k += n
+                    total += n - 1
+                    self.marks.append(k)
+                    self.extra.append(total)
+
+    def char(self, b: int) -> int:
+        if not self.marks:
+            return b
+        k = bisect.bisect_right(self.marks, b)
+        return b - (self.extra[k - 1] if k else 0)
+
+    def text(self, n) -> str:
+        return self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+
+    def gap(self, a: int, b: int) -> str:
+        return self.data[a:b].decode("utf-8", "replace")
+
+    def line(self, n) -> int:
+        return n.start_point[0] + self.base
+
+    def enter(self, n):
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ShellSyntaxError(self.line(n), f"nesting deeper than {MAX_DEPTH} levels",
+                                   "simplify the script")
+
+    # -- statements
+
+    def stmts(self, children) -> list:
+        out = []
+        for c in children:
+            if c.type in _STATEMENTS:
+                out.append(self.stmt(c))
+        return out
+
+    def stmt(self, n):
+        self.enter(n)
+        try:
+            return getattr(self, "s_" + n.type)(n)
+        finally:
+            self.depth -= 1
+
+    def s_command(self, n, stdin=None):
+        assigns, words, prefix = [], [], []
+        for c in n.children:
+            t = c.type
+            if t == "variable_assignment":
+                (assigns if not words else prefix).append(self.assign(c))
+            elif t == "command_name":
+                w = self.word(c.children[0]) if c.children else None
+                if w is not None:
+                    if w.text in RESERVED:
+                        raise ShellSyntaxError(self.line(c), f"unexpected '{w.text}'",
+                                               "remove it, or add the command that opens it")
+                    words.append(w)
+            elif t in _REDIRECTS:
+                stdin = self.redirect(c) or stdin
+            elif t == "subscript":  # A[i]=v parsed as part of a command: not one we model
+                continue
+            elif c.is_named and t != "comment":
+                words.append(self.word(c))
+        if words:  # `cmd \ ` at a line end: bash passes the escaped blank as one more word
+            m = _TRAILING_ESC.match(self.data, n.end_byte)
+            if m:
+                a, b = m.start(1), m.end(1)
+                t = self.gap(a, b)
+                words.append(Word([Lit(t[1:], True, self.line(n))], self.line(n), t,
+                                  *((self.char(a), self.char(b)) if self.located else ())))
+        if words:  # X=1 cmd: the assignments are the command's environment only
+            prefix, assigns = assigns + prefix, []
+        return Simple(assigns, words, self.line(n), n.end_point[0] + self.base,
+                      self.char(n.start_byte) if self.located else -1, stdin, tuple(prefix))
+
+    def s_declaration_command(self, n):
+        assigns, words = [], []
+        for c in n.children:
+            t = c.type
+            if t == "variable_assignment":
+                assigns.append(self.assign(c))
+            elif not c.is_named:
+                words.append(self.word(c))  # the keyword
+            elif t in _REDIRECTS:
+                continue
+            elif t != "comment":
+                words.append(self.word(c))
+        return Simple(assigns, words, self.line(n), n.end_point[0] + self.base,
+                      self.char(n.start_byte) if self.located else -1)
+
+    s_unset_command = s_declaration_command
+
+    def s_variable_assignment(self, n):
+        return Simple([self.assign(n)], [], self.line(n), n.end_point[0] + self.base,
+                      self.char(n.start_byte) if self.located else -1)
+
+    def s_variable_assignments(self, n):
+        assigns = [self.assign(c) for c in n.children if c.type == "variable_assignment"]
+        return Simple(assigns, [], self.line(n), n.end_point[0] + self.base,
+                      self.char(n.start_byte) if self.located else -1)
+
+    def s_redirected_statement(self, n):
+        body, stdin = None, None
+        for c in n.children:
+            if c.type in _REDIRECTS:
+                stdin = self.redirect(c) or stdin
+            elif c.type in _STATEMENTS and body is None:
+                body = c
+        if body is None:
+            return Simple([], [], self.line(n), n.end_point[0] + self.base)
+        if body.type == "command":
+            self.enter(body)
+            try:
+                return self.s_command(body, stdin)
+            finally:
+                self.depth -= 1
+        got = self.stmt(body)
+        if type(got) is Simple and stdin is not None and got.stdin is None:
+            got.stdin = stdin
+        return got
+
+    def redirect(self, n):
+        kids = n.children
+        if n.type == "herestring_redirect":
+            arg = [c for c in kids if c.is_named]
+            return self.word(arg[-1]) if arg else None
+        if n.type == "file_redirect" and any(c.type == "<" for c in kids):
+            dest = [c for c in kids if c.is_named and c.type != "file_descriptor"]
+            if dest and dest[-1].type == "process_substitution":
+                return self.sub(dest[-1], False)
+            return "file"
+        return None
+
+    def s_pipeline(self, n):
+        cmds = self.stmts(n.children)
+        return cmds[0] if len(cmds) == 1 else Pipe(cmds)
+
+    def s_negated_command(self, n):
+        return Pipe(self.stmts(n.children), neg=True)
+
+    def s_list(self, n):
+        items, op = [], None
+        for c in n.children:
+            if c.type in ("&&", "||"):
+                op = c.type
+            elif c.type in _STATEMENTS:
+                got = self.stmt(c)
+                if type(got) is AndOr and not items:
+                    items.extend(got.items)
+                else:
+                    items.append((op, got))
+        return items[0][1] if len(items) == 1 else AndOr(items)
+
+    def s_if_statement(self, n):
+        branches, orelse = [], None
+        cond, body, part = [], [], "cond"
+        for c in n.children:
+            t = c.type
+            if t == "then":
+                part = "body"
+            elif t == "elif_clause":
+                ec, eb, p = [], [], "cond"
+                for d in c.children:
+                    if d.type == "then":
+                        p = "body"
+                    elif d.type in _STATEMENTS:
+                        (ec if p == "cond" else eb).append(self.stmt(d))
+                branches.append((ec, eb))
+            elif t == "else_clause":
+                orelse = self.stmts(c.children)
+            elif t in _STATEMENTS:
+                (cond if part == "cond" else body).append(self.stmt(c))
+        return If([(cond, body)] + branches, orelse, self.line(n))
+
+    def s_case_statement(self, n):
+        word, arms = None, []
+        for c in n.children:
+            if c.type == "case_item":
+                pats, body, seen = [], [], False
+                for d in c.children:
+                    if d.type == ")":
+                        seen = True
+                    elif not seen and d.is_named and d.type != "comment":
+                        pats.append(self.word(d))
+                    elif seen and d.type in _STATEMENTS:
+                        body.append(self.stmt(d))
+                arms.append((pats, body))
+            elif c.is_named and word is None and c.type != "comment":
+                word = self.word(c)
+        return Case(word or Word([], self.line(n), ""), arms, self.line(n))
+
+    def s_for_statement(self, n):
+        var, body = None, []
+        for c in n.children:
+            if c.type == "variable_name" and var is None:
+                var = self.text(c)
+            elif c.type == "do_group":
+                body = self.stmts(c.children)
+        return Loop("for", var, body, self.line(n))
+
+    def s_c_style_for_statement(self, n):
+        body = next((self.stmts(c.children) for c in n.children
+                     if c.type in ("do_group", "compound_statement")), [])
+        return Loop("for", None, body, self.line(n))
+
+    def s_while_statement(self, n):
+        kind = n.children[0].type if n.children else "while"
+        cond, body = [], []
+        for c in n.children:
+            if c.type == "do_group":
+                body = self.stmts(c.children)
+            elif c.type in _STATEMENTS:
+                cond.append(self.stmt(c))
+        return Loop(kind, None, cond + body, self.line(n))
+
+    def s_function_definition(self, n):
+        name = next((self.text(c) for c in n.children if c.type == "word"), "")
+        body = next((c for c in reversed(n.children) if c.type in _STATEMENTS), None)
+        return Func(name, self.stmt(body) if body is not None else Group([], False, 0),
+                    self.line(n))
+
+    def s_compound_statement(self, n):
+        if n.children and n.children[0].type == "((":  # ((...)): arithmetic only
+            return Simple([], [], self.line(n), self.line(n))
+        return Group(self.stmts(n.children), False, self.line(n))
+
+    def s_subshell(self, n):
+        return Group(self.stmts(n.children), True, self.line(n))
+
+    def s_test_command(self, n):
+        """``[ ... ]`` / ``[[ ... ]]`` as the words of a command, operators included."""
+        words: list[Word] = []
+        stack = [n]
+        while stack:
+            c = stack.pop()
+            if c.type in ("binary_expression", "unary_expression", "parenthesized_expression",
+                          "test_command", "negated_expression", "postfix_expression",
+                          "ternary_expression"):
+                stack.extend(reversed(c.children))
+            elif c.type == "comment":
+                continue
+            elif c.type in _EXPANSIONS or c.type in ("word", "number", "concatenation",
+                                                      "variable_name", "extglob_pattern",
+                                                      "regex"):
+                words.append(self.word(c))
+            else:
+                t = self.text(c)
+                words.append(Word([Lit(t, True, self.line(c))], self.line(c), t))
+        return Simple([], words, self.line(n), n.end_point[0] + self.base,
+                      self.char(n.start_byte) if self.located else -1)
+
+    # -- assignments
+
+    def assign(self, n) -> Assign:
+        kids = n.children
+        name, index, append, value = "", None, False, None
+        eq_end = n.end_byte
+        for c in kids:
+            t = c.type
+            if t == "variable_name" and not name:
+                name = self.text(c)
+            elif t == "subscript" and not name:
+                for d in c.children:
+                    if d.type == "variable_name":
+                        name = self.text(d)
+                    elif d.is_named:
+                        index = self.text(d)
+            elif t in ("=", "+="):
+                append = t == "+="
+                eq_end = c.end_byte
+            elif c.is_named and t != "comment":
+                value = c
+        line = self.line(n)
+        if value is not None and value.type == "array":
+            items = [self.element(c) for c in value.children
+                     if c.is_named and c.type != "comment"]
+            return Assign(name, None, append, None, items, line,
+                          self.gap(n.start_byte, eq_end))
+        word = self.word(value) if value is not None else Word([], line, "")
+        return Assign(name, index, append, word, None, line, self.text(n))
+
+    def element(self, n):
+        """An array element: a Word, or (key, Word) for ``[key]=value``."""
+        if n.type == "concatenation":
+            kids = n.children
+            if len(kids) >= 3 and kids[0].type == "word" and self.text(kids[0]) == "[":
+                close = next((k for k, c in enumerate(kids) if k and self.text(c) == "]"), None)
+                if close is not None and close + 1 < len(kids):
+                    eq = kids[close + 1]
+                    if self.data[eq.start_byte:eq.start_byte + 1] == b"=":
+                        key = self.gap(kids[0].end_byte, kids[close].start_byte)
+                        value = self.region(n, eq.start_byte + 1, n.end_byte, False, kids)
+                        return (key, value)
+        return self.word(n)
+
+    # -- words
+
+    def word(self, n) -> Word:
+        parts: list = []
+        self.parts(n, False, parts)
+        a, b = n.start_byte, n.end_byte
+        text = parts[0].text if len(parts) == 1 and n.type == "word" and \
+            len(parts[0].text) == b - a else self.data[a:b].decode("utf-8", "replace")
+        line = parts[0].line if parts else self.line(n)
+        if not self.located:
+            return Word(parts, line, text)
+        if self.marks:
+            a, b = self.char(a), self.char(b)
+        return Word(parts, line, text, a, b)
+
+    def parts(self, n, quoted: bool, out: list):
+        t = n.type
+        line = n.start_point[0] + self.base
+        if t == "word" or t == "number":
+            text = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+            out.append(Lit(_unescape(text) if "\\" in text else text, quoted, line))
+        elif t == "string" or t == "translated_string":
+            kids = [c for c in n.children if c.type not in ('"', '$"')]
+            pos = n.start_byte + (2 if t == "translated_string" else 1)
+            end = n.end_byte - 1
+            before = len(out)
+            for c in kids:
+                if c.start_byte > pos:
+                    out.append(Lit(_dq_unescape(self.gap(pos, c.start_byte)), True, line))
+                if c.type == "string_content":
+                    out.append(Lit(_dq_unescape(self.text(c)), True, line))
+                else:
+                    self.parts(c, True, out)
+                pos = c.end_byte
+            if end > pos:
+                out.append(Lit(_dq_unescape(self.gap(pos, end)), True, line))
+            if len(out) == before:
+                out.append(Lit("", True, line))
+        elif t == "raw_string":
+            out.append(Lit(self.text(n)[1:-1], True, line))
+        elif t == "ansi_c_string":
+            out.append(Lit(_ansi_c(self.text(n)[2:-1]), True, line))
+        elif t == "concatenation":
+            pos = n.start_byte
+            for c in n.children:
+                if c.start_byte > pos:
+                    out.append(Lit(_unescape(self.gap(pos, c.start_byte)), quoted, line))
+                self.parts(c, quoted, out)
+                pos = c.end_byte
+        elif t == "simple_expansion":
+            name = self.text(n)[1:]
+            out.append(Param(name, None, None, None, None, False, quoted, self.text(n), line))
+        elif t == "expansion":
+            self.enter(n)
+            try:
+                out.append(self.expansion(n, quoted))
+            finally:
+                self.depth -= 1
+        elif t == "command_substitution":
+            out.append(self.sub(n, quoted))
+        elif t == "process_substitution":
+            out.append(self.sub(n, quoted))
+        elif t == "arithmetic_expansion":
+            self.enter(n)
+            try:
+                a = n.children[0].end_byte if n.children else n.start_byte
+                b = n.children[-1].start_byte if len(n.children) > 1 else n.end_byte
+                out.append(Arith(self.region(n, a, b, True), quoted, self.text(n), line))
+            finally:
+                self.depth -= 1
+        else:
+            out.append(Lit(_unescape(self.text(n)), quoted, line))
+
+    def sub(self, n, quoted: bool) -> Sub:
+        self.enter(n)
+        try:
+            body = self.stmts(n.children)
+        finally:
+            self.depth -= 1
+        proc = self.text(n)[:2] if n.type == "process_substitution" else None
+        return Sub(body, quoted, self.text(n), self.line(n), proc)
+
+    def region(self, n, a: int, b: int, quoted: bool, kids=None, line=None) -> Word:
+        """Bytes [a, b) of `n` as one word: expansions inside it, the text between literal."""
+        parts: list = []
+        if line is None:
+            line = self.line(n)
+        pos = a
+        if kids is None:
+            kids = n.children
+        inner = [c for c in kids if c.end_byte > a and c.start_byte < b]
+        if len(inner) == 1 and inner[0].start_byte == a and inner[0].end_byte == b and \
+                inner[0].type in ("word", "number"):
+            text = self.gap(a, b)
+            return Word([Lit(_unescape(text), quoted, line)], line, text)
+        stack = list(reversed(kids))
+        while stack:
+            c = stack.pop()
+            if c.end_byte <= a or c.start_byte >= b:
+                continue
+            if c.type in _EXPANSIONS:
+                if c.start_byte > pos:
+                    parts.append(Lit(_unescape(self.gap(pos, c.start_byte)), quoted, line))
+                self.parts(c, quoted, parts)
+                pos = c.end_byte
+            else:
+                stack.extend(reversed(c.children))
+        if b > pos:
+            parts.append(Lit(_unescape(self.gap(pos, b)), quoted, line))
+        return Word(parts, line, self.gap(a, b))
+
+    def expansion(self, n, quoted: bool) -> Param:
+        allk = n.children
+        line = n.start_point[0] + self.base
+        kids = allk[1:-1] if len(allk) >= 2 else []
+        name, index, length, bad = "", None, False, False
+        ops: list = []  # operator nodes after the name
+        k = 0
+        if kids and kids[0].type == "#" and len(kids) > 1:
+            length, k = True, 1
+        elif kids and kids[0].type == "!":
+            bad, k = True, 1
+        if k < len(kids):
+            c = kids[k]
+            if c.type in ("variable_name", "special_variable_name"):
+                name, k = self.text(c), k + 1
+            elif c.type == "subscript":
+                k += 1
+                for d in c.children:
+                    if d.type == "variable_name":
+                        name = self.text(d)
+                    elif d.is_named:
+                        ix = self.text(d)
+                        index = ix if ix in ("@", "*") else self.word(d) \
+                            if d.type in _EXPANSIONS or d.type in ("word", "number") \
+                            else self.region(d, d.start_byte, d.end_byte, True)
+        if not name and len(kids) == 1 and kids[0].type == "#":
+            name = "#"
+        rest = kids[k:]
+        for c in rest:
+            if not c.is_named:
+                ops.append(c)
+        op = arg = arg2 = None
+        if ops:
+            op = ops[0].type
+            end = allk[-1].start_byte
+            if op in ("/", "//", "/#", "/%") and len(ops) > 1:
+                arg = self.region(n, ops[0].end_byte, ops[1].start_byte, quoted, allk, line)
+                arg2 = self.region(n, ops[1].end_byte, end, quoted, allk, line)
+            else:
+                arg = self.region(n, ops[0].end_byte, end, quoted, allk, line)
+            if op not in _OPS:
+                op = "?bad"
+        elif rest:
+            op = "?bad"
+        if bad or not name:
+            op = "?bad"
+        return Param(name, index, op, arg, arg2, length, quoted, self.text(n), line)
+
+
+# ---------------------------------------------------------------- errors
+
+_MISSING = {
+    ")": "'(' is never closed by ')'", "}": "'{' is never closed by '}'",
+    "fi": "'if' is not closed by 'fi'", "done": "the loop is not closed by 'done'",
+    "esac": "'case' is never closed by 'esac'", "`": "unterminated backquote `",
+    '"': "unterminated double quote", "]]": "'[[' is not closed by ']]'",
+    "]": "'[' is not closed by ']'", "))": "unterminated arithmetic, missing '))'",
+}
+_OPENERS = {"array": "array '(' is never closed by ')'",
+            "command_substitution": "'$(' is never closed by ')'",
+            "expansion": "unterminated ${...}, missing '}'",
+            "arithmetic_expansion": "unterminated arithmetic $((...)), missing '))'",
+            "subshell": "'(' is never closed by ')'"}
+
+
+def _error(root, conv: _Conv) -> ShellSyntaxError:
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.is_missing or n.type == "ERROR":
+            break
+        if n.has_error:
+            stack.extend(reversed(n.children))
+    else:  # pragma: no cover - has_error promised a node
+        return ShellSyntaxError(1, "bash cannot parse this script", "check its syntax")
+    if n.is_missing:
+        p = n.parent
+        msg = _MISSING.get(n.type) if n.type != ")" and n.type != "}" else None
+        msg = msg or (_OPENERS.get(p.type) if p is not None else None)
+        msg = msg or _MISSING.get(n.type, f"missing '{n.type}'")
+        at = p if p is not None else n
+        return ShellSyntaxError(conv.line(at), msg, f"add the missing '{n.type}' "
+                                "(or remove the unbalanced opener)")
+    text = conv.text(n)
+    lead = text.lstrip()
+    kinds = [c.type for c in n.children]
+    line = conv.line(n) + text[:len(text) - len(lead)].count("\n")
+    if lead.startswith('"') or '"' in kinds[:1]:
+        return ShellSyntaxError(line, "unterminated double quote",
+                                'close the quote with " (look for a stray " on this line)')
+    if lead.startswith("'"):
+        return ShellSyntaxError(line, "unterminated single quote",
+                                "close the quote with ' (or remove it)")
+    if lead.startswith("`"):
+        return ShellSyntaxError(line, "unterminated backquote `", "close it with ` or use $(...)")
+    if "$((" in kinds:
+        if lead.endswith("))") and "\n" not in lead:
+            return ShellSyntaxError(line, f"bash cannot evaluate the arithmetic '{lead[:40]}'",
+                                    "complete the expression")
+        return ShellSyntaxError(line, "unterminated arithmetic, missing '))'",
+                                "close it with '))'")
+    if "case" in kinds:
+        return ShellSyntaxError(line, "'case' is never closed by 'esac'", "add 'esac'")
+    for opener, closer in (("if", "fi"), ("for", "done"), ("while", "done"), ("until", "done")):
+        if opener in kinds and closer not in kinds:
+            return ShellSyntaxError(line, f"'{opener}' is not closed by '{closer}'",
+                                    f"add the missing '{closer}'")
+    shown = lead.split("\n", 1)[0][:30] or text[:1]
+    return ShellSyntaxError(line, f"unexpected '{shown}'",
+                            "remove it or balance it (quotes, brackets, if/fi, case/esac)")
+
+
+_SPACE_CONT = re.compile(rb"\\[ \t]+\r?\n")
+_TRAILING_ESC = re.compile(rb"[ \t]*(\\[ \t])[ \t]*\r?(?:\n|$)")
+
+
+def _space_notes(root, conv: _Conv):
+    """``\\`` then spaces at the end of a line escapes a space; the command ends there."""
+    for m in _SPACE_CONT.finditer(conv.data):
+        at = root.descendant_for_byte_range(m.start(), m.start() + 1)
+        if at is not None and at.type in ("comment", "string_content", "raw_string",
+                                          "heredoc_body", "heredoc_content", "string"):
+            continue
+        line = conv.data.count(b"\n", 0, m.start()) + conv.base
+        conv.notes.append((
+            "space-after-line-continuation", line,
+            f"line {line} ends in '\\' followed by spaces, so the '\\' escapes a space "
+            "instead of continuing the line; the command ends on this line",
+            f"delete the spaces after the '\\' at the end of line {line}"))
+
+
+def parse(data: bytes, located: bool = True, base_line: int = 1) -> tuple[list, list]:
+    """Parse a whole script; returns (commands, notes). Raises ShellSyntaxError.
+
+    `located`: words carry their character spans in `data` (False for eval strings).
+    The nodes are never changed once built, so the same text (a model file sourced by many
+    scripts, a script a migration reads again after each step) is parsed once.
+    """
+    if len(data) <= 1 << 20:
+        return _cached(data, located, base_line)
+    return _parse(data, located, base_line)
+
+
+@lru_cache(maxsize=4)
+def _cached(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
+    return _parse(data, located, base_line)
+
+
+def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
+    tree = _parser().parse(data)
+    root = tree.root_node
+    conv = _Conv(data, located, base_line)
+    if root.has_error:
+        raise _error(root, conv)
+    body = conv.stmts(root.children)
+    if b"\\" in data:
+        _space_notes(root, conv)
+    return body, conv.notes
+
+
+def parse_word(text: str) -> Word | None:
+    """`text` as one shell word, or None when it is not exactly one word."""
+    try:
+        body, _ = parse(b": " + text.encode("utf-8", "surrogateescape"))
+    except ShellSyntaxError:
+        return None
+    if len(body) != 1 or type(body[0]) is not Simple or len(body[0].words) != 2:
+        return None
+    w = body[0].words[1]
+    return w if w.text == text else None

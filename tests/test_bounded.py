@@ -1,0 +1,91 @@
+"""Bounded work: absurd sizes answer at once (bounds far above the normal milliseconds)."""
+
+import time
+
+import pytest
+
+from miles.plan import plan_text
+from miles.train import main
+from miles_topology import Topology, TopologyError
+from miles_topology.checks import _divisors
+from miles_topology.show import text_map
+
+HUGE = 10**30
+LIMIT_S = 2.0
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    assert time.perf_counter() - start < LIMIT_S
+    return out
+
+
+def build(argv):
+    try:
+        return Topology.from_flags(argv)
+    except TopologyError as e:
+        return e
+
+
+@pytest.mark.parametrize("argv,code", [
+    (["--actor-num-nodes", str(HUGE), "--colocate"], None),
+    (["--actor-num-nodes", "100000000", "--tensor-model-parallel-size", "3", "--colocate"],
+     "dense-grid-divisibility"),
+    (["--tensor-model-parallel-size", str(HUGE + 1), "--colocate"], "dense-grid-divisibility"),
+    (["--num-layers", str(HUGE), "--pipeline-model-parallel-size", "3", "--colocate"],
+     "layers-not-divisible-by-pp"),
+    (["--num-layers", str(HUGE), "--num-experts", "8", "--use-rollout-routing-replay",
+      "--colocate"], None),
+    (["--rollout-num-gpus", str(HUGE), "--rollout-num-gpus-per-engine", "3",
+      "--actor-num-gpus-per-node", "5"], "rollout-gpus-not-multiple-of-engine"),
+    (["--rollout-num-gpus", str(HUGE), "--rollout-num-gpus-per-engine", "4",
+      "--actor-num-gpus-per-node", "6", "--num-gpus-per-node", "8"], "engine-straddles-nodes"),
+    (["--num-experts", str(HUGE + 7), "--expert-model-parallel-size", "2", "--colocate"],
+     "experts-not-divisible-by-ep"),
+    (["--num-attention-heads", str(HUGE + 7), "--tensor-model-parallel-size", "2",
+      "--sequence-parallel", "--colocate"], "heads-not-divisible-by-tp"),
+    (["--actor-num-nodes", str(HUGE), "--actor-num-gpus-per-node", "6",
+      "--tensor-model-parallel-size", "4", "--num-gpus-per-node", "6", "--colocate"], None),
+])
+def test_check_answers_at_once(argv, code):
+    got = timed(lambda: build(argv))
+    if code is None:
+        assert isinstance(got, Topology)
+    else:
+        assert isinstance(got, TopologyError) and code in got.codes
+
+
+def test_tp_groups_crossing_nodes_found_by_arithmetic():
+    topo = timed(lambda: Topology.from_flags([
+        "--actor-num-nodes", str(HUGE), "--actor-num-gpus-per-node", "6",
+        "--num-gpus-per-node", "6", "--tensor-model-parallel-size", "4", "--colocate"]))
+    w = next(w for w in topo.warnings if w.code == "tp-group-crosses-nodes")
+    assert "spans 2 nodes of 6 GPUs" in w.message
+    small = Topology.from_flags(["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "6",
+                                 "--num-gpus-per-node", "6", "--tensor-model-parallel-size", "4",
+                                 "--colocate"])
+    # the same verdict as listing the groups: TP group 1 = ranks 4-7 = node 0 GPUs 4-5, node 1
+    assert {small.placement(r)[0] for r in small.rank_groups("tp")[1]} == {0, 1}
+    assert "tp-group-crosses-nodes" in [w.code for w in small.warnings]
+
+
+def test_divisors_and_node_fix_are_bounded_and_right():
+    assert _divisors(360) == [d for d in range(1, 361) if 360 % d == 0]
+    big = timed(lambda: _divisors(HUGE))
+    assert 2 in big and HUGE in big and HUGE // 2 in big
+    # nodes must make 8 * nodes divisible by lcm(dense 16, expert 16): the next is 4
+    with pytest.raises(TopologyError) as info:
+        Topology(nodes=3, gpus_per_node=8, tp=16, colocate=True)
+    assert "or 4 nodes of 8 GPUs (--actor-num-nodes)" in info.value.problems[0].fix
+
+
+def test_dry_run_and_show_of_a_huge_job_print_sizes_not_a_traceback(capsys):
+    topo = Topology.from_flags(["--actor-num-nodes", "100000000", "--colocate"])
+    text = timed(lambda: plan_text(topo))
+    assert "per-GPU plan not listed: 800000000 GPUs" in text
+    assert "GPU map not drawn" in timed(lambda: text_map(topo))
+    layers = Topology.from_flags(["--num-layers", str(HUGE), "--colocate"])
+    assert "layers is more than" in timed(lambda: plan_text(layers))
+    assert timed(lambda: main(["--dry-run", "--actor-num-nodes", str(HUGE), "--colocate"])) == 0
+    assert "per-GPU plan not listed" in capsys.readouterr().out
