@@ -396,6 +396,9 @@ class Trainer:
         gather), the block of engine_size consecutive ranks gathers to its first rank, which
         sends the whole model to the block's engine; rank 0 then asks every engine to
         post-process, with no barrier: engines whose block source is still busy lose it.
+        (This engine is one process, so it loads the source's own copy; the block gather is
+        kept for its synchronisation, which is what shapes the race.) A race: whether it
+        fires depends on timing; when it fires, early_post_requests counts it.
         """
         import ray
 
