@@ -68,7 +68,8 @@ def test_a_job_whose_replay_is_wrong_exits_3(tmp_path):
     (["--no-replay"], "route_agreement < 1"),
     (["--fault", "early-post-process"], "early_post_requests="),
     (["--fault", "routes-pad-dp"], "replay rows"),
-], ids=["no-replay", "early-post-process", "routes-pad-dp"])
+    (["--fault", "weight-sync-race"], "early_post_requests="),
+], ids=["no-replay", "early-post-process", "routes-pad-dp", "weight-sync-race"])
 def test_the_default_command_fails_with_the_metric_that_caught_it(tmp_path, flags, metric):
     done = _launch(tmp_path, *flags)
     assert done.returncode == 3, done.stderr[-3000:]

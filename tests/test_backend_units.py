@@ -81,8 +81,8 @@ def test_engine_refuses_to_post_process_until_every_planned_sender_reported():
     assert len(senders) == 8
     for r in senders[:-1]:
         eng.receive(r, 1, [])
-    assert not eng.post_process(1, senders[0])
-    assert eng.log[-1][-1] == (senders[-1],) and eng.version == -1
+    assert not eng.post_process(1, senders[0], after=senders)
+    assert eng.log[-1][4] == (senders[-1],) and eng.version == -1
     eng.receive(senders[-1], 1, [])
     assert eng.post_process(1, senders[0]) and eng.version == 1
 
@@ -104,7 +104,22 @@ def test_early_post_fault_post_processes_on_the_first_upload():
     eng.receive(first, 1, [], post_if_first=True)
     eng.receive(second, 1, [], post_if_first=True)
     posts = [ev for ev in eng.log if ev[0] == "post"]
-    assert len(posts) == 1 and second in posts[0][-1]  # asked while `second` was missing
+    assert len(posts) == 1 and second in posts[0][4]  # asked while `second` was missing
+
+
+def test_a_post_request_not_ordered_after_every_sender_is_a_race_even_when_in_time():
+    """The pre-fix protocol's race is seen on every run: a request ordered after only some
+    senders (no barrier) is logged as unordered although every upload had arrived."""
+    eng = _engine()
+    senders = eng.plan.senders
+    for r in senders:
+        eng.receive(r, 1, [])
+    assert eng.post_process(1, senders[0], after=(senders[0],))  # the timing was benign
+    assert eng.log[-1][4] == () and eng.log[-1][5] == senders[1:]
+    assert eng.post_process(2, senders[0], after=senders) is False  # nothing of version 2
+    eng.receive(senders[0], 3, [])
+    eng.post_process(3, senders[0], after=senders)
+    assert eng.log[-1][5] == ()  # ordered after all (a barrier): no race
 
 
 def test_engine_counts_expert_shards_outside_the_plan():

@@ -69,17 +69,26 @@ class Engine:
             self.got.setdefault(version, set()).add(rank)
         self.log.append(("recv", version, rank, time.monotonic(), last))
         if post_if_first and last and len(self.got[version]) == 1:
-            self.post_process(version, rank)
+            self.post_process(version, rank, after=(rank,))
         return len(payload)
 
-    def post_process(self, version: int, by: int) -> bool:
-        """Build the served weights from staging, only once every planned sender reported."""
+    def post_process(self, version: int, by: int, after: tuple[int, ...] = ()) -> bool:
+        """Build the served weights from staging, only once every planned sender reported.
+
+        `after`: the senders whose final upload the requester is ordered after (its own, or
+        those a barrier joined it with). A request not ordered after every planned sender is
+        a race whether or not the uploads happened to be done in time, so the log records
+        the unordered senders too: the race is seen on every run, not only when it bites
+        (happens-before, as a race detector reasons, not wall-clock luck)."""
         done = self.got.get(version, set())
         if self.block_source is None:
+            planned = self.plan.senders
             missing = self.plan.missing(done)
         else:
+            planned = (self.block_source,)
             missing = () if self.block_source in done else (self.block_source,)
-        self.log.append(("post", version, by, time.monotonic(), missing))
+        unordered = tuple(r for r in planned if r not in after)
+        self.log.append(("post", version, by, time.monotonic(), missing, unordered))
         if missing and self.strict:
             return False
         self.live = {k: v.copy() for k, v in self.staging.items()}

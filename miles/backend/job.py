@@ -213,8 +213,9 @@ def _step(topo, step, seed, prompts, group, train, engines, opts, faults, final=
     agree, total = metrics.route_agreement(
         routes, moe_layers, [x for r in res for x in r["routes"]], passes)
     reports = ray.get([e.call.remote("report") for e in engines])
-    # post-process requests an engine got while a planned sender had not finished (so far)
-    early = sum(1 for rep in reports for ev in rep["log"] if ev[0] == "post" and ev[4])
+    # post-process requests an engine got while a planned sender had not finished, or not
+    # ordered after every planned sender's upload (a race even when the timing was benign)
+    early = sum(1 for rep in reports for ev in rep["log"] if ev[0] == "post" and (ev[4] or ev[5]))
     digests = [r["digest"] for r in reports]
     m.update({
         "logprob_max_abs_diff": diff,

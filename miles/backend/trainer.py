@@ -381,13 +381,13 @@ class Trainer:
                 post_if_first=self.faults.early_post))
             if not self.faults.sender_barrier and not self.faults.early_post \
                     and self.rank == senders[0]:
-                self._post(engine, version)
+                self._post(engine, version, after=(self.rank,))  # no barrier: only itself
         if not self.faults.sender_barrier:
             return
         for engine in sorted(self.sends):
             dist.barrier(group=self.world.senders[engine])
-            if self.rank == self.plan[engine].senders[0]:
-                self._post(engine, version)
+            if self.rank == self.plan[engine].senders[0]:  # the barrier joined every sender
+                self._post(engine, version, after=self.plan[engine].senders)
 
     def _sync_prefix(self, version: int) -> None:
         """The fault `weight-sync-race`: miles' colocated update before the fix.
@@ -417,7 +417,9 @@ class Trainer:
                 ray.get(self.engines[block].call.remote(
                     "receive", self.rank, version, bucket, last=i == len(buckets) - 1))
         if self.rank == 0:
-            ray.get([e.call.remote("post_process", version, 0) for e in self.engines])
+            # ordered after its own upload only: nothing joins it with the other blocks
+            ray.get([e.call.remote("post_process", version, 0, after=(0,))
+                     for e in self.engines])
 
     def _gathered_experts(self, layer: int) -> list:
         """Every expert of `layer`, all-gathered over the EP group (EP rank order is expert
@@ -434,10 +436,11 @@ class Trainer:
                     for e in range(self.topo.experts)]
         return out
 
-    def _post(self, engine: int, version: int) -> None:
+    def _post(self, engine: int, version: int, after: tuple[int, ...]) -> None:
         import ray
 
-        if not ray.get(self.engines[engine].call.remote("post_process", version, self.rank)):
+        if not ray.get(self.engines[engine].call.remote("post_process", version, self.rank,
+                                                        after=after)):
             raise RuntimeError(f"engine {engine} refused to post-process weights version "
                                f"{version}: senders {self.plan[engine].senders} not all done")
 
