@@ -9,7 +9,6 @@ token that set each field so a problem can point at its file and line.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
@@ -184,25 +183,34 @@ def _distance(a: str, b: str) -> int:
 
 
 @lru_cache(maxsize=1)
-def _histograms() -> dict[str, Counter]:
-    return {f: Counter(f) for f in table()}
+def _by_length() -> dict[int, list[tuple[str, frozenset]]]:
+    """Known flags by length, each with its set of characters (the cheap bound below)."""
+    out: dict[int, list[tuple[str, frozenset]]] = {}
+    for f in table():
+        out.setdefault(len(f), []).append((f, frozenset(f)))
+    return out
 
 
+@lru_cache(maxsize=4096)
 def suggest(name: str) -> str | None:
-    """The known layout flag an unknown flag most likely means, or None (bounded: one pass
-    over the flag table with a cheap letter-count filter, and only for unknown flags)."""
+    """The known layout flag an unknown flag most likely means, or None.
+
+    Cached per spelling (a script repeats its unknown flags, a batch repeats scripts); only
+    flags within 2 characters of its length are compared, and one edit changes the set of
+    characters by at most 2, so a set difference over 4 rules a flag out before the full
+    edit distance is computed.
+    """
     if name in SHORT:
         return SHORT[name]
     if not name.startswith("--") or len(name) < 8:
         return None
-    have = Counter(name)
-    near = [
-        (_distance(name, f), f) for f, counts in _histograms().items()
-        if abs(len(f) - len(name)) <= 2
-        # each edit changes the letter counts by at most 2: a lower bound first
-        and sum((have - counts).values()) + sum((counts - have).values()) <= 4
-    ]
-    best = min(near, default=(3, ""))
+    letters = frozenset(name)
+    by_length = _by_length()
+    best = (3, "")
+    for n in range(len(name) - 2, len(name) + 3):
+        for f, chars in by_length.get(n, ()):
+            if len(letters ^ chars) <= 4:
+                best = min(best, (_distance(name, f), f))
     return best[1] if best[0] <= 2 else None
 
 
