@@ -94,7 +94,7 @@ def values_report(found: ScriptRead) -> dict:
 def check_script(path: str, env: dict[str, str]) -> Verdict:
     found = read(path, env)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
-    v = verdict_of(path, lambda: read_flags(found.flags(), exported).topology)
+    v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
     unknown = {u.flag for u in found.unresolved if u.flag}
     facts, why = unknown_facts(found)
     if any(field_of(f) in summary_fields() for f in unknown):

@@ -292,3 +292,15 @@ def test_typo_suggestion_is_bounded_and_cached(monkeypatch):
     again = flags.parse_flags(argv)
     assert [w.message for w in again.warnings] == [w.message for w in first.warnings]
     assert calls == []
+
+
+def test_repeat_and_typo_point_at_the_token_that_wrote_them():
+    from miles_topology.flags import parse_flags
+    from miles_topology.shell.model import Source, Token
+
+    words = [("--lr", 3), ("1e-6", 3), ("--tensor-model-paralel-size", 4), ("2", 4),
+             ("--lr", 9), ("2e-6", 9), ("--colocate", 9)]
+    got = parse_flags([Token(t, Source("run.sh", line)) for t, line in words])
+    where = {p.code: str(p.location) for p in got.warnings}
+    assert where == {"unknown-flag": "run.sh:4", "flag-repeated": "run.sh:9"}
+    assert parse_flags([t for t, _ in words]).warnings[0].location is None  # plain strings

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from miles_topology.flags import is_switch
 
 __all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
-           "Unresolved", "is_switch"]
+           "Token", "Unresolved", "is_switch"]
 
 
 class ScriptReadError(Exception):
@@ -26,6 +26,15 @@ class Source:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Token:
+    """One argv word as `flags.parse_flags` reads it, with the line of the flag it belongs
+    to: flags.py's problems (a repeat, a typo) then point at the script's line."""
+
+    text: str
+    source: Source
 
 
 @dataclass(frozen=True)
@@ -132,16 +141,20 @@ class ScriptRead:
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""
-        out: list[str] = []
+        return [t.text for t in self.tokens()]
+
+    def tokens(self) -> list[Token]:
+        """`flags()` as words that know their line (what `check` hands to flags.py)."""
+        out: list[Token] = []
         for fv in self.argv:
             if fv.value is None:
                 continue
             if fv.joined and is_switch(fv.flag):  # --colocate=false is not --colocate false
-                out.append(f"{fv.flag}={fv.value}")
+                out.append(Token(f"{fv.flag}={fv.value}", fv.source))
                 continue
             if fv.flag:
-                out.append(fv.flag)
-            out.extend(fv.tokens)
+                out.append(Token(fv.flag, fv.source))
+            out.extend(Token(t, fv.source) for t in fv.tokens)
         return out
 
     def values(self) -> dict[str, list[FlagValue]]:

@@ -71,14 +71,4 @@ def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
                       launch.entry if launch else None, argv, unresolved, notes,
                       launch.site if launch else None,
                       {k: frozenset(v) for k, v in r.uses.items()}, gaps, others)
-    for flag, occ in read.values().items():
-        if len(occ) > 1:
-            shown = ", ".join(f"{o.value if o.value is not None else o.unresolved!s} at "
-                              f"{o.source}" for o in occ)
-            last = occ[-1]
-            notes.append(Note("flag-given-twice",
-                              f"{flag} is given {len(occ)} times ({shown}); the last one "
-                              f"({last.value if last.value is not None else last.unresolved} at "
-                              f"{last.source}) wins",
-                              f"remove all but one {flag}", last.source))
     return read
