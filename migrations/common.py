@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, TopologyError
+from ..errors import InputError, NoTrainingLaunch, TopologyError
 from ..flags import TOPOLOGY, field_of, is_switch
 from ..model import Topology, fields_in
 from ..shell import (
@@ -23,6 +23,7 @@ from ..shell import (
     ScriptReadError,
     Span,
     read_script,
+    require_launch,
     syntax,
 )
 from ..sources import read_flags
@@ -42,6 +43,11 @@ class Refused(Exception):
     def __init__(self, reason: str, code: int = 1):
         super().__init__(reason)
         self.reason, self.code = reason, code
+
+
+class NotALaunch(Refused):
+    """The file starts no training job (a model file it sources, a converter): `--check`
+    reports it and does not count it as pending."""
 
 
 @dataclass
@@ -78,9 +84,10 @@ def read(state: State) -> Reading:
         script = read_script(state.path, state.env, text=state.text)
     except ScriptReadError as e:
         raise Refused(f"cannot read it: {e}", 2) from None
-    if script.entry is None or script.site is None:
-        raise Refused("no training launch found (python3 train.py, train_async.py, torchrun, "
-                      "or ray job submit ... -- python3 train.py)", 2)
+    try:
+        require_launch(script)
+    except NoTrainingLaunch as e:
+        raise NotALaunch(str(e), 2) from None
     argv = script.flags()
     with tempfile.TemporaryDirectory() as tmp:
         for i, tok in enumerate(argv[:-1]):

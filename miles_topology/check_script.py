@@ -12,7 +12,7 @@ from .errors import InputError, Location, Problem
 from .flags import field_of, flag_of, known
 from .model import fields_in, summary_fields
 from .report import Verdict, verdict_of
-from .shell import ScriptRead, ScriptReadError, read_script
+from .shell import ScriptRead, ScriptReadError, read_script, require_launch
 from .sources import read_flags
 
 # checks that read whether the model is MoE (checks.py, Topology.is_moe) beyond their flags
@@ -35,15 +35,7 @@ def read(path: str, env: dict[str, str]) -> ScriptRead:
         raise InputError(str(e)) from None
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if found.entry is None:
-        instead = "; found instead: " + ", ".join(f"{what} at {src}" for src, what in
-                                                  found.others) if found.others else ""
-        raise InputError(
-            f"{path}: no training launch found (python3 train.py, train_async.py, torchrun, "
-            f"or ray job submit ... -- python3 train.py){instead}. A converter, server or "
-            "wrapper is not a training job: check the script that starts train.py"
-        )
-    return found
+    return require_launch(found)
 
 
 def unknown_facts(found: ScriptRead) -> tuple[set[str], str]:

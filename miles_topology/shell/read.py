@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..errors import NoTrainingLaunch
 from .interpret import Reader
 from .launch import argv_of
 from .model import FlagValue, Note, ScriptRead, ScriptReadError, Source
@@ -36,6 +37,18 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None,
     finally:
         if collecting:
             gc.enable()
+
+
+def require_launch(found: ScriptRead) -> ScriptRead:
+    """`found`, or NoTrainingLaunch (exit 2) when it launches no training job."""
+    if found.entry is not None and found.site is not None:
+        return found
+    instead = "; found instead: " + ", ".join(f"{what} at {src}" for src, what in
+                                              found.others) if found.others else ""
+    raise NoTrainingLaunch(
+        f"{found.path}: no training launch found (python3 train.py, train_async.py, torchrun, "
+        f"or ray job submit ... -- python3 train.py){instead}. A converter, server or "
+        "wrapper is not a training job: check the script that starts train.py")
 
 
 def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
