@@ -222,6 +222,7 @@ def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | N
     """`check LAUNCHER.py [-- ARGS]`: the Verdict on the training launch the launcher issues.
     A ``--topology`` YAML is resolved with the environment the entry really gets: under
     ray job submit only the runtime env, else the launcher's own plus what the command sets."""
+    from ..check_script import facts_line, flag_pairs, model_facts, skip_unknown
     from ..errors import Location
     from ..report import verdict_of
     from ..sources import read_flags
@@ -230,6 +231,8 @@ def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | N
     base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
     environ = {**base, **got.env}
     v = verdict_of(path, lambda: read_flags(got.argv, environ).topology)
+    facts, why = model_facts(flag_pairs(got.argv))  # as for bash scripts: one rule
+    skip_unknown(v, set(), facts)
     where = None
     if got.source:  # every problem is in the flags of the call the launcher makes there
         same = os.path.realpath(got.source[0]) == os.path.realpath(path)
@@ -240,10 +243,13 @@ def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | N
     lines = [f"launch: {got.launcher} {got.entry}  <- {at} (run in a sandbox in "
              f"{got.seconds:.2f} s; {len(got.others)} other action(s) recorded, not run)"]
     lines += [f"note: {n}" for n in got.notes]
+    if facts:
+        lines.append(facts_line(facts, why))
     v.extra = {"launcher": got.launcher, "entry": got.entry, "argv": got.argv,
                "source": at, "unresolved": [],
                "others": [{"kind": o.kind, "command": o.command,
                            "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
                           for o in got.others],
-               "notes": got.notes, "report_lines": lines}
+               "notes": got.notes, "report_lines": lines,
+               "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
     return v
