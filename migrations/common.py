@@ -95,14 +95,18 @@ def read(state: State) -> Reading:
                 stand_in = Path(tmp, f"{i}.yaml")
                 stand_in.write_text(state.files[Path(os.path.abspath(argv[i + 1]))])
                 argv[i + 1] = str(stand_in)
+        environ = script.site.environ()
         try:
-            got = read_flags(argv, script.site.environ())
+            got = read_flags(argv, environ)
         except TopologyError as e:
             problems = "; ".join(f"[{p.code}] {p.message}" for p in e.problems)
             raise Refused(f"its topology is invalid: {problems} Fix it first "
                           f"(miles-topology check {state.path}).") from None
         except InputError as e:
             raise Refused(f"cannot read its topology file: {e}", 2) from None
+    if getattr(environ, "dropped", None):  # the job's runtime env is unknown: so is the YAML
+        raise Refused(f"its topology file reads {', '.join(environ.dropped)} from the "
+                      f"environment, and {environ.why}; pass it literally first.")
     return Reading(script, got.topology, got.passthrough)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .errors import InputError, Location, Problem
-from .flags import field_of, flag_of, known
+from .flags import TOPOLOGY, field_of, flag_of, known
 from .model import fields_in, summary_fields
 from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
@@ -127,7 +127,15 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
     found = read(path, env)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
-    unknown = {u.flag for u in found.unresolved if u.flag}
+    unresolved = [
+        {"flag": u.flag, "expression": u.expression, "source": str(u.source), "why": u.why}
+        for u in found.unresolved
+    ]
+    for name in getattr(exported, "dropped", ()):  # a YAML value read from an unknown env
+        flag = flag_of(name)
+        unresolved.append({"flag": flag, "expression": f"{name} in {_topology_file(found)}",
+                           "source": _topology_file(found), "why": exported.why})
+    unknown = {u["flag"] for u in unresolved if u["flag"]}
     facts, why = unknown_facts(found)
     if any(field_of(f) in summary_fields() for f in unknown):
         v.summary = None  # the sizes are not known, so they are not reported
@@ -144,14 +152,16 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
         "launcher": found.launcher,
         "entry": found.entry,
         "values": values,
-        "unresolved": [
-            {"flag": u.flag, "expression": u.expression, "source": str(u.source), "why": u.why}
-            for u in found.unresolved
-        ],
+        "unresolved": unresolved,
         "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None,
-        "report_lines": _lines(values, found, facts, why),
+        "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def _topology_file(found: ScriptRead) -> str:
+    got = found.values().get(TOPOLOGY)
+    return got[-1].value or "?" if got else "?"
 
 
 def _note(n) -> Problem:
@@ -177,15 +187,17 @@ def _locate(p: Problem, where: dict[str, Location]) -> Location | None:
     return next((where[f] for f in p.flags if f in where), None)
 
 
-def _lines(values: dict, found: ScriptRead, facts: set[str], why: str) -> list[str]:
+def _lines(values: dict, found: ScriptRead, unresolved: list[dict], facts: set[str], why: str
+           ) -> list[str]:
     lines = [f"launch: {found.launcher or '?'} {found.entry}"]
     for flag, info in values.items():
         shown = {"": "(switch)", None: "?"}.get(info["value"], info["value"])
         lines.append(f"{flag} {shown}  <- {info['source']}")
         for old in info["overridden"]:
             lines.append(f"    overrides {old['value'] or '(switch)'} at {old['source']}")
-    for u in found.unresolved:
-        lines.append(f"unresolved {u.flag or ''} = {u.expression}  at {u.source}: {u.why}")
+    for u in unresolved:
+        lines.append(f"unresolved {u['flag'] or ''} = {u['expression']}  at {u['source']}: "
+                     f"{u['why']}")
     if facts:
         lines.append(facts_line(facts, why))
     return lines

@@ -176,3 +176,38 @@ def test_no_training_launch_exit_2_names_what_was_found(capsys):
     err = capsys.readouterr().err
     assert "no training launch" in err and "convert_hf_to_torch_dist.py" in err
     assert "converter-only.sh:5" in err
+
+
+RAY_HEAD = 'export TP=4\nRT=$(cat runtime.json)\n'
+RAY_JOB = ('ray job submit --address="http://127.0.0.1:8265" {opt} -- python3 train.py '
+           '--topology {yaml} --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate\n')
+
+
+@pytest.mark.parametrize(("opt", "tp"), [
+    ("""--runtime-env-json='{"env_vars": {"TP": "2"}}'""", 2),  # the runtime env, not exports
+    ("""--runtime-env-json='{"env_vars": {"A": "1"}}'""", 1),  # TP not passed: the default
+    ("", 1),  # no runtime env: the entrypoint does not inherit the script's exports
+    ('--runtime-env-json="$RT"', None),  # not written literally: unknown
+    ("--runtime-env runtime.yaml", None),  # a file this check does not read: unknown
+])
+def test_topology_yaml_under_ray_job_submit_sees_the_runtime_env(tmp_path, opt, tp):
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("tp: ${oc.env:TP,1}\nsp: true\n")
+    script = tmp_path / "run.sh"
+    script.write_text(RAY_HEAD + RAY_JOB.format(opt=opt, yaml=yaml))
+    v = check_script(str(script), {})
+    assert v.ok, [p.code for p in v.errors]
+    if tp is not None:
+        assert v.topology.tp == tp and v.summary["tp"] == tp
+        return
+    assert v.summary is None  # tp is a reported size: not guessed
+    assert any(u["flag"] == "--tensor-model-parallel-size" and "runtime env" in u["why"]
+               for u in v.extra["unresolved"])
+
+
+def test_a_script_launch_still_gives_the_yaml_its_exports(tmp_path):
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("tp: ${oc.env:TP,1}\nsp: true\n")
+    script = tmp_path / "run.sh"
+    script.write_text(f"export TP=4\npython3 train.py --topology {yaml} --colocate\n")
+    assert check_script(str(script), {}).topology.tp == 4

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from miles_topology.config import PartialEnv
 from miles_topology.flags import is_switch
 
 __all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
@@ -99,9 +100,19 @@ class LaunchSite:
     variables: Mapping[str, str | None]
     exported: frozenset[str]
     command: Source | None = None  # as in `ScriptRead.uses`
+    # `ray job submit`: the entrypoint does not inherit the script's exports; it gets the
+    # runtime env's env_vars (`job_env`; None when not written literally in the script)
+    job: bool = False
+    job_env: Mapping[str, str] | None = None
 
     def environ(self) -> dict[str, str]:
-        """The environment the launched process gets, as far as it is known."""
+        """The environment the launched process gets, as far as it is known (under ray job
+        submit, a `PartialEnv` when the runtime env is not known: its names are unknown)."""
+        if self.job:
+            if self.job_env is None:
+                return PartialEnv(why="ray job submit's runtime env is not written literally "
+                                  "in the script (the entrypoint sees only the runtime env)")
+            return dict(self.job_env)
         return {k: v for k, v in self.variables.items() if k in self.exported and v is not None}
 
 
