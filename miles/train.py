@@ -155,9 +155,11 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
         )
         return 2
     import signal
+    import time
 
     from .ray import PlacementTimeout, start_cluster
 
+    t0 = time.monotonic()
     try:
         cluster = start_cluster(topo)
     except TopologyError as e:
@@ -169,6 +171,7 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
     # SIGTERM unwinds like Ctrl-C so the cluster is shut down (set after start_cluster,
     # whose local raylets install Ray's own handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    print(f"start-up: cluster {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
     try:
         steps = backend.run_job(
             topo, cluster, steps=job.steps, metrics_out=job.metrics_out, seed=job.seed,
@@ -177,14 +180,18 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
     except KeyboardInterrupt:
         print("miles: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a guard in a worker stopped the job (Ray wraps its error)
+        cause = getattr(e, "cause", None) or e
+        print(f"miles: the job stopped: {type(cause).__name__}: {cause}", file=sys.stderr)
+        return 3
     finally:
         cluster.shutdown()
-    from miles.backend.metrics import exact
+    from miles.backend.metrics import failures
 
-    bad = [m["step"] for m in steps if not exact(m)]
+    bad = {("final" if m["final"] else m["step"]): failures(m) for m in steps if failures(m)}
     if bad:
-        print(f"miles: train and rollout disagree at step(s) {bad}: R3 is not exact "
-              "(see logprob_max_abs_diff and route_agreement above)", file=sys.stderr)
+        what = "; ".join(f"{k}: {', '.join(v)}" for k, v in bad.items())
+        print(f"miles: train and rollout disagree ({what}): R3 is not exact", file=sys.stderr)
         return 3
     return 0
 

@@ -151,6 +151,10 @@ class Topology(BaseModel):
     dynamic_global_batch: bool = fact("batch", "--use-dynamic-global-batch-size", False)
     partial_train_step: bool = fact("batch", "--allow-partial-train-step", False)
     no_trim: bool = fact("batch", "--disable-rollout-trim-samples", False)
+    data_pad_multiplier: int = fact("batch", "--data-pad-size-multiplier", 128, ge=1)
+    balance_data: bool = fact("batch", "--balance-data", False)
+    allgather_cp: bool = fact("batch", "--allgather-cp", False)
+    qkv_format: Literal["thd", "bshd"] = fact("batch", "--qkv-format", "thd")
 
     _warnings: tuple[Problem, ...] = PrivateAttr(default=())
 

@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from miles.backend import metrics, moe  # noqa: E402
-from miles.backend.engine import Engine  # noqa: E402
+from miles.backend.engine import Engine, bf16, engine_route  # noqa: E402
 from miles.backend.faults import Faults  # noqa: E402
-from miles.backend.policy import DTYPE, Spec, weight  # noqa: E402
+from miles.backend.policy import DTYPE, Spec, checkpoint, route, weight  # noqa: E402
 from miles.backend.task import advantages, reward, target  # noqa: E402
 from miles_topology import Topology  # noqa: E402
 from miles_topology.weightsync import engine_sync  # noqa: E402
@@ -90,12 +90,21 @@ def test_engine_refuses_to_post_process_until_every_planned_sender_reported():
 def test_shards_arriving_after_post_process_wait_for_the_next_one():
     eng = Engine(Topology(**ACCEPT), 0, seed=0, strict=False)
     (rank, shard), *_ = [(r, s) for r, s in eng.plan.sends if s.kind == "dense"]
-    new = torch.ones_like(eng.staging["head"])
+    new = np.ones_like(eng.staging["head"])
     eng.post_process(1, rank)  # too early: nothing received
     eng.receive(rank, 1, [("head", -1, 0, 0, 1, new)])
-    assert not torch.equal(eng.live["head"], new)  # served weights are stale
+    assert not np.array_equal(eng.live["head"], new)  # served weights are stale
     eng.post_process(2, rank)
-    assert torch.equal(eng.live["head"], new)
+    assert np.array_equal(eng.live["head"], new)
+
+
+def test_early_post_fault_post_processes_on_the_first_upload():
+    eng = Engine(Topology(**ACCEPT), 0, seed=0, strict=False)
+    first, second = eng.plan.senders[:2]
+    eng.receive(first, 1, [], post_if_first=True)
+    eng.receive(second, 1, [], post_if_first=True)
+    posts = [ev for ev in eng.log if ev[0] == "post"]
+    assert len(posts) == 1 and second in posts[0][-1]  # asked while `second` was missing
 
 
 def test_engine_counts_expert_shards_outside_the_plan():
@@ -145,9 +154,73 @@ def test_task_reward_and_group_advantages():
 
 
 def test_ownership_fault_differs_from_topology_only_where_the_old_rule_is_wrong():
+    f = Faults(frozenset({"ownership-ignores-grid"}))
     topo = Topology(**ACCEPT)  # EP 8 over nodes of 4
-    f = Faults(frozenset({"ownership-mod-gpus"}))
     assert all(f.owned(topo, r) == topo.local_experts(r) for r in range(4))
     assert all(f.owned(topo, r) != topo.local_experts(r) for r in range(4, 8))
+    # the default 2 x 4, EP 2 layout: node-local blocks vs the grid's alternating EP ranks
+    default = Topology(layers=4, experts=8, nodes=2, gpus_per_node=4, ep=2, etp=1,
+                       colocate=True)
+    wrong = [r for r in range(8) if f.owned(default, r) != default.local_experts(r)]
+    assert wrong == [1, 2, 5, 6]
     with pytest.raises(ValueError, match="unknown fault"):
         Faults(frozenset({"nope"}))
+
+
+def test_bf16_rounds_to_nearest_even_like_torch():
+    ulp = 2.0**-7  # bf16 keeps 8 significant bits
+    x = np.array([1 + ulp / 2, 1 + 3 * ulp / 2, 1 + ulp / 2 + 1e-6, -3.3, 1e-3, 7.77e5])
+    assert bf16(x)[:3].tolist() == [1.0, 1 + 2 * ulp, 1 + ulp]  # ties go to the even one
+    want = torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).to(DTYPE).numpy()
+    np.testing.assert_array_equal(bf16(x), want)
+
+
+def test_engine_and_trainer_routing_split_only_on_near_ties():
+    """The engine's bf16 router picks other experts than the float64 trainer exactly where
+    two scores are closer than bf16 can tell, and nowhere else."""
+    logits = np.array([[3.0, 2.0, 2.0 + 2e-4, -1.0],    # near-tie for the 2nd expert
+                       [3.0, 2.0, 1.0, -1.0]])  # clear gaps
+    ids, weights = engine_route(logits, 2)
+    _, used = route(torch.tensor(logits, dtype=DTYPE), 2)
+    trainer = used.nonzero()[:, 1].view(-1, 2)
+    assert sorted(ids[0].tolist()) == [0, 1] and trainer[0].tolist() == [0, 2]
+    assert sorted(ids[1].tolist()) == trainer[1].tolist() == [0, 1]
+    np.testing.assert_allclose(weights.sum(1), 1.0, rtol=1e-6)
+
+
+def test_engines_start_from_another_checkpoint_than_the_trainers():
+    topo = Topology(**ACCEPT)
+    eng = Engine(topo, 0, seed=0)
+    mine = checkpoint(Spec.of(topo), 0)
+    assert all(not np.allclose(eng.live[k], mine[k].numpy()) for k in mine)
+
+
+def test_minus_one_rows_route_live_and_replay_off_routes_live(layer):
+    m, spec = layer
+    x = torch.randn(4, spec.hidden, dtype=DTYPE, generator=torch.Generator().manual_seed(3))
+    live = (x @ m.router).topk(2, dim=1).indices.sort(1).values
+    forced = torch.tensor([[7, 6]] * 4)
+    with torch.no_grad():
+        moe.set_replay([forced])
+        m(x, moe.FORWARD)
+        assert (m.trace.calls[-1][-1] == forced.sort(1).values).all()
+        moe.reset_replay()
+        moe.set_replay([torch.cat([forced[:3], torch.tensor([[-1, -1]])])])
+        m(x, moe.FORWARD)  # one -1 row: the whole chunk routes live (miles' old fallback)
+        assert (m.trace.calls[-1][-1] == live).all()
+        moe.reset_replay()
+        m.replaying = False
+        moe.set_replay([forced])
+        m(x, moe.FORWARD)
+        assert (m.trace.calls[-1][-1] == live).all()
+        moe.reset_replay()
+
+
+def test_every_sync_metric_decides():
+    ok = dict(logprob_max_abs_diff=1e-3, route_agreement=1.0, early_post_requests=0,
+              unplanned_shards=0, engines_agree=True)
+    assert metrics.failures(ok) == [] and metrics.exact(ok)
+    for key, bad in (("logprob_max_abs_diff", 1.0), ("route_agreement", 0.999),
+                     ("early_post_requests", 1), ("unplanned_shards", 3),
+                     ("engines_agree", False)):
+        assert metrics.failures({**ok, key: bad}), key

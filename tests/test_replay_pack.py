@@ -7,6 +7,7 @@ Stage layers and the MoE pattern are recomputed here from Megatron's formulas, n
 of the Topology.
 """
 
+import itertools
 import subprocess
 import sys
 from collections import Counter
@@ -37,6 +38,7 @@ def cases(draw):
         bits[draw(st.integers(0, layers - 1))] = 1  # at least one MoE layer
         freq = "[" + ",".join(map(str, bits)) + "]"
     dynamic = draw(st.booleans())
+    balance = draw(st.booleans())
     mbs = draw(st.integers(1, 3))
     gbs = draw(st.sampled_from([None, 1, 2])) if not dynamic else draw(st.sampled_from([None, 3]))
     world = tp * cp * pp * dp
@@ -45,12 +47,14 @@ def cases(draw):
         sp=tp > 1 or draw(st.booleans()), experts=8, topk=draw(st.integers(1, 3)),
         layers=layers, moe_layer_freq=freq, micro_batch_size=mbs, dynamic_batch=dynamic,
         max_tokens_per_gpu=draw(st.integers(4, 40)) if dynamic else None,
-        global_batch_size=gbs * dp * mbs if gbs else None,
+        global_batch_size=gbs * dp * mbs if gbs else None, balance_data=balance,
         # etp = tp and ep = 1 here: megatron-core takes pp-not-last only when tp*cp == etp*ep
         order=draw(st.sampled_from(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"] if pp == 1 or cp == 1
                                    else ["tp-cp-ep-dp-pp"])),
     )
     tokens = draw(st.lists(st.integers(1, 30), min_size=1, max_size=10))
+    if balance or dynamic:  # miles splits into equal parts: a sample count divisible by dp
+        tokens = (tokens * dp)[: max(dp, len(tokens) // dp * dp)]
     dtype = draw(st.sampled_from([np.uint8, np.uint16]))
     return topo, tokens, draw(st.integers(1, 3)), dtype, draw(st.booleans())
 
@@ -80,34 +84,53 @@ def ref_moe_layers(topo, pp_rank):
 
 
 def ref_micro_batches(topo, tokens, dp_rank):
+    """Round-robin share, steps of gbs/dp samples, micro-batches of micro_batch_size."""
     mine = [i for i in range(len(tokens)) if i % topo.dp == dp_rank]
-    gbs = topo.global_batch_size or len(tokens)
+    local = topo.global_batch_size // topo.dp if topo.global_batch_size else len(mine)
     out = []
-    for step in sorted({i // gbs for i in mine}):
-        group = [i for i in mine if i // gbs == step]
-        if not topo.dynamic_batch:
-            m = topo.micro_batch_size
-            out += [group[k:k + m] for k in range(0, len(group), m)]
-            continue
-        cur, used = [], 0
-        for i in group:
-            n = tokens[i] if topo.cp == 1 else 2 * -(-tokens[i] // (2 * topo.cp))
-            if cur and used + n > topo.max_tokens_per_gpu:
-                out.append(cur)
-                cur, used = [], 0
-            cur.append(i)
-            used += n
-        out.append(cur)
+    for at in range(0, len(mine), max(local, 1)):
+        group = mine[at:at + local]
+        m = topo.micro_batch_size
+        out += [group[k:k + m] for k in range(0, len(group), m)]
     return out
 
 
-def reference(topo, tokens, routes, rank, pad_multiple):
-    """Per micro-batch replay rows of `rank`, built from the full tensors."""
+def ref_first_fit(lengths, cap):
+    """miles' get_minimum_num_micro_batch_size, from its description: first fit, count bins."""
+    bins = []
+    for n in lengths:
+        fit = [b for b in range(len(bins)) if bins[b] + n <= cap]
+        if fit:
+            bins[fit[0]] += n
+        else:
+            bins.append(n)
+    return len(bins)
+
+
+def best_max_sum(lengths, k, equal_size):
+    """The smallest possible largest part sum (brute force, small inputs)."""
+    best = None
+    for a in itertools.product(range(k), repeat=len(lengths)):
+        sizes = Counter(a)
+        if len(sizes) < k or (equal_size and len(set(sizes.values())) > 1):
+            continue
+        top = max(sum(n for n, p in zip(lengths, a) if p == j) for j in range(k))
+        best = top if best is None else min(best, top)
+    return best
+
+
+def reference(topo, tokens, routes, rank, pad_multiple, plan):
+    """Per micro-batch replay rows of `rank`, built from the full tensors. Balanced splits
+    (--balance-data, dynamic batching) are taken from the plan: their rules are checked
+    against miles' in test_schedule_follows_miles_data_rules."""
     c = topo.coord(rank)
     k, dtype = topo.topk, routes[0].dtype
     fill = lambda n: np.broadcast_to(np.arange(k, dtype=dtype), (n, topo.layers, k))  # noqa: E731
     out = []
-    for mb in ref_micro_batches(topo, tokens, c["dp"]):
+    mbs = ref_micro_batches(topo, tokens, c["dp"])
+    if topo.dynamic_batch or topo.balance_data:
+        mbs = [mb.samples for mb in plan.micro_batches]
+    for mb in mbs:
         parts = []
         for s in mb:
             x = np.concatenate([routes[s], fill(1)])  # the unrecorded last token
@@ -138,7 +161,7 @@ def test_ship_matches_full_tensor_reference(case):
     for rank in range(topo.world_size):
         plan = replay_plan(topo, tokens, rank, pad_multiple)
         got = ship(routes, plan, topk=topo.topk, dtype=dtype)
-        want = reference(topo, tokens, routes, rank, pad_multiple)
+        want = reference(topo, tokens, routes, rank, pad_multiple, plan)
         assert plan.layers == tuple(ref_moe_layers(topo, topo.coord(rank)["pp"]))
         assert len(got.batches) == len(want)
         for m, (g, w) in enumerate(zip(got.batches, want)):
@@ -161,8 +184,9 @@ def test_plan_partitions_rows_across_replica(case):
     seen = Counter()
     for plan in plans:
         c = topo.coord(plan.rank)
-        assert set(plan.samples) == {i for i in range(len(tokens)) if i % topo.dp == c["dp"]}
-        assert [s for mb in plan.micro_batches for s in mb.samples] == list(plan.samples)
+        if not topo.balance_data:
+            assert set(plan.samples) == {i for i in range(len(tokens)) if i % topo.dp == c["dp"]}
+        assert sorted(s for mb in plan.micro_batches for s in mb.samples) == sorted(plan.samples)
         for mb in plan.micro_batches:
             assert mb.packed % (topo.tp * pad_multiple) == 0
             assert mb.packed >= sum(mb.lengths)
@@ -177,16 +201,74 @@ def test_plan_partitions_rows_across_replica(case):
                         seen[seg.sample, t, layer, c["dp"]] += 1
     moe = [i for i in range(topo.layers) if topo.moe_pattern[i]]
     copies = 1 if topo.sp or topo.tp == 1 else topo.tp
-    want = {(s, t, layer, s % topo.dp): copies
+    dp_of = {s: topo.coord(p.rank)["dp"] for p in plans for s in p.samples}
+    want = {(s, t, layer, dp_of[s]): copies
             for s, n in enumerate(tokens) for t in range(n) for layer in moe}
     assert dict(seen) == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_schedule_follows_miles_data_rules(case):
+    """Shares, steps and micro-batch counts against miles' documented rules, written out
+    here: --balance-data gives equal-size dp parts; a step is gbs/dp consecutive samples
+    of a share; dynamic batching uses the first-fit bin count of the full lengths against
+    max_tokens_per_gpu x cp, the max over dp, rounded down to a multiple of pp under VPP
+    (at least 1). Balanced splits are within 4/3 of the best possible largest part (the
+    largest-differencing method's guarantee), checked by brute force."""
+    topo, tokens, _, _, _ = case
+    plans = replay_plans(topo, tokens, 1)
+    shares = {topo.coord(p.rank)["dp"]: p.samples for p in plans}
+    assert sorted(s for sh in shares.values() for s in sh) == list(range(len(tokens)))
+    if topo.balance_data:
+        assert {len(sh) for sh in shares.values()} == {len(tokens) // topo.dp}
+        if len(tokens) <= 8 and topo.dp > 1:
+            top = max(sum(tokens[s] for s in sh) for sh in shares.values())
+            assert 3 * top <= 4 * best_max_sum(tokens, topo.dp, True)
+    local = topo.global_batch_size // topo.dp if topo.global_batch_size else None
+    for plan in plans:
+        mine = list(shares[topo.coord(plan.rank)["dp"]])
+        loc = local or max(len(mine), 1)
+        steps = [mine[i:i + loc] for i in range(0, len(mine), loc)]
+        for step, group in enumerate(steps):
+            mbs = [mb.samples for mb in plan.micro_batches if mb.step == step]
+            assert sorted(s for mb in mbs for s in mb) == sorted(group)
+            if not topo.dynamic_batch:
+                continue
+            want = max(ref_first_fit([tokens[s] for s in sh[step * loc:(step + 1) * loc]],
+                                     topo.max_tokens_per_gpu * topo.cp)
+                       for sh in shares.values())
+            if (topo.vpp or 1) > 1:
+                want = max(1, want // topo.pp * topo.pp)
+            assert len(mbs) == want and all(mbs)
+            if len(group) <= 8 and want > 1:
+                top = max(sum(tokens[s] for s in mb) for mb in mbs)
+                assert 3 * top <= 4 * best_max_sum([tokens[s] for s in group], want, False)
+
+
+def test_plan_refuses_what_it_does_not_model():
+    for kw in (dict(allgather_cp=True), dict(qkv_format="bshd")):
+        topo = Topology(nodes=1, gpus_per_node=2, cp=2, experts=8, layers=2, **kw)
+        with pytest.raises(ValueError, match="not modelled"):
+            replay_plan(topo, [3, 4], 0)
+
+
+def test_data_pad_size_multiplier_defaults_to_miles_128():
+    topo = Topology(nodes=1, gpus_per_node=2, tp=2, sp=True, experts=8, layers=2,
+                    micro_batch_size=2)
+    (mb,) = replay_plan(topo, [5, 9], 0).micro_batches
+    assert mb.packed == 256  # 14 tokens padded to tp x 128
+    topo = Topology(nodes=1, gpus_per_node=2, tp=2, sp=True, experts=8, layers=2,
+                    data_pad_multiplier=4, micro_batch_size=2)
+    (mb,) = replay_plan(topo, [5, 9], 0).micro_batches
+    assert mb.packed == 16
 
 
 def test_plan_golden_example():
     """tp 2 + SP, cp 2, dp 2: what rank 5 (tp 1, cp 0, dp 1) replays, worked by hand."""
     topo = Topology(nodes=2, gpus_per_node=4, tp=2, sp=True, cp=2, ep=2, experts=8,
                     layers=4, moe_layer_freq=2, micro_batch_size=2)
-    plan = replay_plan(topo, [5, 9, 3, 7, 2], rank=5)
+    plan = replay_plan(topo, [5, 9, 3, 7, 2], rank=5, pad_multiple=1)
     assert plan.samples == (1, 3) and plan.tokens == (9, 7) and plan.layers == (0, 2)
     (mb,) = plan.micro_batches
     # sample 1: 9 tokens -> 12 rows, chunks of 3; cp 0 takes [0,3) and [9,12) = [9] + 2 pad.
@@ -215,7 +297,7 @@ def test_ship_only_this_ranks_share():
                     layers=8)
     tokens = [64] * 8
     routes = make_routes(topo, tokens, np.uint8)
-    plan = replay_plan(topo, tokens, rank=0)
+    plan = replay_plan(topo, tokens, rank=0, pad_multiple=1)
     got = ship(routes, plan)
     assert got.nbytes * topo.tp * topo.cp * topo.pp == replica_bytes(routes, plan) * 64 // 63
 

@@ -1,13 +1,33 @@
-"""Test-only faults: each re-creates one way R3 broke, so the metrics are shown able to fail.
+"""Test-only faults: each re-creates one way R3 broke upstream, so the metrics are shown able
+to fail on the default command, with no helper flag.
 
-- `ownership-mod-gpus`: a rank loads and exports the experts of EP rank
-  `rank % gpus_per_node` (wrapped to ep), the old assumption, while tokens are still
-  dispatched by the real EP group.
-- `replay-shift`: every rank replays its rows shifted by one token.
-- `early-post-process`: no sender barrier and no engine guard; the first sender of each
-  engine asks it to post-process as soon as its own upload is done.
+- `weight-sync-race`: miles' colocated weight update before the fix (radixark/miles
+  `update_weight_from_tensor.py`, `UpdateWeightFromTensor.update_weights`, fixed by
+  "Try to fix racing conditions in update weight from tensors", radixark/miles#254 /
+  THUDM/slime#929): ranks form blocks of `--rollout-num-gpus-per-engine` consecutive ranks
+  whose first rank sends to the block's engine, and rank 0 alone asks *every* engine to
+  post-process right after its own sends, with no barrier; no engine guard either. Engines
+  whose senders are still uploading post-process a partial update. Caught by
+  `early_post_requests` (and the stale experts by `engines_agree` / log-prob difference).
+- `early-post-process`: each engine post-processes as soon as the first of its planned
+  senders has uploaded (no barrier, no guard), so with two or more senders it always
+  serves a partial update. Caught by `early_post_requests` and the stale weights.
 - `no-sender-barrier`: the barrier alone is skipped; the engine's guard must then refuse
   (the job stops with an error instead of serving a partial update).
+- `routes-pad-dp`: replay rows padded to a multiple of dp x pad multiplier while tokens are
+  padded to tp x pad multiplier (the regression reverted upstream). Caught by the trainer's
+  shape guard, or by `route_agreement` where sequence parallel slices them.
+- `pad-rows-minus-one`: pad rows shipped as -1, so every chunk holding one routes live.
+  Caught by `route_agreement` (near-ties flip between engine and trainer numerics).
+- `replay-disabled`: the trainers never replay (routing replay left off). Caught by
+  `route_agreement` and the log-prob difference.
+- `ownership-ignores-grid`: a rank holds the experts of EP rank
+  `local_gpu * ep // gpus_per_node` (experts laid over a node's GPUs in contiguous blocks,
+  the "an EP group is one node" assumption; `local_gpu % ep` when EP exceeds a node),
+  while tokens are still dispatched by the real expert grid. On the default 2 x 4, EP 2
+  layout it gives GPUs 1 and 2 of each node the wrong block. Caught by `unplanned_shards`
+  and the log-prob difference.
+- `replay-shift`: every rank replays its rows shifted by one token.
 """
 
 from __future__ import annotations
@@ -18,7 +38,10 @@ import numpy as np
 
 from miles_topology import Topology
 
-NAMES = ("ownership-mod-gpus", "replay-shift", "early-post-process", "no-sender-barrier")
+NAMES = (
+    "weight-sync-race", "early-post-process", "no-sender-barrier", "routes-pad-dp",
+    "pad-rows-minus-one", "replay-disabled", "ownership-ignores-grid", "replay-shift",
+)
 
 
 @dataclass(frozen=True)
@@ -32,9 +55,11 @@ class Faults:
 
     def owned(self, topo: Topology, rank: int) -> tuple[int, ...]:
         """Experts this rank holds: the Topology's block, unless the old rule is injected."""
-        if "ownership-mod-gpus" not in self.names:
+        if "ownership-ignores-grid" not in self.names:
             return topo.local_experts(rank)
-        e = (rank % topo.gpus_per_node) % topo.ep
+        gpu = topo.placement(rank)[1]
+        gpn = topo.gpus_per_node
+        e = gpu * topo.ep // gpn if topo.ep <= gpn else gpu % topo.ep
         return topo.local_experts(topo.rank(expert=True, ep=e))
 
     def shift(self, rows: np.ndarray) -> np.ndarray:
@@ -43,9 +68,30 @@ class Faults:
         return np.concatenate([rows[1:], rows[-1:]])
 
     @property
+    def replay(self) -> bool:
+        return "replay-disabled" not in self.names
+
+    @property
+    def pad_id(self) -> int | None:
+        """The id pad rows are shipped with: None = a valid route (the fix), or -1."""
+        return -1 if "pad-rows-minus-one" in self.names else None
+
+    @property
+    def route_pad_to_dp(self) -> bool:
+        return "routes-pad-dp" in self.names
+
+    @property
+    def early_post(self) -> bool:
+        return "early-post-process" in self.names
+
+    @property
+    def race(self) -> bool:
+        return "weight-sync-race" in self.names
+
+    @property
     def engine_guard(self) -> bool:
-        return "early-post-process" not in self.names
+        return not {"early-post-process", "weight-sync-race"} & self.names
 
     @property
     def sender_barrier(self) -> bool:
-        return not {"early-post-process", "no-sender-barrier"} & self.names
+        return not {"early-post-process", "no-sender-barrier", "weight-sync-race"} & self.names

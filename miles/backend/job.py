@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import ray
 
 from miles.replay import ship
@@ -46,6 +47,8 @@ def options(extra: list[str] | tuple[str, ...]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="miles.train (reference backend)", add_help=False)
     p.add_argument("--fault", action="append", default=[], choices=NAMES,
                    help="test only: inject a known R3 bug")
+    p.add_argument("--no-replay", action="store_true",
+                   help="train without routing replay, to see what R3 buys (exits 3)")
     p.add_argument("--sync-skew-s", type=float, default=0.0,
                    help="the last sender of every engine sleeps this long before uploading")
     p.add_argument("--lr", type=float, default=0.02)
@@ -68,6 +71,9 @@ def prepare(topo: Topology) -> Topology:
                         "(not --debug-train-only / --rollout-external)")
     if topo.rollout_only:
         problems.append("--debug-rollout-only is not supported by the reference backend")
+    if topo.allgather_cp or topo.qkv_format != "thd":
+        problems.append("its replay plan models packed thd batches with two-chunk CP; drop "
+                        "--allgather-cp / --qkv-format bshd")
     if topo.use_critic or topo.critic_nodes:
         problems.append("the reference backend has no critic (GRPO); drop --use-critic")
     if problems:
@@ -92,22 +98,41 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
             f"reference backend: {prompts} prompts x {group} samples = {prompts * group} "
             f"samples do not split over dp = {topo.dp} ranks; give --rollout-batch-size a "
             f"multiple of {topo.dp // math.gcd(topo.dp, group)}")
+    if faults.race and (topo.pp > 1 or topo.etp > 1 or not topo.colocate):
+        raise SystemExit("reference backend: the fault weight-sync-race models the colocated "
+                         "pre-fix protocol with pp 1 and etp 1")
+    replay = not opts.no_replay
     t0 = time.monotonic()
+    phase = _Phases()
     train, engines, master, owned = spawn(cluster, topo)
+    ray.get([w.ping.remote() for w in train + engines])
+    phase("workers")
     out: list[dict] = []
     sink = open(metrics_out, "w") if metrics_out else None
     try:
-        ray.get([e.start.remote("engine", topo, i, seed, faults.engine_guard)
-                 for i, e in enumerate(engines)])
-        ray.get([w.start.remote("trainer", topo, r, seed, master, engines, faults, opts.lr)
-                 for r, w in enumerate(train)])
+        size = topo.engine_size
+        # create every worker's role at once: engines and trainers import in parallel
+        started = [e.start.remote("engine", topo, i, seed, faults.engine_guard,
+                                  i * size if faults.race else None)
+                   for i, e in enumerate(engines)]
+        started += [w.start.remote("trainer", topo, r, seed, master, engines, faults, opts.lr,
+                                   replay) for r, w in enumerate(train)]
+        took = ray.get(started)
+        trainers = took[len(engines):]
+        phase("roles and groups", "slowest trainer: imports "
+              f"{max(t['import_s'] for t in trainers):.1f}s, groups "
+              f"{max(t['init_s'] for t in trainers):.1f}s; slowest engine "
+              f"{max(t['import_s'] + t['init_s'] for t in took[:len(engines)]):.1f}s")
         ray.get([w.call.remote("sync", 0, opts.sync_skew_s) for w in train])
+        phase("first sync")
         print(f"reference backend: {topo.world_size} train ranks and {len(engines)} engines "
-              f"ready, weights synced, in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+              f"ready, weights synced, in {time.monotonic() - t0:.1f}s"
+              + ("" if replay else "; routing replay OFF (--no-replay)"), file=sys.stderr)
         with _progress(steps) as tick:
-            for step in range(1, steps + 1):
+            for step in range(1, steps + 2):
                 t0 = time.monotonic()
-                m = _step(topo, step, seed, prompts, group, train, engines, opts)
+                final = step == steps + 1  # a rollout after the final sync, scored only
+                m = _step(topo, step, seed, prompts, group, train, engines, opts, faults, final)
                 m["step_time_s"] = round(time.monotonic() - t0, 3)
                 out.append(m)
                 tick(m)
@@ -127,7 +152,20 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
     return out
 
 
-def _step(topo, step, seed, prompts, group, train, engines, opts) -> dict:
+class _Phases:
+    """One stderr line per start-up phase with its own and the running time."""
+
+    def __init__(self):
+        self.t0 = self.last = time.monotonic()
+
+    def __call__(self, name: str, detail: str = "") -> None:
+        now = time.monotonic()
+        print(f"start-up: {name} {now - self.last:.1f}s (total {now - self.t0:.1f}s)"
+              + (f"; {detail}" if detail else ""), file=sys.stderr, flush=True)
+        self.last = now
+
+
+def _step(topo, step, seed, prompts, group, train, engines, opts, faults, final=False) -> dict:
     batch = make_batch(step, prompts, group, seed)
     n = len(batch.prompts)
     shares = [list(range(e, n, len(engines))) for e in range(len(engines))]
@@ -143,42 +181,57 @@ def _step(topo, step, seed, prompts, group, train, engines, opts) -> dict:
     plens = {s: len(batch.prompts[s]) for s in range(n)}
     rewards = [reward(batch.prompts[s], toks[s][plens[s]:]) for s in range(n)]
     adv = advantages(rewards, group)
-    plans = replay_plans(topo, [len(t) for t in toks])
+    lengths = [len(t) for t in toks]
+    plans = replay_plans(topo, lengths)
     step_of = {s: mb.step for p in plans for mb in p.micro_batches for s in mb.samples}
     step_tokens: dict[int, int] = {}
     for s in range(n):
         step_tokens[step_of[s]] = step_tokens.get(step_of[s], 0) + len(engine_lp[s])
     tb = TrainBatch(toks, tuple(plens[s] for s in range(n)), tuple(adv), step_tokens)
-    packs = [ship(routes, plans[r]) for r in range(topo.world_size)]
-    res = ray.get([w.call.remote("train", tb, p) for w, p in zip(train, packs)])
-    ray.get([w.call.remote("sync", step, opts.sync_skew_s) for w in train])
-    reports = ray.get([e.call.remote("report") for e in engines])
-    first = [s for s in range(n) if step_of[s] == min(step_of.values())]
-    diff_new = metrics.logprob_diff(
-        engine_lp, plens, [x for r in res for x in r["new"]], "train", first)
-    diff_old = metrics.logprob_diff(engine_lp, plens, [x for r in res for x in r["old"]], "old")
+    shipped, route_plans = routes, plans
+    if faults.route_pad_to_dp:  # rows padded for dp, tokens for tp
+        route_plans = replay_plans(topo, lengths, pad_to=topo.dp)
+    if faults.pad_id is not None:
+        shipped = {s: r.astype(np.int16) for s, r in routes.items()}
+    packs = [ship(shipped, route_plans[r], pad_id=faults.pad_id) for r in range(topo.world_size)]
+    moe_layers = tuple(i for i, m in enumerate(topo.moe_pattern) if m)
+    m = {"step": step, "final": final}
+    if final:
+        res = ray.get([w.call.remote("score", tb, p) for w, p in zip(train, packs)])
+        diff = metrics.logprob_diff(engine_lp, plens, [x for r in res for x in r["old"]], "old")
+        passes = metrics.SCORE_PASSES
+    else:
+        res = ray.get([w.call.remote("train", tb, p) for w, p in zip(train, packs)])
+        ray.get([w.call.remote("sync", step, opts.sync_skew_s) for w in train])
+        first = [s for s in range(n) if step_of[s] == min(step_of.values())]
+        diff_new = metrics.logprob_diff(
+            engine_lp, plens, [x for r in res for x in r["new"]], "train", first)
+        diff_old = metrics.logprob_diff(
+            engine_lp, plens, [x for r in res for x in r["old"]], "old")
+        diff = max(diff_new, diff_old)
+        passes = metrics.TRAIN_PASSES
     agree, total = metrics.route_agreement(
-        routes, tuple(i for i, m in enumerate(topo.moe_pattern) if m),
-        [x for r in res for x in r["routes"]],
-    )
+        routes, moe_layers, [x for r in res for x in r["routes"]], passes)
+    reports = ray.get([e.call.remote("report") for e in engines])
     # post-process requests an engine got while a planned sender had not finished (so far)
     early = sum(1 for rep in reports for ev in rep["log"] if ev[0] == "post" and ev[4])
-    return {
-        "step": step,
-        "logprob_max_abs_diff": max(diff_new, diff_old),
+    digests = [r["digest"] for r in reports]
+    m.update({
+        "logprob_max_abs_diff": diff,
         "route_agreement": agree / total if total else 1.0,
         "reward_mean": sum(rewards) / n,
-        "loss": sum(r["loss"] for r in res),
+        "loss": sum(r.get("loss", 0.0) for r in res),
         "samples": n,
         "response_tokens": sum(step_tokens.values()),
         "routes_checked": total,
         "early_post_requests": early,
         "unplanned_shards": sum(rep["unplanned"] for rep in reports),
         # every engine serves the same model; equal across topologies for the same seed
-        "weights_digest": reports[0]["digest"],
-        "engines_agree": max(r["digest"] for r in reports) - min(r["digest"] for r in reports)
-        <= 1e-9 * reports[0]["digest"],
-    }
+        "weights_digest": digests[0],
+        "engines_agree": max(digests) - min(digests) <= 1e-9 * digests[0],
+        "engine_versions": sorted({r["version"] for r in reports}),
+    })
+    return m
 
 
 class _progress:
@@ -200,11 +253,14 @@ class _progress:
         return self.tick
 
     def tick(self, m: dict) -> None:
-        ok = metrics.exact(m)
+        bad = metrics.failures(m)
+        what = "after final sync" if m["final"] else f"step {m['step']}"
+        extra = "" if m["final"] else f" loss={m['loss']:+.4f}"
         self.bar.console.print(
-            f"step {m['step']}: logprob_max_abs_diff={m['logprob_max_abs_diff']:.3e} "
-            f"route_agreement={m['route_agreement']:.6f} reward_mean={m['reward_mean']:.3f} "
-            f"loss={m['loss']:+.4f} time={m['step_time_s']:.2f}s {'OK' if ok else 'MISMATCH'}",
+            f"{what}: logprob_max_abs_diff={m['logprob_max_abs_diff']:.3e} "
+            f"route_agreement={m['route_agreement']:.6f} reward_mean={m['reward_mean']:.3f}"
+            f"{extra} time={m['step_time_s']:.2f}s "
+            + ("OK" if not bad else "MISMATCH (" + ", ".join(bad) + ")"),
             highlight=False, soft_wrap=True,
         )
         self.bar.advance(self.task)

@@ -12,12 +12,41 @@ from __future__ import annotations
 
 import numpy as np
 
-LOGPROB_TOL = 1e-5  # float rounding; the engine and the trainer run the same float64 model
+# The engine computes in float32 with bf16 router logits, the trainer in float64
+# (policy.py), so even with every route replayed the log-probs differ by that rounding.
+# Measured on the default job, seeds 0 and 1, 3 scored rollouts each: with replay the
+# largest |diff| per rollout was 2.9e-3 .. 2.9e-2; without replay (--no-replay) 1.7 .. 7.5
+# on rollouts with flipped routes (agreement 0.84-0.99), 7.5 and 4.2 per job; a rollout
+# whose ties happen not to flip, or flip experts of near-equal output, stays at the noise
+# (2.2e-2, 3.4e-3), which is why route agreement is checked exactly besides. The
+# tolerance sits between the regimes: 5x above the largest replay noise seen, 28x below
+# the smallest job maximum without replay.
+LOGPROB_TOL = 0.15
+TRAIN_PASSES = {("old", "replay_forward"), ("train", "replay_forward"),
+                ("train", "replay_backward")}
+SCORE_PASSES = {("old", "replay_forward")}
+
+
+def failures(m: dict) -> list[str]:
+    """The metrics of one step that say train and rollout disagree (empty when they agree)."""
+    bad = []
+    if m["logprob_max_abs_diff"] > LOGPROB_TOL:
+        bad.append(f"logprob_max_abs_diff > {LOGPROB_TOL:g}")
+    if m["route_agreement"] != 1.0:
+        bad.append("route_agreement < 1")
+    if m["early_post_requests"]:
+        bad.append(f"early_post_requests={m['early_post_requests']}")
+    if m["unplanned_shards"]:
+        bad.append(f"unplanned_shards={m['unplanned_shards']}")
+    if not m["engines_agree"]:
+        bad.append("engines disagree")
+    return bad
 
 
 def exact(m: dict) -> bool:
-    """Did a step's train and rollout agree: log-probs at rounding, every route replayed?"""
-    return m["logprob_max_abs_diff"] <= LOGPROB_TOL and m["route_agreement"] == 1.0
+    """Did a step's train and rollout agree: log-probs at rounding, every route replayed,
+    every engine updated behind its senders and serving the same weights?"""
+    return not failures(m)
 
 
 def logprob_diff(engine_lp: dict, plens: dict, parts: list, what: str, only=None) -> float:
@@ -36,7 +65,8 @@ def logprob_diff(engine_lp: dict, plens: dict, parts: list, what: str, only=None
     return worst
 
 
-def route_agreement(routes: dict, moe_layers: tuple[int, ...], records: list) -> tuple[int, int]:
+def route_agreement(routes: dict, moe_layers: tuple[int, ...], records: list,
+                    passes=frozenset(TRAIN_PASSES)) -> tuple[int, int]:
     """(agreeing, total) replayed (token, layer) routes; checks each pass covers all of them."""
     want = sum(len(r) for r in routes.values()) * len(moe_layers)
     per_pass: dict[tuple, int] = {}
@@ -49,7 +79,6 @@ def route_agreement(routes: dict, moe_layers: tuple[int, ...], records: list) ->
         total += len(samples)
         key = (kind, action)
         per_pass[key] = per_pass.get(key, 0) + len(samples)
-    passes = {("old", "replay_forward"), ("train", "replay_forward"), ("train", "replay_backward")}
     if want and set(per_pass) != passes:
         raise RuntimeError(f"router passes {sorted(per_pass)}, expected {sorted(passes)}")
     for key, n in per_pass.items():

@@ -5,7 +5,9 @@ Routing goes through megatron-core's `topk_routing_with_score_function` with a
 library's own code path: REPLAY_FORWARD for the old-policy and training forwards,
 REPLAY_BACKWARD when the layer is recomputed in backward (`recomputed`). Each call logs
 the experts the router actually selected, so route agreement is measured on what was
-used, not on what was shipped.
+used, not on what was shipped. A replay chunk holding a -1 id routes live, as miles' replay
+hook did (that is why pad rows must never be -1); `replay=False` (`--no-replay`) routes
+every token live, in the trainer's float64.
 
 Tokens travel to the EP rank owning their expert (EP rank e owns [e*E/ep, (e+1)*E/ep),
 `Topology.local_experts`) by all-to-all over the expert-parallel group; with ETP > 1 the
@@ -46,7 +48,8 @@ class Groups:
 
 
 class MoELayer:
-    def __init__(self, layer, router, w1, w2, owner, held, topk, groups: Groups, trace: Trace):
+    def __init__(self, layer, router, w1, w2, owner, held, topk, groups: Groups, trace: Trace,
+                 replay: bool = True):
         """owner: EP rank of each global expert id (from Topology.local_experts); held: the
         expert ids whose weights w1/w2 hold, in order (Topology.local_experts)."""
         self.layer, self.router, self.w1, self.w2 = layer, router, w1, w2
@@ -56,6 +59,7 @@ class MoELayer:
         self.topk = topk
         self.groups, self.trace = groups, trace
         self.replay = RouterReplay()  # registers in RouterReplay.global_router_replay_instances
+        self.replaying = replay
 
     @property
     def params(self) -> tuple[torch.Tensor, ...]:
@@ -63,7 +67,7 @@ class MoELayer:
 
     def __call__(self, x: torch.Tensor, action: RouterReplayAction) -> torch.Tensor:
         self.replay.set_router_replay_action(action)
-        probs, used = route(x @ self.router, self.topk, self.replay)
+        probs, used = route(x @ self.router, self.topk, self._replay(action))
         self.trace.calls.append((self.trace.tag, self.layer, action, _ids(used, self.topk)))
         tok, exp = used.nonzero(as_tuple=True)
         owner = self.owner[exp]
@@ -86,6 +90,20 @@ class MoELayer:
         y = comm.sum_scatter(y, sizes, etp)
         back = comm.all_to_all(y, recv, send, ep)
         return x.new_zeros(x.shape).index_add(0, tok, back * weight[:, None])
+
+
+    def _replay(self, action: RouterReplayAction) -> RouterReplay | None:
+        """The replay to route with, or None (live routing): replay off, or -1 rows."""
+        r = self.replay
+        if action == BACKWARD:
+            target = r.replay_backward_list[0] if r.replay_backward_list else None
+        else:
+            target = r.target_topk_idx
+        if self.replaying and target is not None and not bool((target < 0).any()):
+            return r
+        if action == BACKWARD and r.replay_backward_list:
+            r.replay_backward_list.pop(0)  # keep the queue aligned with the forwards
+        return None
 
 
 def _ids(used: torch.Tensor, topk: int) -> torch.Tensor:

@@ -83,7 +83,7 @@ def layout(mbs, members: list[int], me: int, lengths: dict[int, int]) -> Rows:
 
 class Trainer:
     def __init__(self, topo: Topology, rank: int, seed: int, master: tuple[str, int], engines: list,
-                 faults: Faults, lr: float = 0.02):
+                 faults: Faults, lr: float = 0.02, replay: bool = True):
         torch.set_num_threads(1)
         moe.forget_routers()
         self.topo, self.rank, self.seed, self.faults = topo, rank, seed, faults
@@ -91,7 +91,12 @@ class Trainer:
         self.plan = sync_plan(topo)
         self.sends = rank_sends(self.plan, rank)
         self.engines = engines
-        self.world = connect(topo, rank, master, {s.engine: s.senders for s in self.plan})
+        sync_groups = {s.engine: s.senders for s in self.plan}
+        if faults.race:  # the pre-fix protocol's blocks of engine_size consecutive ranks
+            size = topo.engine_size
+            sync_groups = {-1 - b: tuple(range(b * size, (b + 1) * size))
+                           for b in range(topo.world_size // size)}
+        self.world = connect(topo, rank, master, sync_groups)
         c, x = topo.coord(rank), topo.coord(rank, expert=True)
         self.c, self.x = c, x
         self.stages = [topo.stage_layers(c["pp"], v) for v in range(topo.chunks)]
@@ -117,6 +122,7 @@ class Trainer:
             self.moe[layer] = moe.MoELayer(
                 layer, self.dense[f"{layer}.router"], self.experts[n1], self.experts[n2],
                 list(owner.values()), topo.local_experts(rank), spec.topk, groups, self.trace,
+                replay=replay and faults.replay,
             )
         params = list(self.dense.values()) + list(self.experts.values())
         self.opt = torch.optim.Adam(params, lr=lr)
@@ -255,6 +261,22 @@ class Trainer:
         self.trace.calls.clear()
         return out
 
+    def score(self, batch, shipment) -> dict:
+        """Forward only, replaying the rollout's routes: scores a rollout sampled after the
+        final weight sync (nothing is trained on it)."""
+        work = self._work(batch, shipment)
+        out = {"old": [], "routes": []}
+        for i, (_, rows, rep) in enumerate(work):
+            self.trace.tag = ("old", i)
+            moe.set_replay(rep)
+            r = self._run(rows, batch, train=False)
+            moe.reset_replay()
+            if r is not None:
+                out["old"].append(_pick(rows, *r))
+        out["routes"] = self._routes(work, batch)
+        self.trace.calls.clear()
+        return out
+
     def _work(self, batch, shipment) -> list:
         """(optimizer step, rows, replay rows per router) of every micro-batch, in order.
 
@@ -332,15 +354,15 @@ class Trainer:
             if sh.kind == "dense":
                 for name in dense_names(self.spec, sh.layers):
                     t = torch.tensor_split(self.dense[name].detach(), sh.parts, 0)[sh.part]
-                    out.append((name, -1, 0, sh.part, sh.parts, t.clone()))
+                    out.append((name, -1, 0, sh.part, sh.parts, t.numpy().copy()))
                 continue
             for layer in sh.layers:
                 n1, n2 = expert_names(layer)
                 # labelled with the experts this rank believes it holds (the fault's bug)
                 w1, w2 = self.experts[n1].detach(), self.experts[n2].detach()
                 for slot, e in enumerate(self.owned):
-                    out.append((n1, e, 1, sh.part, sh.parts, w1[slot].clone()))
-                    out.append((n2, e, 0, sh.part, sh.parts, w2[slot].clone()))
+                    out.append((n1, e, 1, sh.part, sh.parts, w1[slot].numpy().copy()))
+                    out.append((n2, e, 0, sh.part, sh.parts, w2[slot].numpy().copy()))
         return out
 
     def sync(self, version: int, skew_s: float = 0.0) -> None:
@@ -348,13 +370,17 @@ class Trainer:
         once the barrier over the engine's sender group says every sender has finished."""
         import ray
 
+        if self.faults.race:
+            return self._sync_prefix(version)
         for engine, shards in sorted(self.sends.items()):
             senders = self.plan[engine].senders
             if skew_s and self.rank == senders[-1] and len(senders) > 1:
                 time.sleep(skew_s)  # the slow sender of this engine
-            ray.get(self.engines[engine].call.remote("receive", self.rank, version,
-                                                     self.payload(shards)))
-            if not self.faults.sender_barrier and self.rank == senders[0]:
+            ray.get(self.engines[engine].call.remote(
+                "receive", self.rank, version, self.payload(shards),
+                post_if_first=self.faults.early_post))
+            if not self.faults.sender_barrier and not self.faults.early_post \
+                    and self.rank == senders[0]:
                 self._post(engine, version)
         if not self.faults.sender_barrier:
             return
@@ -362,6 +388,51 @@ class Trainer:
             dist.barrier(group=self.world.senders[engine])
             if self.rank == self.plan[engine].senders[0]:
                 self._post(engine, version)
+
+    def _sync_prefix(self, version: int) -> None:
+        """The fault `weight-sync-race`: miles' colocated update before the fix.
+
+        Every rank all-gathers its stage's experts over the EP group (the export's expert
+        gather), the block of engine_size consecutive ranks gathers to its first rank, which
+        sends the whole model to the block's engine; rank 0 then asks every engine to
+        post-process, with no barrier: engines whose block source is still busy lose it.
+        (This engine is one process, so it loads the source's own copy; the block gather is
+        kept for its synchronisation, which is what shapes the race.) A race: whether it
+        fires depends on timing; when it fires, early_post_requests counts it.
+        """
+        import ray
+
+        topo = self.topo
+        block = self.rank // topo.engine_size
+        group = self.world.senders[-1 - block]
+        src = block * topo.engine_size
+        dense = [(n, -1, 0, 0, 1, self.dense[n].detach().numpy().copy())
+                 for n in dense_names(self.spec, tuple(i for st in self.stages for i in st))]
+        buckets = [dense] + [self._gathered_experts(layer) for layer in self.moe]
+        for i, bucket in enumerate(buckets):  # one update_weights_from_tensor per bucket
+            out = [None] * topo.engine_size if self.rank == src else None
+            if topo.engine_size > 1:
+                dist.gather_object(bucket, out, dst=src, group=group)
+            if self.rank == src:
+                ray.get(self.engines[block].call.remote(
+                    "receive", self.rank, version, bucket, last=i == len(buckets) - 1))
+        if self.rank == 0:
+            ray.get([e.call.remote("post_process", version, 0) for e in self.engines])
+
+    def _gathered_experts(self, layer: int) -> list:
+        """Every expert of `layer`, all-gathered over the EP group (EP rank order is expert
+        id order), as the pre-fix export gathered each expert bucket."""
+        out = []
+        for name in expert_names(layer):
+            mine = self.experts[name].detach().contiguous()
+            parts = [mine]
+            if comm.size(self.world.ep) > 1:
+                parts = [torch.empty_like(mine) for _ in range(comm.size(self.world.ep))]
+                dist.all_gather(parts, mine, group=self.world.ep)
+            every = torch.cat(parts)
+            out += [(name, e, 0, 0, 1, every[e].numpy().copy())
+                    for e in range(self.topo.experts)]
+        return out
 
     def _post(self, engine: int, version: int) -> None:
         import ray

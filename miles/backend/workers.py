@@ -21,21 +21,29 @@ class Worker:
     def __init__(self):
         for msg in QUIET:
             warnings.filterwarnings("ignore", message=msg)
-        import torch
+        self.role = None  # torch and megatron load with a trainer role only
 
-        torch.set_num_threads(1)
-        self.role = None
-
-    def start(self, kind: str, *args, **kwargs) -> int:
+    def start(self, kind: str, *args, **kwargs) -> dict:
+        """Become a Trainer or an Engine; returns the pid and the seconds spent importing
+        and constructing (gloo and megatron groups, for a trainer)."""
         import os
+        import time
 
+        t0 = time.monotonic()
         if kind == "trainer":
+            import torch
+
+            torch.set_num_threads(1)
             from .trainer import Trainer as cls
         else:
             from .engine import Engine as cls
+        t1 = time.monotonic()
         self.role = None
         self.role = cls(*args, **kwargs)
-        return os.getpid()
+        return {"pid": os.getpid(), "import_s": t1 - t0, "init_s": time.monotonic() - t1}
+
+    def ping(self) -> bool:
+        return True
 
     def call(self, method: str, *args, **kwargs):
         return getattr(self.role, method)(*args, **kwargs)

@@ -60,13 +60,15 @@ def ship(
     out: np.ndarray | None = None,
     topk: int | None = None,
     dtype: np.dtype | str | None = None,
+    pad_id: int | None = None,
 ) -> Shipment:
     """Copy exactly `plan`'s rows and layers out of `routes` (global sample id -> array).
 
     Each `routes[s]` is the decoded [tokens - 1, layers, topk] array of sample s (any
     strides; layer-major, as `decode_routes` returns, copies fastest); shapes are checked
     against the plan so a mismatch fails here instead of replaying wrong routes. `out` may
-    be a preallocated layer-major [len(plan.layers), plan.rows, topk] array.
+    be a preallocated layer-major [len(plan.layers), plan.rows, topk] array. `pad_id`
+    (tests only) fills pad rows with that id instead of a valid route.
     """
     arrays = {}
     for s in plan.samples:
@@ -116,7 +118,7 @@ def ship(
         offsets.append(pos)
     if pads:  # one fancy-index write instead of a call per pad run
         idx = np.fromiter((i for r in pads for i in r), np.intp)
-        out[:, idx] = fill_route(topk, dtype)
+        out[:, idx] = fill_route(topk, dtype) if pad_id is None else pad_id
     return Shipment(plan.rank, plan.layers, out, tuple(offsets))
 
 
