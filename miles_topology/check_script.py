@@ -92,7 +92,10 @@ def flag_pairs(argv: Sequence[str]) -> list[tuple[str, str]]:
 
 def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
     """Move to `skipped` the errors that involve a flag whose value is unknown (`unknown`) or
-    need a model fact that is (`facts`): not proven, so not failed."""
+    need a model fact that is (`facts`): not proven, so not failed. Sizes that depend on an
+    unknown value are not reported."""
+    if any(field_of(f) in summary_fields() for f in unknown):
+        v.summary = None
     if not (unknown or facts):
         return
 
@@ -131,14 +134,9 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
         {"flag": u.flag, "expression": u.expression, "source": str(u.source), "why": u.why}
         for u in found.unresolved
     ]
-    for name in getattr(exported, "dropped", ()):  # a YAML value read from an unknown env
-        flag = flag_of(name)
-        unresolved.append({"flag": flag, "expression": f"{name} in {_topology_file(found)}",
-                           "source": _topology_file(found), "why": exported.why})
+    unresolved += env_unresolved(exported, _topology_file(found))
     unknown = {u["flag"] for u in unresolved if u["flag"]}
     facts, why = unknown_facts(found)
-    if any(field_of(f) in summary_fields() for f in unknown):
-        v.summary = None  # the sizes are not known, so they are not reported
     skip_unknown(v, unknown, facts)
     notes = [_note(n) for n in found.notes]
     v.errors = [p for p in notes if p.severity == "error"] + v.errors
@@ -157,6 +155,13 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def env_unresolved(environ, yaml: str) -> list[dict]:
+    """The topology YAML's fields left unread because they read a name of an environment
+    known only in part (config.PartialEnv), as `unresolved` entries of a report."""
+    return [{"flag": flag_of(name), "expression": f"{name} in {yaml}", "source": yaml,
+             "why": environ.why} for name in getattr(environ, "dropped", ())]
 
 
 def _topology_file(found: ScriptRead) -> str:

@@ -385,3 +385,28 @@ def test_model_shape_from_the_checkpoint_is_unknown_not_dense(capsys):
     # a launcher that spells the shape out is judged on it: the MoE job passes, facts known
     v = check_python(fixture("run_moe_argparse.py"), ["--num-nodes", "1", "--ep", "4"])
     assert v.ok and v.extra["unknown_model_facts"] is None
+
+
+@pytest.mark.parametrize(("opt", "tp"), [
+    (["--runtime-env-json", '{"env_vars": {"TP": "2"}}'], 2),
+    (["--runtime-env", "runtime.yaml"], None),  # a file: its env is not known here
+])
+def test_topology_yaml_under_ray_job_submit_as_for_bash(tmp_path, opt, tp):
+    """The same rule as `check SCRIPT.sh` (shell.launch.runtime_env): the entrypoint of ray
+    job submit sees its runtime env; where that is unknown, so is what the YAML reads."""
+    from miles_topology.pylaunch import check_python
+
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("tp: ${oc.env:TP,1}\nsp: true\n")
+    launcher = tmp_path / "run.py"
+    launcher.write_text(
+        "import os, subprocess\nos.environ['TP'] = '4'\n"
+        f"subprocess.run(['ray', 'job', 'submit', *{opt!r}, '--', 'python3', 'train.py', "
+        f"'--topology', {str(yaml)!r}, '--colocate'], check=True)\n")
+    v = check_python(str(launcher), [])
+    assert v.ok, [p.code for p in v.errors]
+    if tp is not None:
+        assert v.topology.tp == tp and not v.extra["unresolved"]
+    else:
+        assert v.summary is None
+        assert [u["flag"] for u in v.extra["unresolved"]] == ["--tensor-model-parallel-size"]
