@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, TopologyError
+from ..errors import InputError, NoTrainingLaunch, TopologyError
 from ..flags import TOPOLOGY, field_of, is_switch
 from ..model import Topology, fields_in
 from ..shell import (
@@ -23,6 +23,7 @@ from ..shell import (
     ScriptReadError,
     Span,
     read_script,
+    require_launch,
     syntax,
 )
 from ..sources import read_flags
@@ -42,6 +43,11 @@ class Refused(Exception):
     def __init__(self, reason: str, code: int = 1):
         super().__init__(reason)
         self.reason, self.code = reason, code
+
+
+class NotALaunch(Refused):
+    """The file starts no training job (a model file it sources, a converter): `--check`
+    reports it and does not count it as pending."""
 
 
 @dataclass
@@ -78,9 +84,10 @@ def read(state: State) -> Reading:
         script = read_script(state.path, state.env, text=state.text)
     except ScriptReadError as e:
         raise Refused(f"cannot read it: {e}", 2) from None
-    if script.entry is None or script.site is None:
-        raise Refused("no training launch found (python3 train.py, train_async.py, torchrun, "
-                      "or ray job submit ... -- python3 train.py)", 2)
+    try:
+        require_launch(script)
+    except NoTrainingLaunch as e:
+        raise NotALaunch(str(e), 2) from None
     argv = script.flags()
     with tempfile.TemporaryDirectory() as tmp:
         for i, tok in enumerate(argv[:-1]):
@@ -88,14 +95,18 @@ def read(state: State) -> Reading:
                 stand_in = Path(tmp, f"{i}.yaml")
                 stand_in.write_text(state.files[Path(os.path.abspath(argv[i + 1]))])
                 argv[i + 1] = str(stand_in)
+        environ = script.site.environ()
         try:
-            got = read_flags(argv, script.site.environ())
+            got = read_flags(argv, environ)
         except TopologyError as e:
             problems = "; ".join(f"[{p.code}] {p.message}" for p in e.problems)
             raise Refused(f"its topology is invalid: {problems} Fix it first "
                           f"(miles-topology check {state.path}).") from None
         except InputError as e:
             raise Refused(f"cannot read its topology file: {e}", 2) from None
+    if getattr(environ, "dropped", None):  # the job's runtime env is unknown: so is the YAML
+        raise Refused(f"its topology file reads {', '.join(environ.dropped)} from the "
+                      f"environment, and {environ.why}; pass it literally first.")
     return Reading(script, got.topology, got.passthrough)
 
 
@@ -140,7 +151,7 @@ def verify(step: str, before: Reading, after: Reading) -> None:
     sa, sb = before.script, after.script
     if (sa.launcher, sa.entry) != (sb.launcher, sb.entry):
         raise Refused(f"step {step} would change the launch command; nothing was written.")
-    new = {n.code for n in sb.notes} - {n.code for n in sa.notes} - {"flag-given-twice"}
+    new = {n.code for n in sb.notes} - {n.code for n in sa.notes}
     if new:
         raise Refused(f"step {step} would make the script read differently ({', '.join(new)}); "
                       "nothing was written.")

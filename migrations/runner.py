@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import m0001_rename_flags, m0002_explicit_and_dead, m0003_consolidate
-from .common import Refused, State, first_read, mark, read, verify, version
+from .common import NotALaunch, Refused, State, first_read, mark, read, verify, version
 
 STEPS = (m0001_rename_flags, m0002_explicit_and_dead, m0003_consolidate)  # in order
 LATEST = STEPS[-1].ID
@@ -253,7 +253,7 @@ def _check(path: Path, env: dict[str, str], inline: bool) -> int:
         if out.applied and out.changed:
             writable(out)
     except Refused as e:
-        if e.code == 2 and "no training launch" not in e.reason:
+        if e.code == 2 and not isinstance(e, NotALaunch):
             raise
         print(f"{path}: not migrated (--write would refuse: {e.reason})")
         return 0

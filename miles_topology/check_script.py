@@ -8,11 +8,13 @@ not failed: `ok` is false only when proven.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .errors import InputError, Location, Problem
-from .flags import field_of, flag_of, known
+from .flags import TOPOLOGY, field_of, flag_of, known
 from .model import fields_in, summary_fields
 from .report import Verdict, verdict_of
-from .shell import ScriptRead, ScriptReadError, read_script
+from .shell import ScriptRead, ScriptReadError, read_script, require_launch
 from .sources import read_flags
 
 # checks that read whether the model is MoE (checks.py, Topology.is_moe) beyond their flags
@@ -35,45 +37,78 @@ def read(path: str, env: dict[str, str]) -> ScriptRead:
         raise InputError(str(e)) from None
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if found.entry is None:
-        instead = "; found instead: " + ", ".join(f"{what} at {src}" for src, what in
-                                                  found.others) if found.others else ""
-        raise InputError(
-            f"{path}: no training launch found (python3 train.py, train_async.py, torchrun, "
-            f"or ray job submit ... -- python3 train.py){instead}. A converter, server or "
-            "wrapper is not a training job: check the script that starts train.py"
-        )
-    return found
+    return require_launch(found)
 
 
 def unknown_facts(found: ScriptRead) -> tuple[set[str], str]:
-    """Model-shape flags whose value the script does not fix, and why.
+    """Model-shape flags whose value the script does not fix, and why (see `model_facts`)."""
+    gap = next((u for u in found.unresolved if u.flag is None), None)
+    where = f"{gap.expression} at {gap.source} ({gap.why})" if gap else "run-time words"
+    return model_facts([(fv.flag, fv.value) for fv in found.argv],
+                       max(found.gaps) if found.gaps else None,
+                       f"the model shape may come from {where}")
 
-    An unresolved word list in the launch (``${MODEL_ARGS[@]}`` read from a helper's output,
-    ``$@``, an array from a missing model file) may hold any flag, and the last occurrence
-    wins: a flag given after the last such list is known, one given only before it, or not
-    at all, is not. With no such list, a script that spells the shape out (--num-layers)
-    means the defaults of the flags it leaves out; one that does not takes the shape from
-    elsewhere (the HF config behind --hf-checkpoint, a helper), so nothing about it is known.
+
+def model_facts(argv: Sequence[tuple[str, str | None]], last_gap: int | None = None,
+                gap_why: str = "") -> tuple[set[str], str]:
+    """Model-shape flags whose value the launch does not fix, and why: the one rule of
+    `check` for bash scripts and Python launchers alike.
+
+    `argv` is the launch's (flag, value) pairs, value None when unknown. An unresolved word
+    list at position `last_gap` (``${MODEL_ARGS[@]}`` read from a helper's output, ``$@``)
+    may hold any flag, and the last occurrence wins: a flag given after the last such list
+    is known, one given only before it, or not at all, is not. With no such list, a launch
+    that spells the shape out (--num-layers) means the defaults of the flags it leaves out;
+    one that does not takes the shape from elsewhere (the HF config behind --hf-checkpoint,
+    a helper), so nothing about it is known.
     """
     names = fields_in("model")
-    last = max(found.gaps, default=0)
-    given = {flag_of(field_of(fv.flag)) for fv in found.argv if field_of(fv.flag) in names}
-    known = {flag_of(field_of(fv.flag)) for fv in found.argv[last:]
-             if fv.value is not None and field_of(fv.flag) in names}
-    gap = next((u for u in found.unresolved if u.flag is None), None)
-    values = found.values()
-    if found.gaps:
-        where = f"{gap.expression} at {gap.source} ({gap.why})" if gap else "run-time words"
-        why = f"the model shape may come from {where}"
+    start = last_gap or 0
+    given = {flag_of(field_of(f)) for f, _ in argv if field_of(f) in names}
+    known = {flag_of(field_of(f)) for f, v in argv[start:]
+             if v is not None and field_of(f) in names}
+    if last_gap is not None:
+        why = gap_why
     elif "--num-layers" in known:  # the shape is spelled out: a flag left out is its default
         return given - known, "its value is only known when the script runs"
-    elif "--hf-checkpoint" in values:
+    elif any(f == "--hf-checkpoint" for f, _ in argv):
         why = "the model shape is not given as flags; it comes from the checkpoint " \
               "(--hf-checkpoint) when the job runs"
     else:
         why = "the model shape is not given as flags (no --num-layers)"
     return model_flags() - known, why
+
+
+def flag_pairs(argv: Sequence[str]) -> list[tuple[str, str]]:
+    """A plain argv (a Python launcher's, all known) as (flag, value) pairs; "" for a switch."""
+    out = []
+    for i, word in enumerate(argv):
+        if word.startswith("--"):
+            flag, eq, value = word.partition("=")
+            nxt = argv[i + 1] if i + 1 < len(argv) else "--"
+            out.append((flag, value if eq else "" if nxt.startswith("--") else nxt))
+    return out
+
+
+def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
+    """Move to `skipped` the errors that involve a flag whose value is unknown (`unknown`) or
+    need a model fact that is (`facts`): not proven, so not failed. Sizes that depend on an
+    unknown value are not reported."""
+    if any(field_of(f) in summary_fields() for f in unknown):
+        v.summary = None
+    if not (unknown or facts):
+        return
+
+    def skip(p: Problem) -> bool:
+        return bool((unknown | facts) & set(p.flags)
+                    or p.code in MOE_CODES and facts & MOE_FLAGS)
+    v.skipped += [p for p in v.errors if skip(p)]
+    v.errors = [p for p in v.errors if not skip(p)]
+
+
+def facts_line(facts: set[str], why: str) -> str:
+    return (f"model shape unknown ({', '.join(sorted(facts))}): {why}; the checks that need "
+            "it are skipped")
 
 
 def values_report(found: ScriptRead) -> dict:
@@ -94,17 +129,15 @@ def values_report(found: ScriptRead) -> dict:
 def check_script(path: str, env: dict[str, str]) -> Verdict:
     found = read(path, env)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
-    v = verdict_of(path, lambda: read_flags(found.flags(), exported).topology)
-    unknown = {u.flag for u in found.unresolved if u.flag}
+    v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
+    unresolved = [
+        {"flag": u.flag, "expression": u.expression, "source": str(u.source), "why": u.why}
+        for u in found.unresolved
+    ]
+    unresolved += env_unresolved(exported, _topology_file(found))
+    unknown = {u["flag"] for u in unresolved if u["flag"]}
     facts, why = unknown_facts(found)
-    if any(field_of(f) in summary_fields() for f in unknown):
-        v.summary = None  # the sizes are not known, so they are not reported
-    if unknown or facts:
-        def skip(p: Problem) -> bool:
-            return bool((unknown | facts) & set(p.flags)
-                        or p.code in MOE_CODES and facts & MOE_FLAGS)
-        v.skipped += [p for p in v.errors if skip(p)]
-        v.errors = [p for p in v.errors if not skip(p)]
+    skip_unknown(v, unknown, facts)
     notes = [_note(n) for n in found.notes]
     v.errors = [p for p in notes if p.severity == "error"] + v.errors
     v.warnings = [p for p in notes if p.severity == "warning"] + v.warnings
@@ -117,14 +150,23 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
         "launcher": found.launcher,
         "entry": found.entry,
         "values": values,
-        "unresolved": [
-            {"flag": u.flag, "expression": u.expression, "source": str(u.source), "why": u.why}
-            for u in found.unresolved
-        ],
+        "unresolved": unresolved,
         "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None,
-        "report_lines": _lines(values, found, facts, why),
+        "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def env_unresolved(environ, yaml: str) -> list[dict]:
+    """The topology YAML's fields left unread because they read a name of an environment
+    known only in part (config.PartialEnv), as `unresolved` entries of a report."""
+    return [{"flag": flag_of(name), "expression": f"{name} in {yaml}", "source": yaml,
+             "why": environ.why} for name in getattr(environ, "dropped", ())]
+
+
+def _topology_file(found: ScriptRead) -> str:
+    got = found.values().get(TOPOLOGY)
+    return got[-1].value or "?" if got else "?"
 
 
 def _note(n) -> Problem:
@@ -150,16 +192,17 @@ def _locate(p: Problem, where: dict[str, Location]) -> Location | None:
     return next((where[f] for f in p.flags if f in where), None)
 
 
-def _lines(values: dict, found: ScriptRead, facts: set[str], why: str) -> list[str]:
+def _lines(values: dict, found: ScriptRead, unresolved: list[dict], facts: set[str], why: str
+           ) -> list[str]:
     lines = [f"launch: {found.launcher or '?'} {found.entry}"]
     for flag, info in values.items():
         shown = {"": "(switch)", None: "?"}.get(info["value"], info["value"])
         lines.append(f"{flag} {shown}  <- {info['source']}")
         for old in info["overridden"]:
             lines.append(f"    overrides {old['value'] or '(switch)'} at {old['source']}")
-    for u in found.unresolved:
-        lines.append(f"unresolved {u.flag or ''} = {u.expression}  at {u.source}: {u.why}")
+    for u in unresolved:
+        lines.append(f"unresolved {u['flag'] or ''} = {u['expression']}  at {u['source']}: "
+                     f"{u['why']}")
     if facts:
-        lines.append(f"model shape unknown ({', '.join(sorted(facts))}): {why}; the checks "
-                     "that need it are skipped")
+        lines.append(facts_line(facts, why))
     return lines

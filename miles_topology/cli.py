@@ -104,10 +104,31 @@ def _one(path: str, env: dict[str, str]) -> Verdict:
     return check_script(path, env)
 
 
+INPUTS = (".sh", ".bash", ".py", ".yaml", ".yml")  # what a folder given to `check` holds
+
+
+def _expand(paths: list[str]) -> tuple[list[str], bool]:
+    """A folder stands for its own launch scripts, launchers and YAML files (not its
+    subfolders: sourced model files live there), in name order; (paths, whether a batch)."""
+    out = []
+    for p in paths:
+        if not os.path.isdir(p):
+            out.append(p)
+            continue
+        got = sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith(INPUTS)
+                     and os.path.isfile(os.path.join(p, n)))
+        if not got:
+            raise InputError(f"{p}: a folder with no launch script, launcher or topology YAML "
+                             f"({', '.join(INPUTS)}) in it; give the files to check")
+        out += got
+    return out, len(out) > 1 or any(os.path.isdir(p) for p in paths)
+
+
 def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> list[Verdict]:
-    """One verdict per input. With several inputs an unreadable one is an entry of its own;
-    a single unreadable input raises InputError."""
-    if len(paths) == 1 and paths[0].endswith(".py"):  # check LAUNCHER.py [-- LAUNCHER ARGS]
+    """One verdict per input (a folder: each of its inputs). With several inputs an
+    unreadable one is an entry of its own; a single unreadable input raises InputError."""
+    paths, batch = _expand(paths)
+    if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
         from .pylaunch import check_python
 
         return [check_python(paths[0], flags or [], env)]
@@ -119,7 +140,7 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> l
         return [verdict_of("flags", lambda: read_flags(flags).topology)]
     if not paths:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
-    if len(paths) == 1:
+    if not batch:
         return [_one(paths[0], env)]
     out = []
     for p in paths:
@@ -206,7 +227,8 @@ def parser() -> argparse.ArgumentParser:
         if name == "schema":
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
-            "launch scripts (.sh) or topology files (.yaml); or `-- FLAGS...` after the options"
+            "launch scripts (.sh), Python launchers (.py), topology files (.yaml) or folders " \
+            "of them; or `-- FLAGS...` after the options"
         p.add_argument("inputs", nargs="*", metavar="INPUT", help=what)
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")

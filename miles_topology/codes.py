@@ -124,7 +124,6 @@ CODES: dict[str, tuple[str, str]] = {
         "above does not end in `\\`: bash drops them from the launch"),
     "space-after-line-continuation": (
         "note", "a line ends in `\\` followed by spaces, so the command ends there"),
-    "flag-given-twice": ("note", "a topology flag is given more than once; the last one wins"),
     "source-cycle": ("note", "a file is sourced again while it is being sourced"),
     "no-launch-command": (
         "note", "no training launch (`train.py`/`train_async.py` by python, `torchrun` or `ray "

@@ -18,6 +18,22 @@ SCHEMA_URL = ("https://raw.githubusercontent.com/radixark/miles-topology/main/do
 ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^{}]*))?\}")
 
 
+class PartialEnv(dict):
+    """An environment known only in part (a ray job's runtime env the script does not spell
+    out): a name not in it is unknown, not unset. `load_fields` leaves out every top-level
+    field whose value reads an unknown name and lists it in `dropped`, so that a check skips
+    what needs it instead of taking a default."""
+
+    def __init__(self, known=(), why: str = ""):
+        super().__init__(known)
+        self.why = why
+        self.dropped: list[str] = []
+
+
+class _Unknown(Exception):
+    pass
+
+
 def load_fields(
     path: str | Path, overrides: list[str] | None = None, env: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -35,6 +51,8 @@ def load_fields(
         cfg = OmegaConf.load(path)
         if env is not None:
             raw = OmegaConf.to_container(cfg, resolve=False)
+            if isinstance(env, PartialEnv) and isinstance(raw, dict):
+                raw = _known_fields(raw, env, path)
             cfg = OmegaConf.create(_substitute_env(raw, env, path))
         if overrides:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
@@ -51,6 +69,16 @@ def load_fields(
     return data
 
 
+def _known_fields(raw: dict, env: PartialEnv, path: Path) -> dict:
+    out = {}
+    for key, value in raw.items():
+        try:
+            out[key] = _substitute_env(value, env, path)
+        except _Unknown:
+            env.dropped.append(str(key))
+    return out
+
+
 def _substitute_env(data: Any, env: Mapping[str, str], path: Path) -> Any:
     if isinstance(data, dict):
         return {k: _substitute_env(v, env, path) for k, v in data.items()}
@@ -63,6 +91,8 @@ def _substitute_env(data: Any, env: Mapping[str, str], path: Path) -> Any:
         name, default = m.group(1), m.group(2)
         if name in env:
             return env[name]
+        if isinstance(env, PartialEnv):
+            raise _Unknown(name)
         if default is None:
             raise InputError(f"{path}: ${{oc.env:{name}}} is not set and has no default; "
                              f"pass --env {name}=VALUE")

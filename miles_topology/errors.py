@@ -75,3 +75,8 @@ class TopologyError(ValueError):
 
 class InputError(Exception):
     """Input that cannot be read at all (missing file, bad YAML): exit code 2, not 1."""
+
+
+class NoTrainingLaunch(InputError):
+    """The input starts no training job (a converter, a server, a wrapper, a model file):
+    nothing to check or migrate. Callers that treat this case apart catch it by type."""

@@ -9,13 +9,12 @@ token that set each field so a problem can point at its file and line.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any, Literal, get_args, get_origin
 
-from .errors import InputError, Problem
+from .errors import InputError, Location, Problem
 
 TOPOLOGY = "--topology"  # a topology YAML, read under the other topology flags
 
@@ -184,42 +183,61 @@ def _distance(a: str, b: str) -> int:
 
 
 @lru_cache(maxsize=1)
-def _histograms() -> dict[str, Counter]:
-    return {f: Counter(f) for f in table()}
+def _by_length() -> dict[int, list[tuple[str, frozenset]]]:
+    """Known flags by length, each with its set of characters (the cheap bound below)."""
+    out: dict[int, list[tuple[str, frozenset]]] = {}
+    for f in table():
+        out.setdefault(len(f), []).append((f, frozenset(f)))
+    return out
 
 
+@lru_cache(maxsize=4096)
 def suggest(name: str) -> str | None:
-    """The known layout flag an unknown flag most likely means, or None (bounded: one pass
-    over the flag table with a cheap letter-count filter, and only for unknown flags)."""
+    """The known layout flag an unknown flag most likely means, or None.
+
+    Cached per spelling (a script repeats its unknown flags, a batch repeats scripts); only
+    flags within 2 characters of its length are compared, and one edit changes the set of
+    characters by at most 2, so a set difference over 4 rules a flag out before the full
+    edit distance is computed.
+    """
     if name in SHORT:
         return SHORT[name]
     if not name.startswith("--") or len(name) < 8:
         return None
-    have = Counter(name)
-    near = [
-        (_distance(name, f), f) for f, counts in _histograms().items()
-        if abs(len(f) - len(name)) <= 2
-        # each edit changes the letter counts by at most 2: a lower bound first
-        and sum((have - counts).values()) + sum((counts - have).values()) <= 4
-    ]
-    best = min(near, default=(3, ""))
+    letters = frozenset(name)
+    by_length = _by_length()
+    best = (3, "")
+    for n in range(len(name) - 2, len(name) + 3):
+        for f, chars in by_length.get(n, ()):
+            if len(letters ^ chars) <= 4:
+                best = min(best, (_distance(name, f), f))
     return best[1] if best[0] <= 2 else None
 
 
-def _typo(name: str, new: str) -> Problem:
+def where(token: Any) -> Location | None:
+    """The file:line a token is written at, when its reader knows it (`.source`)."""
+    src = getattr(token, "source", None)
+    return Location(src.path, src.line) if src is not None and src.line > 0 else None
+
+
+def _typo(name: str, new: str, token: Any) -> Problem:
     return Problem(
         "unknown-flag",
         f"{name} is not a flag miles knows (its parser refuses or ignores it); did you mean "
         f"{new}?",
-        f"write {new}", (name,), "warning",
+        f"write {new}", (name,), "warning", where(token),
     )
 
 
-def _repeated(name: str, first: object, last: object) -> Problem:
+def _repeated(name: str, first: object, last: object, token: Any) -> Problem:
+    """The one report of a repeated flag (`check` and the launcher alike): at the last
+    occurrence, the one that wins. Repeats with the same value change nothing and are not
+    reported; a repeat whose value is unknown never reaches here (the script reader drops
+    it and reports the flag unresolved, so the checks that read it are skipped)."""
     return Problem(
         "flag-repeated",
         f"{name} is given twice, {first} and then {last}; miles' parser keeps the last, {last}.",
-        f"give {name} once ({name} {last} is what runs)", (name,), "warning",
+        f"give {name} once ({name} {last} is what runs)", (name,), "warning", where(token),
     )
 
 
@@ -228,7 +246,7 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
     """A flag that is not ours: a near miss of ours warns; a repeat with another value warns."""
     near = suggest(name)
     if near is not None:
-        out.warnings.append(_typo(name, near))
+        out.warnings.append(_typo(name, near, argv[i - 1]))
         return
     if not _is_flag(name):
         return
@@ -237,7 +255,7 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
     if value is None:
         return
     if seen.get(name, value) != value:
-        out.warnings.append(_repeated(name, seen[name], value))
+        out.warnings.append(_repeated(name, seen[name], value, argv[i - 1]))
     seen[name] = value
 
 
@@ -333,7 +351,7 @@ def _renamed(old: str, new: str) -> Problem:
 def _set(out: Parsed, name: str, value: object, flag: str, token: Any) -> None:
     earlier = out.given_by.get(name)
     if earlier == flag and out.fields[name] != value:
-        out.warnings.append(_repeated(flag, out.fields[name], value))
+        out.warnings.append(_repeated(flag, out.fields[name], value, token))
     if earlier is not None and earlier != flag and out.fields[name] != value:
         out.errors.append(
             Problem(

@@ -90,8 +90,30 @@ def test_many_scripts_give_a_list_and_exit_1_if_any_invalid(capsys):
 def test_text_report_shows_sources_overrides_and_map(capsys):
     assert main(["check", str(HERE / "flag-given-twice.sh")]) == 0
     out = capsys.readouterr().out
-    assert "overrides" in out and "flag-given-twice" in out
+    assert "overrides" in out and "flag-repeated" in out
     assert "node 0" in out and "gpu 0" in out
+
+
+def test_a_repeated_flag_is_reported_once_at_the_line_that_wins(capsys):
+    path = str(HERE / "flag-given-twice.sh")
+    v = check_script(path, {})
+    repeats = [p for p in v.errors + v.warnings + v.skipped if "given" in p.message
+               and "--tensor-model-parallel-size" in p.message]
+    assert [p.code for p in repeats] == ["flag-repeated"]
+    assert str(repeats[0].location) == f"{path}:11"
+    assert main(["check", "--format", "github", path]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "tensor-model-parallel" in x]
+    assert len(lines) == 1 and lines[0].startswith(f"::warning file={path},line=11")
+
+
+def test_flags_py_locates_a_repeat_of_a_flag_it_does_not_own(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("A=(--lr 1e-6)\nB=(--lr 2e-6)\n"
+                      "python3 train.py --colocate ${A[@]} \\\n  ${B[@]} --num-epochs 1\n")
+    v = check_script(str(script), {})
+    rep = [p for p in v.warnings if p.code == "flag-repeated"]
+    assert len(rep) == 1 and str(rep[0].location) == f"{script}:2"
+    assert "--lr" in rep[0].message and "2e-6" in rep[0].message
 
 
 def test_unreadable_script_exit_2(tmp_path):
@@ -154,3 +176,38 @@ def test_no_training_launch_exit_2_names_what_was_found(capsys):
     err = capsys.readouterr().err
     assert "no training launch" in err and "convert_hf_to_torch_dist.py" in err
     assert "converter-only.sh:5" in err
+
+
+RAY_HEAD = 'export TP=4\nRT=$(cat runtime.json)\n'
+RAY_JOB = ('ray job submit --address="http://127.0.0.1:8265" {opt} -- python3 train.py '
+           '--topology {yaml} --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate\n')
+
+
+@pytest.mark.parametrize(("opt", "tp"), [
+    ("""--runtime-env-json='{"env_vars": {"TP": "2"}}'""", 2),  # the runtime env, not exports
+    ("""--runtime-env-json='{"env_vars": {"A": "1"}}'""", 1),  # TP not passed: the default
+    ("", 1),  # no runtime env: the entrypoint does not inherit the script's exports
+    ('--runtime-env-json="$RT"', None),  # not written literally: unknown
+    ("--runtime-env runtime.yaml", None),  # a file this check does not read: unknown
+])
+def test_topology_yaml_under_ray_job_submit_sees_the_runtime_env(tmp_path, opt, tp):
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("tp: ${oc.env:TP,1}\nsp: true\n")
+    script = tmp_path / "run.sh"
+    script.write_text(RAY_HEAD + RAY_JOB.format(opt=opt, yaml=yaml))
+    v = check_script(str(script), {})
+    assert v.ok, [p.code for p in v.errors]
+    if tp is not None:
+        assert v.topology.tp == tp and v.summary["tp"] == tp
+        return
+    assert v.summary is None  # tp is a reported size: not guessed
+    assert any(u["flag"] == "--tensor-model-parallel-size" and "runtime env" in u["why"]
+               for u in v.extra["unresolved"])
+
+
+def test_a_script_launch_still_gives_the_yaml_its_exports(tmp_path):
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("tp: ${oc.env:TP,1}\nsp: true\n")
+    script = tmp_path / "run.sh"
+    script.write_text(f"export TP=4\npython3 train.py --topology {yaml} --colocate\n")
+    assert check_script(str(script), {}).topology.tp == 4

@@ -252,3 +252,49 @@ def test_core_imports_nothing_from_the_cli_or_the_migrations():
         assert "cli" not in {a.name for n in ast.walk(ast.parse(path.read_text()))
                              if isinstance(n, ast.ImportFrom) for a in n.names}, path
         assert "argparse" not in path.read_text(), path
+
+
+def _mixed_folder(tmp_path):
+    """A folder of a bash script, a Python launcher (with its helper), a YAML, a broken one."""
+    import shutil
+
+    launchers = SCRIPTS.parent / "launchers"
+    shutil.copy(SCRIPTS / "err-expert-grid.sh", tmp_path / "a.sh")
+    shutil.copytree(SCRIPTS / "models", tmp_path / "models")
+    shutil.copy(launchers / "run_moe_argparse.py", tmp_path / "b.py")
+    (tmp_path / "c.yaml").write_text("nodes: 1\ngpus_per_node: 8\ncolocate: true\ntp: 2\n")
+    (tmp_path / "d.sh").write_text("X=(\n")
+    (tmp_path / "notes.txt").write_text("not an input\n")
+    return launchers
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "github", "sarif"])
+def test_a_folder_of_mixed_inputs_is_a_batch_in_every_format(tmp_path, capsys, monkeypatch, fmt):
+    launchers = _mixed_folder(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(launchers))  # the launcher's helper module
+    assert main(["check", "--format", fmt, str(tmp_path)]) == 2  # d.sh is unreadable
+    out = capsys.readouterr().out
+    names = ["a.sh", "b.py", "c.yaml", "d.sh"]
+    if fmt == "json":
+        data = json.loads(out)
+        assert [d["path"] for d in data] == [str(tmp_path / n) for n in names]
+        assert [d.get("unreadable") is None for d in data] == [True, True, True, False]
+        assert [d["ok"] for d in data] == [False, True, True, False]
+        assert data[1]["launcher"] == "ray job submit" and data[1]["topology"]["world_size"] == 16
+    elif fmt == "text":
+        for n, state in zip(names, ["INVALID", "OK", "OK", "UNREADABLE"]):
+            assert f"{tmp_path / n}: {state}" in out
+        assert "4 inputs: 2 valid, 1 invalid, 1 unreadable" in out
+    elif fmt == "github":
+        assert f"::error file={tmp_path / 'a.sh'},line=" in out
+        assert f"::error file={tmp_path / 'd.sh'},title=unreadable::" in out
+    else:
+        uris = {loc["physicalLocation"]["artifactLocation"]["uri"]
+                for r in json.loads(out)["runs"][0]["results"] for loc in r["locations"]}
+        assert {str(tmp_path / "a.sh"), str(tmp_path / "d.sh")} <= uris
+    assert "notes.txt" not in out and f"{tmp_path / 'models'}:" not in out
+
+
+def test_a_folder_with_nothing_to_check_is_unreadable(tmp_path, capsys):
+    assert main(["check", str(tmp_path)]) == 2
+    assert "no launch script" in capsys.readouterr().err

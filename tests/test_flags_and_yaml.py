@@ -271,3 +271,36 @@ def test_the_topology_option_is_parsed_only_in_flags_py():
              for p in (root / d).rglob("*.py")}
     found = [str(p.relative_to(root)) for p in files if pattern.search(p.read_text())]
     assert found == ["miles_topology/flags.py"]
+
+
+def test_typo_suggestion_is_bounded_and_cached(monkeypatch):
+    """An unknown flag is compared in full only with flags that could be 2 edits away, and a
+    spelling seen before is not compared again (a check repeats its unknown flags)."""
+    from miles_topology import flags
+
+    calls = []
+    real = flags._distance
+    monkeypatch.setattr(flags, "_distance", lambda a, b: calls.append(b) or real(a, b))
+    getattr(flags.suggest, "cache_clear", lambda: None)()  # a fresh cache
+    argv = ["--colocate", "--model-opt-17", "3", "--tensor-model-paralel-size", "2",
+            "--opt-12-7", "5"]
+    first = flags.parse_flags(argv)
+    assert [w.code for w in first.warnings] == ["unknown-flag"]
+    assert "did you mean --tensor-model-parallel-size?" in first.warnings[0].message
+    assert 0 < len(calls) <= 8 < len(flags.table()) // 4  # only near candidates
+    calls.clear()
+    again = flags.parse_flags(argv)
+    assert [w.message for w in again.warnings] == [w.message for w in first.warnings]
+    assert calls == []
+
+
+def test_repeat_and_typo_point_at_the_token_that_wrote_them():
+    from miles_topology.flags import parse_flags
+    from miles_topology.shell.model import Source, Token
+
+    words = [("--lr", 3), ("1e-6", 3), ("--tensor-model-paralel-size", 4), ("2", 4),
+             ("--lr", 9), ("2e-6", 9), ("--colocate", 9)]
+    got = parse_flags([Token(t, Source("run.sh", line)) for t, line in words])
+    where = {p.code: str(p.location) for p in got.warnings}
+    assert where == {"unknown-flag": "run.sh:4", "flag-repeated": "run.sh:9"}
+    assert parse_flags([t for t, _ in words]).warnings[0].location is None  # plain strings

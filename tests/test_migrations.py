@@ -651,3 +651,23 @@ def test_ray_job_with_its_own_runtime_env_keeps_variable_values_in_the_script(tm
     assert any("--actor-num-nodes" in k and "does not inherit" in k for k in out.kept)
     (yaml,) = out.files.values()
     assert "gpus_per_node: 4" in yaml and "nodes" not in yaml.replace("gpus_per_node", "")
+
+
+def test_not_a_launch_is_a_type_not_a_message(tmp_path, capsys):
+    """--check tells a file with no training launch (not pending) from an unreadable one
+    (exit 2) by the error's type: a path that happens to contain the words does not fool it."""
+    from miles_topology.check_script import check_script
+    from miles_topology.errors import InputError, NoTrainingLaunch
+
+    odd = tmp_path / "no training launch here"
+    odd.mkdir()
+    broken = write_script(odd, 'ARGS=(\n  --actor-num-nodes "2\n')  # bash syntax error
+    assert cli(["migrate", "--check", str(broken)], capsys)[0] == 2
+    conv = write_script(tmp_path, "python3 tools/convert_hf_to_torch_dist.py --hf x\n")
+    with pytest.raises(NoTrainingLaunch, match="no training launch"):
+        check_script(str(conv), {})
+    assert issubclass(NoTrainingLaunch, InputError)  # check still exits 2 on it
+    with pytest.raises(common.NotALaunch):
+        migrate(conv, {}, False)
+    code, out, _ = cli(["migrate", "--check", str(conv)], capsys)
+    assert code == 0 and "not migrated" in out

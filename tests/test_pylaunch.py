@@ -362,3 +362,51 @@ def test_user_site_packages_as_for_the_real_run_and_home_is_the_sandbox(tmp_path
         with pytest.raises(InputError, match="imports user_installed_helper, which is not"):
             read_python_launcher(str(launcher), [], {"HOME": str(home)})
     assert sorted(p.name for p in home.iterdir()) == [".local"]
+
+
+def test_model_shape_from_the_checkpoint_is_unknown_not_dense(capsys):
+    """As for bash scripts: with no --num-layers the shape comes from the checkpoint, so
+    r3-requires-moe (which needs to know whether the model is MoE) is skipped, not failed."""
+    from miles_topology.cli import main
+    from miles_topology.pylaunch import check_python
+
+    v = check_python(fixture("run_r3_from_checkpoint.py"), [])
+    assert v.ok and "r3-requires-moe" in {p.code for p in v.skipped}
+    assert "r3-requires-moe" not in {p.code for p in v.errors}
+    assert "--num-layers" in v.extra["unknown_model_facts"]["flags"]
+    assert "checkpoint" in v.extra["unknown_model_facts"]["why"]
+    assert main(["check", fixture("run_r3_from_checkpoint.py")]) == 0
+    assert "model shape unknown" in capsys.readouterr().out
+    # one fact given, the shape still from the checkpoint: whether the MoE layers need
+    # --sequence-parallel is not known, as `check` says of the same bash script
+    v = check_python(fixture("run_r3_from_checkpoint.py"), ["--experts", "128", "--no-sp"])
+    assert v.ok and {"moe-tp-requires-sp", "r3-requires-moe"} & {p.code for p in v.skipped}
+    assert "--num-experts" not in v.extra["unknown_model_facts"]["flags"]
+    # a launcher that spells the shape out is judged on it: the MoE job passes, facts known
+    v = check_python(fixture("run_moe_argparse.py"), ["--num-nodes", "1", "--ep", "4"])
+    assert v.ok and v.extra["unknown_model_facts"] is None
+
+
+@pytest.mark.parametrize(("opt", "tp"), [
+    (["--runtime-env-json", '{"env_vars": {"TP": "2"}}'], 2),
+    (["--runtime-env", "runtime.yaml"], None),  # a file: its env is not known here
+])
+def test_topology_yaml_under_ray_job_submit_as_for_bash(tmp_path, opt, tp):
+    """The same rule as `check SCRIPT.sh` (shell.launch.runtime_env): the entrypoint of ray
+    job submit sees its runtime env; where that is unknown, so is what the YAML reads."""
+    from miles_topology.pylaunch import check_python
+
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("tp: ${oc.env:TP,1}\nsp: true\n")
+    launcher = tmp_path / "run.py"
+    launcher.write_text(
+        "import os, subprocess\nos.environ['TP'] = '4'\n"
+        f"subprocess.run(['ray', 'job', 'submit', *{opt!r}, '--', 'python3', 'train.py', "
+        f"'--topology', {str(yaml)!r}, '--colocate'], check=True)\n")
+    v = check_python(str(launcher), [])
+    assert v.ok, [p.code for p in v.errors]
+    if tp is not None:
+        assert v.topology.tp == tp and not v.extra["unresolved"]
+    else:
+        assert v.summary is None
+        assert [u["flag"] for u in v.extra["unresolved"]] == ["--tensor-model-parallel-size"]

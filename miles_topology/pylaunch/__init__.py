@@ -25,6 +25,8 @@ from ..errors import InputError
 from .commands import launch_of, shown
 
 CHILD = Path(__file__).with_name("child.py")
+UNKNOWN_ENV = ("ray job submit's runtime env is not one this check reads (a --runtime-env "
+               "file, or not JSON), and the entrypoint sees only the runtime env")
 MEMORY_MB = 2048
 # What the import name does not say: the name to pip install.
 PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2":
@@ -55,6 +57,7 @@ class PythonLaunch:
     others: list[Recorded] = field(default_factory=list)  # everything else it tried
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    env_known: bool = True  # False: the runtime env of its ray job submit is not literal
 
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
@@ -186,7 +189,7 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
     env = {k: v for k, v in launch.env.items() if launch.launcher == "ray job submit"
            or child_env.get(k) != v}
     return PythonLaunch(path, launch.argv, launch.entry, launch.launcher,
-                        _where(rec.get("source")), env, others, notes, seconds)
+                        _where(rec.get("source")), env, others, notes, seconds, launch.env_known)
 
 
 def _runs(kind: str) -> bool:
@@ -222,14 +225,21 @@ def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | N
     """`check LAUNCHER.py [-- ARGS]`: the Verdict on the training launch the launcher issues.
     A ``--topology`` YAML is resolved with the environment the entry really gets: under
     ray job submit only the runtime env, else the launcher's own plus what the command sets."""
+    from ..check_script import env_unresolved, facts_line, flag_pairs, model_facts, skip_unknown
+    from ..config import PartialEnv
     from ..errors import Location
+    from ..flags import parse_flags
     from ..report import verdict_of
     from ..sources import read_flags
 
     got = read_python_launcher(path, launcher_args, env)
     base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
-    environ = {**base, **got.env}
+    environ = {**base, **got.env} if got.env_known else PartialEnv(got.env, why=UNKNOWN_ENV)
     v = verdict_of(path, lambda: read_flags(got.argv, environ).topology)
+    unresolved = env_unresolved(environ, parse_flags(got.argv).topology or "?") \
+        if getattr(environ, "dropped", None) else []
+    facts, why = model_facts(flag_pairs(got.argv))  # as for bash scripts: one rule
+    skip_unknown(v, {u["flag"] for u in unresolved}, facts)
     where = None
     if got.source:  # every problem is in the flags of the call the launcher makes there
         same = os.path.realpath(got.source[0]) == os.path.realpath(path)
@@ -240,10 +250,13 @@ def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | N
     lines = [f"launch: {got.launcher} {got.entry}  <- {at} (run in a sandbox in "
              f"{got.seconds:.2f} s; {len(got.others)} other action(s) recorded, not run)"]
     lines += [f"note: {n}" for n in got.notes]
+    if facts:
+        lines.append(facts_line(facts, why))
     v.extra = {"launcher": got.launcher, "entry": got.entry, "argv": got.argv,
-               "source": at, "unresolved": [],
+               "source": at, "unresolved": unresolved,
                "others": [{"kind": o.kind, "command": o.command,
                            "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
                           for o in got.others],
-               "notes": got.notes, "report_lines": lines}
+               "notes": got.notes, "report_lines": lines,
+               "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
     return v

@@ -12,11 +12,12 @@ this project's own launcher, ``python -m miles.train``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 from dataclasses import dataclass, field
+
+from ..shell.launch import runtime_env  # one reading of ray job submit's runtime env
 
 ENTRIES = ("train.py", "train_async.py")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
@@ -34,6 +35,7 @@ class Launch:
     entry: str
     launcher: str  # "python", "torchrun" or "ray job submit"
     env: dict[str, str] = field(default_factory=dict)  # set for the entry by the command itself
+    env_known: bool = True  # False: a ray job's runtime env not given literally (a file)
 
 
 def split_shell(text: str) -> list[list[str]]:
@@ -102,7 +104,11 @@ def find(words: list[str], env: dict[str, str] | None = None) -> Launch | None:
         if inner is None:
             return None
         inner.launcher = "ray job submit"
-        inner.env = {**inner.env, **_runtime_env(words[3:cut])}
+        job_env = runtime_env(list(words[3:cut]))
+        if job_env is None:
+            inner.env_known = False
+        else:
+            inner.env = {**inner.env, **job_env}
         return inner
     if head == "torchrun" or (_PYTHON.fullmatch(head) and "-m" in words
                               and words[words.index("-m") + 1:][:1]
@@ -137,24 +143,6 @@ def find_in_shell(text: str, env: dict[str, str] | None = None) -> Launch | None
         if got is not None:
             return got
     return None
-
-
-def _runtime_env(opts: list[str]) -> dict[str, str]:
-    """env_vars of `ray job submit --runtime-env-json=...`: the only environment, beyond the
-    cluster's own, that the job's entrypoint gets (it does not inherit the submitting shell)."""
-    for i, w in enumerate(opts):
-        text = None
-        if w.startswith("--runtime-env-json="):
-            text = w.partition("=")[2]
-        elif w == "--runtime-env-json" and i + 1 < len(opts):
-            text = opts[i + 1]
-        if text is not None:
-            try:
-                got = json.loads(text).get("env_vars") or {}
-            except (ValueError, AttributeError):
-                return {}
-            return {str(k): str(v) for k, v in got.items()}
-    return {}
 
 
 def launch_of(record: dict) -> Launch | None:

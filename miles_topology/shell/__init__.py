@@ -15,7 +15,7 @@ from .model import (
     Unresolved,
     is_switch,
 )
-from .read import read_script
+from .read import read_script, require_launch
 
 __all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
-           "Unresolved", "is_switch", "read_script"]
+           "Unresolved", "is_switch", "read_script", "require_launch"]

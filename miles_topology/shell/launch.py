@@ -9,6 +9,7 @@ checked as a training job.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import NamedTuple
@@ -33,6 +34,7 @@ class Launch(NamedTuple):
     src: Source
     cond: Unk | None
     site: LaunchSite | None = None
+    job_env: dict[str, str] | None = None  # ray job submit: its runtime env (None: unknown)
 
     @property
     def training(self) -> bool:
@@ -73,11 +75,40 @@ def find(fields: list[Field], src: Source, cond: Unk | None) -> Launch | None:
         while j < len(vals):
             got = _entry(fields, vals, j)
             if got:
-                return Launch("ray job submit", got[1], got[2], src, cond)
+                opts = fields[k + 3:k + 3 + rest.index("--")] if "--" in rest else []
+                return Launch("ray job submit", got[1], got[2], src, cond,
+                              job_env=runtime_env([f.value for f in opts]))
             j += 1
         return None
     got = _entry(fields, vals, k)
     return Launch(got[0], got[1], got[2], src, cond) if got else None
+
+def runtime_env(opts: list[str | None]) -> dict[str, str] | None:
+    """env_vars of `ray job submit`'s options: the only environment, beyond the cluster's
+    own, that the job's entrypoint gets (ray dashboard/modules/job/cli.py submit:
+    --runtime-env FILE, --runtime-env-json JSON). `opts`: the value of each word before
+    `--`, None when unknown. {} with no runtime env; None when it is not written
+    literally (an unknown word that may hold it, `--runtime-env FILE`) or is not JSON."""
+    env: dict[str, str] = {}
+    for i, w in enumerate(opts):
+        prev = opts[i - 1] if i else None
+        if w is None:
+            if prev and prev.startswith("-") and "=" not in prev \
+                    and not prev.startswith("--runtime-env"):
+                continue  # the unknown value of another option (--address $ADDR)
+            return None
+        if w == "--runtime-env" or w.startswith("--runtime-env="):
+            return None  # a YAML file: not read here
+        got = w.partition("=")[2] if w.startswith("--runtime-env-json=") else \
+            (opts[i + 1] if w == "--runtime-env-json" and i + 1 < len(opts) else False)
+        if got is False:
+            continue
+        try:
+            env = {str(k): str(v) for k, v in (json.loads(got).get("env_vars") or {}).items()}
+        except (TypeError, ValueError, AttributeError):
+            return None
+    return env
+
 
 def _entry(fields, vals, k) -> tuple[str, str, list] | None:
     """(launcher, entry, argv) when vals[k] starts a python or torchrun launch."""

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from miles_topology.config import PartialEnv
 from miles_topology.flags import is_switch
 
 __all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
-           "Unresolved", "is_switch"]
+           "Token", "Unresolved", "is_switch"]
 
 
 class ScriptReadError(Exception):
@@ -26,6 +27,15 @@ class Source:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Token:
+    """One argv word as `flags.parse_flags` reads it, with the line of the flag it belongs
+    to: flags.py's problems (a repeat, a typo) then point at the script's line."""
+
+    text: str
+    source: Source
 
 
 @dataclass(frozen=True)
@@ -90,9 +100,19 @@ class LaunchSite:
     variables: Mapping[str, str | None]
     exported: frozenset[str]
     command: Source | None = None  # as in `ScriptRead.uses`
+    # `ray job submit`: the entrypoint does not inherit the script's exports; it gets the
+    # runtime env's env_vars (`job_env`; None when not written literally in the script)
+    job: bool = False
+    job_env: Mapping[str, str] | None = None
 
     def environ(self) -> dict[str, str]:
-        """The environment the launched process gets, as far as it is known."""
+        """The environment the launched process gets, as far as it is known (under ray job
+        submit, a `PartialEnv` when the runtime env is not known: its names are unknown)."""
+        if self.job:
+            if self.job_env is None:
+                return PartialEnv(why="ray job submit's runtime env is not written literally "
+                                  "in the script (the entrypoint sees only the runtime env)")
+            return dict(self.job_env)
         return {k: v for k, v in self.variables.items() if k in self.exported and v is not None}
 
 
@@ -132,16 +152,20 @@ class ScriptRead:
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""
-        out: list[str] = []
+        return [t.text for t in self.tokens()]
+
+    def tokens(self) -> list[Token]:
+        """`flags()` as words that know their line (what `check` hands to flags.py)."""
+        out: list[Token] = []
         for fv in self.argv:
             if fv.value is None:
                 continue
             if fv.joined and is_switch(fv.flag):  # --colocate=false is not --colocate false
-                out.append(f"{fv.flag}={fv.value}")
+                out.append(Token(f"{fv.flag}={fv.value}", fv.source))
                 continue
             if fv.flag:
-                out.append(fv.flag)
-            out.extend(fv.tokens)
+                out.append(Token(fv.flag, fv.source))
+            out.extend(Token(t, fv.source) for t in fv.tokens)
         return out
 
     def values(self) -> dict[str, list[FlagValue]]:

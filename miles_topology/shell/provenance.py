@@ -62,7 +62,8 @@ class Provenance:
         exported = frozenset((set(variables) if self.allexport else self.exported)
                              | self.inherited)
         return LaunchSite(statement, self.span(fields[k].span) if 0 <= k else None, branch,
-                          variables, exported, launch.src)
+                          variables, exported, launch.src, launch.launcher == "ray job submit",
+                          launch.job_env)
 
     def span(self, t: tuple | None) -> Span | None:
         """A Field's (file, start, end, stmt_line, branch) as a Span with lines and columns."""

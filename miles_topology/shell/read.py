@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..errors import NoTrainingLaunch
 from .interpret import Reader
 from .launch import argv_of
 from .model import FlagValue, Note, ScriptRead, ScriptReadError, Source
@@ -36,6 +37,18 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None,
     finally:
         if collecting:
             gc.enable()
+
+
+def require_launch(found: ScriptRead) -> ScriptRead:
+    """`found`, or NoTrainingLaunch (exit 2) when it launches no training job."""
+    if found.entry is not None and found.site is not None:
+        return found
+    instead = "; found instead: " + ", ".join(f"{what} at {src}" for src, what in
+                                              found.others) if found.others else ""
+    raise NoTrainingLaunch(
+        f"{found.path}: no training launch found (python3 train.py, train_async.py, torchrun, "
+        f"or ray job submit ... -- python3 train.py){instead}. A converter, server or "
+        "wrapper is not a training job: check the script that starts train.py")
 
 
 def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
@@ -71,14 +84,4 @@ def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
                       launch.entry if launch else None, argv, unresolved, notes,
                       launch.site if launch else None,
                       {k: frozenset(v) for k, v in r.uses.items()}, gaps, others)
-    for flag, occ in read.values().items():
-        if len(occ) > 1:
-            shown = ", ".join(f"{o.value if o.value is not None else o.unresolved!s} at "
-                              f"{o.source}" for o in occ)
-            last = occ[-1]
-            notes.append(Note("flag-given-twice",
-                              f"{flag} is given {len(occ)} times ({shown}); the last one "
-                              f"({last.value if last.value is not None else last.unresolved} at "
-                              f"{last.source}) wins",
-                              f"remove all but one {flag}", last.source))
     return read
