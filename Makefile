@@ -33,6 +33,8 @@ bench: $(STAMP)
 	$(PY) bench/topology_scale.py
 	$(PY) bench/r3_packing.py
 	$(PY) bench/check_scripts.py
+	$(PY) bench/pylaunch.py
+	$(PY) bench/startup.py
 
 wheel: $(STAMP)
 	$(PY) -m pip wheel --no-deps -q -w dist .
