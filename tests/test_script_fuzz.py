@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mutation import mutated
 
-from miles_topology.script import ScriptRead, ScriptReadError, read_script
+from miles_topology.shell import ScriptRead, ScriptReadError, read_script
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
 TEXTS = [p.read_text() for p in sorted(FIXTURES.glob("*.sh"))]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_topology.script import (
+from miles_topology.shell import (
     FlagValue,
     ScriptRead,
     ScriptReadError,
@@ -360,7 +360,7 @@ def test_function_positional_frames(tmp_path):
 
 
 def test_import_is_light():
-    code = ("import sys; import miles_topology.script; "
+    code = ("import sys; import miles_topology.shell; "
             "print([m for m in ('torch', 'ray', 'megatron') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent)
@@ -557,7 +557,7 @@ def test_exponential_function_calls_are_bounded(tmp_path):
 
 
 def test_tree_sitter_is_loaded_lazily():
-    code = ("import sys; import miles_topology, miles_topology.script, miles_topology.cli; "
+    code = ("import sys; import miles_topology, miles_topology.shell, miles_topology.cli; "
             "print('tree_sitter' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent)
