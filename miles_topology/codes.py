@@ -72,7 +72,7 @@ CODES: dict[str, tuple[str, str]] = {
     "unknown-flag": (
         "warning", "an unknown flag within edit distance 2 of a layout flag, or a short alias "
         "such as `-tp`: the message says which flag was meant"),
-    "flag-repeated": (
+    "flag-given-twice": (
         "warning", "one flag given twice with different values on a command line; miles' "
         "parser keeps the last"),
     "num-gpus-per-node-default": (

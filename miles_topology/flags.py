@@ -235,7 +235,7 @@ def _repeated(name: str, first: object, last: object, token: Any) -> Problem:
     reported; a repeat whose value is unknown never reaches here (the script reader drops
     it and reports the flag unresolved, so the checks that read it are skipped)."""
     return Problem(
-        "flag-repeated",
+        "flag-given-twice",
         f"{name} is given twice, {first} and then {last}; miles' parser keeps the last, {last}.",
         f"give {name} once ({name} {last} is what runs)", (name,), "warning", where(token),
     )

@@ -90,7 +90,7 @@ def test_many_scripts_give_a_list_and_exit_1_if_any_invalid(capsys):
 def test_text_report_shows_sources_overrides_and_map(capsys):
     assert main(["check", str(HERE / "flag-given-twice.sh")]) == 0
     out = capsys.readouterr().out
-    assert "overrides" in out and "flag-repeated" in out
+    assert "overrides" in out and "flag-given-twice" in out
     assert "node 0" in out and "gpu 0" in out
 
 
@@ -99,7 +99,7 @@ def test_a_repeated_flag_is_reported_once_at_the_line_that_wins(capsys):
     v = check_script(path, {})
     repeats = [p for p in v.errors + v.warnings + v.skipped if "given" in p.message
                and "--tensor-model-parallel-size" in p.message]
-    assert [p.code for p in repeats] == ["flag-repeated"]
+    assert [p.code for p in repeats] == ["flag-given-twice"]
     assert str(repeats[0].location) == f"{path}:11"
     assert main(["check", "--format", "github", path]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if "tensor-model-parallel" in x]
@@ -111,7 +111,7 @@ def test_flags_py_locates_a_repeat_of_a_flag_it_does_not_own(tmp_path):
     script.write_text("A=(--lr 1e-6)\nB=(--lr 2e-6)\n"
                       "python3 train.py --colocate ${A[@]} \\\n  ${B[@]} --num-epochs 1\n")
     v = check_script(str(script), {})
-    rep = [p for p in v.warnings if p.code == "flag-repeated"]
+    rep = [p for p in v.warnings if p.code == "flag-given-twice"]
     assert len(rep) == 1 and str(rep[0].location) == f"{script}:2"
     assert "--lr" in rep[0].message and "2e-6" in rep[0].message
 

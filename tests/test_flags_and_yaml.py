@@ -302,5 +302,5 @@ def test_repeat_and_typo_point_at_the_token_that_wrote_them():
              ("--lr", 9), ("2e-6", 9), ("--colocate", 9)]
     got = parse_flags([Token(t, Source("run.sh", line)) for t, line in words])
     where = {p.code: str(p.location) for p in got.warnings}
-    assert where == {"unknown-flag": "run.sh:4", "flag-repeated": "run.sh:9"}
+    assert where == {"unknown-flag": "run.sh:4", "flag-given-twice": "run.sh:9"}
     assert parse_flags([t for t, _ in words]).warnings[0].location is None  # plain strings

@@ -266,7 +266,7 @@ def test_repeated_flag_with_two_values_is_reported_last_wins():
                                 "--expert-model-parallel-size", "4", "--num-experts", "8",
                                 "--lr", "1e-6", "--lr", "2e-6"])
     assert topo.ep == 4
-    rep = [w for w in topo.warnings if w.code == "flag-repeated"]
+    rep = [w for w in topo.warnings if w.code == "flag-given-twice"]
     assert [w.flags for w in rep] == [("--expert-model-parallel-size",), ("--lr",)]
     assert "2 and then 4" in rep[0].message and "keeps the last, 4" in rep[0].message
     same = Topology.from_flags(["--colocate", "--lr", "1", "--lr", "1"])
@@ -279,7 +279,7 @@ def test_launcher_reports_the_same_warnings(capsys):
     assert main(["--dry-run", "--colocate", "-pp", "2", "--num-experts", "8", "--num-experts",
                  "4", "--num-layers", "4", "--num-attention-heads", "4"]) == 0
     out = capsys.readouterr().out
-    assert "warning [unknown-flag] -pp" in out and "warning [flag-repeated] --num-experts" in out
+    assert "warning [unknown-flag] -pp" in out and "warning [flag-given-twice] --num-experts" in out
 
 
 def test_inferred_engine_groups_and_fsdp_sizes_round_trip_through_yaml(tmp_path):
