@@ -182,3 +182,11 @@ def test_full_job_runs_on_a_local_cluster(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "step 1" in done.stdout
     assert metrics.exists()
+
+
+def test_launcher_reports_the_same_flag_warnings_as_check(capsys):
+    """Typos and repeats (issue 10) come from flags.py, so the launcher agrees with check."""
+    assert train.main(["--dry-run", "--colocate", "-pp", "2", "--num-experts", "8", "--num-experts",
+                 "4", "--num-layers", "4", "--num-attention-heads", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "warning [unknown-flag] -pp" in out and "warning [flag-given-twice] --num-experts" in out

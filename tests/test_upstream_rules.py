@@ -273,15 +273,6 @@ def test_repeated_flag_with_two_values_is_reported_last_wins():
     assert not same.warnings
 
 
-def test_launcher_reports_the_same_warnings(capsys):
-    from miles.train import main
-
-    assert main(["--dry-run", "--colocate", "-pp", "2", "--num-experts", "8", "--num-experts",
-                 "4", "--num-layers", "4", "--num-attention-heads", "4"]) == 0
-    out = capsys.readouterr().out
-    assert "warning [unknown-flag] -pp" in out and "warning [flag-given-twice] --num-experts" in out
-
-
 def test_inferred_engine_groups_and_fsdp_sizes_round_trip_through_yaml(tmp_path):
     cfg = tmp_path / "sglang.yaml"
     cfg.write_text("sglang:\n  - name: actor\n    server_groups:\n"
