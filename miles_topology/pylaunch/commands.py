@@ -17,9 +17,9 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from ..shell.launch import runtime_env  # one reading of ray job submit's runtime env
+# one reading of ray job submit's runtime env, one rule of what a training entry is
+from ..shell.launch import is_training, runtime_env
 
-ENTRIES = ("train.py", "train_async.py")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 _OPERATORS = {";", "&&", "||", "|", "&", "\n", ";;", "|&"}
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -79,7 +79,7 @@ def _strip(words: list[str], env: dict[str, str]) -> list[str]:
 
 def _entry_at(words: list[str]) -> int | None:
     for i, w in enumerate(words):
-        if os.path.basename(w) in ENTRIES:
+        if w.endswith(".py") and is_training(w):
             return i
     return None
 
@@ -118,12 +118,12 @@ def find(words: list[str], env: dict[str, str] | None = None) -> Launch | None:
     if _PYTHON.fullmatch(head):
         # python [interpreter options] SCRIPT ARGS: the script is the first non-option word
         for i, w in enumerate(words[1:], 1):
-            if w == "-m" and words[i + 1:i + 2] in (["miles.train"], ["miles.train_async"]):
-                return Launch(words[i + 2:], words[i + 1], "python", env)  # this project's
+            if w == "-m" and i + 1 < len(words) and is_training(words[i + 1]):
+                return Launch(words[i + 2:], words[i + 1], "python", env)  # e.g. miles.train
             if w in ("-m", "-c"):
                 return None
             if not w.startswith("-"):
-                if os.path.basename(w) in ENTRIES:
+                if is_training(w):
                     return Launch(words[i + 1:], w, "python", env)
                 return None
     return None

@@ -38,10 +38,15 @@ class Launch(NamedTuple):
 
     @property
     def training(self) -> bool:
-        if self.entry.endswith(".py"):
-            return os.path.basename(self.entry) in TRAIN_FILES
-        return "/" not in self.entry and "." in self.entry and \
-            self.entry.rsplit(".", 1)[1] in TRAIN_MODULES
+        return is_training(self.entry)
+
+
+def is_training(entry: str) -> bool:
+    """A training entry: train.py / train_async.py in any folder, or a module such as
+    miles.train (the one rule for bash scripts and Python launchers alike)."""
+    if entry.endswith(".py"):
+        return os.path.basename(entry) in TRAIN_FILES
+    return "/" not in entry and "." in entry and entry.rsplit(".", 1)[1] in TRAIN_MODULES
 
 
 def find(fields: list[Field], src: Source, cond: Unk | None) -> Launch | None:
