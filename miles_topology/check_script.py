@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .codes import CODES
 from .errors import InputError, Location, Problem
 from .flags import TOPOLOGY, field_of, flag_of, known
 from .model import fields_in, summary_fields
@@ -20,8 +21,6 @@ from .sources import read_flags
 # checks that read whether the model is MoE (checks.py, Topology.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
 MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
-# notes that mean the launch is not what the script appears to say: bash drops flags
-ERROR_NOTES = {"missing-line-continuation"}
 
 
 def model_flags() -> set[str]:
@@ -170,7 +169,8 @@ def _topology_file(found: ScriptRead) -> str:
 
 
 def _note(n) -> Problem:
-    kind = "error" if n.code in ERROR_NOTES else "warning"
+    # the registry's kind; the reader's other notes are reported as warnings
+    kind = "error" if CODES.get(n.code, ("note",))[0] == "error" else "warning"
     return Problem(n.code, n.message, n.fix, (), kind, Location(n.source.path, n.source.line))
 
 
