@@ -237,3 +237,60 @@ def test_connects_to_ray_address(ray_cluster, monkeypatch):
     finally:
         if not ray.is_initialized():
             ray.init(address=ray_cluster.address, logging_level="warning")
+
+
+def test_backend_hosts_fork_roles_on_their_node_with_their_slot_env(ray_cluster):
+    """The reference backend forks a node's roles from one host per node: each host runs on
+    its Topology node, each role process sees its own slot's environment, and killing a
+    host leaves none of its processes behind."""
+
+    import ray
+
+    from miles.backend.faults import Faults
+    from miles.backend.workers import spawn
+    from miles.ray import start_cluster
+
+    t = MID_NODE  # ranks 0-1 and engine 0 on node 0, engine 1 on node 1
+    with start_cluster(t) as cluster:
+        job = spawn(cluster, t)
+        assert len(job.hosts) == 2
+        for n in (0, 1):
+            host = job.engines[n].host  # engine n's leader GPU is on node n
+            assert ray.get(host.where.remote()) == cluster.node_id(n)
+        assert job.train_env == [cluster.train_env(r) for r in range(t.world_size)]
+        assert all(cluster.train_actor_options(r)["runtime_env"]["env_vars"] == job.train_env[r]
+                   for r in range(t.world_size))
+        started = ray.get([p.host.start.remote(p.name, "engine", env, dict(topo=t, engine=e,
+                                                                           seed=0))
+                           for e, (p, env) in enumerate(zip(job.engines, job.engine_env))])
+        for e, got in enumerate(started):
+            want = cluster.engine_env(e)
+            assert got["env"] == want
+            assert (want["NODE_RANK"], want["CUDA_VISIBLE_DEVICES"]) == \
+                (str(e), cluster.gpu_id(t.engine_gpus(e)[0]))
+        assert ray.get(job.engines[1].call("report"))["version"] == -1  # it answers
+        # rank 0 alone: blocked in the gloo rendezvous, as a failed job's ranks can be
+        rank0 = job.train[0]
+        rank0.host.start.remote(rank0.name, "trainer", job.train_env[0], dict(
+            topo=t, rank=0, seed=0, master=job.master, faults=Faults()), job.engines)
+        deadline = time.monotonic() + 30
+        while rank0.name not in ray.get(rank0.host.pids.remote()):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(1.0)  # well inside the rendezvous
+        pids = [s["pid"] for s in started] + [ray.get(rank0.host.pids.remote())[rank0.name]]
+        assert all(_alive(p) for p in pids)
+        for h in job.hosts:
+            ray.kill(h)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import ray
 
 from miles.replay import ship
 from miles.rollout.routes import decode_routes
@@ -104,26 +103,24 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
     replay = not opts.no_replay
     t0 = time.monotonic()
     phase = _Phases()
-    train, engines, master, owned = spawn(cluster, topo)
-    ray.get([w.ping.remote() for w in train + engines])
-    phase("workers")
+    job = spawn(cluster, topo)
+    train, engines = job.train, job.engines
     out: list[dict] = []
     sink = open(metrics_out, "w") if metrics_out else None
     try:
+        phase("workers", f"one zygote per node imported torch and megatron.core in "
+              f"{job.warm():.1f}s")
         size = topo.engine_size
-        # create every worker's role at once: engines and trainers import in parallel
-        started = [e.start.remote("engine", topo, i, seed, faults.engine_guard,
-                                  i * size if faults.race else None)
-                   for i, e in enumerate(engines)]
-        started += [w.start.remote("trainer", topo, r, seed, master, engines, faults, opts.lr,
-                                   replay) for r, w in enumerate(train)]
-        took = ray.get(started)
-        trainers = took[len(engines):]
-        phase("roles and groups", "slowest trainer: imports "
-              f"{max(t['import_s'] for t in trainers):.1f}s, groups "
-              f"{max(t['init_s'] for t in trainers):.1f}s; slowest engine "
-              f"{max(t['import_s'] + t['init_s'] for t in took[:len(engines)]):.1f}s")
-        ray.get([w.call.remote("sync", 0, opts.sync_skew_s) for w in train])
+        took = job.start(
+            [dict(topo=topo, engine=i, seed=seed, strict=faults.engine_guard,
+                  block_source=i * size if faults.race else None)
+             for i in range(len(engines))],
+            [dict(topo=topo, rank=r, seed=seed, master=job.master, faults=faults, lr=opts.lr,
+                  replay=replay) for r in range(len(train))])
+        phase("roles and groups", "slowest trainer "
+              f"{max(t['init_s'] for t in took[len(engines):]):.1f}s; slowest engine "
+              f"{max(t['init_s'] for t in took[:len(engines)]):.1f}s")
+        job.get([w.call("sync", 0, opts.sync_skew_s) for w in train])
         phase("first sync")
         print(f"reference backend: {topo.world_size} train ranks and {len(engines)} engines "
               f"ready, weights synced, in {time.monotonic() - t0:.1f}s"
@@ -132,23 +129,17 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
             for step in range(1, steps + 2):
                 t0 = time.monotonic()
                 final = step == steps + 1  # a rollout after the final sync, scored only
-                m = _step(topo, step, seed, prompts, group, train, engines, opts, faults, final)
+                m = _step(topo, step, seed, prompts, group, job, opts, faults, final)
                 m["step_time_s"] = round(time.monotonic() - t0, 3)
                 out.append(m)
                 tick(m)
                 if sink:
                     sink.write(json.dumps(m) + "\n")
                     sink.flush()
-    except BaseException:
-        if not owned:  # a failed job can leave pooled workers blocked in a collective
-            cluster.close()
-        raise
     finally:
         if sink:
             sink.close()
-        if owned:
-            for w in train + engines:
-                ray.kill(w)
+        job.close()  # also ends processes a failed job left blocked in a collective
     return out
 
 
@@ -165,12 +156,13 @@ class _Phases:
         self.last = now
 
 
-def _step(topo, step, seed, prompts, group, train, engines, opts, faults, final=False) -> dict:
+def _step(topo, step, seed, prompts, group, job, opts, faults, final=False) -> dict:
+    train, engines, get = job.train, job.engines, job.get
     batch = make_batch(step, prompts, group, seed)
     n = len(batch.prompts)
     shares = [list(range(e, n, len(engines))) for e in range(len(engines))]
-    done = ray.get([
-        eng.call.remote("generate", ids, [batch.prompts[i] for i in ids], step)
+    done = get([
+        eng.call("generate", ids, [batch.prompts[i] for i in ids], step)
         for eng, ids in zip(engines, shares) if ids
     ])
     tokens, engine_lp, routes = {}, {}, {}
@@ -197,12 +189,12 @@ def _step(topo, step, seed, prompts, group, train, engines, opts, faults, final=
     moe_layers = tuple(i for i, m in enumerate(topo.moe_pattern) if m)
     m = {"step": step, "final": final}
     if final:
-        res = ray.get([w.call.remote("score", tb, p) for w, p in zip(train, packs)])
+        res = get([w.call("score", tb, p) for w, p in zip(train, packs)])
         diff = metrics.logprob_diff(engine_lp, plens, [x for r in res for x in r["old"]], "old")
         passes = metrics.SCORE_PASSES
     else:
-        res = ray.get([w.call.remote("train", tb, p) for w, p in zip(train, packs)])
-        ray.get([w.call.remote("sync", step, opts.sync_skew_s) for w in train])
+        res = get([w.call("train", tb, p) for w, p in zip(train, packs)])
+        get([w.call("sync", step, opts.sync_skew_s) for w in train])
         first = [s for s in range(n) if step_of[s] == min(step_of.values())]
         diff_new = metrics.logprob_diff(
             engine_lp, plens, [x for r in res for x in r["new"]], "train", first)
@@ -212,7 +204,7 @@ def _step(topo, step, seed, prompts, group, train, engines, opts, faults, final=
         passes = metrics.TRAIN_PASSES
     agree, total = metrics.route_agreement(
         routes, moe_layers, [x for r in res for x in r["routes"]], passes)
-    reports = ray.get([e.call.remote("report") for e in engines])
+    reports = get([e.call("report") for e in engines])
     # post-process requests an engine got while a planned sender had not finished, or not
     # ordered after every planned sender's upload (a race even when the timing was benign)
     early = sum(1 for rep in reports for ev in rep["log"] if ev[0] == "post" and (ev[4] or ev[5]))

@@ -368,17 +368,14 @@ class Trainer:
     def sync(self, version: int, skew_s: float = 0.0) -> None:
         """Upload to every engine this rank feeds; its first sender asks it to post-process
         once the barrier over the engine's sender group says every sender has finished."""
-        import ray
-
         if self.faults.race:
             return self._sync_prefix(version)
         for engine, shards in sorted(self.sends.items()):
             senders = self.plan[engine].senders
             if skew_s and self.rank == senders[-1] and len(senders) > 1:
                 time.sleep(skew_s)  # the slow sender of this engine
-            ray.get(self.engines[engine].call.remote(
-                "receive", self.rank, version, self.payload(shards),
-                post_if_first=self.faults.early_post))
+            self.engines[engine].call("receive", self.rank, version, self.payload(shards),
+                                      post_if_first=self.faults.early_post)
             if not self.faults.sender_barrier and not self.faults.early_post \
                     and self.rank == senders[0]:
                 self._post(engine, version, after=(self.rank,))  # no barrier: only itself
@@ -400,8 +397,6 @@ class Trainer:
         kept for its synchronisation, which is what shapes the race.) A race: whether it
         fires depends on timing; when it fires, early_post_requests counts it.
         """
-        import ray
-
         topo = self.topo
         block = self.rank // topo.engine_size
         group = self.world.senders[-1 - block]
@@ -414,12 +409,12 @@ class Trainer:
             if topo.engine_size > 1:
                 dist.gather_object(bucket, out, dst=src, group=group)
             if self.rank == src:
-                ray.get(self.engines[block].call.remote(
-                    "receive", self.rank, version, bucket, last=i == len(buckets) - 1))
+                self.engines[block].call("receive", self.rank, version, bucket,
+                                         last=i == len(buckets) - 1)
         if self.rank == 0:
             # ordered after its own upload only: nothing joins it with the other blocks
-            ray.get([e.call.remote("post_process", version, 0, after=(0,))
-                     for e in self.engines])
+            for e in self.engines:
+                e.call("post_process", version, 0, after=(0,))
 
     def _gathered_experts(self, layer: int) -> list:
         """Every expert of `layer`, all-gathered over the EP group (EP rank order is expert
@@ -437,10 +432,7 @@ class Trainer:
         return out
 
     def _post(self, engine: int, version: int, after: tuple[int, ...]) -> None:
-        import ray
-
-        if not ray.get(self.engines[engine].call.remote("post_process", version, self.rank,
-                                                        after=after)):
+        if not self.engines[engine].call("post_process", version, self.rank, after=after):
             raise RuntimeError(f"engine {engine} refused to post-process weights version "
                                f"{version}: senders {self.plan[engine].senders} not all done")
 

@@ -1,94 +1,223 @@
-"""Ray actors for train ranks and engines: one generic worker process per role instance.
+"""The job's processes on Ray: one `Host` actor per node, forking that node's ranks and engines.
 
-A worker becomes a Trainer or an Engine on `start`, so a test can keep one set of
-processes alive across many topologies (a worker costs seconds to start on a small
-machine; reconfiguring it costs milliseconds). A job on the launcher's cluster gets fresh
-workers placed by the cluster's per-rank / per-engine actor options.
+A Ray actor per rank and engine meant 16 Python workers, each importing torch and
+megatron.core: ~5 s of CPU apiece, the bulk of start-up on a small machine. A host instead
+keeps a zygote (multiprocessing forkserver) that imports them once per node
+(`proc.PRELOAD`) and forks each role process from it; the role's environment is the one its
+own Ray actor would get (`Cluster.train_env` / `engine_env`: GPU, ranks, rendezvous), and
+the host sits on the role's node (`Cluster.node_actor_options`). The host relays calls to
+its processes and their calls to peers (`proc.Peer`). `Proc` names one process; its
+`call` returns an ObjectRef, like a Ray actor method.
+
+Tests keep one `Pool` host for many jobs: a job forks fresh processes (milliseconds) and
+stops them when it ends, so no job sees another's gloo or megatron state.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import socket
-import warnings
+import threading
+import time
+from dataclasses import dataclass, field
 
 import ray
 
-QUIET = [".*Transformer Engine.*", ".*Apex.*", ".*NumPy array is not writable.*"]
+from . import proc
 
 
-@ray.remote(num_cpus=0)
-class Worker:
+class ProcError(RuntimeError):
+    """A role process failed: the message names the process and its error; `detail` holds
+    the process's traceback."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
+
+    def __reduce__(self):  # Ray pickles it back to the driver
+        return type(self), (str(self), self.detail)
+
+
+@dataclass
+class _Child:
+    name: str
+    process: object
+    conn: object
+    peers: list
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@ray.remote(num_cpus=0, max_concurrency=256)
+class Host:
+    """A node's zygote and the role processes forked from it (calls run in threads: every
+    rank of a collective must be inside its call at once)."""
+
     def __init__(self):
-        for msg in QUIET:
-            warnings.filterwarnings("ignore", message=msg)
-        self.role = None  # torch and megatron load with a trainer role only
+        self.ctx = mp.get_context("forkserver")
+        self.ctx.set_forkserver_preload(proc.PRELOAD)
+        self.children: dict[str, _Child] = {}
 
-    def start(self, kind: str, *args, **kwargs) -> dict:
-        """Become a Trainer or an Engine; returns the pid and the seconds spent importing
-        and constructing (gloo and megatron groups, for a trainer)."""
-        import os
-        import time
+    def where(self) -> str:
+        """The Ray node id this host runs on."""
+        return ray.get_runtime_context().get_node_id()
 
+    def pids(self) -> dict[str, int]:
+        """Process name -> pid of every role process forked here."""
+        return {name: c.process.pid for name, c in self.children.items()}
+
+    def warm(self) -> float:
+        """Seconds until the zygote has imported the roles' modules (the first call starts it)."""
         t0 = time.monotonic()
-        if kind == "trainer":
-            import torch
+        p = self.ctx.Process(target=proc.ready)
+        p.start()
+        p.join()
+        return time.monotonic() - t0
 
-            torch.set_num_threads(1)
-            from .trainer import Trainer as cls
-        else:
-            from .engine import Engine as cls
-        t1 = time.monotonic()
-        self.role = None
-        self.role = cls(*args, **kwargs)
-        return {"pid": os.getpid(), "import_s": t1 - t0, "init_s": time.monotonic() - t1}
+    def start(self, name: str, kind: str, env: dict[str, str], kwargs: dict,
+              peers: list | None = None) -> dict:
+        """Fork process `name` and make it a `kind` role; returns its pid and init seconds."""
+        here, there = self.ctx.Pipe()
+        p = self.ctx.Process(target=proc.serve, name=name,
+                             args=(there, kind, env, kwargs, len(peers or ())))
+        p.start()
+        there.close()
+        child = self.children[name] = _Child(name, p, here, list(peers or ()))
+        with child.lock:
+            return self._answer(child)
 
-    def ping(self) -> bool:
-        return True
+    def call(self, name: str, method: str, *args, **kwargs):
+        child = self.children[name]
+        with child.lock:
+            child.conn.send((method, args, kwargs))
+            return self._answer(child)
+
+    def stop(self) -> None:
+        """End every process of this host (a failed job's may be blocked in a collective)."""
+        for child in self.children.values():
+            child.process.kill()
+        for child in self.children.values():
+            child.process.join(5)
+            child.conn.close()
+        self.children.clear()
+
+    def _answer(self, child: _Child):
+        """The process's reply to the last message, forwarding its peer calls meanwhile."""
+        while True:
+            try:
+                msg = child.conn.recv()
+            except (EOFError, OSError):
+                child.process.join(1)
+                raise ProcError(f"{child.name} exited (code {child.process.exitcode})") from None
+            if msg[0] == "peer":
+                _, i, method, args, kwargs = msg
+                try:
+                    child.conn.send(("ok", ray.get(child.peers[i].call(method, *args, **kwargs))))
+                except Exception as e:
+                    child.conn.send(("err", f"{type(e).__name__}: {e}"))
+                continue
+            if msg[0] == "err":
+                raise ProcError(f"{child.name}: {msg[1]}", msg[2])
+            return msg[1]
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One role process: its host and name."""
+
+    host: object
+    name: str
 
     def call(self, method: str, *args, **kwargs):
-        return getattr(self.role, method)(*args, **kwargs)
+        """Call `method` of the role; an ObjectRef to its result."""
+        return self.host.call.remote(self.name, method, *args, **kwargs)
 
 
 class Pool:
-    """Workers kept across jobs (tests): grown on demand, never placed per topology."""
+    """One host kept across jobs (tests); every job's processes are forked from it."""
 
     def __init__(self):
-        self.workers: list = []
+        self.host = None
 
-    def take(self, n: int) -> list:
-        while len(self.workers) < n:
-            self.workers.append(Worker.remote())
-        return self.workers[:n]
+    def hosts(self, nodes: int) -> list:
+        if self.host is None:
+            self.host = Host.remote()
+        return [self.host] * nodes
 
     def close(self) -> None:
-        for w in self.workers:
-            ray.kill(w)
-        self.workers.clear()
+        if self.host is not None:
+            ray.kill(self.host)
+            self.host = None
 
 
-def spawn(cluster, topo) -> tuple[list, list, tuple[str, int], bool]:
-    """(train workers by rank, engine workers, gloo master (host, port), owned) for one job.
+@dataclass
+class Job:
+    """A job's hosts and processes: `train[rank]`, `engines[engine]`."""
 
-    On the launcher's cluster every train rank gets `train_actor_options(rank)` and every
-    engine one process on its leader GPU, `engine_actor_options(engine)` (its other GPUs
-    stay reserved by the placement group; this engine is a single process).
-    """
+    hosts: list  # distinct Host actors
+    train: list[Proc]
+    engines: list[Proc]
+    master: tuple[str, int]
+    owned: bool  # hosts made for this job (killed at the end), not a Pool's
+    train_env: list[dict]  # each role's environment, as its own Ray actor would get it
+    engine_env: list[dict]
+
+    def warm(self) -> float:
+        """Wait for every host's zygote; the slowest one's seconds."""
+        return max(ray.get([h.warm.remote() for h in self.hosts]))
+
+    def start(self, engine_kwargs: list[dict], train_kwargs: list[dict]) -> list[dict]:
+        """Start every role at once (the train ranks rendezvous over gloo while starting);
+        engines first in the result."""
+        refs = [p.host.start.remote(p.name, "engine", env, kw)
+                for p, env, kw in zip(self.engines, self.engine_env, engine_kwargs)]
+        refs += [p.host.start.remote(p.name, "trainer", env, kw, self.engines)
+                 for p, env, kw in zip(self.train, self.train_env, train_kwargs)]
+        return ray.get(refs)
+
+    def get(self, refs: list) -> list:
+        """`ray.get(refs)`; when one fails, the job's processes are stopped first (the others
+        may wait for it in a collective) and every ref is collected, so the failure is
+        reported once, by the caller, not again as Ray's unhandled errors."""
+        try:
+            return ray.get(refs)
+        except Exception:
+            self.stop()
+            for ref in refs:
+                try:
+                    ray.get(ref)
+                except Exception:
+                    pass
+            raise
+
+    def stop(self) -> None:
+        ray.get([h.stop.remote() for h in self.hosts])
+
+    def close(self) -> None:
+        self.stop()
+        if self.owned:
+            for h in self.hosts:
+                ray.kill(h)
+
+
+def spawn(cluster, topo) -> Job:
+    """The hosts of a job: one per Topology node on the launcher's cluster, a Pool's otherwise."""
+    nodes = sorted({topo.placement(r)[0] for r in range(topo.world_size)}
+                   | {topo.engine_gpus(e)[0][0] for e in range(topo.num_engines)})
+    train_env = [{} for _ in range(topo.world_size)]
+    engine_env = [{} for _ in range(topo.num_engines)]
     if isinstance(cluster, Pool):
-        ws = cluster.take(topo.world_size + topo.num_engines)
-        return ws[: topo.world_size], ws[topo.world_size :], ("127.0.0.1", _free_port()), False
-    train = [Worker.options(**_options(cluster, "train", r)).remote()
-             for r in range(topo.world_size)]
-    engines = [Worker.options(**_options(cluster, "engine", e)).remote()
+        by_node = dict(zip(nodes, cluster.hosts(len(nodes))))
+        master, owned = ("127.0.0.1", _free_port()), False
+    else:
+        by_node = {n: Host.options(**cluster.node_actor_options(n)).remote() for n in nodes}
+        master, owned = tuple(cluster.master), True
+        train_env = [cluster.train_env(r) for r in range(topo.world_size)]
+        engine_env = [cluster.engine_env(e) for e in range(topo.num_engines)]
+    train = [Proc(by_node[topo.placement(r)[0]], f"rank{r}") for r in range(topo.world_size)]
+    engines = [Proc(by_node[topo.engine_gpus(e)[0][0]], f"engine{e}")
                for e in range(topo.num_engines)]
-    master = getattr(cluster, "master", None) or ("127.0.0.1", _free_port())
-    return train, engines, tuple(master), True
-
-
-def _options(cluster, kind: str, index: int) -> dict:
-    """`miles.ray.Cluster.{train,engine}_actor_options`; none without a cluster."""
-    if cluster is None:
-        return {}
-    return dict(getattr(cluster, f"{kind}_actor_options")(index))
+    hosts = list({id(h): h for h in by_node.values()}.values())
+    return Job(hosts, train, engines, master, owned, train_env, engine_env)
 
 
 def _free_port() -> int:

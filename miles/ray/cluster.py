@@ -17,6 +17,10 @@ Environment each actor gets (runtime_env env_vars):
 Engines: one actor per engine GPU (`engine_actor_options(engine, i)`, i < engine_size), so
 an engine spanning two nodes is engine_size actors on both nodes; a single-process engine
 uses i = 0 only (its leader). Colocated layouts share a slot's GPU fractionally.
+
+The reference backend forks a node's roles from one host actor per node instead
+(`node_actor_options`); each role process gets the environment its own actor would have
+(`train_env`, `engine_env`).
 """
 
 from __future__ import annotations
@@ -67,22 +71,39 @@ class Cluster:
 
     def train_actor_options(self, rank: int) -> dict[str, Any]:
         """`.options(**...)` for train rank `rank`: its bundle, GPU share and environment."""
-        t = self.topo
-        slot = t.placement(rank)
-        env = dict(
-            RANK=rank, WORLD_SIZE=t.world_size, LOCAL_WORLD_SIZE=_ranks_on_node(t, slot[0]),
-            MASTER_ADDR=self.master[0], MASTER_PORT=self.master[1],
-        )
-        return self._options(slot, TRAIN_GPU[t.colocate], env)
+        slot = self.topo.placement(rank)
+        return self._options(slot, TRAIN_GPU[self.topo.colocate], self.train_env(rank))
 
     def engine_actor_options(self, engine: int, i: int = 0) -> dict[str, Any]:
         """`.options(**...)` for GPU `i` of rollout engine `engine` (i = 0 is its leader)."""
+        slot = self.topo.engine_gpus(engine)[i]
+        return self._options(slot, ENGINE_GPU[self.topo.colocate], self.engine_env(engine, i))
+
+    def train_env(self, rank: int) -> dict[str, str]:
+        """The environment of train rank `rank` (see the module docstring)."""
+        t = self.topo
+        slot = t.placement(rank)
+        return self._env(slot, dict(
+            RANK=rank, WORLD_SIZE=t.world_size, LOCAL_WORLD_SIZE=_ranks_on_node(t, slot[0]),
+            MASTER_ADDR=self.master[0], MASTER_PORT=self.master[1],
+        ))
+
+    def engine_env(self, engine: int, i: int = 0) -> dict[str, str]:
+        """The environment of GPU `i` of rollout engine `engine`."""
         gpus = self.topo.engine_gpus(engine)
-        env = dict(
+        return self._env(gpus[i], dict(
             MILES_ENGINE=engine, MILES_ENGINE_RANK=i, MILES_ENGINE_SIZE=len(gpus),
             MILES_ENGINE_ADDR=self.nodes[gpus[0][0]].ip,
-        )
-        return self._options(gpus[i], ENGINE_GPU[self.topo.colocate], env)
+        ))
+
+    def node_actor_options(self, node: int) -> dict[str, Any]:
+        """`.options(**...)` for a process host on Topology node `node` (no GPU of its own:
+        the placement group holds the node's GPUs for the roles it forks, each of which
+        gets its slot's environment)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return dict(num_cpus=0, num_gpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            self.nodes[node].id, soft=False))
 
     def node_id(self, node: int) -> str:
         """Ray node id of Topology node `node`."""
@@ -116,21 +137,24 @@ class Cluster:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def _options(self, slot: Slot, share: float, env: Mapping[str, object]) -> dict[str, Any]:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
+    def _env(self, slot: Slot, env: Mapping[str, object]) -> dict[str, str]:
         node, gpu = slot
         env = dict(
             env, CUDA_VISIBLE_DEVICES=self.gpu[slot], LOCAL_RANK=gpu, NODE_RANK=node,
             RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1,
         )
+        return {k: str(v) for k, v in env.items()}
+
+    def _options(self, slot: Slot, share: float, env: dict[str, str]) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         return dict(
             num_cpus=0,
             num_gpus=share,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 self.pg, placement_group_bundle_index=self.bundle[slot]
             ),
-            runtime_env={"env_vars": {k: str(v) for k, v in env.items()}},
+            runtime_env={"env_vars": env},
         )
 
 
