@@ -155,11 +155,11 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
         )
         return 2
     import signal
-    import time
 
     from .ray import PlacementTimeout, start_cluster
+    from .startup import Phases
 
-    t0 = time.monotonic()
+    phases = Phases()
     try:
         cluster = start_cluster(topo)
     except TopologyError as e:
@@ -171,11 +171,11 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
     # SIGTERM unwinds like Ctrl-C so the cluster is shut down (set after start_cluster,
     # whose local raylets install Ray's own handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    print(f"start-up: cluster {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
+    phases("cluster")
     try:
         steps = backend.run_job(
             topo, cluster, steps=job.steps, metrics_out=job.metrics_out, seed=job.seed,
-            extra=passthrough,
+            extra=passthrough, phases=phases,
         )
     except KeyboardInterrupt:
         print("miles: interrupted", file=sys.stderr)

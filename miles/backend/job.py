@@ -21,6 +21,7 @@ import numpy as np
 
 from miles.replay import ship
 from miles.rollout.routes import decode_routes
+from miles.startup import Phases
 from miles_topology import Topology
 from miles_topology.replay import replay_plans
 
@@ -81,8 +82,9 @@ def prepare(topo: Topology) -> Topology:
 
 
 def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None, seed: int = 0,
-            extra=()) -> list[dict]:
-    """Run `steps` R3 steps of the embedded job; one metrics dict per step (also JSONL)."""
+            extra=(), phases: Phases | None = None) -> list[dict]:
+    """Run `steps` R3 steps of the embedded job; one metrics dict per step (also JSONL).
+    `phases`: the launcher's start-up clock (a new one otherwise)."""
     opts = options(extra)
     topo = prepare(topo)
     faults = Faults(frozenset(opts.fault))
@@ -101,8 +103,7 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
         raise SystemExit("reference backend: the fault weight-sync-race models the colocated "
                          "pre-fix protocol with pp 1 and etp 1")
     replay = not opts.no_replay
-    t0 = time.monotonic()
-    phase = _Phases()
+    phase = phases or Phases()
     job = spawn(cluster, topo)
     train, engines = job.train, job.engines
     out: list[dict] = []
@@ -123,7 +124,7 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
         job.get([w.call("sync", 0, opts.sync_skew_s) for w in train])
         phase("first sync")
         print(f"reference backend: {topo.world_size} train ranks and {len(engines)} engines "
-              f"ready, weights synced, in {time.monotonic() - t0:.1f}s"
+              f"ready, weights synced, {phase.total():.1f}s after start"
               + ("" if replay else "; routing replay OFF (--no-replay)"), file=sys.stderr)
         with _progress(steps) as tick:
             for step in range(1, steps + 2):
@@ -141,19 +142,6 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
             sink.close()
         job.close()  # also ends processes a failed job left blocked in a collective
     return out
-
-
-class _Phases:
-    """One stderr line per start-up phase with its own and the running time."""
-
-    def __init__(self):
-        self.t0 = self.last = time.monotonic()
-
-    def __call__(self, name: str, detail: str = "") -> None:
-        now = time.monotonic()
-        print(f"start-up: {name} {now - self.last:.1f}s (total {now - self.t0:.1f}s)"
-              + (f"; {detail}" if detail else ""), file=sys.stderr, flush=True)
-        self.last = now
 
 
 def _step(topo, step, seed, prompts, group, job, opts, faults, final=False) -> dict:

@@ -85,7 +85,6 @@ class Trainer:
     def __init__(self, topo: Topology, rank: int, seed: int, master: tuple[str, int], engines: list,
                  faults: Faults, lr: float = 0.02, replay: bool = True):
         torch.set_num_threads(1)
-        moe.forget_routers()
         self.topo, self.rank, self.seed, self.faults = topo, rank, seed, faults
         self.spec = spec = Spec.of(topo)
         self.plan = sync_plan(topo)

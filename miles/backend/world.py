@@ -2,8 +2,8 @@
 
 `miles.megatron.init_and_verify` starts gloo and megatron-core's parallel_state and checks
 every group against `Topology.rank_groups`; the backend uses those groups as built. The
-only groups added here are each engine's weight-sync sender group. A worker may be reused
-for another topology, so joining first tears down whatever the previous one left.
+only groups added here are each engine's weight-sync sender group. Each rank is a fresh
+process (forked per job), so there is never a previous world to tear down.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 from megatron.core import parallel_state as ps
 
-from miles.megatron import init_and_verify, teardown
+from miles.megatron import init_and_verify
 from miles_topology import Topology
 
 
@@ -30,8 +30,6 @@ class World:
 def connect(topo: Topology, rank: int, master: tuple[str, int],
             senders: dict[int, tuple[int, ...]]) -> World:
     """Join the gloo world at `master` (host, port); build the sender groups."""
-    if dist.is_initialized():
-        teardown()
     init_and_verify(topo, rank, addr=master[0], port=master[1])
     world = World(
         tpcp=ps.get_tensor_and_context_parallel_group(),
