@@ -81,7 +81,7 @@ def test_torchrun_through_os_system_reads_the_environment_given():
 
 def test_popen_word_list_and_launcher_args_pass_through():
     got = read_python_launcher(fixture("run_popen.py"), ["--tensor-model-parallel-size", "2"])
-    assert (got.launcher, got.entry) == ("python", "/opt/miles/train.py")
+    assert (got.launcher, got.entry) == ("python3", "/opt/miles/train.py")
     assert got.argv[-2:] == ["--tensor-model-parallel-size", "2"]
     assert sizes(got.argv)[:2] == (2, 1)
 
@@ -217,19 +217,24 @@ def test_writes_outside_go_to_the_sandbox_and_inside_work(tmp_path):
 
 
 @pytest.mark.parametrize(("cmd", "want"), [
-    ("python3 train.py --a 1", ("python", "train.py", ["--a", "1"], {})),
+    ("python3 train.py --a 1", ("python3", "train.py", ["--a", "1"], {})),
     ("cd /root/miles && PYTHONPATH=/m python3 -u ./train_async.py --b",
-     ("python", "./train_async.py", ["--b"], {"PYTHONPATH": "/m"})),
+     ("python3", "./train_async.py", ["--b"], {"PYTHONPATH": "/m"})),
     ("pkill -9 sglang; export X=1 && ray job submit --address=http://h:8265 "
      "--runtime-env-json='{\"env_vars\": {\"A\": \"2\"}}' -- python3 /r/train.py --c 'd e'",
      ("ray job submit", "/r/train.py", ["--c", "d e"], {"A": "2"})),
     ("bash -c \"nohup torchrun --nproc-per-node 8 --nnodes 2 train.py --x\"",
      ("torchrun", "train.py", ["--x"], {})),
     ("python -m torch.distributed.run --nproc_per_node 4 train.py --y 2",
-     ("torchrun", "train.py", ["--y", "2"], {})),
+     ("python -m torch.distributed.run", "train.py", ["--y", "2"], {})),
     ("ray job submit -- bash -c 'python3 train.py --z'",
      ("ray job submit", "train.py", ["--z"], {})),
     ("python -u -m miles.train --dry-run", ("python", "miles.train", ["--dry-run"], {})),
+    # the same command forms as the bash reader: wrappers with options, env, timeout
+    ("sudo -u ray env -u HOME A=1 timeout -s INT 2h python3 train.py --q",
+     ("python3", "train.py", ["--q"], {"A": "1"})),
+    ("ray job submit --runtime-env-json '{\"env_vars\": {\"B\": \"3\"}}' python3 train.py",
+     ("ray job submit", "train.py", [], {"B": "3"})),
 ])
 def test_training_launch_forms(cmd, want):
     got = find_in_shell(cmd)

@@ -242,6 +242,10 @@ def test_source_cycle_is_noted_not_infinite(tmp_path):
     ("X=1 exec nohup env A=1 B=2 timeout -s INT 10h python3 train.py --a 1 &", "python3",
      "train.py"),
     ("${PYTHON:-python3} train.py --a 1", "python3", "train.py"),
+    # wrappers the Python-launcher reader knows too (one rule of command forms)
+    ("sudo -u ray setsid stdbuf -o L python3 train.py --a 1", "python3", "train.py"),
+    ("ray job submit --runtime-env-json '{}' python3 train.py --a 1", "ray job submit",
+     "train.py"),
 ])
 def test_launch_forms(tmp_path, text, launcher, entry):
     read = read_text(tmp_path, text + "\n")

@@ -12,19 +12,15 @@ this project's own launcher, ``python -m miles.train``.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from dataclasses import dataclass, field
 
-# one reading of ray job submit's runtime env, one rule of what a training entry is
-from ..shell.launch import is_training, runtime_env
+# one rule of command forms, of ray job submit's runtime env and of a training entry
+from ..shell.launch import command_form, is_training, runtime_env
 
-_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 _OPERATORS = {";", "&&", "||", "|", "&", "\n", ";;", "|&"}
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-# words that run the rest of the line as a command
-_WRAPPERS = {"exec", "nohup", "env", "time", "command", "sudo", "stdbuf", "setsid", "nice"}
 
 
 @dataclass
@@ -33,7 +29,7 @@ class Launch:
 
     argv: list[str]  # the flags after train.py / train_async.py
     entry: str
-    launcher: str  # "python", "torchrun" or "ray job submit"
+    launcher: str  # as the command says it: "python3", "torchrun", "ray job submit", ...
     env: dict[str, str] = field(default_factory=dict)  # set for the entry by the command itself
     env_known: bool = True  # False: a ray job's runtime env not given literally (a file)
 
@@ -59,74 +55,28 @@ def split_shell(text: str) -> list[list[str]]:
     return [c for c in out if c]
 
 
-def _strip(words: list[str], env: dict[str, str]) -> list[str]:
-    """Drop leading VAR=value assignments (kept in `env`) and wrappers like env/nohup."""
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if _ASSIGN.match(w):
-            k, _, v = w.partition("=")
-            env[k] = v
-        elif os.path.basename(w) in _WRAPPERS:
-            pass
-        elif w.startswith("-") and i and os.path.basename(words[i - 1]) in _WRAPPERS:
-            pass  # env -i, nohup --, time -p
-        else:
-            break
-        i += 1
-    return words[i:]
-
-
-def _entry_at(words: list[str]) -> int | None:
-    for i, w in enumerate(words):
-        if w.endswith(".py") and is_training(w):
-            return i
-    return None
-
-
 def find(words: list[str], env: dict[str, str] | None = None) -> Launch | None:
     """The training launch in one simple command's words, or None."""
-    env = dict(env or {})
-    words = _strip(words, env)
-    if not words:
+    form = command_form(list(words))
+    if form is None:
         return None
-    head = os.path.basename(words[0])
-    if head in ("bash", "sh", "zsh", "dash") and "-c" in words[1:]:
-        i = words.index("-c")
-        if i + 1 < len(words):
-            return find_in_shell(words[i + 1], env)
+    # a ray job's entrypoint sees only the job's runtime env, not the submitting shell's
+    env = dict(form.env) if form.job else {**(env or {}), **form.env}
+    if form.shell:
+        got = find_in_shell(words[form.entry], env)
+    elif is_training(words[form.entry]):
+        got = Launch(list(words[form.entry + 1:]), words[form.entry], form.launcher, env)
+    else:
         return None
-    if head == "ray" and words[1:3] == ["job", "submit"]:
-        if "--" not in words:
-            return None
-        cut = words.index("--")
-        inner = find(words[cut + 1:])
-        if inner is None:
-            return None
-        inner.launcher = "ray job submit"
-        job_env = runtime_env(list(words[3:cut]))
-        if job_env is None:
-            inner.env_known = False
-        else:
-            inner.env = {**inner.env, **job_env}
-        return inner
-    if head == "torchrun" or (_PYTHON.fullmatch(head) and "-m" in words
-                              and words[words.index("-m") + 1:][:1]
-                              in (["torch.distributed.run"], ["torch.distributed.launch"])):
-        at = _entry_at(words)
-        return None if at is None else Launch(words[at + 1:], words[at], "torchrun", env)
-    if _PYTHON.fullmatch(head):
-        # python [interpreter options] SCRIPT ARGS: the script is the first non-option word
-        for i, w in enumerate(words[1:], 1):
-            if w == "-m" and i + 1 < len(words) and is_training(words[i + 1]):
-                return Launch(words[i + 2:], words[i + 1], "python", env)  # e.g. miles.train
-            if w in ("-m", "-c"):
-                return None
-            if not w.startswith("-"):
-                if is_training(w):
-                    return Launch(words[i + 1:], w, "python", env)
-                return None
-    return None
+    if got is None or form.job is None:
+        return got
+    got.launcher = "ray job submit"
+    job_env = runtime_env(list(words[form.job[0]:form.job[1]]))
+    if job_env is None:
+        got.env_known = False
+    else:
+        got.env = {**got.env, **job_env}
+    return got
 
 
 def find_in_shell(text: str, env: dict[str, str] | None = None) -> Launch | None:
