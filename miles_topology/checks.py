@@ -576,8 +576,18 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
     """Router fusion: megatron/core/transformer/moe/moe_utils.py
     topk_routing_with_score_function returns the fused TE kernel's result before the
     router_replay argument is read, so replayed routes are ignored (trains wrongly). No MoE
-    layer: nothing records or consumes routes (miles' behaviour not traced: kept as the design
-    table's error, skipped when the shape comes from the checkpoint)."""
+    layer: miles itself does not check it, but with rollout routing replay the engines it
+    starts capture routed experts (sglang_utils _compute_server_args sets
+    enable_return_routed_experts), and SGLang's capturer (python/sglang/srt/state_capturer/
+    routed_experts.py RoutedExpertsCapturer.__init__, earlier layers/moe/
+    routed_experts_capturer.py; built by model_runner.py init_routed_experts_capturer at engine
+    start) reads hf_text_config.num_experts_per_tok, which a dense HF config lacks: the engine
+    fails at start-up. Skipped when the shape comes from the checkpoint. External engines: miles
+    asks for routes per request (return_routed_experts) but only the server flag
+    --enable-return-routed-experts makes SGLang capture them; samples then carry no
+    rollout_routed_experts, the train batch has none, and training_utils/replay_data.py
+    fill_replay_data raises "rollout_routed_experts is required in rollout_data for replay" at
+    the first training step (a warning: how those servers were started is not visible here)."""
     if not topo.routing_replay:
         return
     which = "rollout_routing_replay" if topo.rollout_routing_replay else "routing_replay"
@@ -594,10 +604,15 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
                 which, "experts",
             )
         else:
+            why = ("(no --num-experts)" if topo.experts is None else "(--moe-layer-freq)")
             yield _err(
                 "r3-requires-moe",
-                "routing replay was asked for, but the model has no MoE layers "
-                + ("(no --num-experts)." if topo.experts is None else "(--moe-layer-freq)."),
+                f"routing replay was asked for, but the model has no MoE layers {why}"
+                + (": miles starts the engines with routed-expert capture on, and SGLang's "
+                   "capturer reads num_experts_per_tok from the HF config, which a dense model "
+                   "lacks, so every engine fails at start-up." if topo.rollout_routing_replay
+                   and not topo.rollout_external and topo.experts is None else
+                   ": there are no routes to record or replay."),
                 f"drop {flag_of(which)}, or give the MoE shape (--num-experts N)",
                 which, "experts",
             )
@@ -605,8 +620,10 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
         yield _warn(
             "r3-external-capture",
             "rollout routing replay with external engines: miles cannot switch on routed-"
-            "expert capture for engines it does not start, and without it there is nothing "
-            "to replay.",
+            "expert capture for engines it does not start; a server started without "
+            "--enable-return-routed-experts returns no routed experts, and the first training "
+            "step then fails after a full rollout ('rollout_routed_experts is required in "
+            "rollout_data for replay').",
             "start the external SGLang servers with routed-expert capture on "
             "(--enable-return-routed-experts), or drop --rollout-external",
             "rollout_routing_replay", "rollout_external",

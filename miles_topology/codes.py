@@ -36,8 +36,10 @@ CODES: dict[str, tuple[str, str]] = {
         "error", "miles' one packed placement group (actor + rollout + eval GPUs; the critic "
         "shares the actor's) needs more nodes than the cluster given has"),
     "r3-requires-moe": (
-        "error", "routing replay asked for on a model with no MoE layers (skipped when the "
-        "model shape is read from the checkpoint: FSDP, or no model flags given)"),
+        "error", "routing replay asked for on a model with no MoE layers: with rollout R3, "
+        "SGLang's routed-expert capturer reads `num_experts_per_tok` from the HF config, so "
+        "the engines fail at start-up (skipped when the model shape is read from the "
+        "checkpoint: FSDP, or no model flags given)"),
     "r3-router-fusion": ("error", "routing replay with fused router top-k, which bypasses replay"),
     "flag-conflict": (
         "error", "the same size given two different ways (flag vs YAML, alias vs name)"),
@@ -62,8 +64,9 @@ CODES: dict[str, tuple[str, str]] = {
     "missing-model-fact": ("error", "a derivation needs a model fact that was not given"),
     "sp-ignored": ("warning", "`--sequence-parallel` with TP 1"),
     "r3-external-capture": (
-        "warning", "R3 with `--rollout-external`: the external engines must capture routed "
-        "experts"),
+        "warning", "R3 with `--rollout-external`: a server started without "
+        "`--enable-return-routed-experts` returns no routed experts, and the first training "
+        "step fails after a full rollout"),
     "no-rollout-gpus": ("warning", "neither `--colocate` nor `--rollout-num-gpus`"),
     "unreadable": (
         "error", "an input cannot be read at all (missing file, bad YAML, bash syntax): exit 2; "

@@ -88,6 +88,21 @@ def test_fsdp_mesh_rules_replace_megatron_grid_rules():
     assert "--tensor-model-parallel-size 3" in topo.warnings[0].message
 
 
+def test_r3_on_a_dense_model_fails_engine_start_and_external_capture_fails_training():
+    # SGLang state_capturer/routed_experts.py RoutedExpertsCapturer.__init__ reads
+    # hf_text_config.num_experts_per_tok at engine start (miles turns capture on for R3)
+    e = refused(["--colocate", "--use-rollout-routing-replay", "--num-layers", "4"])
+    (p,) = e.problems
+    assert p.code == "r3-requires-moe" and "num_experts_per_tok" in p.message
+    assert "fails at start-up" in p.message
+    # external servers: training_utils/replay_data.py fill_replay_data raises at the first step
+    topo = Topology.from_flags(["--rollout-external", "--use-rollout-routing-replay",
+                                "--num-experts", "8"])
+    (w,) = [p for p in topo.warnings if p.code == "r3-external-capture"]
+    assert "first training step then fails after a full rollout" in w.message
+    assert "rollout_routed_experts is required" in w.message
+
+
 # ---- PPO critic ------------------------------------------------------------------------
 
 
