@@ -545,20 +545,44 @@ def gpu_budget(topo: Topology) -> Iterator[Problem]:
             "gpus_per_node", "node_gpus",
         )
     if not topo.node_gpus_given and topo.nodes > 1 and topo.gpus_per_node < topo.node_gpus:
-        where = (
-            "every colocated engine is given the head node's address (ray/rollout.py "
-            f"`_allocate_rollout_engine_addr_and_ports_normal` counts {topo.node_gpus} "
-            "engine GPUs per node)" if topo.colocate and topo.num_engines else
-            f"miles sizes engines and their nodes for {topo.node_gpus} GPUs per node"
-        )
-        yield _warn(
-            "num-gpus-per-node-default",
-            f"the actor uses {topo.nodes} nodes x {topo.gpus_per_node} GPUs but "
-            f"--num-gpus-per-node is not given, so miles assumes {topo.node_gpus}: {where}. "
-            f"This check assumes nodes of {topo.gpus_per_node} GPUs.",
-            f"add --num-gpus-per-node {topo.gpus_per_node}",
-            "node_gpus", "gpus_per_node", "colocate",
-        )
+        # miles ray/specs/inference.py _compute_spec_inference_engine sizes each engine with
+        # --num-gpus-per-node (default 8): max(1, size // npn) processes ("workers") per engine,
+        # each holding min(size, npn) consecutive GPU slots from its first slot's node
+        # (utils/workers/ray_worker_manager.py gpu_ids), and it asserts size <= npn or size %
+        # npn == 0; sglang_config.py counts engine offsets with min(size, npn) too. An engine
+        # that fits the actor's GPUs per node (a lower bound of the real node) is launched the
+        # same whatever npn is, so only a larger engine is placed differently: a process of
+        # more GPUs than the node has, or a refused size. A warning: the real node size is not
+        # known here (engines get their node's own IP since the worker manager replaced the
+        # rank-based address allocation, so colocation alone no longer matters).
+        big = [g for g in topo.engine_group_list
+               if g.engines and g.engine_size > topo.gpus_per_node]
+        if big:
+            g = max(big, key=lambda g: g.engine_size)
+            size, npn, node = g.engine_size, topo.node_gpus, topo.gpus_per_node
+            what = ("eval engines" if g.model == "eval" else
+                    "rollout engines" if g.model == "default" else
+                    f"--sglang-config {g.model}/{g.kind} engines")
+            if size <= npn:
+                happens = (f"miles starts each as one process on {size} GPUs of a single node "
+                           f"(min({size}, {npn})), which a node of {node} GPUs does not have")
+            elif size % npn:
+                happens = (f"miles refuses the size at start-up ({size} is neither <= {npn} "
+                           f"nor a multiple of it)")
+            else:
+                happens = (f"miles starts each as {size // npn} processes of {npn} GPUs, more "
+                           f"than a node of {node} GPUs has")
+            yield _warn(
+                "num-gpus-per-node-default",
+                f"the actor uses {topo.nodes} nodes x {node} GPUs but --num-gpus-per-node is "
+                f"not given, so miles sizes engines for nodes of {npn}: the {what} of {size} "
+                f"GPUs are larger than a node of {node}, and {happens}. This check assumes "
+                f"nodes of {node} GPUs.",
+                f"add --num-gpus-per-node {node}",
+                "node_gpus", "gpus_per_node",
+                "eval_engine_size" if g.model == "eval" else
+                "engine_size" if topo.engine_groups is None else "sglang_config",
+            )
     if topo.cluster_nodes is not None and topo.nodes_needed > topo.cluster_nodes:
         yield _err(
             "gpu-budget-exceeded",

@@ -79,8 +79,9 @@ CODES: dict[str, tuple[str, str]] = {
         "warning", "one flag given twice with different values on a command line; miles' "
         "parser keeps the last"),
     "num-gpus-per-node-default": (
-        "warning", "the actor spans nodes of fewer than 8 GPUs but `--num-gpus-per-node` is "
-        "not given: miles sizes engines (and colocated engine addresses) for 8 per node"),
+        "warning", "the actor spans nodes of fewer than 8 GPUs, an engine is larger than the "
+        "actor's GPUs per node, and `--num-gpus-per-node` is not given: miles sizes that "
+        "engine's processes for nodes of 8"),
     "actor-node-shape-ignored": (
         "warning", "`--actor-num-gpus-per-node` differs from `--num-gpus-per-node`: the packed "
         "placement group fills whole nodes in order regardless"),

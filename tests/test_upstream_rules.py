@@ -32,15 +32,33 @@ def test_a_engines_continue_mid_node_after_the_actor():
     assert not topo.warnings
 
 
-def test_b_colocated_two_nodes_of_four_without_num_gpus_per_node_warns():
-    topo = Topology.from_flags(["--colocate", "--actor-num-nodes", "2",
-                                "--actor-num-gpus-per-node", "4"])
+def test_b_engine_larger_than_nodes_of_four_without_num_gpus_per_node_warns():
+    # ray/specs/inference.py _compute_spec_inference_engine: an engine of 8 with the default
+    # --num-gpus-per-node 8 is one process holding 8 GPU slots of one node (min(8, 8))
+    two_by_four = ["--colocate", "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4"]
+    topo = Topology.from_flags(two_by_four + ["--rollout-num-gpus-per-engine", "8"])
     (w,) = [p for p in topo.warnings if p.code == "num-gpus-per-node-default"]
-    assert "--num-gpus-per-node" in w.flags and "head node's address" in w.message
+    assert "--num-gpus-per-node" in w.flags and "--rollout-num-gpus-per-engine" in w.flags
+    assert "one process on 8 GPUs of a single node" in w.message
     assert w.fix == "add --num-gpus-per-node 4"
-    fixed = Topology.from_flags(["--colocate", "--actor-num-nodes", "2",
-                                 "--actor-num-gpus-per-node", "4", "--num-gpus-per-node", "4"])
+    fixed = Topology.from_flags(two_by_four + ["--rollout-num-gpus-per-engine", "8",
+                                               "--num-gpus-per-node", "4"])
     assert "num-gpus-per-node-default" not in codes(fixed.warnings)
+    # engines that fit the node are launched the same with 4 or 8 per node: no warning
+    for size in ("1", "2", "4"):
+        fits = Topology.from_flags(two_by_four + ["--rollout-num-gpus-per-engine", size])
+        assert "num-gpus-per-node-default" not in codes(fits.warnings)
+    # 12 is neither <= 8 nor a multiple of 8: miles asserts (with 4 per node it tiles 3 nodes)
+    twelve = Topology.from_flags(["--actor-num-nodes", "3", "--actor-num-gpus-per-node", "4",
+                                  "--colocate", "--rollout-num-gpus-per-engine", "12"])
+    (w,) = [p for p in twelve.warnings if p.code == "num-gpus-per-node-default"]
+    assert "refuses the size" in w.message
+    # an eval engine larger than the node counts too
+    ev = Topology.from_flags(["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4",
+                              "--rollout-num-gpus", "4", "--eval-num-gpus", "8",
+                              "--eval-num-gpus-per-engine", "8"])
+    (w,) = [p for p in ev.warnings if p.code == "num-gpus-per-node-default"]
+    assert "eval engines of 8" in w.message and "--eval-num-gpus-per-engine" in w.flags
 
 
 def test_c_engine_dp_without_dp_attention_is_the_error_miles_asserts():
