@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 Check = Callable[["Topology"], Iterator[Problem]]
 CHECKS: list[Check] = []
 
+# Megatron's parallel sizes, which FSDP has no use for (model.py drops them under FSDP), and
+# the fields whose flags only Megatron's parser defines (fsdp_undefined_flags below)
+MEGATRON_SIZES = ("tp", "pp", "ep", "etp", "vpp", "vpp_layers", "first_stage_layers",
+                  "last_stage_layers")
+MEGATRON_ONLY_FLAGS = (*MEGATRON_SIZES, "sp", "order")
+
 
 def check(fn: Check) -> Check:
     CHECKS.append(fn)
@@ -886,14 +892,42 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
             "dp_replicate", "nodes", "gpus_per_node",
         )
     if topo.fsdp_ignored:
+        # Only sizes that reach the Topology from somewhere other than a miles command line
+        # (our topology YAML, a Python caller): on a command line those flags are an error,
+        # fsdp-unknown-flag (fsdp_undefined_flags), and are not reported twice.
         shown = ", ".join(f"{flag_of(f)} {v}" for f, v in topo.fsdp_ignored)
         yield _warn(
             "fsdp-ignores-megatron-sizes",
             f"--train-backend fsdp ignores {shown}: FSDP shards every parameter over the "
             "data-parallel ranks and builds no tensor, pipeline or expert groups.",
-            "drop them (FSDP uses --context-parallel-size and --dp-replicate-size only)",
+            "drop them (the FSDP mesh is set by --dp-replicate-size only)",
             "train_backend", *(f for f, _ in topo.fsdp_ignored),
         )
+
+
+def fsdp_undefined_flags(given_by: dict[str, str]) -> list[Problem]:
+    """Megatron-only flags on a miles command line under --train-backend fsdp (called by
+    sources.read_flags, which alone knows what was given on the command line).
+
+    miles utils/arguments.py parse_args (00e365d9) takes the FSDP branch to
+    backends/fsdp_utils/arguments.py load_fsdp_args -> parse_fsdp_cli: a parser built from the
+    FSDPArgs dataclass fields (context_parallel_size and dp_replicate_size, no tensor,
+    pipeline, expert or virtual-pipeline size) plus miles' own provider
+    (get_miles_extra_args_provider: none of its add_*_arguments, add_sglang_arguments,
+    add_lora_arguments or add_dsv4_arguments defines these flags; its reset_arg calls add only
+    batch, checkpoint and optimizer flags), then strict `parser.parse_args()`. Megatron's
+    parser, which defines them, is never built, so argparse exits at start-up with
+    "unrecognized arguments", whatever the value (1 included)."""
+    return [
+        Problem(
+            "fsdp-unknown-flag",
+            f"miles' FSDP argument parser does not define {flag}: train.py exits at start-up "
+            "with argparse's 'unrecognized arguments', whatever its value.",
+            f"drop {flag} (FSDP builds no Megatron groups; its mesh is --dp-replicate-size)",
+            (flag, flag_of("train_backend")),
+        )
+        for name, flag in given_by.items() if name in MEGATRON_ONLY_FLAGS
+    ]
 
 
 @check

@@ -101,7 +101,14 @@ CODES: dict[str, tuple[str, str]] = {
         "error", "`--train-backend fsdp` with `--context-parallel-size` > 1 (miles asserts "
         "cp == 1)"),
     "fsdp-ignores-megatron-sizes": (
-        "warning", "`--train-backend fsdp` with Megatron sizes (TP, PP, EP, ...) it ignores"),
+        "warning", "`--train-backend fsdp` with Megatron sizes (TP, PP, EP, ...) it ignores, "
+        "given other than by a miles command-line flag (a topology YAML, a Python caller)"),
+    "fsdp-unknown-flag": (
+        "error", "`--train-backend fsdp` with a Megatron-only flag on the command line "
+        "(`--tensor-model-parallel-size`, `--pipeline-model-parallel-size`, "
+        "`--expert-model-parallel-size`, `--expert-tensor-parallel-size`, virtual pipeline, "
+        "uneven stages, `--sequence-parallel`, `--use-tp-pp-dp-mapping`), whatever its value: "
+        "miles' FSDP parser does not define it and exits (unrecognized arguments)"),
     "fsdp-flag-ignored": ("warning", "`--dp-replicate-size` without `--train-backend fsdp`"),
     "transfer-mode-invalid": (
         "error", "`--update-weight-transfer-mode p2p`/`disk-delta` with `--colocate` or "

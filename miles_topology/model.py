@@ -24,14 +24,13 @@ from pydantic import (
 
 from . import layers as _layers
 from . import placement as _placement
+from .checks import MEGATRON_SIZES as _MEGATRON_SIZES
 from .checks import run_checks
 from .errors import Problem, TopologyError
 from .flags import flag_of
 from .grid import EXPERT_AXES, ORDERS, Grid
 
 GROUPS = ("layout", "rollout", "model", "replay", "batch")
-_MEGATRON_SIZES = ("tp", "pp", "ep", "etp", "vpp", "vpp_layers", "first_stage_layers",
-                   "last_stage_layers")  # what FSDP ignores
 
 
 def fact(group: str, flag: str | None, default: Any = 1, *, switch: tuple | None = None,

@@ -100,10 +100,37 @@ def test_fsdp_mesh_rules_replace_megatron_grid_rules():
     e = refused(base + ["--dp-replicate-size", "3"])
     assert codes(e.problems) == ["fsdp-mesh-divisibility"]
     assert "world size 8 is not divisible by dp_replicate_size 3" in e.problems[0].message
-    # TP 3 would break Megatron's grid; FSDP ignores it and says so
-    topo = Topology.from_flags(base + ["--tensor-model-parallel-size", "3"])
+    # a size that reaches the Topology from elsewhere (a Python caller, our YAML) is ignored
+    topo = Topology(train_backend="fsdp", gpus_per_node=8, colocate=True, tp=3)
     assert topo.tp == 1 and codes(topo.warnings) == ["fsdp-ignores-megatron-sizes"]
     assert "--tensor-model-parallel-size 3" in topo.warnings[0].message
+    assert "context" not in topo.warnings[0].fix
+
+
+def test_fsdp_refuses_megatron_only_flags_on_the_command_line(tmp_path):
+    # miles utils/arguments.py parse_args -> fsdp_utils/arguments.py parse_fsdp_cli: FSDPArgs
+    # fields + miles' provider, strict parse_args; Megatron's flags are not defined there
+    base = ["--train-backend", "fsdp", "--actor-num-gpus-per-node", "8", "--colocate"]
+    for argv in (["--tensor-model-parallel-size", "1"], ["--pipeline-model-parallel-size", "2"],
+                 ["--expert-model-parallel-size", "8"], ["--expert-tensor-parallel-size", "1"],
+                 ["--num-virtual-stages-per-pipeline-rank", "2"],
+                 ["--num-layers-per-virtual-pipeline-stage", "2"],
+                 ["--decoder-first-pipeline-num-layers", "2"],
+                 ["--decoder-last-pipeline-num-layers", "2"], ["--sequence-parallel"],
+                 ["--use-tp-pp-dp-mapping"]):
+        e = refused(base + argv)
+        (p,) = e.problems
+        assert p.code == "fsdp-unknown-flag" and p.flags[0] == argv[0]
+        assert "unrecognized arguments" in p.message and p.fix.startswith(f"drop {argv[0]}")
+        assert "fsdp-ignores-megatron-sizes" not in codes(e.warnings)  # not reported twice
+    # the same flags are fine under Megatron; FSDP's own mesh flags are fine under FSDP
+    assert Topology.from_flags(["--colocate", "--tensor-model-parallel-size", "1"]).tp == 1
+    assert Topology.from_flags(base + ["--dp-replicate-size", "2"]).dp_replicate == 2
+    # a size from our topology YAML is not a miles flag: still the warning
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("tp: 2\n")
+    topo = Topology.from_flags(base + ["--topology", str(yaml)])
+    assert codes(topo.warnings) == ["fsdp-ignores-megatron-sizes"]
 
 
 def test_r3_on_a_dense_model_fails_engine_start_and_external_capture_fails_training():
@@ -312,8 +339,9 @@ def test_inferred_engine_groups_and_fsdp_sizes_round_trip_through_yaml(tmp_path)
                    "      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 4}\n")
     for argv in (["--actor-num-gpus-per-node", "4", "--num-gpus-per-node", "8",
                   "--rollout-num-gpus", "8", "--sglang-config", str(cfg)],
-                 ["--train-backend", "fsdp", "--tensor-model-parallel-size", "2", "--colocate"]):
-        topo = Topology.from_flags(argv)
+                 None):
+        topo = (Topology.from_flags(argv) if argv is not None else
+                Topology(train_backend="fsdp", tp=2, colocate=True))
         path = tmp_path / "t.yaml"
         path.write_text(topo.to_yaml())
         again = Topology.from_yaml(str(path))
