@@ -909,13 +909,15 @@ def fsdp_undefined_flags(given_by: dict[str, str]) -> list[Problem]:
     """Megatron-only flags on a miles command line under --train-backend fsdp (called by
     sources.read_flags, which alone knows what was given on the command line).
 
-    miles utils/arguments.py parse_args (00e365d9) takes the FSDP branch to
-    backends/fsdp_utils/arguments.py load_fsdp_args -> parse_fsdp_cli: a parser built from the
-    FSDPArgs dataclass fields (context_parallel_size and dp_replicate_size, no tensor,
-    pipeline, expert or virtual-pipeline size) plus miles' own provider
-    (get_miles_extra_args_provider: none of its add_*_arguments, add_sglang_arguments,
-    add_lora_arguments or add_dsv4_arguments defines these flags; its reset_arg calls add only
-    batch, checkpoint and optimizer flags), then strict `parser.parse_args()`. Megatron's
+    miles utils/arguments.py parse_args_and_get_parser (HEAD; parse_args in 00e365d9 does the
+    same) takes the FSDP branch to backends/fsdp_utils/arguments.py load_fsdp_args ->
+    parse_fsdp_cli: a parser built from the FSDPArgs dataclass fields (context_parallel_size
+    and dp_replicate_size, no tensor, pipeline, expert or virtual-pipeline size) plus miles'
+    own provider (get_miles_extra_args_provider: its utils/args/configs classes, e.g.
+    TrainConfig, TrainerBackendTraitConfig, CustomMegatronPluginsConfig, and in 00e365d9 the
+    add_*_arguments, add_sglang_arguments, add_lora_arguments, add_dsv4_arguments, define none
+    of these flags; reset_arg adds only batch, checkpoint and optimizer flags), then strict
+    `parser.parse_args()`. Megatron's
     parser, which defines them, is never built, so argparse exits at start-up with
     "unrecognized arguments", whatever the value (1 included)."""
     return [
@@ -983,8 +985,13 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
 def engine_groups(topo: Topology) -> Iterator[Problem]:
     """--prefill-num-servers and --sglang-config: miles utils/arguments.py miles_validate_args
     asserts neither with external engines and not both; backends/sglang_utils/sglang_config.py
-    SglangConfig.from_prefill_num_servers asserts decode GPUs > 0; the groups' total against
-    rollout + eval GPUs is sglang_config.py _compute_raw_sglang_config (not re-read here)."""
+    SglangConfig.from_prefill_num_servers asserts decode GPUs > 0. --sglang-config groups:
+    sglang_config.py _compute_raw_sglang_config returns no engines at all (the file is not
+    even read) unless args.starts_inference_engines (miles_validate_args: not
+    --debug-train-only, or eval GPUs > 0; --debug-train-only sets rollout_num_gpus = 0), then
+    asserts the groups total rollout + eval GPUs and, with eval GPUs, exactly one model named
+    "eval" holding them. (Two models named "eval" are not told apart here: the groups are read
+    per model name.)"""
     if topo.prefill_servers is not None:
         if topo.sglang_config is not None or topo.rollout_external:
             yield _err(
@@ -1013,6 +1020,8 @@ def engine_groups(topo: Topology) -> Iterator[Problem]:
             "drop --sglang-config", "sglang_config", "rollout_external",
         )
         return
+    if topo.train_only and not topo.eval_gpus:
+        return  # no engine starts: miles does not read the file
     if topo.engine_groups is None:
         yield _skip(
             "engine-groups-unread",
@@ -1023,13 +1032,30 @@ def engine_groups(topo: Topology) -> Iterator[Problem]:
         )
         return
     total = sum(g[2] for g in topo.engine_groups)
-    want = topo.rollout_gpu_count + topo.eval_gpus
+    rollout = 0 if topo.train_only else topo.rollout_gpu_count
+    want = rollout + topo.eval_gpus
     if total != want:
         yield _err(
             "engine-groups-invalid",
             f"--sglang-config groups hold {total} GPUs but --rollout-num-gpus + --eval-num-gpus "
-            f"= {want}; miles asserts they are equal.",
-            f"make the groups' num_gpus add up to {want}, or set --rollout-num-gpus "
-            f"{total - topo.eval_gpus}",
+            f"= {rollout} + {topo.eval_gpus} = {want}"
+            + (" (--debug-train-only starts no rollout engine)" if topo.train_only else "")
+            + "; miles asserts they are equal.",
+            f"make the groups' num_gpus add up to {want}"
+            + ("" if topo.train_only else
+               f", or set --rollout-num-gpus {total - topo.eval_gpus}"),
             "sglang_config", "rollout_gpus",
         )
+        return
+    if topo.eval_gpus:
+        held = sum(g[2] for g in topo.engine_groups if g[0] == "eval")
+        if held != topo.eval_gpus:
+            yield _err(
+                "engine-groups-invalid",
+                f"--eval-num-gpus {topo.eval_gpus} needs exactly one --sglang-config model named "
+                f"'eval' holding {topo.eval_gpus} GPUs, but "
+                + (f"its 'eval' groups hold {held}" if held else "no model is named 'eval'")
+                + "; miles asserts it at start-up.",
+                f"name the eval model 'eval' and give its groups {topo.eval_gpus} GPUs in all",
+                "sglang_config", "eval_gpus",
+            )

@@ -120,7 +120,8 @@ CODES: dict[str, tuple[str, str]] = {
     "engine-groups-invalid": (
         "error", "`--prefill-num-servers` leaves no decode engine or is combined with "
         "`--sglang-config`/external engines; `--sglang-config` groups do not add up to "
-        "rollout + eval GPUs"),
+        "rollout + eval GPUs, or, with `--eval-num-gpus`, no model named `eval` holds them "
+        "(not checked when no engine starts: `--debug-train-only` without eval GPUs)"),
     "engine-groups-unread": (
         "skipped", "`--sglang-config` cannot be read here, so its engine groups are not checked"),
     "steps-per-rollout-conflict": (

@@ -494,10 +494,12 @@ class Topology(BaseModel):
     @computed_field
     @cached_property
     def rollout_gpu_count(self) -> int:
-        if self.colocate:
-            return self.world_size
+        # miles_validate_args: --debug-train-only sets rollout_num_gpus = 0 after --colocate
+        # copied the actor's GPUs into it, so no rollout engine starts either way
         if self.rollout_external or self.train_only:
             return 0
+        if self.colocate:
+            return self.world_size
         return self.rollout_gpus or 0
 
     @cached_property

@@ -254,6 +254,43 @@ def test_sglang_config_groups_of_different_sizes(tmp_path):
     assert codes(missing.warnings, "skipped") == ["engine-groups-unread"]
 
 
+def test_sglang_config_eval_model_and_train_only(tmp_path):
+    # sglang_config.py _compute_raw_sglang_config: with eval GPUs, exactly one model named
+    # 'eval' holding them; nothing is checked when no engine starts (starts_inference_engines)
+    def cfg(text):
+        path = tmp_path / f"c{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(text)
+        return str(path)
+
+    two = cfg("sglang:\n"
+              "  - name: actor\n    server_groups:\n"
+              "      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 4}\n"
+              "  - name: judge\n    server_groups:\n"
+              "      - {worker_type: regular, num_gpus: 4, num_gpus_per_engine: 4}\n")
+    argv = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", "--num-gpus-per-node",
+            "8", "--rollout-num-gpus", "8", "--eval-num-gpus", "4", "--eval-num-gpus-per-engine",
+            "4", "--sglang-config"]
+    e = refused(argv + [two])  # 12 == 8 + 4, but no model is named 'eval'
+    (p,) = e.problems
+    assert p.code == "engine-groups-invalid" and "no model is named 'eval'" in p.message
+    named = cfg("sglang:\n"
+                "  - name: actor\n    server_groups:\n"
+                "      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 4}\n"
+                "  - name: eval\n    server_groups:\n"
+                "      - {worker_type: regular, num_gpus: 4, num_gpus_per_engine: 4}\n")
+    assert Topology.from_flags(argv + [named]).all_engines == 3
+    # --debug-train-only: rollout_num_gpus = 0; without eval GPUs the file is not read at all
+    train_only = ["--debug-train-only", "--colocate", "--actor-num-gpus-per-node", "4"]
+    topo = Topology.from_flags(train_only + ["--sglang-config", str(tmp_path / "absent.yaml")])
+    assert not topo.warnings and topo.num_engines == 0
+    assert Topology.from_flags(train_only + ["--sglang-config", two]).num_engines == 0
+    # ...with eval GPUs only the eval fleet starts: the groups must total the eval GPUs
+    e = refused(["--debug-train-only", "--actor-num-gpus-per-node", "4", "--eval-num-gpus",
+                 "4", "--eval-num-gpus-per-engine", "4", "--sglang-config", named])
+    assert codes(e.problems) == ["engine-groups-invalid"]
+    assert "= 0 + 4 = 4" in e.problems[0].message
+
+
 def test_external_engine_addrs_take_every_value():
     read = read_flags(["--actor-num-gpus-per-node", "4", "--rollout-external-engine-addrs",
                        "h:1", "h:2", "--lr", "1"])
