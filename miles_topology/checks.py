@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 Check = Callable[["Topology"], Iterator[Problem]]
 CHECKS: list[Check] = []
 
+# Megatron's parallel sizes, which FSDP has no use for (model.py drops them under FSDP), and
+# the fields whose flags only Megatron's parser defines (fsdp_undefined_flags below)
+MEGATRON_SIZES = ("tp", "pp", "ep", "etp", "vpp", "vpp_layers", "first_stage_layers",
+                  "last_stage_layers")
+MEGATRON_ONLY_FLAGS = (*MEGATRON_SIZES, "sp", "order")
+
 
 def check(fn: Check) -> Check:
     CHECKS.append(fn)
@@ -545,20 +551,44 @@ def gpu_budget(topo: Topology) -> Iterator[Problem]:
             "gpus_per_node", "node_gpus",
         )
     if not topo.node_gpus_given and topo.nodes > 1 and topo.gpus_per_node < topo.node_gpus:
-        where = (
-            "every colocated engine is given the head node's address (ray/rollout.py "
-            f"`_allocate_rollout_engine_addr_and_ports_normal` counts {topo.node_gpus} "
-            "engine GPUs per node)" if topo.colocate and topo.num_engines else
-            f"miles sizes engines and their nodes for {topo.node_gpus} GPUs per node"
-        )
-        yield _warn(
-            "num-gpus-per-node-default",
-            f"the actor uses {topo.nodes} nodes x {topo.gpus_per_node} GPUs but "
-            f"--num-gpus-per-node is not given, so miles assumes {topo.node_gpus}: {where}. "
-            f"This check assumes nodes of {topo.gpus_per_node} GPUs.",
-            f"add --num-gpus-per-node {topo.gpus_per_node}",
-            "node_gpus", "gpus_per_node", "colocate",
-        )
+        # miles ray/specs/inference.py _compute_spec_inference_engine sizes each engine with
+        # --num-gpus-per-node (default 8): max(1, size // npn) processes ("workers") per engine,
+        # each holding min(size, npn) consecutive GPU slots from its first slot's node
+        # (utils/workers/ray_worker_manager.py gpu_ids), and it asserts size <= npn or size %
+        # npn == 0; sglang_config.py counts engine offsets with min(size, npn) too. An engine
+        # that fits the actor's GPUs per node (a lower bound of the real node) is launched the
+        # same whatever npn is, so only a larger engine is placed differently: a process of
+        # more GPUs than the node has, or a refused size. A warning: the real node size is not
+        # known here (engines get their node's own IP since the worker manager replaced the
+        # rank-based address allocation, so colocation alone no longer matters).
+        big = [g for g in topo.engine_group_list
+               if g.engines and g.engine_size > topo.gpus_per_node]
+        if big:
+            g = max(big, key=lambda g: g.engine_size)
+            size, npn, node = g.engine_size, topo.node_gpus, topo.gpus_per_node
+            what = ("eval engines" if g.model == "eval" else
+                    "rollout engines" if g.model == "default" else
+                    f"--sglang-config {g.model}/{g.kind} engines")
+            if size <= npn:
+                happens = (f"miles starts each as one process on {size} GPUs of a single node "
+                           f"(min({size}, {npn})), which a node of {node} GPUs does not have")
+            elif size % npn:
+                happens = (f"miles refuses the size at start-up ({size} is neither <= {npn} "
+                           f"nor a multiple of it)")
+            else:
+                happens = (f"miles starts each as {size // npn} processes of {npn} GPUs, more "
+                           f"than a node of {node} GPUs has")
+            yield _warn(
+                "num-gpus-per-node-default",
+                f"the actor uses {topo.nodes} nodes x {node} GPUs but --num-gpus-per-node is "
+                f"not given, so miles sizes engines for nodes of {npn}: the {what} of {size} "
+                f"GPUs are larger than a node of {node}, and {happens}. This check assumes "
+                f"nodes of {node} GPUs.",
+                f"add --num-gpus-per-node {node}",
+                "node_gpus", "gpus_per_node",
+                "eval_engine_size" if g.model == "eval" else
+                "engine_size" if topo.engine_groups is None else "sglang_config",
+            )
     if topo.cluster_nodes is not None and topo.nodes_needed > topo.cluster_nodes:
         yield _err(
             "gpu-budget-exceeded",
@@ -576,8 +606,18 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
     """Router fusion: megatron/core/transformer/moe/moe_utils.py
     topk_routing_with_score_function returns the fused TE kernel's result before the
     router_replay argument is read, so replayed routes are ignored (trains wrongly). No MoE
-    layer: nothing records or consumes routes (miles' behaviour not traced: kept as the design
-    table's error, skipped when the shape comes from the checkpoint)."""
+    layer: miles itself does not check it, but with rollout routing replay the engines it
+    starts capture routed experts (sglang_utils _compute_server_args sets
+    enable_return_routed_experts), and SGLang's capturer (python/sglang/srt/state_capturer/
+    routed_experts.py RoutedExpertsCapturer.__init__, earlier layers/moe/
+    routed_experts_capturer.py; built by model_runner.py init_routed_experts_capturer at engine
+    start) reads hf_text_config.num_experts_per_tok, which a dense HF config lacks: the engine
+    fails at start-up. Skipped when the shape comes from the checkpoint. External engines: miles
+    asks for routes per request (return_routed_experts) but only the server flag
+    --enable-return-routed-experts makes SGLang capture them; samples then carry no
+    rollout_routed_experts, the train batch has none, and training_utils/replay_data.py
+    fill_replay_data raises "rollout_routed_experts is required in rollout_data for replay" at
+    the first training step (a warning: how those servers were started is not visible here)."""
     if not topo.routing_replay:
         return
     which = "rollout_routing_replay" if topo.rollout_routing_replay else "routing_replay"
@@ -594,10 +634,15 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
                 which, "experts",
             )
         else:
+            why = ("(no --num-experts)" if topo.experts is None else "(--moe-layer-freq)")
             yield _err(
                 "r3-requires-moe",
-                "routing replay was asked for, but the model has no MoE layers "
-                + ("(no --num-experts)." if topo.experts is None else "(--moe-layer-freq)."),
+                f"routing replay was asked for, but the model has no MoE layers {why}"
+                + (": miles starts the engines with routed-expert capture on, and SGLang's "
+                   "capturer reads num_experts_per_tok from the HF config, which a dense model "
+                   "lacks, so every engine fails at start-up." if topo.rollout_routing_replay
+                   and not topo.rollout_external and topo.experts is None else
+                   ": there are no routes to record or replay."),
                 f"drop {flag_of(which)}, or give the MoE shape (--num-experts N)",
                 which, "experts",
             )
@@ -605,8 +650,10 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
         yield _warn(
             "r3-external-capture",
             "rollout routing replay with external engines: miles cannot switch on routed-"
-            "expert capture for engines it does not start, and without it there is nothing "
-            "to replay.",
+            "expert capture for engines it does not start; a server started without "
+            "--enable-return-routed-experts returns no routed experts, and the first training "
+            "step then fails after a full rollout ('rollout_routed_experts is required in "
+            "rollout_data for replay').",
             "start the external SGLang servers with routed-expert capture on "
             "(--enable-return-routed-experts), or drop --rollout-external",
             "rollout_routing_replay", "rollout_external",
@@ -845,14 +892,44 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
             "dp_replicate", "nodes", "gpus_per_node",
         )
     if topo.fsdp_ignored:
+        # Only sizes that reach the Topology from somewhere other than a miles command line
+        # (our topology YAML, a Python caller): on a command line those flags are an error,
+        # fsdp-unknown-flag (fsdp_undefined_flags), and are not reported twice.
         shown = ", ".join(f"{flag_of(f)} {v}" for f, v in topo.fsdp_ignored)
         yield _warn(
             "fsdp-ignores-megatron-sizes",
             f"--train-backend fsdp ignores {shown}: FSDP shards every parameter over the "
             "data-parallel ranks and builds no tensor, pipeline or expert groups.",
-            "drop them (FSDP uses --context-parallel-size and --dp-replicate-size only)",
+            "drop them (the FSDP mesh is set by --dp-replicate-size only)",
             "train_backend", *(f for f, _ in topo.fsdp_ignored),
         )
+
+
+def fsdp_undefined_flags(given_by: dict[str, str]) -> list[Problem]:
+    """Megatron-only flags on a miles command line under --train-backend fsdp (called by
+    sources.read_flags, which alone knows what was given on the command line).
+
+    miles utils/arguments.py parse_args_and_get_parser (HEAD; parse_args in 00e365d9 does the
+    same) takes the FSDP branch to backends/fsdp_utils/arguments.py load_fsdp_args ->
+    parse_fsdp_cli: a parser built from the FSDPArgs dataclass fields (context_parallel_size
+    and dp_replicate_size, no tensor, pipeline, expert or virtual-pipeline size) plus miles'
+    own provider (get_miles_extra_args_provider: its utils/args/configs classes, e.g.
+    TrainConfig, TrainerBackendTraitConfig, CustomMegatronPluginsConfig, and in 00e365d9 the
+    add_*_arguments, add_sglang_arguments, add_lora_arguments, add_dsv4_arguments, define none
+    of these flags; reset_arg adds only batch, checkpoint and optimizer flags), then strict
+    `parser.parse_args()`. Megatron's
+    parser, which defines them, is never built, so argparse exits at start-up with
+    "unrecognized arguments", whatever the value (1 included)."""
+    return [
+        Problem(
+            "fsdp-unknown-flag",
+            f"miles' FSDP argument parser does not define {flag}: train.py exits at start-up "
+            "with argparse's 'unrecognized arguments', whatever its value.",
+            f"drop {flag} (FSDP builds no Megatron groups; its mesh is --dp-replicate-size)",
+            (flag, flag_of("train_backend")),
+        )
+        for name, flag in given_by.items() if name in MEGATRON_ONLY_FLAGS
+    ]
 
 
 @check
@@ -908,8 +985,13 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
 def engine_groups(topo: Topology) -> Iterator[Problem]:
     """--prefill-num-servers and --sglang-config: miles utils/arguments.py miles_validate_args
     asserts neither with external engines and not both; backends/sglang_utils/sglang_config.py
-    SglangConfig.from_prefill_num_servers asserts decode GPUs > 0; the groups' total against
-    rollout + eval GPUs is sglang_config.py _compute_raw_sglang_config (not re-read here)."""
+    SglangConfig.from_prefill_num_servers asserts decode GPUs > 0. --sglang-config groups:
+    sglang_config.py _compute_raw_sglang_config returns no engines at all (the file is not
+    even read) unless args.starts_inference_engines (miles_validate_args: not
+    --debug-train-only, or eval GPUs > 0; --debug-train-only sets rollout_num_gpus = 0), then
+    asserts the groups total rollout + eval GPUs and, with eval GPUs, exactly one model named
+    "eval" holding them. (Two models named "eval" are not told apart here: the groups are read
+    per model name.)"""
     if topo.prefill_servers is not None:
         if topo.sglang_config is not None or topo.rollout_external:
             yield _err(
@@ -938,6 +1020,8 @@ def engine_groups(topo: Topology) -> Iterator[Problem]:
             "drop --sglang-config", "sglang_config", "rollout_external",
         )
         return
+    if topo.train_only and not topo.eval_gpus:
+        return  # no engine starts: miles does not read the file
     if topo.engine_groups is None:
         yield _skip(
             "engine-groups-unread",
@@ -948,13 +1032,30 @@ def engine_groups(topo: Topology) -> Iterator[Problem]:
         )
         return
     total = sum(g[2] for g in topo.engine_groups)
-    want = topo.rollout_gpu_count + topo.eval_gpus
+    rollout = 0 if topo.train_only else topo.rollout_gpu_count
+    want = rollout + topo.eval_gpus
     if total != want:
         yield _err(
             "engine-groups-invalid",
             f"--sglang-config groups hold {total} GPUs but --rollout-num-gpus + --eval-num-gpus "
-            f"= {want}; miles asserts they are equal.",
-            f"make the groups' num_gpus add up to {want}, or set --rollout-num-gpus "
-            f"{total - topo.eval_gpus}",
+            f"= {rollout} + {topo.eval_gpus} = {want}"
+            + (" (--debug-train-only starts no rollout engine)" if topo.train_only else "")
+            + "; miles asserts they are equal.",
+            f"make the groups' num_gpus add up to {want}"
+            + ("" if topo.train_only else
+               f", or set --rollout-num-gpus {total - topo.eval_gpus}"),
             "sglang_config", "rollout_gpus",
         )
+        return
+    if topo.eval_gpus:
+        held = sum(g[2] for g in topo.engine_groups if g[0] == "eval")
+        if held != topo.eval_gpus:
+            yield _err(
+                "engine-groups-invalid",
+                f"--eval-num-gpus {topo.eval_gpus} needs exactly one --sglang-config model named "
+                f"'eval' holding {topo.eval_gpus} GPUs, but "
+                + (f"its 'eval' groups hold {held}" if held else "no model is named 'eval'")
+                + "; miles asserts it at start-up.",
+                f"name the eval model 'eval' and give its groups {topo.eval_gpus} GPUs in all",
+                "sglang_config", "eval_gpus",
+            )

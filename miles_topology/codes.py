@@ -36,8 +36,10 @@ CODES: dict[str, tuple[str, str]] = {
         "error", "miles' one packed placement group (actor + rollout + eval GPUs; the critic "
         "shares the actor's) needs more nodes than the cluster given has"),
     "r3-requires-moe": (
-        "error", "routing replay asked for on a model with no MoE layers (skipped when the "
-        "model shape is read from the checkpoint: FSDP, or no model flags given)"),
+        "error", "routing replay asked for on a model with no MoE layers: with rollout R3, "
+        "SGLang's routed-expert capturer reads `num_experts_per_tok` from the HF config, so "
+        "the engines fail at start-up (skipped when the model shape is read from the "
+        "checkpoint: FSDP, or no model flags given)"),
     "r3-router-fusion": ("error", "routing replay with fused router top-k, which bypasses replay"),
     "flag-conflict": (
         "error", "the same size given two different ways (flag vs YAML, alias vs name)"),
@@ -62,8 +64,9 @@ CODES: dict[str, tuple[str, str]] = {
     "missing-model-fact": ("error", "a derivation needs a model fact that was not given"),
     "sp-ignored": ("warning", "`--sequence-parallel` with TP 1"),
     "r3-external-capture": (
-        "warning", "R3 with `--rollout-external`: the external engines must capture routed "
-        "experts"),
+        "warning", "R3 with `--rollout-external`: a server started without "
+        "`--enable-return-routed-experts` returns no routed experts, and the first training "
+        "step fails after a full rollout"),
     "no-rollout-gpus": ("warning", "neither `--colocate` nor `--rollout-num-gpus`"),
     "unreadable": (
         "error", "an input cannot be read at all (missing file, bad YAML, bash syntax): exit 2; "
@@ -76,8 +79,9 @@ CODES: dict[str, tuple[str, str]] = {
         "warning", "one flag given twice with different values on a command line; miles' "
         "parser keeps the last"),
     "num-gpus-per-node-default": (
-        "warning", "the actor spans nodes of fewer than 8 GPUs but `--num-gpus-per-node` is "
-        "not given: miles sizes engines (and colocated engine addresses) for 8 per node"),
+        "warning", "the actor spans nodes of fewer than 8 GPUs, an engine is larger than the "
+        "actor's GPUs per node, and `--num-gpus-per-node` is not given: miles sizes that "
+        "engine's processes for nodes of 8"),
     "actor-node-shape-ignored": (
         "warning", "`--actor-num-gpus-per-node` differs from `--num-gpus-per-node`: the packed "
         "placement group fills whole nodes in order regardless"),
@@ -97,7 +101,14 @@ CODES: dict[str, tuple[str, str]] = {
         "error", "`--train-backend fsdp` with `--context-parallel-size` > 1 (miles asserts "
         "cp == 1)"),
     "fsdp-ignores-megatron-sizes": (
-        "warning", "`--train-backend fsdp` with Megatron sizes (TP, PP, EP, ...) it ignores"),
+        "warning", "`--train-backend fsdp` with Megatron sizes (TP, PP, EP, ...) it ignores, "
+        "given other than by a miles command-line flag (a topology YAML, a Python caller)"),
+    "fsdp-unknown-flag": (
+        "error", "`--train-backend fsdp` with a Megatron-only flag on the command line "
+        "(`--tensor-model-parallel-size`, `--pipeline-model-parallel-size`, "
+        "`--expert-model-parallel-size`, `--expert-tensor-parallel-size`, virtual pipeline, "
+        "uneven stages, `--sequence-parallel`, `--use-tp-pp-dp-mapping`), whatever its value: "
+        "miles' FSDP parser does not define it and exits (unrecognized arguments)"),
     "fsdp-flag-ignored": ("warning", "`--dp-replicate-size` without `--train-backend fsdp`"),
     "transfer-mode-invalid": (
         "error", "`--update-weight-transfer-mode p2p`/`disk-delta` with `--colocate` or "
@@ -109,7 +120,8 @@ CODES: dict[str, tuple[str, str]] = {
     "engine-groups-invalid": (
         "error", "`--prefill-num-servers` leaves no decode engine or is combined with "
         "`--sglang-config`/external engines; `--sglang-config` groups do not add up to "
-        "rollout + eval GPUs"),
+        "rollout + eval GPUs, or, with `--eval-num-gpus`, no model named `eval` holds them "
+        "(not checked when no engine starts: `--debug-train-only` without eval GPUs)"),
     "engine-groups-unread": (
         "skipped", "`--sglang-config` cannot be read here, so its engine groups are not checked"),
     "steps-per-rollout-conflict": (

@@ -24,14 +24,13 @@ from pydantic import (
 
 from . import layers as _layers
 from . import placement as _placement
+from .checks import MEGATRON_SIZES as _MEGATRON_SIZES
 from .checks import run_checks
 from .errors import Problem, TopologyError
 from .flags import flag_of
 from .grid import EXPERT_AXES, ORDERS, Grid
 
 GROUPS = ("layout", "rollout", "model", "replay", "batch")
-_MEGATRON_SIZES = ("tp", "pp", "ep", "etp", "vpp", "vpp_layers", "first_stage_layers",
-                   "last_stage_layers")  # what FSDP ignores
 
 
 def fact(group: str, flag: str | None, default: Any = 1, *, switch: tuple | None = None,
@@ -495,10 +494,12 @@ class Topology(BaseModel):
     @computed_field
     @cached_property
     def rollout_gpu_count(self) -> int:
-        if self.colocate:
-            return self.world_size
+        # miles_validate_args: --debug-train-only sets rollout_num_gpus = 0 after --colocate
+        # copied the actor's GPUs into it, so no rollout engine starts either way
         if self.rollout_external or self.train_only:
             return 0
+        if self.colocate:
+            return self.world_size
         return self.rollout_gpus or 0
 
     @cached_property

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .checks import MEGATRON_ONLY_FLAGS, fsdp_undefined_flags
 from .config import load_fields
 from .errors import Problem, TopologyError
 from .flags import TOPOLOGY, Parsed, flag_of, parse_flags
@@ -45,6 +46,18 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None) -> Fla
                     f"{parsed.given_by.get(name, flag_of(name))} from the command line",
                     (parsed.given_by.get(name, flag_of(name)), TOPOLOGY)))
         fields = {**base, **fields}
+    else:
+        base = {}
+    if fields.get("train_backend") == "fsdp":
+        # miles' FSDP parser refuses Megatron-only flags (checks.fsdp_undefined_flags); the
+        # size a refused flag gave is not applied (a YAML value of it still is, and warns)
+        refused = fsdp_undefined_flags(parsed.given_by)
+        errors += refused
+        for name in (n for n in parsed.given_by if n in MEGATRON_ONLY_FLAGS):
+            if name in base:
+                fields[name] = base[name]
+            else:
+                fields.pop(name, None)
     try:
         topo = Topology(**fields)
     except TopologyError as e:

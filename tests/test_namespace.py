@@ -86,6 +86,12 @@ def test_a_broken_job_raises_every_problem():
 
 
 def test_nodes_of_four_with_the_default_eight_warn_as_from_flags():
+    # engines of 8 on nodes of (at least) 4: miles sizes their processes for nodes of 8
     topo = Topology.from_namespace(miles_args(actor_num_nodes=2, colocate=True,
-                                              rollout_num_gpus=8))
+                                              rollout_num_gpus=8, rollout_num_gpus_per_engine=8,
+                                              sglang_tp_size=8))
     assert [w.code for w in topo.warnings] == ["num-gpus-per-node-default"]
+    # engines of 4 fit a node of 4: the default changes nothing
+    fits = Topology.from_namespace(miles_args(actor_num_nodes=2, colocate=True,
+                                              rollout_num_gpus=8))
+    assert not fits.warnings

@@ -32,15 +32,33 @@ def test_a_engines_continue_mid_node_after_the_actor():
     assert not topo.warnings
 
 
-def test_b_colocated_two_nodes_of_four_without_num_gpus_per_node_warns():
-    topo = Topology.from_flags(["--colocate", "--actor-num-nodes", "2",
-                                "--actor-num-gpus-per-node", "4"])
+def test_b_engine_larger_than_nodes_of_four_without_num_gpus_per_node_warns():
+    # ray/specs/inference.py _compute_spec_inference_engine: an engine of 8 with the default
+    # --num-gpus-per-node 8 is one process holding 8 GPU slots of one node (min(8, 8))
+    two_by_four = ["--colocate", "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4"]
+    topo = Topology.from_flags(two_by_four + ["--rollout-num-gpus-per-engine", "8"])
     (w,) = [p for p in topo.warnings if p.code == "num-gpus-per-node-default"]
-    assert "--num-gpus-per-node" in w.flags and "head node's address" in w.message
+    assert "--num-gpus-per-node" in w.flags and "--rollout-num-gpus-per-engine" in w.flags
+    assert "one process on 8 GPUs of a single node" in w.message
     assert w.fix == "add --num-gpus-per-node 4"
-    fixed = Topology.from_flags(["--colocate", "--actor-num-nodes", "2",
-                                 "--actor-num-gpus-per-node", "4", "--num-gpus-per-node", "4"])
+    fixed = Topology.from_flags(two_by_four + ["--rollout-num-gpus-per-engine", "8",
+                                               "--num-gpus-per-node", "4"])
     assert "num-gpus-per-node-default" not in codes(fixed.warnings)
+    # engines that fit the node are launched the same with 4 or 8 per node: no warning
+    for size in ("1", "2", "4"):
+        fits = Topology.from_flags(two_by_four + ["--rollout-num-gpus-per-engine", size])
+        assert "num-gpus-per-node-default" not in codes(fits.warnings)
+    # 12 is neither <= 8 nor a multiple of 8: miles asserts (with 4 per node it tiles 3 nodes)
+    twelve = Topology.from_flags(["--actor-num-nodes", "3", "--actor-num-gpus-per-node", "4",
+                                  "--colocate", "--rollout-num-gpus-per-engine", "12"])
+    (w,) = [p for p in twelve.warnings if p.code == "num-gpus-per-node-default"]
+    assert "refuses the size" in w.message
+    # an eval engine larger than the node counts too
+    ev = Topology.from_flags(["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4",
+                              "--rollout-num-gpus", "4", "--eval-num-gpus", "8",
+                              "--eval-num-gpus-per-engine", "8"])
+    (w,) = [p for p in ev.warnings if p.code == "num-gpus-per-node-default"]
+    assert "eval engines of 8" in w.message and "--eval-num-gpus-per-engine" in w.flags
 
 
 def test_c_engine_dp_without_dp_attention_is_the_error_miles_asserts():
@@ -82,10 +100,52 @@ def test_fsdp_mesh_rules_replace_megatron_grid_rules():
     e = refused(base + ["--dp-replicate-size", "3"])
     assert codes(e.problems) == ["fsdp-mesh-divisibility"]
     assert "world size 8 is not divisible by dp_replicate_size 3" in e.problems[0].message
-    # TP 3 would break Megatron's grid; FSDP ignores it and says so
-    topo = Topology.from_flags(base + ["--tensor-model-parallel-size", "3"])
+    # a size that reaches the Topology from elsewhere (a Python caller, our YAML) is ignored
+    topo = Topology(train_backend="fsdp", gpus_per_node=8, colocate=True, tp=3)
     assert topo.tp == 1 and codes(topo.warnings) == ["fsdp-ignores-megatron-sizes"]
     assert "--tensor-model-parallel-size 3" in topo.warnings[0].message
+    assert "context" not in topo.warnings[0].fix
+
+
+def test_fsdp_refuses_megatron_only_flags_on_the_command_line(tmp_path):
+    # miles utils/arguments.py parse_args -> fsdp_utils/arguments.py parse_fsdp_cli: FSDPArgs
+    # fields + miles' provider, strict parse_args; Megatron's flags are not defined there
+    base = ["--train-backend", "fsdp", "--actor-num-gpus-per-node", "8", "--colocate"]
+    for argv in (["--tensor-model-parallel-size", "1"], ["--pipeline-model-parallel-size", "2"],
+                 ["--expert-model-parallel-size", "8"], ["--expert-tensor-parallel-size", "1"],
+                 ["--num-virtual-stages-per-pipeline-rank", "2"],
+                 ["--num-layers-per-virtual-pipeline-stage", "2"],
+                 ["--decoder-first-pipeline-num-layers", "2"],
+                 ["--decoder-last-pipeline-num-layers", "2"], ["--sequence-parallel"],
+                 ["--use-tp-pp-dp-mapping"]):
+        e = refused(base + argv)
+        (p,) = e.problems
+        assert p.code == "fsdp-unknown-flag" and p.flags[0] == argv[0]
+        assert "unrecognized arguments" in p.message and p.fix.startswith(f"drop {argv[0]}")
+        assert "fsdp-ignores-megatron-sizes" not in codes(e.warnings)  # not reported twice
+    # the same flags are fine under Megatron; FSDP's own mesh flags are fine under FSDP
+    assert Topology.from_flags(["--colocate", "--tensor-model-parallel-size", "1"]).tp == 1
+    assert Topology.from_flags(base + ["--dp-replicate-size", "2"]).dp_replicate == 2
+    # a size from our topology YAML is not a miles flag: still the warning
+    yaml = tmp_path / "t.yaml"
+    yaml.write_text("tp: 2\n")
+    topo = Topology.from_flags(base + ["--topology", str(yaml)])
+    assert codes(topo.warnings) == ["fsdp-ignores-megatron-sizes"]
+
+
+def test_r3_on_a_dense_model_fails_engine_start_and_external_capture_fails_training():
+    # SGLang state_capturer/routed_experts.py RoutedExpertsCapturer.__init__ reads
+    # hf_text_config.num_experts_per_tok at engine start (miles turns capture on for R3)
+    e = refused(["--colocate", "--use-rollout-routing-replay", "--num-layers", "4"])
+    (p,) = e.problems
+    assert p.code == "r3-requires-moe" and "num_experts_per_tok" in p.message
+    assert "fails at start-up" in p.message
+    # external servers: training_utils/replay_data.py fill_replay_data raises at the first step
+    topo = Topology.from_flags(["--rollout-external", "--use-rollout-routing-replay",
+                                "--num-experts", "8"])
+    (w,) = [p for p in topo.warnings if p.code == "r3-external-capture"]
+    assert "first training step then fails after a full rollout" in w.message
+    assert "rollout_routed_experts is required" in w.message
 
 
 # ---- PPO critic ------------------------------------------------------------------------
@@ -194,6 +254,43 @@ def test_sglang_config_groups_of_different_sizes(tmp_path):
     assert codes(missing.warnings, "skipped") == ["engine-groups-unread"]
 
 
+def test_sglang_config_eval_model_and_train_only(tmp_path):
+    # sglang_config.py _compute_raw_sglang_config: with eval GPUs, exactly one model named
+    # 'eval' holding them; nothing is checked when no engine starts (starts_inference_engines)
+    def cfg(text):
+        path = tmp_path / f"c{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(text)
+        return str(path)
+
+    two = cfg("sglang:\n"
+              "  - name: actor\n    server_groups:\n"
+              "      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 4}\n"
+              "  - name: judge\n    server_groups:\n"
+              "      - {worker_type: regular, num_gpus: 4, num_gpus_per_engine: 4}\n")
+    argv = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", "--num-gpus-per-node",
+            "8", "--rollout-num-gpus", "8", "--eval-num-gpus", "4", "--eval-num-gpus-per-engine",
+            "4", "--sglang-config"]
+    e = refused(argv + [two])  # 12 == 8 + 4, but no model is named 'eval'
+    (p,) = e.problems
+    assert p.code == "engine-groups-invalid" and "no model is named 'eval'" in p.message
+    named = cfg("sglang:\n"
+                "  - name: actor\n    server_groups:\n"
+                "      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 4}\n"
+                "  - name: eval\n    server_groups:\n"
+                "      - {worker_type: regular, num_gpus: 4, num_gpus_per_engine: 4}\n")
+    assert Topology.from_flags(argv + [named]).all_engines == 3
+    # --debug-train-only: rollout_num_gpus = 0; without eval GPUs the file is not read at all
+    train_only = ["--debug-train-only", "--colocate", "--actor-num-gpus-per-node", "4"]
+    topo = Topology.from_flags(train_only + ["--sglang-config", str(tmp_path / "absent.yaml")])
+    assert not topo.warnings and topo.num_engines == 0
+    assert Topology.from_flags(train_only + ["--sglang-config", two]).num_engines == 0
+    # ...with eval GPUs only the eval fleet starts: the groups must total the eval GPUs
+    e = refused(["--debug-train-only", "--actor-num-gpus-per-node", "4", "--eval-num-gpus",
+                 "4", "--eval-num-gpus-per-engine", "4", "--sglang-config", named])
+    assert codes(e.problems) == ["engine-groups-invalid"]
+    assert "= 0 + 4 = 4" in e.problems[0].message
+
+
 def test_external_engine_addrs_take_every_value():
     read = read_flags(["--actor-num-gpus-per-node", "4", "--rollout-external-engine-addrs",
                        "h:1", "h:2", "--lr", "1"])
@@ -279,8 +376,9 @@ def test_inferred_engine_groups_and_fsdp_sizes_round_trip_through_yaml(tmp_path)
                    "      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 4}\n")
     for argv in (["--actor-num-gpus-per-node", "4", "--num-gpus-per-node", "8",
                   "--rollout-num-gpus", "8", "--sglang-config", str(cfg)],
-                 ["--train-backend", "fsdp", "--tensor-model-parallel-size", "2", "--colocate"]):
-        topo = Topology.from_flags(argv)
+                 None):
+        topo = (Topology.from_flags(argv) if argv is not None else
+                Topology(train_backend="fsdp", tp=2, colocate=True))
         path = tmp_path / "t.yaml"
         path.write_text(topo.to_yaml())
         again = Topology.from_yaml(str(path))
