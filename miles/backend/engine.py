@@ -13,8 +13,9 @@ Numerics are the engine's own, not the trainer's (`policy.engine_route`, `f32`, 
 float32 weights and activations, bf16 router logits and mixing weights. Decoding is
 incremental (running prefix sums are the KV cache) and records, for every token it feeds
 through the model, the top-k expert ids of every MoE layer: [tokens - 1, layers, topk]
-per sample. No torch or megatron here (numpy only): an SGLang engine does not run Megatron,
-and an engine process that imports neither starts in a fraction of the time.
+per sample. No torch or megatron here (numpy only): an SGLang engine does not run Megatron.
+(The engine's process is forked from its node's zygote, which has them imported for the
+trainers; that costs the engine nothing, and this code never calls them.)
 """
 
 from __future__ import annotations
