@@ -1,6 +1,6 @@
 """The acceptance commands, end to end through the launcher: a local multi-node Ray cluster,
 placement per the Topology, the reference backend, metrics in JSONL. Slow (each starts a
-fresh cluster and a worker process per train rank and engine)."""
+fresh cluster, and one host per node whose zygote imports torch and megatron-core)."""
 
 from __future__ import annotations
 

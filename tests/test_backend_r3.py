@@ -1,8 +1,8 @@
-"""R3 end to end on the reference CPU backend: real Ray actors, gloo, megatron-core replay.
+"""R3 end to end on the reference CPU backend: a real Ray actor, gloo, megatron-core replay.
 
-One Ray instance and one pool of worker processes serve every case (a worker takes
-seconds to start on a 2-core machine, a topology milliseconds to set up), so the matrix
-costs little more than its steps. Each case runs the whole loop: rollout with route
+One Ray instance and one Pool host serve every case: its zygote imports torch and
+megatron-core once, and each case forks fresh rank and engine processes from it
+(milliseconds each), so the matrix costs little more than its steps. Each case runs the whole loop: rollout with route
 capture, packing, replay in the old-policy / training forward and the backward
 recompute, GRPO update, weight sync, and checks every step's metrics.
 """
