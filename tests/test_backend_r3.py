@@ -2,9 +2,10 @@
 
 One Ray instance and one Pool host serve every case: its zygote imports torch and
 megatron-core once, and each case forks fresh rank and engine processes from it
-(milliseconds each), so the matrix costs little more than its steps. Each case runs the whole loop: rollout with route
-capture, packing, replay in the old-policy / training forward and the backward
-recompute, GRPO update, weight sync, and checks every step's metrics.
+(milliseconds each), so the matrix costs little more than its steps. Each case runs the
+whole loop: rollout with route capture, packing, replay in the old-policy / training
+forward and the backward recompute, GRPO update, weight sync, and checks every step's
+metrics.
 """
 
 from __future__ import annotations
