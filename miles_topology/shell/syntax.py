@@ -136,6 +136,17 @@ class Simple:
         self.start, self.stdin, self.prefix = start, stdin, prefix
 
 
+class Heredoc:
+    """A here-document fed to a command: its body as written, and the body's first line."""
+
+    __slots__ = ("text", "line", "word")
+
+    def __init__(self, text: str, line: int, word=None):
+        # `word`: an unquoted delimiter's body as one double-quoted-like Word, expanded
+        # by the shell that feeds it; None when the delimiter is quoted (the text is literal)
+        self.text, self.line, self.word = text, line, word
+
+
 class AndOr:
     """``a && b || c``: every item after the first runs only conditionally."""
 
@@ -358,6 +369,25 @@ class _Conv:
 
     def redirect(self, n):
         kids = n.children
+        if n.type == "heredoc_redirect":
+            body = next((c for c in kids if c.type == "heredoc_body"), None)
+            if body is None:
+                return Heredoc("", self.line(n) + 1)
+            start = next((c for c in kids if c.type == "heredoc_start"), None)
+            if start is not None and any(q in self.text(start) for q in "'\"\\"):
+                return Heredoc(self.text(body), self.line(body))
+            parts: list = []
+            pos, line = body.start_byte, self.line(body)
+            for c in body.children:
+                if c.type == "heredoc_content":
+                    continue
+                if c.start_byte > pos:
+                    parts.append(Lit(_dq_unescape(self.gap(pos, c.start_byte)), True, line))
+                self.parts(c, True, parts)
+                pos = c.end_byte
+            if body.end_byte > pos:
+                parts.append(Lit(_dq_unescape(self.gap(pos, body.end_byte)), True, line))
+            return Heredoc(self.text(body), line, Word(parts, line, self.text(body)))
         if n.type == "herestring_redirect":
             arg = [c for c in kids if c.is_named]
             return self.word(arg[-1]) if arg else None
