@@ -592,3 +592,24 @@ def test_keyed_and_associative_arrays(tmp_path):
     # bash lists an associative array's values in its own order: not guessed
     read = read_text(tmp_path, text)
     assert final(read)["--all"] == "" and read.gaps
+
+
+def test_heredoc_read_by_a_shell_is_a_script(tmp_path):
+    # bash -s / ssh HOST bash read the here-document as a script, located in the file
+    text = ("TP=4\nssh host bash -s <<EOF\nPP=2\npython3 train.py --tp $TP --pp \\$PP\nEOF\n")
+    read = read_text(tmp_path, text)
+    assert read.entry == "train.py"
+    assert final(read) == {"--tp": "4", "--pp": "2"}
+    assert read.argv[0].source.line == 4
+
+
+def test_heredoc_script_variables_stay_in_its_shell(tmp_path):
+    read = read_text(tmp_path, "sh -ex <<'EOF'\nPP=2\nEOF\npython3 train.py --pp ${PP:-none}\n")
+    assert final(read) == {"--pp": "none"}
+
+
+@pytest.mark.parametrize("cmd", ["cat", "bash -c 'echo hi'", "python3 -", "bash run.sh"])
+def test_heredoc_of_other_commands_is_not_run(tmp_path, cmd):
+    read = read_text(tmp_path, f"{cmd} <<'EOF'\npython3 train.py --x 1\nEOF\n"
+                     "python3 train.py --y 2\n")
+    assert final(read) == {"--y": "2"}

@@ -529,6 +529,9 @@ class Reader(Expander, Provenance):
             got = launches.find(fields, self.src(n.line), cond)
             if got:
                 self.launches.append(got._replace(site=self.site(fields, got, n)))
+            elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
+                    [f.value for f in fields]):
+                self.heredoc_script(n.stdin, cond)
 
     # -- builtins that set variables from text
 
@@ -543,7 +546,8 @@ class Reader(Expander, Provenance):
         if type(got) is syntax.Sub:
             f = self.substitute(got)
             return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
-        why = "standard input, only known when the script runs" if got is None else \
+        why = "standard input, only known when the script runs" if got is None or \
+            type(got) is syntax.Heredoc else \
             "a file, only known when the script runs"
         return Field(None, src, Unk(what, src, f"{what} reads {why}"), what)
 
@@ -621,6 +625,28 @@ class Reader(Expander, Provenance):
             self.run(body, cond)
         finally:
             self.calls -= 1
+
+    def heredoc_script(self, doc: syntax.Heredoc, cond: Unk | None):
+        """``bash -s <<'EOF'`` (also behind ``docker run IMAGE``, ``ssh HOST``): the
+        here-document is a script another shell runs; read here with this shell's values,
+        its variables not kept. An unquoted one is expanded by this shell first (when that
+        is unknown, its text is read as written). Its words are not located (as in
+        ``eval``)."""
+        text = doc.text
+        if doc.word is not None:  # unquoted delimiter: this shell expands the text first
+            got = self.join(doc.word)
+            if got.unk is None and got.cond is None:
+                text = got.value
+        if not text.strip() or self.calls >= MAX_CALL_DEPTH:
+            return
+        body = self.parse(text.encode("utf-8", "surrogateescape"), self.file, False, doc.line)
+        saved = {k: Var(list(v.items), v.array) for k, v in self.vars.items()}
+        self.calls += 1
+        try:
+            self.run(body, cond)
+        finally:
+            self.calls -= 1
+            self.vars = saved
 
     def orphan(self, n: syntax.Simple, fields: list[Field], prev: int | None):
         flags = [f.value or f.text for f in fields if (f.value or f.text).startswith("-")]

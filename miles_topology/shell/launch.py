@@ -97,6 +97,23 @@ def command_form(vals: list[str | None]) -> Form | None:
     return Form(got[0], got[1], None, env) if got else None
 
 
+def reads_stdin_script(vals: list[str | None]) -> bool:
+    """Whether a command runs a shell that reads its script from standard input: ``bash``,
+    ``bash -s``, ``sh -ex`` as the last program of the words (also ``docker run ... IMAGE
+    bash -s``, ``ssh HOST bash``), with options only after it and no ``-c``."""
+    for k in range(len(vals) - 1, -1, -1):
+        v = vals[k]
+        if v is None:
+            return False
+        if os.path.basename(v) in _SHELLS:
+            rest = vals[k + 1:]
+            return all(r is not None and r.startswith("-") and r != "--" and
+                       not (r[1:2] != "-" and "c" in r[1:]) for r in rest)
+        if not v.startswith("-"):
+            return False
+    return False
+
+
 def _skip_wrappers(vals: list[str | None], k: int, env: dict[str, str]) -> int:
     """Index of the first word after leading assignments and wrapper commands."""
     while k < len(vals):

@@ -136,6 +136,17 @@ class Simple:
         self.start, self.stdin, self.prefix = start, stdin, prefix
 
 
+class Heredoc:
+    """A here-document fed to a command: its body as written, and the body's first line."""
+
+    __slots__ = ("text", "line", "word")
+
+    def __init__(self, text: str, line: int, word=None):
+        # `word`: an unquoted delimiter's body as one double-quoted-like Word, expanded
+        # by the shell that feeds it; None when the delimiter is quoted (the text is literal)
+        self.text, self.line, self.word = text, line, word
+
+
 class AndOr:
     """``a && b || c``: every item after the first runs only conditionally."""
 
@@ -275,6 +286,7 @@ class _Conv:
 
     def s_command(self, n, stdin=None):
         assigns, words, prefix = [], [], []
+        prev = None  # the node of the last word
         for c in n.children:
             t = c.type
             if t == "variable_assignment":
@@ -291,7 +303,12 @@ class _Conv:
             elif t == "subscript":  # A[i]=v parsed as part of a command: not one we model
                 continue
             elif c.is_named and t != "comment":
-                words.append(self.word(c))
+                if words and prev is not None and prev.end_byte == c.start_byte:
+                    words.append(self.glue(words.pop(), c))
+                else:
+                    words.append(self.word(c))
+                prev = c
+                continue
         if words:  # `cmd \ ` at a line end: bash passes the escaped blank as one more word
             m = _TRAILING_ESC.match(self.data, n.end_byte)
             if m:
@@ -352,6 +369,25 @@ class _Conv:
 
     def redirect(self, n):
         kids = n.children
+        if n.type == "heredoc_redirect":
+            body = next((c for c in kids if c.type == "heredoc_body"), None)
+            if body is None:
+                return Heredoc("", self.line(n) + 1)
+            start = next((c for c in kids if c.type == "heredoc_start"), None)
+            if start is not None and any(q in self.text(start) for q in "'\"\\"):
+                return Heredoc(self.text(body), self.line(body))
+            parts: list = []
+            pos, line = body.start_byte, self.line(body)
+            for c in body.children:
+                if c.type == "heredoc_content":
+                    continue
+                if c.start_byte > pos:
+                    parts.append(Lit(_dq_unescape(self.gap(pos, c.start_byte)), True, line))
+                self.parts(c, True, parts)
+                pos = c.end_byte
+            if body.end_byte > pos:
+                parts.append(Lit(_dq_unescape(self.gap(pos, body.end_byte)), True, line))
+            return Heredoc(self.text(body), line, Word(parts, line, self.text(body)))
         if n.type == "herestring_redirect":
             arg = [c for c in kids if c.is_named]
             return self.word(arg[-1]) if arg else None
@@ -503,8 +539,17 @@ class _Conv:
                 value = c
         line = self.line(n)
         if value is not None and value.type == "array":
-            items = [self.element(c) for c in value.children
-                     if c.is_named and c.type != "comment"]
+            items: list = []
+            prev = None
+            for c in value.children:
+                if not c.is_named or c.type == "comment":
+                    continue
+                if items and type(items[-1]) is Word and prev is not None and \
+                        prev.end_byte == c.start_byte:
+                    items.append(self.glue(items.pop(), c))
+                else:
+                    items.append(self.element(c))
+                prev = c
             return Assign(name, None, append, None, items, line,
                           self.gap(n.start_byte, eq_end))
         word = self.word(value) if value is not None else Word([], line, "")
@@ -525,6 +570,32 @@ class _Conv:
         return self.word(n)
 
     # -- words
+
+    def glue(self, prev: Word, n) -> Word:
+        """`prev` and node `n`, which follows it with no blank between, as one word: bash
+        reads one word where tree-sitter-bash makes two, as in ``[0]*$N+[1]*$M`` (it ends
+        the first at a bare ``$``, which expands the name that starts `n`)."""
+        parts = list(prev.parts)
+        more: list = []
+        self.parts(n, False, more)
+        last = parts[-1] if parts else None
+        if type(last) is Lit and not last.quoted and last.text.endswith("$") and more and \
+                type(more[0]) is Lit and not more[0].quoted and \
+                self.data[n.start_byte - 1:n.start_byte] == b"$":
+            m = re.match(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]", more[0].text)
+            if m:
+                if last.text == "$":
+                    parts.pop()
+                else:
+                    parts[-1] = Lit(last.text[:-1], False, last.line)
+                parts.append(Param(m.group(), None, None, None, None, False, False,
+                                   "$" + m.group(), more[0].line))
+                rest = more[0].text[m.end():]
+                more = ([Lit(rest, False, more[0].line)] if rest else []) + more[1:]
+        text = prev.text + self.text(n)
+        if not self.located:
+            return Word(parts + more, prev.line, text)
+        return Word(parts + more, prev.line, text, prev.start, self.char(n.end_byte))
 
     def word(self, n) -> Word:
         parts: list = []
