@@ -172,7 +172,7 @@ class Job:
                 for p, env, kw in zip(self.engines, self.engine_env, engine_kwargs)]
         refs += [p.host.start.remote(p.name, "trainer", env, kw, self.engines)
                  for p, env, kw in zip(self.train, self.train_env, train_kwargs)]
-        return ray.get(refs)
+        return self.get(refs)  # one rank failing to start leaves the others in rendezvous
 
     def get(self, refs: list) -> list:
         """`ray.get(refs)`; when one fails, the job's processes are stopped first (the others
