@@ -232,3 +232,22 @@ def test_engine_guard_refuses_without_the_barrier(pool):
     with pytest.raises(Exception, match="refused to post-process"):
         job(pool, MATRIX["ep8-gpn4-acceptance"], steps=1,
             extra=["--fault", "no-sender-barrier", "--sync-skew-s", "0.3"])
+
+
+def test_a_rank_that_fails_to_start_stops_the_others(pool):
+    """Rank 0 fails while building its role; rank 1 is already waiting for it in the gloo
+    rendezvous. Starting the job must fail at once with rank 0's error, not hang."""
+    import time
+
+    from miles.backend.faults import Faults
+    from miles.backend.workers import ProcError, spawn
+
+    topo = Topology(**MODEL, nodes=1, gpus_per_node=2, colocate=True)
+    job = spawn(pool, topo)
+    good = dict(topo=topo, seed=0, master=job.master, faults=Faults())
+    t0 = time.monotonic()
+    with pytest.raises(ProcError, match="rank0: AttributeError"):
+        job.start([dict(topo=topo, engine=e, seed=0) for e in range(topo.num_engines)],
+                  [{**good, "rank": 0, "faults": None}, {**good, "rank": 1}])
+    assert time.monotonic() - t0 < 60
+    assert ray.get(pool.host.pids.remote()) == {}  # nothing left running
