@@ -96,14 +96,19 @@ def test_positional_before_flags_and_empty_value(tmp_path):
     ("$((-7 / 2))", "-3"), ("$((7 % 3))", "1"), ("$((-7 % 3))", "-1"), ("$((2 ** 10))", "1024"),
     ("$((N * 2))", "8"), ("$(($N*2))", "8"), ("$((${N} + ${M:-3}))", "7"),
     ("$((0x10 + 010))", "24"), ("$(( - (N - 10) ))", "6"), ("$((N))", "4"),
+    ("$((1 << 2))", "4"), ("$((N ? 1 : 2))", "1"), ("$((N < 5 && N != 3))", "1"),
+    ("$((N >= 5 || !N))", "0"), ("$((-2 ** 2))", "4"), ("$((2 ** 3 ** 2))", "512"),
+    ("$((0 && 1 / 0))", "0"), ("$((N > 3 ? N * 2 : 1 / 0))", "8"), ("$((~N ^ 1 | 2 & 3))", "-6"),
+    ("$((1, N == 4))", "1"), ("$((-7 >> 1))", "-4"),
 ])
 def test_arithmetic(tmp_path, expr, value):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
     assert final(read)["--x"] == value
 
 
-@pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 2))", "$((2 ** 99))",
-                                  "$((N ? 1 : 2))", "$((9999999999 * 9999999999))"])
+@pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 64))", "$((2 ** 99))",
+                                  "$((2 ** -1))", "$((9999999999 * 9999999999))",
+                                  "$((N++))", "$((N = 2))", "$((A[0]))"])
 def test_arithmetic_unknowable(tmp_path, expr):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
     assert final(read)["--x"] is None

@@ -51,19 +51,35 @@ OWN = object()  # marks text of the word being expanded (not an item passed on f
 
 
 _ARITH_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|[0-9]+)|\$?\{?([A-Za-z_]\w*)\}?|"
-                          r"(\*\*|[-+*/%()]))")
+                          r"(<<=|>>=|\*\*|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&^|]=|"
+                          r"[-+*/%()<>=!~&^|?:,]))")
 INT_LIMIT = 2**63
+_ASSIGN = frozenset(("=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "^=", "|="))
+_BINARY = (  # loosest first; each level is left-associative
+    ("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", ">", "<=", ">="),
+    ("<<", ">>"), ("+", "-"), ("*", "/", "%"))
+_TARGET = re.compile(r"([A-Za-z_]\w*)\s*(?:\+\+|--|(?:<<|>>|[-+*/%&^|])?=(?!=))|"
+                     r"(?:\+\+|--)\s*([A-Za-z_]\w*)")
 
 
-def arith(text: str, lookup) -> int:
-    """Evaluate + - * / % ** and parentheses over ints, as bash does; no eval."""
+def arith_targets(text: str) -> list[str]:
+    """The variables an arithmetic expression may assign (``x=``, ``x+=``, ``x++``, ``--x``)."""
+    return list(dict.fromkeys(a or b for a, b in _TARGET.findall(text)))
+
+
+def arith(text: str, lookup, assign=None) -> int:
+    """Evaluate a bash arithmetic expression over ints, as bash does; no eval. Operators:
+    ``, = += -= *= /= %= <<= >>= &= ^= |= ?: || && | ^ & == != < > <= >= << >> + - * / %
+    ** ! ~ ++ --`` and parentheses; variables by bare name through `lookup(name)`.
+    `assign(name, value)` stores an assignment; without it an assignment is an ArithError.
+    ``&&``, ``||`` and ``?:`` do not evaluate (look up, assign, divide in) the side not taken."""
     toks: list = []
     pos = 0
     text = text.strip()
     while pos < len(text):
         m = _ARITH_TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise ArithError(f"'{text[pos:].strip()[:20]}' is not supported in $((...))")
+            raise ArithError(f"'{text[pos:].strip()[:20]}' is not supported in arithmetic")
         pos = m.end()
         num, name, op = m.groups()
         if num is not None:
@@ -77,69 +93,151 @@ def arith(text: str, lookup) -> int:
         else:
             toks.append(op)
     k = 0
+    skip = 0  # > 0 while reading a side that is not evaluated
 
-    def peek():
-        return toks[k] if k < len(toks) else None
+    def peek(at=0):
+        return toks[k + at] if k + at < len(toks) else None
 
     def check(v: int) -> int:
         if abs(v) >= INT_LIMIT:
             raise ArithError("the result overflows 64-bit integers")
         return v
 
-    def expr(depth):
-        nonlocal k
-        v = term(depth)
-        while peek() in ("+", "-"):
-            op = toks[k]
-            k += 1
-            r = term(depth)
-            v = check(v + r if op == "+" else v - r)
+    def get(name: str) -> int:
+        return 0 if skip else lookup(name)
+
+    def put(name: str, v: int) -> int:
+        if not skip:
+            if assign is None:
+                raise ArithError(f"assigning {name} in $((...)) is not followed")
+            assign(name, check(v))
         return v
 
-    def term(depth):
+    def binop(op: str, a: int, b: int) -> int:
+        if op in ("/", "%"):
+            if b == 0:
+                if skip:
+                    return 0
+                raise ArithError("division by zero")
+            q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
+            return q if op == "/" else a - q * b
+        if op in ("<<", ">>"):
+            if not 0 <= b < 64:
+                if skip:
+                    return 0
+                raise ArithError("shift count out of range")
+            return check(a << b) if op == "<<" else a >> b
+        if op == "**":
+            if not 0 <= b <= 64:
+                if skip:
+                    return 0
+                raise ArithError("exponent out of range")
+            return check(a**b)
+        return check({"+": int.__add__, "-": int.__sub__, "*": int.__mul__,
+                      "&": int.__and__, "|": int.__or__, "^": int.__xor__,
+                      "==": lambda x, y: int(x == y), "!=": lambda x, y: int(x != y),
+                      "<": lambda x, y: int(x < y), ">": lambda x, y: int(x > y),
+                      "<=": lambda x, y: int(x <= y), ">=": lambda x, y: int(x >= y)}[op](a, b))
+
+    def comma(depth):
         nonlocal k
-        v = unary(depth)
-        while peek() in ("*", "/", "%"):
+        v = assignment(depth)
+        while peek() == ",":
+            k += 1
+            v = assignment(depth)
+        return v
+
+    def assignment(depth):
+        nonlocal k
+        if depth > 50:
+            raise ArithError("nested too deeply")
+        t = peek()
+        if type(t) is tuple and peek(1) in _ASSIGN:
+            op = toks[k + 1]
+            k += 2
+            r = assignment(depth + 1)
+            if op != "=":
+                r = binop(op[:-1], get(t[1]), r)
+            return put(t[1], r)
+        return ternary(depth)
+
+    def ternary(depth):
+        nonlocal k, skip
+        c = binary(0, depth)
+        if peek() != "?":
+            return c
+        k += 1
+        skip += not c
+        a = comma(depth + 1)
+        skip -= not c
+        if peek() != ":":
+            raise ArithError("'?' without ':'")
+        k += 1
+        skip += bool(c)
+        b = ternary(depth + 1)
+        skip -= bool(c)
+        return a if c else b
+
+    def binary(level, depth):
+        nonlocal k, skip
+        if level == len(_BINARY):
+            return power(depth)
+        ops = _BINARY[level]
+        v = binary(level + 1, depth)
+        while peek() in ops:
             op = toks[k]
             k += 1
-            r = unary(depth)
-            if op == "*":
-                v = check(v * r)
-            elif r == 0:
-                raise ArithError("division by zero")
+            if op in ("&&", "||"):
+                short = (not v) if op == "&&" else bool(v)
+                skip += short
+                r = binary(level + 1, depth)
+                skip -= short
+                v = int(bool(v) or bool(r)) if op == "||" else int(bool(v) and bool(r))
             else:
-                q = abs(v) // abs(r) * (1 if (v >= 0) == (r >= 0) else -1)
-                v = q if op == "/" else v - q * r
+                v = binop(op, v, binary(level + 1, depth))
         return v
 
     def unary(depth):
         nonlocal k
         if depth > 50:
             raise ArithError("nested too deeply")
-        if peek() in ("+", "-"):
-            op = toks[k]
+        t = peek()
+        if t in ("++", "--") and type(peek(1)) is tuple:
+            name = toks[k + 1][1]
+            k += 2
+            return put(name, check(get(name) + (1 if t == "++" else -1)))
+        if t in ("+", "-", "!", "~", "++", "--"):
             k += 1
+            if t in ("++", "--"):  # not before a name: two signs
+                return unary(depth + 1)
             v = unary(depth + 1)
-            return -v if op == "-" else v
-        v = atom(depth)
+            return check(-v) if t == "-" else v if t == "+" else int(not v) if t == "!" else ~v
+        return postfix(depth)
+
+    def power(depth):  # right-associative, below the unary operators: -2**2 is 4
+        nonlocal k
+        v = unary(depth)
         if peek() == "**":
             k += 1
-            r = unary(depth + 1)
-            if r < 0 or r > 64:
-                raise ArithError("exponent out of range")
-            v = check(v**r)
+            v = binop("**", v, power(depth + 1))
         return v
 
-    def atom(depth):
+    def postfix(depth):
         nonlocal k
         t = peek()
         k += 1
         if type(t) is int:
             return t
         if type(t) is tuple:
-            return lookup(t[1])
+            if peek() in ("++", "--"):
+                op = toks[k]
+                k += 1
+                v = get(t[1])
+                put(t[1], check(v + (1 if op == "++" else -1)))
+                return v
+            return get(t[1])
         if t == "(":
-            v = expr(depth + 1)
+            v = comma(depth + 1)
             if peek() != ")":
                 raise ArithError("missing ')'")
             k += 1
@@ -148,7 +246,7 @@ def arith(text: str, lookup) -> int:
 
     if not toks:
         return 0
-    v = expr(0)
+    v = comma(0)
     if k != len(toks):
         raise ArithError(f"unexpected '{toks[k]}'")
     return v
