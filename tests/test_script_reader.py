@@ -708,6 +708,19 @@ def test_loops_not_stepped_through_stay_unresolved(tmp_path, loop, reason):
     assert reason in u.why
 
 
+def test_stepping_is_bounded_by_commands_and_per_read(tmp_path):
+    body = "; ".join(["X=1"] * 20)  # 20 commands a time, 6000 times: over 100000 commands
+    read = read_text(tmp_path, f"for ((i=0; i<6000; i++)); do {body}; done\n"
+                     "python3 train.py --i $i\n")
+    assert "more than 100000 commands" in read.unresolved[0].why
+    loops = "".join(f"for ((i{k}=0; i{k}<9000; i{k}++)); do :; done\n" for k in range(12))
+    start = time.perf_counter()
+    read = read_text(tmp_path, loops + "python3 train.py --a $i0 --l $i10 --m $i11\n")
+    assert final(read) == {"--a": "9000", "--l": "9000", "--m": None}  # 11 x 9000 fit
+    assert "stepped through 100000 loop iterations already" in read.unresolved[-1].why
+    assert time.perf_counter() - start < 10
+
+
 def test_loop_effects_are_undone_when_it_cannot_be_stepped(tmp_path):
     read = read_text(tmp_path, "A=1; n=0\nfor ((i=0; i<20000; i++)); do A=2; (( n++ )); done\n"
                      "python3 train.py --a $A --n $n --i $i\n")

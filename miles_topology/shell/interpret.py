@@ -36,6 +36,8 @@ MAX_CALL_DEPTH = 32
 MAX_STEPS = 1_000_000  # commands run in all (function calls can fan out)
 MAX_FILE = 50 << 20  # bytes; bigger files are refused before they are read
 MAX_LOOP_STEPS = 10_000  # iterations stepped through in one outermost loop, nested ones too
+MAX_LOOP_COMMANDS = 100_000  # commands run while stepping through one outermost loop
+MAX_READ_LOOP_STEPS = 100_000  # iterations stepped through in one read, all loops together
 _STEP, _UNSTEPPED, _BARRIER = "step", "unstepped", None  # frames of `Reader.loops`
 
 
@@ -106,6 +108,8 @@ class Reader(Expander, Provenance):
         # file that `break` does not reach out of)
         self.loops: list[str | None] = []
         self.loop_steps = 0  # iterations stepped in the current outermost stepped loop
+        self.loop_start = 0  # `steps` when the current outermost stepped loop began
+        self.read_loop_steps = 0  # iterations stepped in this read (undone ones too)
         self.overlay: dict[str, int] | None = None  # assignments of a test's (( )) so far
 
     def disp(self, abs_path: str) -> str:
@@ -272,8 +276,11 @@ class Reader(Expander, Provenance):
         """Run a ``for`` loop whose words (or ``((...))`` header) are known, each iteration
         with its real branches. None when done; else why not (its effects are undone)."""
         outer = _STEP not in self.loops
+        if self.read_loop_steps >= MAX_READ_LOOP_STEPS:
+            return f" (this read has stepped through {MAX_READ_LOOP_STEPS} loop iterations " \
+                   "already; no more are followed)"
         if outer:
-            self.loop_steps = 0
+            self.loop_steps, self.loop_start = 0, self.steps
         saved = self.snapshot()
         self.loops.append(_STEP)
         try:
@@ -329,9 +336,16 @@ class Reader(Expander, Provenance):
 
     def tick(self, n: syntax.Loop):
         self.loop_steps += 1
+        self.read_loop_steps += 1
         if self.loop_steps > MAX_LOOP_STEPS:
             raise _Unsteppable(f"it runs more than {MAX_LOOP_STEPS} times, more than is "
                                "followed", whole=True)
+        if self.steps - self.loop_start > MAX_LOOP_COMMANDS:
+            raise _Unsteppable(f"it runs more than {MAX_LOOP_COMMANDS} commands, more than is "
+                               "followed", whole=True)
+        if self.read_loop_steps > MAX_READ_LOOP_STEPS:
+            raise _Unsteppable(f"this read has stepped through {MAX_READ_LOOP_STEPS} loop "
+                               "iterations already; no more are followed", whole=True)
 
     def arith_step(self, word: syntax.Word, n: syntax.Loop) -> int:
         """A part of a ``for ((...))`` header, evaluated with its assignments."""
