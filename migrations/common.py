@@ -259,6 +259,7 @@ def insert_lines(text: str, line: int, lines: list[str]) -> Edit:
     if _continues(above):
         raise Refused(f"cannot put a line before line {line}: it continues line {line - 1}.")
     indent = re.match(r"[ \t]*", text[at:]).group()
+    lines = list(dict.fromkeys(lines))  # a loop body run twice notes the same thing twice
     return insert(at, "".join(f"{indent}{x}{eol(text)}" for x in lines))
 
 
@@ -275,7 +276,9 @@ def _continues(line: str) -> bool:
 
 def apply(text: str, edits: list[Edit]) -> str:
     """Apply the edits; a deleted word takes the blanks that separated it along, and a line
-    left empty (or holding only a line continuation) goes, without breaking a continuation."""
+    left empty (or holding only a line continuation) goes, without breaking a continuation.
+    The same edit twice (a word in a loop body, met once per iteration) is made once."""
+    edits = list(dict.fromkeys(edits))
     dels = _spread(text, sorted((e.start, e.end) for e in edits if e.text is None))
     puts = sorted(((e.start, e.end, e.text) for e in edits if e.text is not None),
                   key=lambda x: (x[0], x[1]))

@@ -183,6 +183,11 @@ def test_overlapping_edits_are_refused():
         common.apply("abcdef", [common.Edit(1, 3, "X"), common.Edit(2, 4, "Y")])
 
 
+def test_the_same_edit_twice_is_made_once():
+    edit = common.Edit(1, 3, "X")
+    assert common.apply("abcdef", [edit, common.Edit(1, 3, "X")]) == "aXdef"
+
+
 # ---------------------------------------------------------------- what stays, what is refused
 
 
@@ -237,6 +242,19 @@ def test_words_shared_with_another_command_stay(tmp_path):
     assert out.new.startswith('# miles-topology-migration: 0003\nMILES_TOPOLOGY_DIR="$(cd -- '
                               '"$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"')
     assert '--topology "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in out.new
+
+
+def test_flag_in_a_stepped_loop_is_renamed_in_place_and_not_moved(tmp_path):
+    # the loop runs twice, so the launch gets the flag twice from the one word in its body
+    run = write_script(tmp_path, "ARGS=(--actor-num-nodes 1 --actor-num-gpus-per-node 8 "
+                       "--colocate --num-layers 4)\nfor x in a b; do\n"
+                       "  ARGS+=(--rollout-num-gpus-per-node 8 --tensor-model-parallel-size 2)\n"
+                       'done\npython3 train.py "${ARGS[@]}"\n')
+    out = migrate(run)
+    assert "  ARGS+=(--num-gpus-per-node 8 --tensor-model-parallel-size 2)\n" in out.new
+    assert any("--tensor-model-parallel-size" in k and "loop" in k for k in out.kept)
+    (yaml,) = out.files.values()
+    assert "tp:" not in yaml and "gpus_per_node: 8" in yaml
 
 
 def test_value_changed_after_use_is_computed_where_the_flag_was(tmp_path):

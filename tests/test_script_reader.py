@@ -96,14 +96,19 @@ def test_positional_before_flags_and_empty_value(tmp_path):
     ("$((-7 / 2))", "-3"), ("$((7 % 3))", "1"), ("$((-7 % 3))", "-1"), ("$((2 ** 10))", "1024"),
     ("$((N * 2))", "8"), ("$(($N*2))", "8"), ("$((${N} + ${M:-3}))", "7"),
     ("$((0x10 + 010))", "24"), ("$(( - (N - 10) ))", "6"), ("$((N))", "4"),
+    ("$((1 << 2))", "4"), ("$((N ? 1 : 2))", "1"), ("$((N < 5 && N != 3))", "1"),
+    ("$((N >= 5 || !N))", "0"), ("$((-2 ** 2))", "4"), ("$((2 ** 3 ** 2))", "512"),
+    ("$((0 && 1 / 0))", "0"), ("$((N > 3 ? N * 2 : 1 / 0))", "8"), ("$((~N ^ 1 | 2 & 3))", "-6"),
+    ("$((1, N == 4))", "1"), ("$((-7 >> 1))", "-4"),
 ])
 def test_arithmetic(tmp_path, expr, value):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
     assert final(read)["--x"] == value
 
 
-@pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 2))", "$((2 ** 99))",
-                                  "$((N ? 1 : 2))", "$((9999999999 * 9999999999))"])
+@pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 64))", "$((2 ** 99))",
+                                  "$((2 ** -1))", "$((9999999999 * 9999999999))",
+                                  "$((N++))", "$((N = 2))", "$((A[0]))"])
 def test_arithmetic_unknowable(tmp_path, expr):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
     assert final(read)["--x"] is None
@@ -284,7 +289,7 @@ python3 train.py --a $A --b $B --c $C --d $D --e ${E:-unset} --f $F
 
 
 def test_loop_assignment_is_unresolved(tmp_path):
-    read = read_text(tmp_path, "for n in 1 2; do TP=$n; done\nwhile false; do X=1; done\n"
+    read = read_text(tmp_path, "for n in $(seq 2); do TP=$n; done\nwhile false; do X=1; done\n"
                      "python3 train.py --tp $TP\n")
     assert final(read) == {"--tp": None}
     assert "loop" in read.unresolved[0].why
@@ -613,3 +618,152 @@ def test_heredoc_of_other_commands_is_not_run(tmp_path, cmd):
     read = read_text(tmp_path, f"{cmd} <<'EOF'\npython3 train.py --x 1\nEOF\n"
                      "python3 train.py --y 2\n")
     assert final(read) == {"--y": "2"}
+
+
+# ---------------------------------------------------------------- loops stepped through
+
+MOE_FREQ = """NLAYERS=8
+FIRST_K_DENSE_REPLACE={k}
+arr=()
+for ((i=0; i<NLAYERS; i++)); do
+  if (( i < FIRST_K_DENSE_REPLACE )); then
+    arr+=(0)
+  else
+    arr+=(1)
+  fi
+done
+printf -v MOE_LAYER_FREQ "[%s]" "$(IFS=', '; echo "${{arr[*]}}")"
+MODEL_ARGS=(--num-layers $NLAYERS --moe-layer-freq $MOE_LAYER_FREQ)
+python3 train.py "${{MODEL_ARGS[@]}}" --i $i
+"""
+SHOW = "show() { for w; do printf '%s\\n' \"$w\"; done; }; show"  # each word on a line
+
+
+def bash_words(text: str) -> list[str]:
+    return subprocess.run(["/bin/bash", "-c", text.replace("python3 train.py", SHOW)],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def test_c_style_for_builds_moe_layer_freq(tmp_path):
+    # "${arr[*]}" joins with the first character of IFS: ',' (bash prints [0,0,0,1,...])
+    read = read_text(tmp_path, MOE_FREQ.format(k=3))
+    assert final(read) == {"--num-layers": "8", "--moe-layer-freq": "[0,0,0,1,1,1,1,1]",
+                           "--i": "8"}
+    assert read.unresolved == []
+    assert final(read_text(tmp_path, MOE_FREQ.format(k=0)))["--moe-layer-freq"] == \
+        "[1,1,1,1,1,1,1,1]"
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="needs bash")
+@pytest.mark.parametrize("k", [0, 3, 8])
+def test_moe_layer_freq_loop_matches_bash(tmp_path, k):
+    text = MOE_FREQ.format(k=k)
+    assert read_text(tmp_path, text).flags() == bash_words(text)
+
+
+@pytest.mark.parametrize(("loop", "want"), [
+    ("for x in a b c; do ARGS+=(--$x 1); done", ["--a", "1", "--b", "1", "--c", "1"]),
+    ('L="p q"; for x in $L "r s"; do ARGS+=("$x"); done', ["p", "q", "r s"]),
+    ("for x in ${E[@]}; do ARGS+=($x); done", []),
+    ("for ((i=1; i<=64; i*=2)); do ARGS+=($i); done", ["1", "2", "4", "8", "16", "32", "64"]),
+    ("for ((i=0, j=9; i<j; i+=3, j--)); do ARGS+=($i:$j); done", ["0:9", "3:8", "6:7"]),
+    ("for ((i=0; ; i++)); do (( i < 2 )) || break; ARGS+=($i); done", ["0", "1"]),
+    ("for x in a b c d; do [ $x = c ] && break; ARGS+=($x); done", ["a", "b"]),
+    ("for x in a b c; do if [ $x = b ]; then continue; fi; ARGS+=($x); done", ["a", "c"]),
+    ("for x in a b; do for y in 1 2 3; do ARGS+=($x$y); done; done",
+     ["a1", "a2", "a3", "b1", "b2", "b3"]),
+    ("for x in a b; do for y in 1 2 3; do [ $y = 2 ] && continue 2; ARGS+=($x$y); done; done",
+     ["a1", "b1"]),
+    ("for x in a b; do for y in 1 2; do [ $x$y = a2 ] && break 2; ARGS+=($x$y); done; done",
+     ["a1"]),
+    ("n=0; for x in a b c; do (( n++ )); ((n+=10)); done; ARGS+=($n)", ["33"]),
+    ("for x in 1 2 3; do :; done; ARGS+=($x)", ["3"]),
+    ("f() { for x; do ARGS+=(-$x); done; }; f a b", ["-a", "-b"]),
+])
+def test_known_loops_are_stepped_through(tmp_path, loop, want):
+    text = f'ARGS=()\n{loop}\npython3 train.py "${{ARGS[@]}}"\n'
+    read = read_text(tmp_path, text)
+    assert read.flags() == want
+    assert read.unresolved == []
+    if os.path.exists("/bin/bash"):
+        assert bash_words(text) == want  # what bash passes
+
+
+@pytest.mark.parametrize(("loop", "reason"), [
+    ("for ((i=0; i<N; i++)); do ARGS+=(1); done", "N is not set"),
+    ("for x in $(ls); do ARGS+=($x); done", "'ls'"),
+    ("for ((i=0; i<20000; i++)); do ARGS+=(1); done", "more than 10000 times"),
+    ("for x in a b; do for ((i=0; i<6000; i++)); do ARGS+=(1); done; done",
+     "more than 10000 times"),
+    ("for x in a b; do [ $X = 1 ] && break; ARGS+=($x); done", "'break' at"),
+    ("f() { break; }; for x in a b; do f; ARGS+=($x); done", "in a function"),
+    ("for x in a b; do ARGS+=($x); continue $N; done", "known only at run time"),
+])
+def test_loops_not_stepped_through_stay_unresolved(tmp_path, loop, reason):
+    read = read_text(tmp_path, f'ARGS=(--a 1)\n{loop}\npython3 train.py "${{ARGS[@]}}"\n')
+    assert read.flags() == ["--a", "1"]  # the words the loop adds are not guessed
+    (u,) = read.unresolved
+    assert u.flag is None and "loop at" in u.why
+    assert "run a number of times known only at run time" in u.why
+    assert reason in u.why
+
+
+def test_stepping_is_bounded_by_commands_and_per_read(tmp_path):
+    body = "; ".join(["X=1"] * 20)  # 20 commands a time, 6000 times: over 100000 commands
+    read = read_text(tmp_path, f"for ((i=0; i<6000; i++)); do {body}; done\n"
+                     "python3 train.py --i $i\n")
+    assert "more than 100000 commands" in read.unresolved[0].why
+    loops = "".join(f"for ((i{k}=0; i{k}<9000; i{k}++)); do :; done\n" for k in range(12))
+    start = time.perf_counter()
+    read = read_text(tmp_path, loops + "python3 train.py --a $i0 --l $i10 --m $i11\n")
+    assert final(read) == {"--a": "9000", "--l": "9000", "--m": None}  # 11 x 9000 fit
+    assert "stepped through 100000 loop iterations already" in read.unresolved[-1].why
+    assert time.perf_counter() - start < 10
+
+
+def test_loop_effects_are_undone_when_it_cannot_be_stepped(tmp_path):
+    read = read_text(tmp_path, "A=1; n=0\nfor ((i=0; i<20000; i++)); do A=2; (( n++ )); done\n"
+                     "python3 train.py --a $A --n $n --i $i\n")
+    assert final(read) == {"--a": None, "--n": None, "--i": None}
+    assert all("more than 10000 times" in u.why for u in read.unresolved)
+
+
+def test_arith_condition_with_unknown_operand_is_conditional(tmp_path):
+    read = read_text(tmp_path, "A=()\nfor ((i=0; i<4; i++)); do\n  if (( i < K )); then A+=(0);"
+                     " else A+=(1); fi\ndone\nT=0\n(( K > 1 )) && T=1\n"
+                     'python3 train.py --freq "[${A[*]}]" --n ${#A[@]} --t $T\n')
+    assert final(read) == {"--freq": None, "--n": None, "--t": None}
+    why = {u.flag: u.why for u in read.unresolved}
+    assert "inside the 'if' at" in why["--freq"] and "K is not set" in why["--freq"]
+    assert "K is not set" in why["--t"]
+    assert final(read_script(tmp_path / "run.sh", env={"K": "2"})) == {
+        "--freq": "[0 0 1 1]", "--n": "4", "--t": "1"}
+
+
+def test_arith_commands_and_expansions_assign(tmp_path):
+    read = read_text(tmp_path, "x=1; ((x+=2)); (( y = x * 2, x++ )); ((0)) || z=no\n"
+                     "if (( x++ == 4 )) && (( x == 5 )); then w=yes; fi\n"
+                     "python3 train.py --x $x --y $y --z $z --w $w --e $((x++)) --after $x\n")
+    assert final(read) == {"--x": "5", "--y": "6", "--z": "no", "--w": "yes", "--e": None,
+                           "--after": None}  # $((x++)) is not followed: x is unknown after it
+
+
+def test_ifs_joins_star_words(tmp_path):
+    read = read_text(tmp_path, "A=(a b c)\nX=\"$(IFS=; echo \"${A[*]}\")\"\nV=\"${A[*]}\"\nIFS=:\n"
+                     'Y="${A[*]}"\nZ="${A[@]}"\nunset IFS\n'
+                     'python3 train.py --x $X --v "$V" --y $Y --z "$Z" --w "${A[*]}" '
+                     '--u "$(IFS=,; echo ${A[*]})"\n')
+    assert final(read) == {"--x": "abc", "--v": "a b c", "--y": "a:b:c", "--z": "a b c",
+                           "--w": "a b c",
+                           "--u": None}  # unquoted words split by a changed IFS: not modelled
+
+
+def test_ten_thousand_iterations_are_fast(tmp_path):
+    read_text(tmp_path, "true\n")  # the parser loaded
+    start = time.perf_counter()
+    read = read_text(tmp_path, "A=()\nfor ((i=0; i<10000; i++)); do\n"
+                     "  if (( i % 2 == 0 )); then A+=(0); else A+=(1); fi\ndone\n"
+                     "python3 train.py --n ${#A[@]} --last ${A[-1]}\n")
+    took = time.perf_counter() - start
+    assert final(read) == {"--n": "10000", "--last": "1"}
+    assert took < 5  # about 0.2 s

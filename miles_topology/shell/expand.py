@@ -19,6 +19,7 @@ from .values import (
     Unk,
     Var,
     arith,
+    arith_targets,
     dirname,
     glob_re,
     printf,
@@ -26,6 +27,8 @@ from .values import (
 )
 
 _BLANK = re.compile(r"[ \t\n]")
+_IFS_JOIN = "\"${A[*]}\" joins the words with the first character of IFS, which is only " \
+    "known at run time"
 
 
 class Expander:
@@ -106,14 +109,22 @@ class Expander:
             else:
                 items, is_list = self.part(part)
             quoted = part.quoted
+            sep = self.ifs_sep() if quoted and not is_list and len(items) > 1 else " "
             for n, f in enumerate(items):
                 if n:
                     if is_list or not quoted:
                         flush()
+                    elif sep is None:
+                        add(self.unknown(part, _IFS_JOIN))
                     else:
-                        cur.append(" ")
+                        cur.append(sep)
                 if f.unk is not None:
                     add(Field(None, f.src, f.unk, f.text, f.extra, f.cond))
+                    continue
+                if f.cond is not None and quoted and not is_list and len(items) > 1:
+                    # "${A[*]}" is one word whatever A holds: its text is what is unknown
+                    add(Field(None, f.src, Unk(part.text, f.cond.src, "it includes a value "
+                                               f"added {f.cond.why}"), f.text))
                     continue
                 v = f.value
                 if quoted:
@@ -154,8 +165,11 @@ class Expander:
             if type(part) is Lit:
                 out.append(part.text)
                 continue
-            items, _ = self.part(part)
+            items, is_list = self.part(part)
             self.consume(items)
+            sep = " " if is_list or len(items) < 2 else self.ifs_sep()  # "${A[*]}": IFS
+            if sep is None:
+                unk = unk or self.unknown(part, _IFS_JOIN).unk
             for n, f in enumerate(items):
                 if f.unk is not None:
                     unk = unk or f.unk
@@ -163,11 +177,20 @@ class Expander:
                 if f.cond is not None:
                     cnd = cnd or f.cond
                 if n:
-                    out.append(" ")
+                    out.append(sep or "")
                 out.append(f.value)
         if unk is None and cnd is not None:
             unk = Unk(word.text, cnd.src, f"it includes a value added {cnd.why}")
         return Field(None if unk else "".join(out), self.src(word.line), unk, word.text)
+
+    def ifs_sep(self) -> str | None:
+        """What joins the words of "${A[*]}" / "$*": the first character of IFS (a blank
+        when IFS is unset), or None when IFS is unknown."""
+        var = self.vars.get("IFS")
+        if var is None or not var.items:
+            return " "
+        f = var.items[0]
+        return None if f.unk or f.value is None else f.value[:1]
 
     def part(self, part) -> tuple[list[Field], bool]:
         t = type(part)
@@ -254,6 +277,9 @@ class Expander:
                 return [Field("0", self.src(p.line), text=p.text)], False
             if any(f.unk for f in items):
                 return [self.unknown(p, "length of a value only known at run time")], False
+            cond = next((f.cond for f in items if f.cond), None)
+            if cond is not None:  # words that may be absent: how many is not known
+                return [self.unknown(p, f"it counts a value added {cond.why}")], False
             self.consume(items)
             n = len(items) if (p.index in ("@", "*")) else len(items[0].value)
             return [Field(str(n), self.src(p.line), text=p.text)], False
@@ -381,11 +407,27 @@ class Expander:
         try:
             v = arith(got.value, self.arith_lookup(part))
         except ArithError as e:
-            return self.unknown(part, f"arithmetic {part.text}: {e}")
+            field = self.unknown(part, f"arithmetic {part.text}: {e}")
+            for name in arith_targets(got.value):  # $((i++)): not followed, so i is unknown
+                self.vars[name] = Var([Field(None, field.src, Unk(
+                    part.text, field.src, f"{name} is assigned in {part.text}, which is not "
+                    "followed"), part.text)], False)
+            return field
         return Field(str(v), self.src(part.line), text=part.text)
 
     def substitute(self, sub: Sub) -> Field:
-        """Only the idioms that locate files: dirname, basename, cd && pwd, realpath, echo."""
+        """Only the idioms that locate files (dirname, basename, cd && pwd, realpath) and
+        echo/printf, after ``IFS=...`` (the substitution is a subshell: it stays there)."""
+        saved = self.vars.get("IFS")
+        try:
+            return self._substitute(sub)
+        finally:
+            if saved is None:
+                self.vars.pop("IFS", None)
+            else:
+                self.vars["IFS"] = saved
+
+    def _substitute(self, sub: Sub) -> Field:
         cwd, out = None, []
         cmds = []
         for node in sub.body:
@@ -396,7 +438,15 @@ class Expander:
         ifs = False
         for node in cmds:
             if type(node) is syntax.Simple and node.assigns and not node.words:
-                ifs = ifs or any(a.name == "IFS" for a in node.assigns)
+                for a in node.assigns:
+                    if a.name != "IFS":
+                        continue
+                    got = self.join(a.value) if a.array is None and a.index is None else \
+                        self.unknown(sub, "IFS is set to an array")
+                    if got.unk:
+                        return Field(None, got.src, got.unk, sub.text)
+                    self.vars["IFS"] = Var([Field(got.value, got.src, text=a.text)], False)
+                    ifs = True
                 continue
             if type(node) is not syntax.Simple or node.assigns or not node.words:
                 first = node.cmds[0] if type(node) is syntax.Pipe else node
@@ -404,6 +454,10 @@ class Expander:
                     else "commands"
                 return self.unknown(sub, f"command substitution runs '{what}' (in a pipeline "
                                          "or compound command) when the script runs")
+            if ifs and any(type(p) is not Lit and not p.quoted for w in node.words
+                           for p in w.parts):
+                return self.unknown(sub, "IFS is changed, which changes how the unquoted "
+                                         "words are split")
             args = []
             for w in node.words:
                 args.extend(self.expand(w))
@@ -413,8 +467,6 @@ class Expander:
                 if f.cond:
                     return Field(None, f.cond.src, Unk(sub.text, f.cond.src, "it includes a "
                                                        f"value added {f.cond.why}"), sub.text)
-            if ifs:
-                return self.unknown(sub, "IFS is changed, which changes how words are joined")
             if not args:  # the words expanded to nothing: no command runs
                 continue
             vals = [f.value for f in args]

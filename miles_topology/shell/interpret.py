@@ -18,12 +18,45 @@ from . import syntax
 from .expand import Expander
 from .model import Note, ScriptReadError, Source, Unresolved
 from .provenance import Provenance
-from .values import INT_LIMIT, MAX_ITEMS, MAX_VALUE, Field, Unk, Var, printf
+from .values import (
+    INT_LIMIT,
+    MAX_ITEMS,
+    MAX_VALUE,
+    ArithError,
+    Field,
+    Unk,
+    Var,
+    arith,
+    arith_targets,
+    printf,
+)
 
 MAX_SOURCE_DEPTH = 16
 MAX_CALL_DEPTH = 32
 MAX_STEPS = 1_000_000  # commands run in all (function calls can fan out)
 MAX_FILE = 50 << 20  # bytes; bigger files are refused before they are read
+MAX_LOOP_STEPS = 10_000  # iterations stepped through in one outermost loop, nested ones too
+MAX_LOOP_COMMANDS = 100_000  # commands run while stepping through one outermost loop
+MAX_READ_LOOP_STEPS = 100_000  # iterations stepped through in one read, all loops together
+_STEP, _UNSTEPPED, _BARRIER = "step", "unstepped", None  # frames of `Reader.loops`
+
+
+class _Jump(Exception):
+    """``break N`` / ``continue N`` in a loop being stepped through."""
+
+    def __init__(self, kind: str, n: int):
+        super().__init__(kind)
+        self.kind, self.n = kind, n
+
+
+class _Unsteppable(Exception):
+    """A loop being stepped through depends on something only known at run time: its
+    effects are undone and it is read as a loop run an unknown number of times. `whole`:
+    the outermost stepped loop gives up (the iteration cap counts nested loops too)."""
+
+    def __init__(self, why: str, whole: bool = False):
+        super().__init__(why)
+        self.why, self.whole = why, whole
 
 
 class Reader(Expander, Provenance):
@@ -70,6 +103,14 @@ class Reader(Expander, Provenance):
         self.allexport = False
         # per function call: [words shifted off, highest argument position read by index]
         self.positions: list[list[int]] = []
+        # loops around the command being run, innermost last: _STEP (stepped through),
+        # _UNSTEPPED (run once for an unknown count), _BARRIER (a function, subshell or
+        # file that `break` does not reach out of)
+        self.loops: list[str | None] = []
+        self.loop_steps = 0  # iterations stepped in the current outermost stepped loop
+        self.loop_start = 0  # `steps` when the current outermost stepped loop began
+        self.read_loop_steps = 0  # iterations stepped in this read (undone ones too)
+        self.overlay: dict[str, int] | None = None  # assignments of a test's (( )) so far
 
     def disp(self, abs_path: str) -> str:
         if abs_path == self.main_abs:
@@ -123,11 +164,13 @@ class Reader(Expander, Provenance):
         body = self.parse_file(abs_path, disp)
         self.stack.append((abs_path, disp))
         self.where.append(abs_path)
+        self.loops.append(_BARRIER)
         try:
             self.run(body, cond)
         finally:
             self.stack.pop()
             self.where.pop()
+            self.loops.pop()
 
     @property
     def file(self) -> str:
@@ -172,10 +215,16 @@ class Reader(Expander, Provenance):
         elif t is syntax.Group:
             if n.subshell:
                 saved = {k: Var(list(v.items), v.array) for k, v in self.vars.items()}
-                self.run(n.body, cond)
+                self.loops.append(_BARRIER)
+                try:
+                    self.run(n.body, cond)
+                finally:
+                    self.loops.pop()
                 self.vars = saved
             else:
                 self.run(n.body, cond)
+        elif t is syntax.ArithCmd:
+            self.arith_cmd(n, cond)
 
     def and_or(self, n: syntax.AndOr, status: bool | None, reason: str, cond: Unk | None):
         for op, cmd in n.items[1:]:
@@ -196,14 +245,190 @@ class Reader(Expander, Provenance):
         elif t is syntax.Case:
             self.case(n, cond)
         else:
+            reason = ""
+            if cond is None and n.kind == "for" and (n.words is not None or
+                                                     n.header is not None):
+                reason = self.step(n)
+                if reason is None:
+                    return
             why = f"inside a '{n.kind}' loop at {self.src(n.line)}, run a number of times known "\
-                  "only at run time"
+                  "only at run time" + reason
             inner = cond or Unk(n.kind, self.src(n.line), why)
             if n.var:
                 self.vars[n.var] = Var([Field(None, inner.src, Unk(f"${n.var}", inner.src,
                                                                    f"loop variable {n.var}"))],
                                        False)
-            self.run(n.body, inner)
+            src = self.src(n.line)
+            for part in n.header or ():
+                for name in arith_targets(part.text) if part is not None else ():
+                    self.set(name, None, Unk(part.text, src, f"{name} is set by the header of "
+                                             f"the loop at {src} ({why})"), src, inner,
+                             part.text, part.text)
+            self.loops.append(_UNSTEPPED)
+            try:
+                self.run(n.body, inner)
+            finally:
+                self.loops.pop()
+
+    # -- loops stepped through, iteration by iteration, as bash runs them
+
+    def step(self, n: syntax.Loop) -> str | None:
+        """Run a ``for`` loop whose words (or ``((...))`` header) are known, each iteration
+        with its real branches. None when done; else why not (its effects are undone)."""
+        outer = _STEP not in self.loops
+        if self.read_loop_steps >= MAX_READ_LOOP_STEPS:
+            return f" (this read has stepped through {MAX_READ_LOOP_STEPS} loop iterations " \
+                   "already; no more are followed)"
+        if outer:
+            self.loop_steps, self.loop_start = 0, self.steps
+        saved = self.snapshot()
+        self.loops.append(_STEP)
+        try:
+            if n.header is not None:
+                self.step_c(n)
+            else:
+                self.step_words(n)
+            return None
+        except _Unsteppable as e:
+            if e.whole and not outer:
+                raise
+            self.restore(saved)
+            return f" ({e.why})"
+        finally:
+            self.loops.pop()
+
+    def step_words(self, n: syntax.Loop):
+        src = self.src(n.line)
+        fields: list[Field] = []
+        for w in n.words:
+            fields.extend(self.expand(w))
+            bad = next((f.unk or f.cond for f in fields if f.unk or f.cond), None)
+            if bad is not None:
+                raise _Unsteppable(f"its word {w.text} is not known: {bad.why}")
+        for f in fields:
+            self.tick(n)
+            if n.var:
+                self.inherited.discard(n.var)
+                self.set(n.var, f.value, None, src, None, f.text, f.text)
+            if self.iteration(n) == "break":
+                return
+
+    def step_c(self, n: syntax.Loop):
+        init, test, update = n.header
+        if init is not None:
+            self.arith_step(init, n)
+        while test is None or self.arith_step(test, n):
+            self.tick(n)
+            if self.iteration(n) == "break":
+                return
+            if update is not None:
+                self.arith_step(update, n)
+
+    def iteration(self, n: syntax.Loop) -> str | None:
+        """Run the body once: "break" when a ``break`` ends this loop."""
+        try:
+            self.run(n.body, None)
+        except _Jump as e:
+            if e.n > 1:
+                raise _Jump(e.kind, e.n - 1) from None
+            return "break" if e.kind == "break" else None
+        return None
+
+    def tick(self, n: syntax.Loop):
+        self.loop_steps += 1
+        self.read_loop_steps += 1
+        if self.loop_steps > MAX_LOOP_STEPS:
+            raise _Unsteppable(f"it runs more than {MAX_LOOP_STEPS} times, more than is "
+                               "followed", whole=True)
+        if self.steps - self.loop_start > MAX_LOOP_COMMANDS:
+            raise _Unsteppable(f"it runs more than {MAX_LOOP_COMMANDS} commands, more than is "
+                               "followed", whole=True)
+        if self.read_loop_steps > MAX_READ_LOOP_STEPS:
+            raise _Unsteppable(f"this read has stepped through {MAX_READ_LOOP_STEPS} loop "
+                               "iterations already; no more are followed", whole=True)
+
+    def arith_step(self, word: syntax.Word, n: syntax.Loop) -> int:
+        """A part of a ``for ((...))`` header, evaluated with its assignments."""
+        got = self.join(word)
+        if got.unk:
+            raise _Unsteppable(f"((... {word.text} ...)) is not known: {got.unk.why}")
+        src = self.src(n.line)
+        try:
+            return arith(got.value, self.arith_lookup(word), lambda name, v: self.arith_set(
+                name, v, src, None, word.text))
+        except ArithError as e:
+            raise _Unsteppable(f"((... {word.text} ...)): {e}") from None
+
+    def arith_set(self, name: str, v: int, src: Source, cond: Unk | None, text: str):
+        self.inherited.discard(name)
+        self.set(name, str(v), None, src, cond, text, text)
+
+    def arith_cmd(self, n: syntax.ArithCmd, cond: Unk | None):
+        """``(( expr ))`` run as a command: its assignments take effect."""
+        self.stmt_line = n.line
+        self.steps += 1
+        if not arith_targets(n.expr.text):  # nothing to assign: its status is all it gives
+            return
+        src = self.src(n.line)
+        got = self.join(n.expr)
+        why = got.unk.why if got.unk else ""
+        if not got.unk:
+            try:
+                arith(got.value, self.arith_lookup(n),
+                      lambda name, v: self.arith_set(name, v, src, cond, n.text))
+                return
+            except ArithError as e:
+                why = str(e)
+        for name in arith_targets(n.expr.text if got.unk else got.value):
+            self.inherited.discard(name)
+            self.set(name, None, Unk(n.text, src, f"{name} is set by {n.text}, which is only "
+                                     f"known at run time ({why})"), src, cond, n.text, n.text)
+
+    def jump(self, kind: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``break N`` / ``continue N``: ends iterations of the loops being stepped through.
+        Where it is only known at run time whether (or how far) it jumps, a stepped loop it
+        may reach is read as run an unknown number of times instead."""
+        if _STEP not in self.loops:
+            return  # no loop is stepped through: each is already read as run at run time
+        arg = fields[1].value if len(fields) > 1 else "1"
+        count = int(arg) if arg is not None and arg.isdigit() and int(arg) > 0 else None
+        where = f"'{kind}' at {self.src(n.line)}"
+        targets = []
+        for k in range(len(self.loops) - 1, -1, -1):
+            frame = self.loops[k]
+            if frame is _BARRIER:
+                if _STEP in self.loops[:k]:
+                    raise _Unsteppable(f"{where} is in a function, subshell or sourced file "
+                                       "run inside it")
+                break
+            targets.append(frame)
+            if count is not None and len(targets) == count:
+                break
+        if _STEP not in targets and count is not None:
+            return  # it leaves only loops read as run an unknown number of times
+        if count is None:
+            raise _Unsteppable(f"{where} leaves a number of loops known only at run time")
+        if cond is not None or _UNSTEPPED in targets:
+            raise _Unsteppable(f"{where} runs {cond.why}" if cond is not None else
+                               f"{where} leaves a loop run a number of times known only at "
+                               "run time")
+        raise _Jump(kind, len(targets))
+
+    def snapshot(self) -> tuple:
+        """The shell state a loop may change, to undo a loop that cannot be stepped through."""
+        return ({k: Var(list(v.items), v.array, v.keys) for k, v in self.vars.items()},
+                dict(self.funcs), dict(self.func_file), len(self.launches), len(self.notes),
+                len(self.unresolved), len(self.missing), {k: set(v) for k, v in self.uses.items()},
+                set(self.exported), set(self.assoc), set(self.inherited), self.cwd,
+                self.allexport, dict(self.prev_end), list(self.frames),
+                [list(p) for p in self.positions])
+
+    def restore(self, saved: tuple):
+        (self.vars, self.funcs, self.func_file, launches, notes, unresolved, missing,
+         self.uses, self.exported, self.assoc, self.inherited, self.cwd, self.allexport,
+         self.prev_end, self.frames, self.positions) = saved
+        del self.launches[launches:], self.notes[notes:], self.unresolved[unresolved:]
+        del self.missing[missing:]
 
     def if_(self, n: syntax.If, cond: Unk | None):
         inner = cond
@@ -256,23 +481,36 @@ class Reader(Expander, Provenance):
     def status(self, nodes: list, cond: Unk | None) -> bool | None:
         """Exit status of a test command when it is decided by known values, else None.
 
-        When None, `why_unknown` says which value the test depends on.
+        When None, `why_unknown` says which value the test depends on. Nothing is changed:
+        the test runs afterwards, so ``((...))`` assignments are kept aside meanwhile.
         """
+        top = self.overlay is None
+        if top:
+            self.overlay = {}
+        try:
+            return self._status(nodes, cond)
+        finally:
+            if top:
+                self.overlay = None
+
+    def _status(self, nodes: list, cond: Unk | None) -> bool | None:
         self.why_unknown = ""
         if len(nodes) != 1:
             return None
         node = nodes[0]
         if type(node) is syntax.Pipe:
-            got = self.status(node.cmds[-1:], cond)
+            got = self._status(node.cmds[-1:], cond)
             return None if got is None else (not got if node.neg else got)
         if type(node) is syntax.AndOr:
-            got = self.status([node.items[0][1]], cond)
+            got = self._status([node.items[0][1]], cond)
             for op, cmd in node.items[1:]:
                 if got is None:
                     return None
                 if got == (op == "&&"):
-                    got = self.status([cmd], cond)
+                    got = self._status([cmd], cond)
             return got
+        if type(node) is syntax.ArithCmd:
+            return self.arith_status(node)
         if type(node) is not syntax.Simple or not node.words:
             return None
         words = node.words
@@ -302,6 +540,22 @@ class Reader(Expander, Provenance):
         if got is None and bad is not None:
             self.why_unknown = f" ({bad.why})"
         return got
+
+    def arith_status(self, node: syntax.ArithCmd) -> bool | None:
+        """The status of ``(( expr ))`` (true when nonzero), computed before it runs: its
+        assignments go to `overlay`, shared by the commands of one test (a && b)."""
+        got = self.join(node.expr)
+        if got.unk:
+            self.why_unknown = f" ({got.unk.why})"
+            return None
+        overlay = self.overlay if self.overlay is not None else {}
+        base = self.arith_lookup(node)
+        try:
+            return arith(got.value, lambda name: overlay[name] if name in overlay else
+                         base(name), overlay.__setitem__) != 0
+        except ArithError as e:
+            self.why_unknown = f" ({e})"
+            return None
 
     def assign(self, a: syntax.Assign, cond: Unk | None):
         src = self.src(a.line)
@@ -511,6 +765,8 @@ class Reader(Expander, Provenance):
                 self.read_position(INT_LIMIT)
         elif name in ("read", "mapfile", "readarray"):
             self.read(name, fields, n, cond)
+        elif name in ("break", "continue") and name not in self.funcs:
+            self.jump(name, fields, n, cond)
         elif name == "eval":
             self.eval(fields, n, cond)
         elif name in self.funcs and self.calls < MAX_CALL_DEPTH:
@@ -518,9 +774,11 @@ class Reader(Expander, Provenance):
             self.frames.append(fields[1:])
             self.where.append(self.func_file.get(name, self.where[-1]))
             self.positions.append([0, 0])
+            self.loops.append(_BARRIER)
             try:
                 self.run(self.funcs[name], cond)
             finally:
+                self.loops.pop()
                 self.frames.pop()
                 self.where.pop()
                 self.calls -= 1
@@ -642,9 +900,11 @@ class Reader(Expander, Provenance):
         body = self.parse(text.encode("utf-8", "surrogateescape"), self.file, False, doc.line)
         saved = {k: Var(list(v.items), v.array) for k, v in self.vars.items()}
         self.calls += 1
+        self.loops.append(_BARRIER)
         try:
             self.run(body, cond)
         finally:
+            self.loops.pop()
             self.calls -= 1
             self.vars = saved
 

@@ -180,10 +180,24 @@ class Case:
 
 
 class Loop:
-    __slots__ = ("kind", "var", "body", "line")
+    """A loop. `words`: the list of ``for NAME in WORDS`` (``"$@"`` when there is no ``in``);
+    `header`: the (init, test, update) Words of ``for ((...))``, each None when empty, or
+    `header` None when the header is not those three parts. `cond` (while/until): the test."""
 
-    def __init__(self, kind, var, body, line):
+    __slots__ = ("kind", "var", "body", "line", "words", "header", "cond")
+
+    def __init__(self, kind, var, body, line, words=None, header=None, cond=None):
         self.kind, self.var, self.body, self.line = kind, var, body, line
+        self.words, self.header, self.cond = words, header, cond
+
+
+class ArithCmd:
+    """``(( expr ))``: `expr` is a Word whose expansion is evaluated; true when nonzero."""
+
+    __slots__ = ("expr", "line", "text")
+
+    def __init__(self, expr, line, text):
+        self.expr, self.line, self.text = expr, line, text
 
 
 class Func:
@@ -457,18 +471,39 @@ class _Conv:
         return Case(word or Word([], self.line(n), ""), arms, self.line(n))
 
     def s_for_statement(self, n):
-        var, body = None, []
+        var, body, words, listed = None, [], [], False
         for c in n.children:
             if c.type == "variable_name" and var is None:
                 var = self.text(c)
+            elif c.type == "in":
+                listed = True
             elif c.type == "do_group":
                 body = self.stmts(c.children)
-        return Loop("for", var, body, self.line(n))
+            elif listed and c.is_named and c.type != "comment":
+                words.append(self.word(c))
+        if not listed:  # for NAME; do ...: the positional arguments
+            line = self.line(n)
+            words = [Word([Param("@", None, None, None, None, False, True, '"$@"', line)],
+                          line, '"$@"')]
+        return Loop("for", var, body, self.line(n), words)
 
     def s_c_style_for_statement(self, n):
         body = next((self.stmts(c.children) for c in n.children
                      if c.type in ("do_group", "compound_statement")), [])
-        return Loop("for", None, body, self.line(n))
+        kids = n.children
+        opened = next((c for c in kids if c.type == "(("), None)
+        closed = next((c for c in kids if c.type == "))"), None)
+        header = None
+        if opened is not None and closed is not None:
+            semis = [c for c in kids if c.type == ";" and
+                     opened.end_byte <= c.start_byte and c.end_byte <= closed.start_byte]
+            if len(semis) == 2:
+                cuts = [opened.end_byte, semis[0].start_byte, semis[0].end_byte,
+                        semis[1].start_byte, semis[1].end_byte, closed.start_byte]
+                header = tuple(self.region(n, cuts[k], cuts[k + 1], True)
+                               if self.gap(cuts[k], cuts[k + 1]).strip() else None
+                               for k in (0, 2, 4))
+        return Loop("for", None, body, self.line(n), None, header)
 
     def s_while_statement(self, n):
         kind = n.children[0].type if n.children else "while"
@@ -478,7 +513,7 @@ class _Conv:
                 body = self.stmts(c.children)
             elif c.type in _STATEMENTS:
                 cond.append(self.stmt(c))
-        return Loop(kind, None, cond + body, self.line(n))
+        return Loop(kind, None, cond + body, self.line(n), cond=cond)
 
     def s_function_definition(self, n):
         name = next((self.text(c) for c in n.children if c.type == "word"), "")
@@ -487,8 +522,11 @@ class _Conv:
                     self.line(n))
 
     def s_compound_statement(self, n):
-        if n.children and n.children[0].type == "((":  # ((...)): arithmetic only
-            return Simple([], [], self.line(n), self.line(n))
+        kids = n.children
+        if kids and kids[0].type == "((":  # ((...)): arithmetic only
+            b = kids[-1].start_byte if len(kids) > 1 and kids[-1].type == "))" else n.end_byte
+            return ArithCmd(self.region(n, kids[0].end_byte, b, True), self.line(n),
+                            self.text(n))
         return Group(self.stmts(n.children), False, self.line(n))
 
     def s_subshell(self, n):

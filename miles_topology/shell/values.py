@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
 from .model import Source
@@ -51,19 +52,31 @@ OWN = object()  # marks text of the word being expanded (not an item passed on f
 
 
 _ARITH_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|[0-9]+)|\$?\{?([A-Za-z_]\w*)\}?|"
-                          r"(\*\*|[-+*/%()]))")
+                          r"(<<=|>>=|\*\*|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&^|]=|"
+                          r"[-+*/%()<>=!~&^|?:,]))")
 INT_LIMIT = 2**63
+_ASSIGN = frozenset(("=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "^=", "|="))
+_PREC = {op: level for level, ops in enumerate((  # loosest first; all left-associative
+    ("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", ">", "<=", ">="),
+    ("<<", ">>"), ("+", "-"), ("*", "/", "%")), 1) for op in ops}
+_TARGET = re.compile(r"([A-Za-z_]\w*)\s*(?:\+\+|--|(?:<<|>>|[-+*/%&^|])?=(?!=))|"
+                     r"(?:\+\+|--)\s*([A-Za-z_]\w*)")
 
 
-def arith(text: str, lookup) -> int:
-    """Evaluate + - * / % ** and parentheses over ints, as bash does; no eval."""
+@lru_cache(maxsize=256)
+def arith_targets(text: str) -> tuple[str, ...]:
+    """The variables an arithmetic expression may assign (``x=``, ``x+=``, ``x++``, ``--x``)."""
+    return tuple(dict.fromkeys(a or b for a, b in _TARGET.findall(text)))
+
+
+@lru_cache(maxsize=256)
+def _tokens(text: str) -> tuple:
     toks: list = []
     pos = 0
-    text = text.strip()
     while pos < len(text):
         m = _ARITH_TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise ArithError(f"'{text[pos:].strip()[:20]}' is not supported in $((...))")
+            raise ArithError(f"'{text[pos:].strip()[:20]}' is not supported in arithmetic")
         pos = m.end()
         num, name, op = m.groups()
         if num is not None:
@@ -76,82 +89,182 @@ def arith(text: str, lookup) -> int:
             toks.append(("name", name))
         else:
             toks.append(op)
-    k = 0
+    return tuple(toks)
 
-    def peek():
-        return toks[k] if k < len(toks) else None
 
-    def check(v: int) -> int:
-        if abs(v) >= INT_LIMIT:
-            raise ArithError("the result overflows 64-bit integers")
+def arith(text: str, lookup, assign=None) -> int:
+    """Evaluate a bash arithmetic expression over ints, as bash does; no eval. Operators:
+    ``, = += -= *= /= %= <<= >>= &= ^= |= ?: || && | ^ & == != < > <= >= << >> + - * / %
+    ** ! ~ ++ --`` and parentheses; variables by bare name through `lookup(name)`.
+    `assign(name, value)` stores an assignment; without it an assignment is an ArithError.
+    ``&&``, ``||`` and ``?:`` do not evaluate (look up, assign, divide in) the side not taken."""
+    toks = _tokens(text.strip())
+    if not toks:
+        return 0
+    ev = _Eval(toks, lookup, assign)
+    v = ev.comma(0)
+    if ev.k != len(toks):
+        raise ArithError(f"unexpected '{toks[ev.k]}'")
+    return v
+
+
+def _check(v: int) -> int:
+    if abs(v) >= INT_LIMIT:
+        raise ArithError("the result overflows 64-bit integers")
+    return v
+
+
+_OPS = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "&": int.__and__,
+        "|": int.__or__, "^": int.__xor__, "==": lambda x, y: int(x == y),
+        "!=": lambda x, y: int(x != y), "<": lambda x, y: int(x < y),
+        ">": lambda x, y: int(x > y), "<=": lambda x, y: int(x <= y),
+        ">=": lambda x, y: int(x >= y)}
+
+
+class _Eval:
+    """One evaluation: recursive descent over the tokens (a class, not closures, so that
+    each evaluation leaves no reference cycles behind for the garbage collector)."""
+
+    __slots__ = ("toks", "n", "k", "skip", "lookup", "assign")
+
+    def __init__(self, toks: tuple, lookup, assign):
+        self.toks, self.n, self.k, self.skip = toks, len(toks), 0, 0  # skip > 0: not taken
+        self.lookup, self.assign = lookup, assign
+
+    def peek(self, at=0):
+        k = self.k + at
+        return self.toks[k] if k < self.n else None
+
+    def get(self, name: str) -> int:
+        return 0 if self.skip else self.lookup(name)
+
+    def put(self, name: str, v: int) -> int:
+        if not self.skip:
+            if self.assign is None:
+                raise ArithError(f"assigning {name} in $((...)) is not followed")
+            self.assign(name, _check(v))
         return v
 
-    def expr(depth):
-        nonlocal k
-        v = term(depth)
-        while peek() in ("+", "-"):
-            op = toks[k]
-            k += 1
-            r = term(depth)
-            v = check(v + r if op == "+" else v - r)
-        return v
-
-    def term(depth):
-        nonlocal k
-        v = unary(depth)
-        while peek() in ("*", "/", "%"):
-            op = toks[k]
-            k += 1
-            r = unary(depth)
-            if op == "*":
-                v = check(v * r)
-            elif r == 0:
+    def binop(self, op: str, a: int, b: int) -> int:
+        if op in ("/", "%"):
+            if b == 0:
+                if self.skip:
+                    return 0
                 raise ArithError("division by zero")
-            else:
-                q = abs(v) // abs(r) * (1 if (v >= 0) == (r >= 0) else -1)
-                v = q if op == "/" else v - q * r
+            q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
+            return q if op == "/" else a - q * b
+        if op in ("<<", ">>"):
+            if not 0 <= b < 64:
+                if self.skip:
+                    return 0
+                raise ArithError("shift count out of range")
+            return _check(a << b) if op == "<<" else a >> b
+        if op == "**":
+            if not 0 <= b <= 64:
+                if self.skip:
+                    return 0
+                raise ArithError("exponent out of range")
+            return _check(a**b)
+        return _check(_OPS[op](a, b))
+
+    def comma(self, depth):
+        v = self.assignment(depth)
+        while self.peek() == ",":
+            self.k += 1
+            v = self.assignment(depth)
         return v
 
-    def unary(depth):
-        nonlocal k
+    def assignment(self, depth):
         if depth > 50:
             raise ArithError("nested too deeply")
-        if peek() in ("+", "-"):
-            op = toks[k]
-            k += 1
-            v = unary(depth + 1)
-            return -v if op == "-" else v
-        v = atom(depth)
-        if peek() == "**":
-            k += 1
-            r = unary(depth + 1)
-            if r < 0 or r > 64:
-                raise ArithError("exponent out of range")
-            v = check(v**r)
+        t = self.peek()
+        if type(t) is tuple and self.peek(1) in _ASSIGN:
+            op = self.toks[self.k + 1]
+            self.k += 2
+            r = self.assignment(depth + 1)
+            if op != "=":
+                r = self.binop(op[:-1], self.get(t[1]), r)
+            return self.put(t[1], r)
+        return self.ternary(depth)
+
+    def ternary(self, depth):
+        c = self.binary(1, depth)
+        if self.peek() != "?":
+            return c
+        self.k += 1
+        self.skip += not c
+        a = self.comma(depth + 1)
+        self.skip -= not c
+        if self.peek() != ":":
+            raise ArithError("'?' without ':'")
+        self.k += 1
+        self.skip += bool(c)
+        b = self.ternary(depth + 1)
+        self.skip -= bool(c)
+        return a if c else b
+
+    def binary(self, least, depth):  # precedence climbing over _PREC
+        v = self.power(depth)
+        while self.k < self.n:
+            op = self.toks[self.k]
+            level = _PREC.get(op) if type(op) is str else None
+            if level is None or level < least:
+                break
+            self.k += 1
+            if op in ("&&", "||"):
+                short = (not v) if op == "&&" else bool(v)
+                self.skip += short
+                r = self.binary(level + 1, depth)
+                self.skip -= short
+                v = int(bool(v) or bool(r)) if op == "||" else int(bool(v) and bool(r))
+            else:
+                v = self.binop(op, v, self.binary(level + 1, depth))
         return v
 
-    def atom(depth):
-        nonlocal k
-        t = peek()
-        k += 1
+    def power(self, depth):  # right-associative, below the unary operators: -2**2 is 4
+        v = self.unary(depth)
+        if self.peek() == "**":
+            self.k += 1
+            v = self.binop("**", v, self.power(depth + 1))
+        return v
+
+    def unary(self, depth):
+        if depth > 50:
+            raise ArithError("nested too deeply")
+        t = self.peek()
+        if t in ("++", "--") and type(self.peek(1)) is tuple:
+            name = self.toks[self.k + 1][1]
+            self.k += 2
+            return self.put(name, _check(self.get(name) + (1 if t == "++" else -1)))
+        if t in ("+", "-", "!", "~", "++", "--"):
+            self.k += 1
+            if t in ("++", "--"):  # not before a name: two signs
+                return self.unary(depth + 1)
+            v = self.unary(depth + 1)
+            return _check(-v) if t == "-" else v if t == "+" else int(not v) if t == "!" \
+                else ~v
+        return self.postfix(depth)
+
+    def postfix(self, depth):
+        t = self.peek()
+        self.k += 1
         if type(t) is int:
             return t
         if type(t) is tuple:
-            return lookup(t[1])
+            if self.peek() in ("++", "--"):
+                op = self.toks[self.k]
+                self.k += 1
+                v = self.get(t[1])
+                self.put(t[1], _check(v + (1 if op == "++" else -1)))
+                return v
+            return self.get(t[1])
         if t == "(":
-            v = expr(depth + 1)
-            if peek() != ")":
+            v = self.comma(depth + 1)
+            if self.peek() != ")":
                 raise ArithError("missing ')'")
-            k += 1
+            self.k += 1
             return v
         raise ArithError("incomplete expression" if t is None else f"unexpected '{t}'")
-
-    if not toks:
-        return 0
-    v = expr(0)
-    if k != len(toks):
-        raise ArithError(f"unexpected '{toks[k]}'")
-    return v
 
 
 def dirname(p: str) -> str:
