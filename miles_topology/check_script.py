@@ -129,9 +129,10 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
     found = read(path, env)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
-    unresolved = [
-        {"flag": u.flag, "expression": u.expression, "source": str(u.source), "why": u.why}
-        for u in found.unresolved
+    unresolved = [  # one entry per unknown, though the launch may use it more than once
+        dict(t) for t in dict.fromkeys(
+            (("flag", u.flag), ("expression", u.expression), ("source", str(u.source)),
+             ("why", u.why)) for u in found.unresolved)
     ]
     unresolved += env_unresolved(exported, _topology_file(found))
     unknown = {u["flag"] for u in unresolved if u["flag"]}
@@ -201,8 +202,8 @@ def _lines(values: dict, found: ScriptRead, unresolved: list[dict], facts: set[s
         for old in info["overridden"]:
             lines.append(f"    overrides {old['value'] or '(switch)'} at {old['source']}")
     for u in unresolved:
-        lines.append(f"unresolved {u['flag'] or ''} = {u['expression']}  at {u['source']}: "
-                     f"{u['why']}")
+        what = f"{u['flag']} = {u['expression']}" if u["flag"] else u["expression"]
+        lines.append(f"unresolved {what}  at {u['source']}: {u['why']}")
     if facts:
         lines.append(facts_line(facts, why))
     return lines

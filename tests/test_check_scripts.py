@@ -211,3 +211,12 @@ def test_a_script_launch_still_gives_the_yaml_its_exports(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text(f"export TP=4\npython3 train.py --topology {yaml} --colocate\n")
     assert check_script(str(script), {}).topology.tp == 4
+
+
+def test_an_unknown_used_twice_is_reported_once():
+    # the fixture expands the same unread MODEL_ARGS twice (directly and through EXTRA)
+    v = check_script(str(HERE / "unresolved-array-before-flags.sh"), {})
+    assert [(u["flag"], u["expression"]) for u in v.extra["unresolved"]] == [
+        (None, "read -ra MODEL_ARGS")]
+    line = next(x for x in v.extra["report_lines"] if x.startswith("unresolved"))
+    assert line.startswith("unresolved read -ra MODEL_ARGS  at ")
