@@ -216,8 +216,9 @@ def test_engine_post_processing_before_all_senders_is_caught(pool):
     _, bad = job(pool, kw, steps=3,
                  extra=["--fault", "early-post-process", "--sync-skew-s", "0.3"])
     assert bad[-1]["early_post_requests"] > 0
-    # later rollouts serve stale experts
-    assert max(m["logprob_max_abs_diff"] for m in bad[1:]) > 10 * LOGPROB_TOL
+    # later rollouts serve stale experts: far beyond kernel noise (~3e-2 here); how far
+    # depends on which shards the early post-process missed (1.4 to 9 seen)
+    assert max(m["logprob_max_abs_diff"] for m in bad[1:]) > 3 * LOGPROB_TOL
 
 
 def test_skewed_senders_never_make_an_engine_post_process_early(pool):
