@@ -195,6 +195,25 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
 
 
 @check
+def moe_pattern_length(topo: Topology) -> Iterator[Problem]:
+    """megatron/core/models/gpt/gpt_layer_specs.py get_gpt_decoder_block_spec: a list
+    --moe-layer-freq must have one entry per layer (asserted while building the layer specs,
+    before training starts). FSDP builds no Megatron layer specs."""
+    freq = topo.moe_layer_freq
+    if topo.train_backend == "fsdp" or topo.experts is None or topo.layers is None \
+            or isinstance(freq, int) or len(freq) == topo.layers:
+        return
+    yield _err(
+        "moe-layer-freq-length",
+        f"--moe-layer-freq lists {len(freq)} layers but --num-layers is {topo.layers}: "
+        "megatron-core asserts one entry per layer when it builds the layer specs.",
+        f"give --moe-layer-freq {topo.layers} entries (e.g. [0]*k+[1]*({topo.layers}-k), "
+        f"k dense layers first), or set --num-layers {len(freq)}",
+        "moe_layer_freq", "layers",
+    )
+
+
+@check
 def heads_by_tp(topo: Topology) -> Iterator[Problem]:
     """megatron-core TransformerConfig.__post_init__ (0.16): num_attention_heads % tp == 0, and
     num_query_groups a multiple OR a divisor of tp (fewer KV groups than TP ranks are

@@ -61,6 +61,9 @@ CODES: dict[str, tuple[str, str]] = {
         "`--disable-rollout-trim-samples`)"),
     "global-batch-not-divisible-by-dp": (
         "error", "global batch % (dp x micro batch) != 0 (no dynamic batch)"),
+    "moe-layer-freq-length": (
+        "error", "a list `--moe-layer-freq` whose length is not `--num-layers` (megatron-core "
+        "asserts one entry per layer when it builds the layer specs)"),
     "missing-model-fact": ("error", "a derivation needs a model fact that was not given"),
     "sp-ignored": ("warning", "`--sequence-parallel` with TP 1"),
     "r3-external-capture": (

@@ -57,7 +57,8 @@ def test_every_error_code_has_a_fixture():
             "rollout-gpus-not-multiple-of-engine", "engine-straddles-nodes", "sglang-dp-invalid",
             "sglang-ep-invalid", "r3-requires-moe", "r3-router-fusion",
             "flag-conflict", "etp-implied", "colocate-ignores-rollout-gpus",
-            "deprecated-flag"} <= codes  # gpu-budget-exceeded needs a cluster size: test_checks
+            "deprecated-flag", "moe-layer-freq-length",
+            } <= codes  # gpu-budget-exceeded needs a cluster size: test_checks
     assert len(FIXTURES) >= 25
 
 

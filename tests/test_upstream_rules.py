@@ -490,3 +490,15 @@ def test_rollout_only_switches_colocate_off():
     topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--rollout-num-gpus", "4"])
     assert (topo.nodes, topo.gpus_per_node, topo.rollout_gpu_count) == (1, 4, 4)
     assert "colocate-ignores-rollout-gpus" not in codes(topo.warnings)
+
+
+def test_a_moe_layer_list_of_the_wrong_length_is_refused():
+    # megatron-core gpt_layer_specs.py: len(moe_layer_pattern) == num_layers is asserted
+    base = ["--actor-num-gpus-per-node", "8", "--colocate", "--num-experts", "64",
+            "--num-layers", "48"]
+    e = refused(base + ["--moe-layer-freq", "[0]*1+[1]*46"])
+    assert codes(e.problems) == ["moe-layer-freq-length"]
+    assert "lists 47 layers but --num-layers is 48" in e.problems[0].message
+    ok = Topology.from_flags(base + ["--moe-layer-freq", "[0]*2+[1]*46"])
+    assert sum(ok.moe_pattern) == 46
+    assert Topology.from_flags(base + ["--moe-layer-freq", "2"]).moe_pattern[:2] == (True, False)
