@@ -767,3 +767,13 @@ def test_ten_thousand_iterations_are_fast(tmp_path):
     took = time.perf_counter() - start
     assert final(read) == {"--n": "10000", "--last": "1"}
     assert took < 5  # about 0.2 s
+
+
+@pytest.mark.parametrize("between", ["( cd /tmp )", "bash -s <<EOF\necho hi\nEOF",
+                                     "for i in 1; do break; done"])
+def test_an_associative_array_keeps_its_keys_across_a_saved_state(tmp_path, between):
+    # a subshell, a here-document script and a stepped loop all save and restore the
+    # variables; an associative array must come back with its keys
+    read = read_text(tmp_path, f"declare -A TP=([small]=2 [big]=8)\n{between}\n"
+                     "python3 train.py --tensor-model-parallel-size ${TP[big]}\n")
+    assert final(read) == {"--tensor-model-parallel-size": "8"}

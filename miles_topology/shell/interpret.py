@@ -214,7 +214,7 @@ class Reader(Expander, Provenance):
             self.func_file[n.name] = self.where[-1]
         elif t is syntax.Group:
             if n.subshell:
-                saved = {k: Var(list(v.items), v.array) for k, v in self.vars.items()}
+                saved = self.copy_vars()
                 self.loops.append(_BARRIER)
                 try:
                     self.run(n.body, cond)
@@ -416,12 +416,17 @@ class Reader(Expander, Provenance):
 
     def snapshot(self) -> tuple:
         """The shell state a loop may change, to undo a loop that cannot be stepped through."""
-        return ({k: Var(list(v.items), v.array, v.keys) for k, v in self.vars.items()},
+        return (self.copy_vars(),
                 dict(self.funcs), dict(self.func_file), len(self.launches), len(self.notes),
                 len(self.unresolved), len(self.missing), {k: set(v) for k, v in self.uses.items()},
                 set(self.exported), set(self.assoc), set(self.inherited), self.cwd,
                 self.allexport, dict(self.prev_end), list(self.frames),
                 [list(p) for p in self.positions])
+
+    def copy_vars(self) -> dict[str, Var]:
+        """The variables, to put back after a subshell, a here-document script or a loop
+        that cannot be stepped through (associative arrays keep their keys)."""
+        return {k: Var(list(v.items), v.array, v.keys) for k, v in self.vars.items()}
 
     def restore(self, saved: tuple):
         (self.vars, self.funcs, self.func_file, launches, notes, unresolved, missing,
@@ -898,7 +903,7 @@ class Reader(Expander, Provenance):
         if not text.strip() or self.calls >= MAX_CALL_DEPTH:
             return
         body = self.parse(text.encode("utf-8", "surrogateescape"), self.file, False, doc.line)
-        saved = {k: Var(list(v.items), v.array) for k, v in self.vars.items()}
+        saved = self.copy_vars()
         self.calls += 1
         self.loops.append(_BARRIER)
         try:
