@@ -12,15 +12,13 @@ this project's own launcher, ``python -m miles.train``.
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass, field
 
 # one rule of command forms, of ray job submit's runtime env and of a training entry
-from ..shell.launch import command_form, is_training, runtime_env
+from ..shell.launch import ASSIGN, command_form, is_training, runtime_env
 
 _OPERATORS = {";", "&&", "||", "|", "&", "\n", ";;", "|&"}
-_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
 @dataclass
@@ -85,7 +83,7 @@ def find_in_shell(text: str, env: dict[str, str] | None = None) -> Launch | None
     for words in split_shell(text):
         if words[0] == "export":
             for w in words[1:]:
-                if _ASSIGN.match(w):
+                if ASSIGN.match(w):
                     k, _, v = w.partition("=")
                     env[k] = v
             continue

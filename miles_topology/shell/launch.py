@@ -21,7 +21,7 @@ from .model import FlagValue, LaunchSite, Source, Unresolved, is_switch
 from .values import Field, Unk
 
 _PY = re.compile(r"python(?:[0-9](?:\.[0-9]+)?)?$")
-_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")  # NAME=value before a command
 _SHELLS = frozenset(("bash", "sh", "zsh", "dash"))
 # words that run the rest of the line as a command -> their options that take a value
 _PREFIX = {
@@ -120,7 +120,7 @@ def _skip_wrappers(vals: list[str | None], k: int, env: dict[str, str]) -> int:
         v = vals[k]
         if v is None:
             return k
-        if _ASSIGN.match(v):
+        if ASSIGN.match(v):
             name, _, value = v.partition("=")
             env[name] = value
             k += 1
