@@ -138,10 +138,10 @@ class Pool:
     def __init__(self):
         self.host = None
 
-    def hosts(self, nodes: int) -> list:
+    def take(self):
         if self.host is None:
             self.host = Host.remote()
-        return [self.host] * nodes
+        return self.host
 
     def close(self) -> None:
         if self.host is not None:
@@ -201,22 +201,22 @@ class Job:
 
 def spawn(cluster, topo) -> Job:
     """The hosts of a job: one per Topology node on the launcher's cluster, a Pool's otherwise."""
-    nodes = sorted({topo.placement(r)[0] for r in range(topo.world_size)}
-                   | {topo.engine_gpus(e)[0][0] for e in range(topo.num_engines)})
-    train_env = [{} for _ in range(topo.world_size)]
-    engine_env = [{} for _ in range(topo.num_engines)]
+    rank_node = [topo.placement(r)[0] for r in range(topo.world_size)]
+    engine_node = [topo.engine_gpus(e)[0][0] for e in range(topo.num_engines)]  # its leader's
+    nodes = sorted(set(rank_node) | set(engine_node))
     if isinstance(cluster, Pool):
-        by_node = dict(zip(nodes, cluster.hosts(len(nodes))))
+        host = cluster.take()
+        by_node, hosts = {n: host for n in nodes}, [host]
         master, owned = ("127.0.0.1", _free_port()), False
+        train_env, engine_env = [{} for _ in rank_node], [{} for _ in engine_node]
     else:
         by_node = {n: Host.options(**cluster.node_actor_options(n)).remote() for n in nodes}
+        hosts = list(by_node.values())
         master, owned = tuple(cluster.master), True
         train_env = [cluster.train_env(r) for r in range(topo.world_size)]
         engine_env = [cluster.engine_env(e) for e in range(topo.num_engines)]
-    train = [Proc(by_node[topo.placement(r)[0]], f"rank{r}") for r in range(topo.world_size)]
-    engines = [Proc(by_node[topo.engine_gpus(e)[0][0]], f"engine{e}")
-               for e in range(topo.num_engines)]
-    hosts = list({id(h): h for h in by_node.values()}.values())
+    train = [Proc(by_node[n], f"rank{r}") for r, n in enumerate(rank_node)]
+    engines = [Proc(by_node[n], f"engine{e}") for e, n in enumerate(engine_node)]
     return Job(hosts, train, engines, master, owned, train_env, engine_env)
 
 
