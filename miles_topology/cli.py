@@ -1,7 +1,7 @@
 """`miles-topology`: check, show and migrate parallel layouts; print the YAML schema.
 
 The CLI is the composition root: it reads the inputs, builds verdicts (report.py), runs the
-migrations (migrations/) and prints. Exit codes: 0 valid (warnings allowed), 1 invalid
+migrations (miles_topology/migrations/) and prints. Exit codes: 0 valid (warnings allowed), 1 invalid
 configuration, 2 unreadable input or usage error.
 """
 

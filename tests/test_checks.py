@@ -188,7 +188,7 @@ def _emitted_codes(extra=()):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    files = {p.resolve() for d in ("miles_topology", "migrations")
+    files = {p.resolve() for d in ("miles_topology",)
              for p in (root / d).rglob("*.py")} | set(extra)
     makers = {"Problem", "Note", "_err", "_warn", "_skip", "_problem", "_note"}
     found = {}

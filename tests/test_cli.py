@@ -144,7 +144,7 @@ def test_schema_validates_every_example_and_rejects_a_bad_one(tmp_path, capsys):
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     examples = sorted((ROOT / "examples").glob("*.yaml")) + \
-        sorted((ROOT / "migrations" / "fixtures").rglob("*.topology.yaml"))
+        sorted((ROOT / "miles_topology" / "migrations" / "fixtures").rglob("*.topology.yaml"))
     assert examples
     for path in examples:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
@@ -248,7 +248,7 @@ def test_core_imports_nothing_from_the_cli_or_the_migrations():
                 assert not (node.level and (mod in roots or roots & names)), (path, mod)
                 assert mod != "miles_topology" or not roots & set(
                     (node.module or "").split(".")[1:2]), path
-    for path in (ROOT / "migrations").glob("*.py"):
+    for path in (ROOT / "miles_topology" / "migrations").glob("*.py"):
         assert "cli" not in {a.name for n in ast.walk(ast.parse(path.read_text()))
                              if isinstance(n, ast.ImportFrom) for a in n.names}, path
         assert "argparse" not in path.read_text(), path

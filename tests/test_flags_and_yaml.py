@@ -267,7 +267,7 @@ def test_the_topology_option_is_parsed_only_in_flags_py():
 
     root = Path(__file__).resolve().parents[1]
     pattern = re.compile(r"""["']--topology=?["']""")
-    files = {p.resolve() for d in ("miles_topology", "migrations", "miles")
+    files = {p.resolve() for d in ("miles_topology", "miles")
              for p in (root / d).rglob("*.py")}
     found = [str(p.relative_to(root)) for p in files if pattern.search(p.read_text())]
     assert found == ["miles_topology/flags.py"]

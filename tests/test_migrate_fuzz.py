@@ -17,7 +17,7 @@ from miles_topology.migrations.runner import migrate, write
 
 ROOT = Path(__file__).parent.parent
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
-STEPS = ROOT / "migrations" / "fixtures"
+STEPS = ROOT / "miles_topology" / "migrations" / "fixtures"
 TEXTS = [p.read_text() for p in sorted(SCRIPTS.glob("*.sh"))] + \
     [p.read_text() for p in sorted(STEPS.glob("*/before.sh"))]
 SNIPPETS = ["--tensor-model-parallel-size 2", "--colocate", "--rollout-num-gpus 4",

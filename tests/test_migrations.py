@@ -30,7 +30,7 @@ from miles_topology.migrations.runner import STEPS, migrate, write
 from miles_topology.sources import read_flags
 
 ROOT = Path(__file__).parent.parent
-STEP_FIXTURES = ROOT / "migrations" / "fixtures"
+STEP_FIXTURES = ROOT / "miles_topology" / "migrations" / "fixtures"
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 EXPECTED = json.loads((SCRIPTS / "expected.json").read_text())["fixtures"]
 CASES = [(n, k) for n, spec in EXPECTED.items() for k in range(len(spec["cases"]))]

@@ -38,7 +38,7 @@ def wheel(tmp_path_factory) -> Path:
         pytest.skip("setuptools is not installed here, so the wheel cannot be built offline")
     out = tmp_path_factory.mktemp("dist")
     src = tmp_path_factory.mktemp("src")  # a clean copy: no stale build/ of the checkout
-    for name in ("pyproject.toml", "README.md", "miles_topology", "migrations"):
+    for name in ("pyproject.toml", "README.md", "miles_topology"):
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, src / name, symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", "fixtures"))
