@@ -103,7 +103,7 @@ def test_missing_package_says_what_to_install():
 
 
 def test_a_crash_is_one_line_at_the_launchers_own_line(monkeypatch):
-    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    monkeypatch.delenv("NUM_IB_HCAS", raising=False)
     with pytest.raises(InputError) as e:
         read_python_launcher(fixture("run_crash.py"), [])
     msg = str(e.value)
@@ -112,8 +112,8 @@ def test_a_crash_is_one_line_at_the_launchers_own_line(monkeypatch):
     assert "answered with exit 0 and empty output" in msg  # why its output was empty
     assert "--env KEY=VALUE" in msg
     # given the value the launcher would have probed for, it goes on to the launch
-    got = read_python_launcher(fixture("run_crash.py"), [], {"NCCL_NVLS_ENABLE": "1"})
-    assert got.env["NCCL_NVLS_ENABLE"] == "1" and sizes(got.argv)[0] == 8
+    got = read_python_launcher(fixture("run_crash.py"), [], {"NUM_IB_HCAS": "1"})
+    assert got.env["NCCL_IB_HCA_COUNT"] == "1" and sizes(got.argv)[0] == 8
 
 
 def test_a_crash_in_an_installed_helper_names_both_lines(tmp_path):

@@ -22,12 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from .cluster import Cluster
 from .commands import launch_of, shown
 
 CHILD = Path(__file__).with_name("child.py")
 UNKNOWN_ENV = ("ray job submit's runtime env is not one this check reads (a --runtime-env "
                "file, or not JSON), and the entrypoint sees only the runtime env")
 MEMORY_MB = 2048
+# [launchers hook] --real-imports: torch maps ~3 GiB of libraries (the sandbox issue bounds
+# memory by use instead of address space); and real imports take seconds, not a tenth
+REAL_MEMORY_MB, REAL_TIMEOUT_S = 16384, 60.0
 # What the import name does not say: the name to pip install.
 PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2":
              "opencv-python", "dateutil": "python-dateutil", "google": "protobuf"}
@@ -58,18 +62,70 @@ class PythonLaunch:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     env_known: bool = True  # False: the runtime env of its ray job submit is not literal
+    command: str | None = None  # the typer command it was run with, when one was named
+    index: int = 0  # which launch of the run (0: the first)
+    unknowns: dict = field(default_factory=dict)  # marker id -> {"what", "source"}
+    assumed: list[str] = field(default_factory=list)  # branches on stand-in values
+    probes: list[dict] = field(default_factory=list)  # captured commands, how answered
 
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
-                         = None, timeout_s: float = 10, memory_mb: int = MEMORY_MB,
-                         cwd: str | None = None) -> PythonLaunch:
+                         = None, timeout_s: float | None = None, memory_mb: int | None = None,
+                         cwd: str | None = None, cluster: Cluster | None = None,
+                         real_imports: bool = False) -> PythonLaunch:
     """Run the launcher at `path` with `launcher_args` in the sandbox and return its training
-    launch. `env` adds to the current environment (as `--env KEY=VALUE` does for scripts).
-    The launcher runs in the sandbox's temporary folder, or in `cwd` when given (for a launcher
-    that reads files relative to where it is started; its writes there are redirected all the
-    same). Raises InputError when there is no launch, or when the launcher cannot run to it."""
+    launch (the first, when it starts several: see `read_python_launches`). `env` adds to the
+    current environment (as `--env KEY=VALUE` does for scripts). The launcher runs in the
+    sandbox's temporary folder, or in `cwd` when given (for a launcher that reads files
+    relative to where it is started; its writes there are redirected all the same). Its
+    probes are answered from `cluster` (default: `Cluster.of({})`); heavy modules are
+    stand-ins unless `real_imports`. Raises InputError when there is no launch, or when the
+    launcher cannot run to it."""
+    got = _read(path, launcher_args, env, timeout_s, memory_mb, cwd, cluster, real_imports,
+                False)
+    return _interpret(*got)[0]
+
+
+def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, str] | None
+                         = None, cwd: str | None = None, cluster: Cluster | None = None,
+                         real_imports: bool = False) -> list[PythonLaunch]:
+    """Every training launch of the launcher, in order: one per call that starts training
+    (a test looping over configs launches many), and, for a typer app with several commands
+    run with no arguments, those of each command in turn (the launcher is run once per
+    command; a command that launches nothing is a note on the others)."""
+    got = _read(path, launcher_args, env, None, None, cwd, cluster, real_imports,
+                not launcher_args)
+    commands = next((r["commands"] for r in got[1] if "commands" in r), None)
+    if commands is None:
+        return _interpret(*got, every=True)
+    out, idle = [], []
+    for name in commands:
+        try:
+            runs = _interpret(*_read(path, [name], env, None, None, cwd, cluster, real_imports,
+                                     False), every=True)
+        except InputError as e:
+            idle.append(f"command `{name}`: {str(e).split(': ', 1)[-1]}")
+            continue
+        for r in runs:
+            r.command = name
+        out += runs
+    if not out:
+        raise InputError(f"{path}: no command of the typer app ({', '.join(commands)}) "
+                         "launches training: " + "; ".join(idle))
+    for r in out:
+        r.notes += idle
+    return out
+
+
+def _read(path, launcher_args, env, timeout_s, memory_mb, cwd, cluster, real_imports,
+          discover):
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
+    if timeout_s is None:
+        timeout_s = REAL_TIMEOUT_S if real_imports else 10
+    if memory_mb is None:
+        memory_mb = REAL_MEMORY_MB if real_imports else MEMORY_MB
+    cluster = cluster or Cluster.of({})
     child_env = {**os.environ, **(env or {})}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
@@ -79,14 +135,16 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
         # the real HOME) are there as they are for the real launcher
         sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
         sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
+        extra = {"cluster": cluster.as_dict(), "real_imports": real_imports,
+                 "discover": discover}  # [launchers hook]
         records, err, status = _run(path, launcher_args, child_env, sandbox, Path(tmp), work,
-                                    timeout_s, memory_mb)
-    return _interpret(path, records, err, status, {**child_env, **sandbox}, timeout_s,
-                      memory_mb, time.perf_counter() - t0)
+                                    timeout_s, memory_mb, extra)
+    return (path, records, err, status, {**child_env, **sandbox}, timeout_s, memory_mb,
+            time.perf_counter() - t0)
 
 
 def _run(path, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
-         memory_mb: int):
+         memory_mb: int, extra: dict):
     record = tmp / "record.jsonl"
     record.touch()
     cfg = tmp / "config.json"
@@ -95,7 +153,7 @@ def _run(path, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float
         "launcher": os.path.abspath(path), "args": list(args), "work": str(work),
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
         "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
-        "env": sandbox}))
+        "env": sandbox, **extra}))
     with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
         # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc
         proc = subprocess.Popen([sys.executable, "-E", "-B", str(CHILD), str(cfg)], cwd=work,
@@ -129,20 +187,22 @@ def _where(src) -> tuple[str, int] | None:
     return (src[0], int(src[1])) if src else None
 
 
-def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds
-               ) -> PythonLaunch:
+def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds,
+               every: bool = False) -> list[PythonLaunch]:
     end = records[-1] if records and "end" in records[-1] else None
     calls = [r for r in records if "kind" in r]
-    found, others = None, []
+    found, others, launches = None, [], []
     for r in calls:
         env = r.get("env")
         if env is None:
             env = {k: v for k, v in {**child_env, **(r.get("env_changes") or {})}.items()
                    if v is not None}
         got = launch_of({**r, "env": env}) if _runs(r["kind"]) else None
+        if got is not None:
+            launches.append((got, r))
         if got is not None and found is None:
             found = (got, r)
-        else:
+        elif got is None or not every:
             others.append(Recorded(r["kind"], shown(r), _where(r.get("source"))))
     name = os.path.basename(path)
     notes = []
@@ -183,13 +243,23 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
         raise InputError(f"{path}: no training launch: the launcher {ran}, none of them "
                          "starts train.py or train_async.py (python3, torchrun, or ray job "
                          "submit ... -- python3 train.py)")
-    (launch, rec) = found
-    if any(launch_of({**r, "env": {}}) for r in calls if r is not rec and _runs(r["kind"])):
+    if len(launches) > 1 and not every:
         notes.append("it launches training more than once; the first launch is the one read")
-    env = {k: v for k, v in launch.env.items() if launch.launcher == "ray job submit"
-           or child_env.get(k) != v}
-    return PythonLaunch(path, launch.argv, launch.entry, launch.launcher,
-                        _where(rec.get("source")), env, others, notes, seconds, launch.env_known)
+    unknowns = {r["unknown"]: {"what": r["what"], "source": _where(r.get("source"))}
+                for r in records if "unknown" in r}
+    assumed = list(dict.fromkeys(f"{r['assumed']} taken as {r['as']}" for r in records
+                                 if "assumed" in r))
+    probes = [{"command": shown(r), "answer": r.get("answer"), "node": r.get("node"),
+               "source": _where(r.get("source"))} for r in calls if r.get("captured")
+              or r.get("answer") == "cluster"]
+    out = []
+    for i, (launch, rec) in enumerate(launches if every else launches[:1]):
+        env = {k: v for k, v in launch.env.items() if launch.launcher == "ray job submit"
+               or child_env.get(k) != v}
+        out.append(PythonLaunch(path, launch.argv, launch.entry, launch.launcher,
+                                _where(rec.get("source")), env, others, list(notes), seconds,
+                                launch.env_known, None, i, unknowns, assumed, probes))
+    return out
 
 
 def _runs(kind: str) -> bool:

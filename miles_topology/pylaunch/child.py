@@ -102,30 +102,35 @@ class FakePopen:
         argv, string = _words(args)
         if shell and argv is not None:  # Popen(["cmd ..."], shell=True): the first is the script
             argv, string = None, argv[0] if argv else ""
+        ran, how = answer(argv, string)  # [launchers hook] the modelled cluster's answer
         record("subprocess", argv, string, env, via_shell=bool(shell),
                cwd=os.fsdecode(cwd) if cwd is not None else None,
-               captured=stdout == subprocess.PIPE)
+               captured=stdout == subprocess.PIPE, answer=how, **_node())
         self.args, self.returncode, self.pid = args, None, _FAKE_PID
+        self._status = ran.status if ran is not None else 0
         texty = bool(text or universal_newlines or encoding or errors)
+        said = ran.stdout if ran is not None else ""
         empty = (lambda: io.StringIO("")) if texty else (lambda: io.BytesIO(b""))
         self.stdin = io.StringIO() if texty and stdin == subprocess.PIPE else \
             io.BytesIO() if stdin == subprocess.PIPE else None
-        self.stdout = empty() if stdout == subprocess.PIPE else None
+        self.stdout = (io.StringIO(said) if texty else io.BytesIO(said.encode())) \
+            if stdout == subprocess.PIPE else None
+        self._said = said if texty else said.encode()
         self.stderr = empty() if stderr == subprocess.PIPE else None
         self._empty = "" if texty else b""
 
     def communicate(self, input=None, timeout=None):
-        self.returncode = 0
-        return (self._empty if self.stdout is not None else None,
+        self.returncode = self._status
+        return (self._said if self.stdout is not None else None,
                 self._empty if self.stderr is not None else None)
 
     def poll(self):
-        self.returncode = 0
-        return 0
+        self.returncode = self._status
+        return self._status
 
     def wait(self, timeout=None):
-        self.returncode = 0
-        return 0
+        self.returncode = self._status
+        return self._status
 
     def send_signal(self, sig):
         pass
@@ -136,13 +141,14 @@ class FakePopen:
         return self
 
     def __exit__(self, *exc):
-        self.returncode = 0
+        self.returncode = self._status
         return False
 
 
 def _system(command):
-    record("os.system", None, os.fsdecode(command))
-    return 0
+    ran, how = answer(None, os.fsdecode(command))  # [launchers hook]
+    record("os.system", None, os.fsdecode(command), answer=how, **_node())
+    return (ran.status if ran is not None else 0) << 8  # a wait status, as os.system gives
 
 
 def _exec(name):
@@ -206,6 +212,10 @@ def _guard(name, real, nargs=1):
         if all(inside(p) for p in paths) and kwargs.get("dir_fd") is None:
             return real(*args, **kwargs)
         record(name, [os.path.abspath(os.fsdecode(p)) for p in paths], None)
+        try:  # [launchers hook] done in the temp view, so that what it reads back agrees
+            real(*[p if inside(p) else _shadow(p) for p in paths], *args[nargs:], **kwargs)
+        except OSError:
+            pass
         return None
 
     return guarded
@@ -235,6 +245,11 @@ def _open(file, mode="r", *args, **kwargs):
     if isinstance(file, (str, bytes, os.PathLike)) and _writes(mode, 0) and not inside(file):
         record("write", [os.path.abspath(os.fsdecode(file))], None)
         file = _shadow(file)
+    elif isinstance(file, (str, bytes, os.PathLike)) and not inside(file):
+        got = _read_view(file, mode)  # [launchers hook] the temp view, or a missing file
+        if got is not None:
+            return got if not isinstance(got, str) else _REAL["open"](got, mode, *args,
+                                                                       **kwargs)
     return _REAL["open"](file, mode, *args, **kwargs)
 
 
@@ -331,8 +346,10 @@ def install() -> None:
     socket.socket.connect_ex = _connect_ex
     _put(socket, "create_connection", _create_connection)
     _put(socket, "getaddrinfo", _getaddrinfo)
-    _put(socket, "gethostbyname", lambda host: "127.0.0.1")
-    _put(socket, "gethostbyname_ex", lambda host: (host, [], ["127.0.0.1"]))
+    _put(socket, "gethostbyname", _host_ip)  # [launchers hook] the modelled nodes
+    _put(socket, "gethostbyname_ex", lambda host: (host, [], [_host_ip(host)]))
+    _put(socket, "gethostname", lambda: CLUSTER.hostname(CLUSTER.current))
+    _put(socket, "getfqdn", lambda name="": name or CLUSTER.hostname(CLUSTER.current))
     # The C helper subprocess forks with raises no audit event: take it out of reach (3.11+
     # holds it as _fork_exec, 3.10 as the module); an import of it again is refused by the hook.
     subprocess._fork_exec = _refuse_fork_exec
@@ -345,6 +362,109 @@ def _refuse_fork_exec(*a, **k):
     raise SandboxRefused("starting a program is not allowed in the sandbox")
 
 
+# ------------------------------------------- [launchers hook] the modelled cluster (issue 17)
+
+CLUSTER = None  # cluster.Cluster, from the config
+_STANDINS = None
+
+
+def launchers_setup(cfg: dict) -> None:
+    """Load the modelled cluster (pylaunch/cluster.py) and the stand-in modules
+    (pylaunch/standins/) from this package's own files, under the private name ``_mt`` (the
+    package's __init__ would import the whole checker; the launcher's folder is not on the
+    path they are found by), and put the stand-ins' import finders in place."""
+    global CLUSTER, _STANDINS
+    import importlib
+    import types
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name, path in (("_mt", root), ("_mt.pylaunch", os.path.join(root, "pylaunch"))):
+        module = types.ModuleType(name)
+        module.__path__ = [path]
+        sys.modules[name] = module
+    given = dict(cfg.get("cluster") or {})
+    given["assumed"] = tuple(given.get("assumed", ()))
+    CLUSTER = importlib.import_module("_mt.pylaunch.cluster").Cluster(**given)
+    _STANDINS = importlib.import_module("_mt.pylaunch.standins")
+    _STANDINS.EMIT, _STANDINS.WHERE, _STANDINS.OWN = emit, _where, own
+    _STANDINS.CLUSTER = CLUSTER
+    _STANDINS.install(bool(cfg.get("real_imports")))
+    loads = json.loads
+
+    def parse(s, *args, **kwargs):  # json.load of a missing file's stand-in: its Unknown
+        got = _STANDINS.parsed(s)
+        return got if got is not None else loads(s, *args, **kwargs)
+
+    json.loads = parse
+
+
+def answer(argv, shell):
+    """(what the command prints and its status, how it was answered): "cluster" from the
+    modelled cluster's probes, "filters" by text filters alone, None when not modelled (then
+    it is answered as the recorders always did: exit 0, no output)."""
+    if CLUSTER is None:
+        return None, None
+    ran, probed = CLUSTER.answer(argv, shell)
+    return ran, None if ran is None else "cluster" if probed else "filters"
+
+
+def _node() -> dict:
+    """The node a command runs on, inside a stand-in Ray task pinned to one."""
+    return {"node": CLUSTER.current} if CLUSTER is not None and CLUSTER.remote else {}
+
+
+def _host_ip(host) -> str:
+    host = os.fsdecode(host) if isinstance(host, (bytes, os.PathLike)) else str(host)
+    for i in range(CLUSTER.nodes if CLUSTER else 0):
+        if host in (CLUSTER.hostname(i), CLUSTER.ip(i)):
+            return CLUSTER.ip(i)
+    return "127.0.0.1"
+
+
+_NOT_DATA = (".py", ".pyc", ".so", ".pth")
+
+
+def _read_view(file, mode):
+    """A read outside the work folder: the temp view's copy when the launcher wrote one (a
+    path string to open), a missing file's stand-in when the launcher itself reads a file
+    that does not exist here (its contents are Unknown), else None (read the real file)."""
+    path = os.path.abspath(os.fsdecode(file))
+    shadow = os.path.join(WORK, "outside", path.lstrip(os.sep))
+    if os.path.exists(shadow):
+        return shadow
+    if _STANDINS is None or os.path.exists(path) or path.endswith(_NOT_DATA):
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    caller = frame.f_code.co_filename if frame is not None else ""
+    if os.path.basename(caller) in ("linecache.py", "tokenize.py", "traceback.py") or \
+            _where() is None:
+        return None
+    record("read (no such file)", [path], None)
+    return _STANDINS.missing_file(path, "b" in (mode or ""))
+
+
+def _discover_commands() -> None:
+    """A typer app with several commands (or a callback) runs one named on the command line;
+    given none, say which there are and stop: the checker runs the launcher once per command."""
+    try:
+        import typer
+        from typer.main import get_command
+    except ImportError:
+        return
+    real = typer.Typer.__call__
+
+    def call(self, *args, **kwargs):
+        names = list(getattr(get_command(self), "commands", None) or ())
+        if names:
+            emit({"commands": names})
+            raise SystemExit(0)
+        return real(self, *args, **kwargs)
+
+    typer.Typer.__call__ = call
+
+
 # ---------------------------------------------------------------- the audit hook
 
 _NEVER = {"subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork",
@@ -352,9 +472,9 @@ _NEVER = {"subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spaw
           "socket.sendto", "socket.sendmsg", "socket.bind", "socket.getaddrinfo",
           "socket.gethostbyname", "socket.gethostbyaddr", "ctypes.dlsym", "ctypes.dlsym/handle",
           "ctypes.call_function", "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at",
-          "shutil.rmtree", "shutil.chown", "os.setxattr", "os.removexattr", "pty.spawn",
+          "shutil.chown", "os.setxattr", "os.removexattr", "pty.spawn",
           "winreg.OpenKey", "sys.remote_exec"}
-_PATHS = {"os.remove": 1, "os.rmdir": 1, "os.rename": 2, "os.chmod": 1, "os.chown": 1,
+_PATHS = {"shutil.rmtree": 1, "os.remove": 1, "os.rmdir": 1, "os.rename": 2, "os.chmod": 1, "os.chown": 1,
           "os.mkdir": 1, "os.symlink": 2, "os.link": 2, "os.truncate": 1, "os.utime": 1,
           "shutil.copyfile": 2, "shutil.copytree": 2, "shutil.move": 2, "shutil.make_archive": 1,
           "shutil.unpack_archive": 2}
@@ -453,12 +573,15 @@ def main() -> None:
     sys.path[:0] = [os.path.dirname(os.path.abspath(cfg["launcher"]))] + cfg["pythonpath"]
     sys.argv = [cfg["launcher"], *cfg["args"]]
     _BASE_ENV = dict(os.environ)
+    launchers_setup(cfg)  # [launchers hook] the modelled cluster, the stand-in modules
     install()
     sys.addaudithook(hook)
     end: dict = {"end": "ok"}
     try:
         import runpy
 
+        if cfg.get("discover"):
+            _discover_commands()  # [launchers hook] a typer app's commands
         runpy.run_path(cfg["launcher"], run_name="__main__")
     except SystemExit as e:
         code = e.code

@@ -1,0 +1,323 @@
+"""The modelled cluster a Python launcher is checked on: nodes, GPUs per node, GPU, NVLink.
+
+Launchers probe the machine they start on (miles' ``command_utils.check_has_nvlink()`` runs
+``nvidia-smi topo -m 2>/dev/null | grep -o 'NV[0-9][0-9]*' | wc -l`` and does ``int(...)``;
+others count ``nvidia-smi -L`` lines, read ``--query-gpu=name``, ask ``torch.cuda`` or
+``ray.nodes()``). The check runs nowhere near that machine, so it answers from this model: the
+text the probes would print (the shapes of ``nvidia-smi`` 5xx and ``rocm-smi`` 6.x output), run
+through the text filters that follow them (miles_topology/textfilters, nothing is executed).
+Defaults are what miles' own launchers assume (``NUM_GPUS_OF_HARDWARE`` in
+miles/utils/external_utils/command_utils.py: 8 GPUs a node; one node; NVLink); a report says
+which values were assumed rather than given.
+
+This file is loaded by the sandbox's child too, so it imports only the standard library and
+textfilters.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from ..textfilters import Ran, run_pipeline
+
+# name as given -> (name the driver reports, memory MiB, NVLink links per GPU, vendor);
+# GPUs per node when not given: miles' NUM_GPUS_OF_HARDWARE (GB200/GB300: 4 a tray)
+GPUS = {
+    "A100": ("NVIDIA A100-SXM4-80GB", 81920, 12, "nvidia"),
+    "H100": ("NVIDIA H100 80GB HBM3", 81559, 18, "nvidia"),
+    "H200": ("NVIDIA H200", 143771, 18, "nvidia"),
+    "H20": ("NVIDIA H20", 97871, 18, "nvidia"),
+    "B200": ("NVIDIA B200", 183359, 18, "nvidia"),
+    "B300": ("NVIDIA B300 SXM6 AC", 275040, 18, "nvidia"),
+    "GB200": ("NVIDIA GB200", 189471, 18, "nvidia"),
+    "GB300": ("NVIDIA GB300", 284208, 18, "nvidia"),
+    "MI300X": ("AMD Instinct MI300X OAM", 196592, 0, "amd"),
+    "MI325X": ("AMD Instinct MI325X OAM", 262128, 0, "amd"),
+    "MI350X": ("AMD Instinct MI350X", 294896, 0, "amd"),
+    "MI355X": ("AMD Instinct MI355X", 294896, 0, "amd"),
+}
+PER_NODE = {"GB200": 4, "GB300": 4}
+DEFAULTS = {"nodes": 1, "gpus_per_node": 8, "gpu": "H100", "nvlink": True}
+
+
+@dataclass
+class Cluster:
+    nodes: int = 1
+    gpus_per_node: int = 8
+    gpu: str = "H100"
+    nvlink: bool = True
+    assumed: tuple[str, ...] = ()  # the fields not given (defaults), for the report
+    current: int = field(default=0, compare=False)  # the node a probe runs on (ray inline)
+    remote: bool = field(default=False, compare=False)  # inside a stand-in Ray task
+
+    @classmethod
+    def of(cls, given: dict) -> Cluster:
+        """From the values given (CLI flags over the config table); the rest are defaults."""
+        values = {k: given[k] for k in DEFAULTS if given.get(k) is not None}
+        if "gpus_per_node" not in values and values.get("gpu", "").upper() in PER_NODE:
+            values["gpus_per_node"] = PER_NODE[values["gpu"].upper()]
+        assumed = tuple(k for k in DEFAULTS if k not in values)
+        return cls(**{**DEFAULTS, **values}, assumed=assumed)
+
+    def as_dict(self) -> dict:
+        return {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "gpu": self.gpu,
+                "nvlink": self.nvlink, "assumed": list(self.assumed)}
+
+    def line(self) -> str:
+        """One report line; the assumed values are marked as such."""
+        parts = [f"{self.nodes} node(s)", f"{self.gpus_per_node} x {self.name} a node",
+                 "NVLink" if self.links else "no NVLink"]
+        keys = ["nodes", "gpus_per_node", "nvlink"]
+        shown = [p + (" (assumed)" if k in self.assumed or (k == "gpus_per_node" and "gpu"
+                                                            in self.assumed) else "")
+                 for p, k in zip(parts, keys)]
+        return "modelled cluster: " + ", ".join(shown) + \
+            " -- probes are answered from this model, not measured"
+
+    # ------------------------------------------------------------ facts
+
+    @property
+    def spec(self) -> tuple[str, int, int, str]:
+        key = self.gpu.upper()
+        if key in GPUS:
+            return GPUS[key]
+        amd = key.startswith("MI")
+        return (self.gpu if amd or key.startswith("NVIDIA") else f"NVIDIA {self.gpu}", 81920,
+                0 if amd else 18, "amd" if amd else "nvidia")
+
+    @property
+    def name(self) -> str:
+        return self.spec[0]
+
+    @property
+    def vendor(self) -> str:
+        return self.spec[3]
+
+    @property
+    def links(self) -> int:
+        """NVLink links between two GPUs of a node (0: PCIe only, or AMD's xGMI)."""
+        return self.spec[2] if self.nvlink and self.vendor == "nvidia" else 0
+
+    def ip(self, node: int) -> str:
+        return f"10.0.0.{node + 1}"
+
+    def hostname(self, node: int) -> str:
+        return f"node-{node}"
+
+    def uuid(self, node: int, gpu: int) -> str:
+        return f"GPU-{node:08x}-0000-0000-0000-{gpu:012x}"
+
+    # ------------------------------------------------------------ what the probes print
+
+    def nvidia_smi(self, args: list[str]) -> Ran | None:
+        if self.vendor != "nvidia":
+            return Ran("", 127)  # bash: nvidia-smi: command not found
+        ids = list(range(self.gpus_per_node))
+        rest = []
+        i = 0
+        while i < len(args):  # -i / --id select GPUs for every query
+            a = args[i]
+            if a in ("-i", "--id") and i + 1 < len(args):
+                ids, i = _ids(args[i + 1], ids), i + 2
+                continue
+            if a.startswith("--id="):
+                ids = _ids(a[5:], ids)
+            else:
+                rest.append(a)
+            i += 1
+        if ids is None:
+            return None
+        if rest in (["-L"], ["--list-gpus"]):
+            return Ran("".join(f"GPU {g}: {self.name} (UUID: {self.uuid(self.current, g)})\n"
+                               for g in ids), 0)
+        if rest[:1] == ["topo"] and rest[1:] in (["-m"], ["--matrix"]):
+            return Ran(self._topo(), 0)
+        if rest[:1] == ["nvlink"] and rest[1:] in (["-s"], ["--status"]):
+            per = "".join(f"\t Link {k}: 26.562 GB/s\n" for k in range(self.links))
+            return Ran("".join(f"GPU {g}: {self.name} (UUID: {self.uuid(self.current, g)})\n"
+                               + per for g in ids), 0)
+        query = [a for a in rest if a.startswith("--query-gpu=")]
+        fmt = [a for a in rest if a.startswith("--format=")]
+        if len(query) == 1 and len(fmt) == 1 and len(rest) == 2:
+            return self._query(query[0].split("=", 1)[1].split(","),
+                               fmt[0].split("=", 1)[1].split(","), ids)
+        return None
+
+    def _query(self, fields: list[str], fmt: list[str], ids: list[int]) -> Ran | None:
+        if "csv" not in fmt or set(fmt) - {"csv", "noheader", "nounits"}:
+            return None
+        units = "nounits" not in fmt
+        mem = self.spec[1]
+        values = {
+            "index": lambda g: str(g), "name": lambda g: self.name, "gpu_name": lambda g:
+            self.name, "uuid": lambda g: self.uuid(self.current, g), "gpu_uuid": lambda g:
+            self.uuid(self.current, g), "count": lambda g: str(self.gpus_per_node),
+            "memory.total": lambda g: f"{mem} MiB" if units else str(mem),
+            "memory.used": lambda g: "0 MiB" if units else "0",
+            "memory.free": lambda g: f"{mem} MiB" if units else str(mem),
+            "pci.bus_id": lambda g: f"00000000:{0x18 + 0x10 * g:02X}:00.0",
+        }
+        fields = [f.strip() for f in fields]
+        if any(f not in values for f in fields):
+            return None
+        head = "" if "noheader" in fmt else ", ".join(
+            f + (" [MiB]" if units and f.startswith("memory.") else "") for f in fields) + "\n"
+        return Ran(head + "".join(", ".join(values[f](g) for f in fields) + "\n" for g in ids),
+                   0)
+
+    def _topo(self) -> str:
+        n = self.gpus_per_node
+        half = max(1, n // 2)
+
+        def link(a: int, b: int) -> str:
+            if a == b:
+                return " X "
+            if self.links:
+                return f"NV{self.links}"
+            return "NODE" if a // half == b // half else "SYS"
+
+        rows = ["\t" + "\t".join(f"GPU{g}" for g in range(n)) +
+                "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"]
+        rows += [f"GPU{a}\t" + "\t".join(link(a, b) for b in range(n)) +
+                 f"\tN/A\t{a // half}\t\tN/A" for a in range(n)]
+        legend = ["", "Legend:", "", "  X    = Self",
+                  "  SYS  = Connection traversing PCIe and the SMP interconnect between NUMA "
+                  "nodes",
+                  "  NODE = Connection traversing PCIe and the interconnect between PCIe host "
+                  "bridges within a NUMA node",
+                  "  PHB  = Connection traversing PCIe and a PCIe host bridge",
+                  "  PXB  = Connection traversing several PCIe bridges",
+                  "  PIX  = Connection traversing at most one PCIe bridge",
+                  "  NV#  = Connection traversing a bonded set of # NVLinks"]
+        return "\n".join(rows + legend) + "\n"
+
+    def rocm_smi(self, args: list[str]) -> Ran | None:
+        if self.vendor != "amd":
+            return Ran("", 127)
+        top = "=" * 30 + " ROCm System Management Interface " + "=" * 30 + "\n"
+        end = "=" * 35 + " End of ROCm SMI Log " + "=" * 35 + "\n"
+        gpus = range(self.gpus_per_node)
+        if args == ["--showproductname"]:
+            body = "".join(f"GPU[{g}]\t\t: Card Series: \t\t{self.name}\n"
+                           f"GPU[{g}]\t\t: Card Vendor: \t\tAdvanced Micro Devices, Inc. "
+                           "[AMD/ATI]\n" for g in gpus)
+            return Ran(top + body + end, 0)
+        if args in (["--showid"], ["-i"]):
+            body = "".join(f"GPU[{g}]\t\t: Device ID: \t\t0x74a1\n" for g in gpus)
+            return Ran(top + body + end, 0)
+        if args == []:
+            head = "Device  Node  Temp    Power  SCLK    MCLK     Fan  Perf  VRAM%  GPU%\n"
+            body = "".join(f"{g:<8}{g + 2:<6}35.0C   140.0W 132Mhz  900Mhz   0%   auto  0%     "
+                           "0%\n" for g in gpus)
+            return Ran(top + head + body + end, 0)
+        return None
+
+    # ------------------------------------------------------------ a command line
+
+    def answer(self, argv: list[str] | None, shell: str | None) -> tuple[Ran | None, bool]:
+        """(what the command prints and its status, whether it probed the cluster); None when
+        any part of it is not modelled (the caller answers as it always did)."""
+        if argv and shell is None:
+            base = argv[0].rsplit("/", 1)[-1]
+            if base in ("bash", "sh") and len(argv) == 3 and argv[1] in ("-c", "-lc"):
+                shell = argv[2]
+            else:
+                return self._pipeline([list(argv)])
+        if shell is None:
+            return None, False
+        return self._script(shell)
+
+    def _script(self, text: str) -> tuple[Ran | None, bool]:
+        parts = _split(text)
+        if parts is None:
+            return None, False
+        out, status, probed, op = "", 0, False, ";"
+        for pipeline, nxt in parts:
+            if (op == "&&" and status != 0) or (op == "||" and status == 0):
+                op = nxt
+                continue
+            got, p = self._pipeline(pipeline)
+            if got is None:
+                return None, False
+            out, status, probed, op = out + got.stdout, got.status, probed or p, nxt
+        return Ran(out, status), probed
+
+    def _pipeline(self, commands: list[list[str]]) -> tuple[Ran | None, bool]:
+        first, rest = commands[0], commands[1:]
+        name = first[0].rsplit("/", 1)[-1] if first else ""
+        source: Ran | None
+        if name == "nvidia-smi":
+            source = self.nvidia_smi(first[1:])
+        elif name == "rocm-smi":
+            source = self.rocm_smi(first[1:])
+        elif name == "hostname":
+            source = {(): Ran(self.hostname(self.current) + "\n", 0),
+                      ("-I",): Ran(self.ip(self.current) + " \n", 0),
+                      ("-i",): Ran(self.ip(self.current) + "\n", 0)}.get(tuple(first[1:]))
+        elif name in ("true", ":", "unset", "export") and not rest:
+            return Ran("", 0), False
+        else:
+            return run_pipeline(commands), False
+        if source is None:
+            return None, False
+        if not rest or source.status != 0:
+            return source, True
+        got = run_pipeline(rest, source.stdout)
+        return got, got is not None
+
+
+def _ids(spec: str, ids: list[int]) -> list[int] | None:
+    try:
+        out = [int(x) for x in spec.split(",")]
+    except ValueError:
+        return None
+    return out if all(x in ids for x in out) else None
+
+
+def _split(text: str) -> list[tuple[list[list[str]], str]] | None:
+    """A shell string as [(pipeline, the operator after it)], each pipeline a list of argv;
+    redirections to /dev/null or of stderr are dropped. None for anything else (expansions,
+    subshells, loops, redirections to files)."""
+    if any(c in text for c in "$`(){}\\") or "<" in text:
+        return None
+    lex = shlex.shlex(text, posix=True, punctuation_chars=";&|<>\n")
+    lex.whitespace = " \t\r"
+    lex.whitespace_split = True
+    try:
+        tokens = list(lex)
+    except ValueError:
+        return None
+    out: list[tuple[list[list[str]], str]] = []
+    pipeline: list[list[str]] = [[]]
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t in (">", ">>", ">&", "&>") and i + 1 < len(tokens):
+            target = tokens[i + 1]
+            if pipeline[-1] and pipeline[-1][-1] in ("1", "2"):
+                fd = pipeline[-1].pop()
+            else:
+                fd = "1"
+            if target == "/dev/null" and fd == "2" or target == "1" and t == ">&":
+                i += 2
+                continue
+            return None  # stdout to a file: what the launcher captures is not this
+        if t == "|":
+            pipeline.append([])
+        elif t in (";", "&&", "||", "\n"):
+            if any(pipeline):
+                if not all(pipeline):
+                    return None
+                out.append((pipeline, t))
+            pipeline = [[]]
+        elif set(t) & set(";&|<>"):
+            return None  # a background job, |&, <<
+        else:
+            pipeline[-1].append(t)
+        i += 1
+    if any(pipeline):
+        if not all(pipeline):
+            return None
+        out.append((pipeline, ";"))
+    return out or None
