@@ -19,7 +19,9 @@ from .report import FORMATS, Verdict, exit_code, render, text_one, verdict_of
 
 USAGE = """\
 miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...]
-                     (SCRIPT.sh... | TOPOLOGY.yaml... | -- FLAGS...)
+                     [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
+                     [--real-imports]
+                     (SCRIPT.sh... | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml... | -- FLAGS...)
 miles-topology show  [--svg FILE] [--env KEY=VALUE ...] (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
 miles-topology schema
@@ -92,16 +94,25 @@ def _yaml_verdict(path: str) -> Verdict:
     return v
 
 
-def _one(path: str, env: dict[str, str]) -> Verdict:
+def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
     if path.endswith((".yaml", ".yml")):
-        return _yaml_verdict(path)
+        return [_yaml_verdict(path)]
     if path.endswith(".py"):
-        from .pylaunch import check_python
-
-        return check_python(path, [], env)
+        return _python(path, [], env, py)
     from .check_script import check_script
 
-    return check_script(path, env)
+    return [check_script(path, env)]
+
+
+def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:
+    """A Python launcher: one verdict per launch, on the cluster the flags and the
+    ``[tool.miles-topology]`` table give (pylaunch/cluster.py)."""
+    from .pylaunch import check_python_all
+    from .pylaunch.cluster import cluster_for
+
+    py = py or {}
+    return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
+                            bool(py.get("real_imports")))
 
 
 INPUTS = (".sh", ".bash", ".py", ".yaml", ".yml")  # what a folder given to `check` holds
@@ -124,14 +135,14 @@ def _expand(paths: list[str]) -> tuple[list[str], bool]:
     return out, len(out) > 1 or any(os.path.isdir(p) for p in paths)
 
 
-def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> list[Verdict]:
-    """One verdict per input (a folder: each of its inputs). With several inputs an
-    unreadable one is an entry of its own; a single unreadable input raises InputError."""
+def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
+            py: dict | None = None) -> list[Verdict]:
+    """One verdict per input (a folder: each of its inputs; a Python launcher: each of its
+    launches). With several inputs an unreadable one is an entry of its own; a single
+    unreadable input raises InputError."""
     paths, batch = _expand(paths)
     if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
-        from .pylaunch import check_python
-
-        return [check_python(paths[0], flags or [], env)]
+        return _python(paths[0], flags or [], env, py)
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")
@@ -141,11 +152,11 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> l
     if not paths:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
     if not batch:
-        return [_one(paths[0], env)]
+        return _one(paths[0], env, py)
     out = []
     for p in paths:
         try:
-            out.append(_one(p, env))
+            out += _one(p, env, py)
         except InputError as e:
             out.append(Verdict(p, unreadable=str(e)))
     return out
@@ -159,7 +170,10 @@ def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def cmd_check(args, flags) -> int:
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
+    py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+                      "gpu": args.gpu, "nvlink": args.nvlink},
+          "real_imports": args.real_imports}
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py)
     render(verdicts, args.format, sys.stdout)
     return exit_code(verdicts)
 
@@ -236,6 +250,18 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--format", choices=FORMATS, default="text", metavar="FORMAT",
                            help="text (default), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")
+            # the cluster a Python launcher's probes are answered from (pylaunch/cluster.py)
+            p.add_argument("--nodes", type=int, metavar="N",
+                           help="Python launchers: nodes of the modelled cluster (default 1)")
+            p.add_argument("--gpus-per-node", type=int, metavar="N",
+                           help="Python launchers: GPUs a node (default 8; GB200/GB300: 4)")
+            p.add_argument("--gpu", metavar="NAME",
+                           help="Python launchers: the GPU, e.g. H100 (default), B200, MI300X")
+            p.add_argument("--nvlink", action=argparse.BooleanOptionalAction, default=None,
+                           help="Python launchers: GPUs of a node on NVLink (default: yes)")
+            p.add_argument("--real-imports", action="store_true",
+                           help="Python launchers: import the installed ray, torch, ... "
+                                "instead of the recording stand-ins (slower)")
         if name == "show":
             p.add_argument("--svg", metavar="FILE", help="also draw the map into FILE as SVG")
         if name == "migrate":

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
 from .codes import CODES
-from .errors import Problem, TopologyError
+from .errors import Location, Problem, TopologyError
 
 if TYPE_CHECKING:
     from .model import Topology
@@ -80,6 +80,35 @@ def render(verdicts: list[Verdict], fmt: str, out: IO[str]) -> None:
     {"text": _text, "json": _json, "github": _github, "sarif": _sarif}[fmt](verdicts, out)
 
 
+def name(v: Verdict) -> str:
+    """The input's path; for one of several launches of a Python launcher, which one."""
+    return v.path + (f" [{_launch(v)}]" if _launch(v) else "")
+
+
+def _launch(v: Verdict) -> str:
+    """"launch 2 of 12 at run.py:57" for a launcher that starts several (or a typer
+    command's); "" for the one launch of an input."""
+    got = v.extra.get("launch")
+    if not got or (got["of"] == 1 and not got["command"]):
+        return ""
+    cmd = f", command `{got['command']}`" if got["command"] else ""
+    path, _, line = got["source"].rpartition(":")
+    at = f"line {line}" if path == v.path else got["source"]
+    return f"launch {got['index'] + 1} of {got['of']}{cmd}, {at}"
+
+
+def _launch_at(v: Verdict) -> tuple[str, int]:
+    path, _, line = v.extra["launch"]["source"].rpartition(":")
+    return (path, int(line)) if line.isdigit() else (v.path, 0)
+
+
+def _launch_text(v: Verdict) -> str:
+    s = v.summary or {}
+    sizes = f": world {s.get('world_size', '?')}, dp {s.get('dp', '?')}, edp " \
+        f"{s.get('edp', '?')}" if s else ": sizes unresolved"
+    return f"{_launch(v)}{sizes}, {'OK' if v.ok else 'INVALID'}"
+
+
 def _problems(v: Verdict):
     """(kind, problem) of a verdict, errors first; skipped ones are notes."""
     for kind, items in (("error", v.errors), ("warning", v.warnings), ("skipped", v.skipped)):
@@ -119,7 +148,7 @@ def text_one(v: Verdict, out: IO[str]) -> None:
             f" | tp {s['tp']} cp {s['cp']} pp {s['pp']} ep {s['ep']} etp {s['etp']}"
             f" | {s['num_engines']} engine(s) x {s['engine_size']} GPU"
         )
-    print(f"{v.path}: {state}{sizes}", file=out)
+    print(f"{name(v)}: {state}{sizes}", file=out)
     for line in v.extra.get("report_lines", []):
         print(f"  {line}", file=out)
     for kind, p in _problems(v):
@@ -133,7 +162,7 @@ def _table(verdicts: list[Verdict], out: IO[str]) -> None:
         s = v.summary or {}
         codes = [p.code for p in v.errors] + [f"({p.code})" for p in v.skipped]
         state = "UNREADABLE" if v.unreadable is not None else "ok" if v.ok else "INVALID"
-        rows.append((v.path, state, str(s.get("world_size", "?")), str(s.get("dp", "?")),
+        rows.append((name(v), state, str(s.get("world_size", "?")), str(s.get("dp", "?")),
                      str(s.get("edp", "?")), " ".join(codes) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     print(file=out)
@@ -169,6 +198,10 @@ def _github(verdicts: list[Verdict], out: IO[str]) -> None:
             print(f"::error file={_escape(v.path, True)},title=unreadable::"
                   f"{_escape(v.unreadable)}", file=out)
             continue
+        if _launch(v):  # one entry per launch of a launcher that starts several
+            path, line = _launch_at(v)
+            print(f"::notice file={_escape(path, True)},line={line},title=launch::"
+                  f"{_escape(_launch_text(v))}", file=out)
         for kind, p in _problems(v):
             props = []
             path = p.location.path if p.location else (v.path if v.path != "flags" else None)
@@ -194,6 +227,10 @@ def _sarif(verdicts: list[Verdict], out: IO[str]) -> None:
         found = list(_problems(v))
         if v.unreadable is not None:
             found = [("error", Problem("unreadable", v.unreadable, "check the path"))]
+        if _launch(v):  # one entry per launch of a launcher that starts several
+            path, line = _launch_at(v)
+            found.insert(0, ("skipped", Problem("launch", _launch_text(v), "-", (),
+                                                location=Location(path, line))))
         for kind, p in found:
             level = {"error": "error", "warning": "warning", "skipped": "note"}[kind]
             index = rules.setdefault(p.code, len(rules))
@@ -201,7 +238,8 @@ def _sarif(verdicts: list[Verdict], out: IO[str]) -> None:
                 "ruleId": p.code,
                 "ruleIndex": index,
                 "level": level,
-                "message": {"text": f"{p.message} Fix: {p.fix}"},
+                "message": {"text": p.message if p.code == "launch" else
+                            f"{p.message} Fix: {p.fix}"},
             }
             path = p.location.path if p.location else (v.path if v.path != "flags" else None)
             if path is not None:
@@ -214,7 +252,7 @@ def _sarif(verdicts: list[Verdict], out: IO[str]) -> None:
             results.append(result)
     driver_rules = []
     for code in rules:
-        kind, when = CODES[code]
+        kind, when = CODES.get(code, ("note", "a training launch of a Python launcher"))
         level = {"error": "error", "warning": "warning"}.get(kind, "note")
         driver_rules.append({
             "id": code,

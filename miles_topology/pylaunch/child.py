@@ -474,7 +474,8 @@ _NEVER = {"subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spaw
           "ctypes.call_function", "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at",
           "shutil.chown", "os.setxattr", "os.removexattr", "pty.spawn",
           "winreg.OpenKey", "sys.remote_exec"}
-_PATHS = {"shutil.rmtree": 1, "os.remove": 1, "os.rmdir": 1, "os.rename": 2, "os.chmod": 1, "os.chown": 1,
+_PATHS = {"shutil.rmtree": 1,  # [launchers hook] inside the work folder: allowed
+          "os.remove": 1, "os.rmdir": 1, "os.rename": 2, "os.chmod": 1, "os.chown": 1,
           "os.mkdir": 1, "os.symlink": 2, "os.link": 2, "os.truncate": 1, "os.utime": 1,
           "shutil.copyfile": 2, "shutil.copytree": 2, "shutil.move": 2, "shutil.make_archive": 1,
           "shutil.unpack_archive": 2}

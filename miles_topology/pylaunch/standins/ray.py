@@ -16,8 +16,8 @@ import shlex
 import sys
 import types
 
-from . import Unknown
 from .. import cluster as _cluster
+from . import Unknown
 
 _state = {"up": False}
 
