@@ -287,8 +287,8 @@ def _at(end: dict) -> str:
 
 def _hint(calls: list[dict]) -> str:
     """When a launcher fails on a command's output, say that the sandbox gave it none."""
-    if not calls or not calls[-1].get("captured"):
-        return ""
+    if not calls or not calls[-1].get("captured") or calls[-1].get("answer"):
+        return ""  # [launchers hook] an answered probe's output was not empty
     last = calls[-1]
     return (f" (the sandbox runs no command: the last one, `{shown(last)[:120]}`, was "
             "answered with exit 0 and empty output; where the launcher can take that value "

@@ -262,7 +262,7 @@ class Cluster:
             return run_pipeline(commands), False
         if source is None:
             return None, False
-        if not rest or source.status != 0:
+        if not rest:
             return source, True
         got = run_pipeline(rest, source.stdout)
         return got, got is not None
@@ -290,7 +290,7 @@ def cluster_for(launcher: str, given: dict) -> Cluster:
     for key in ("nodes", "gpus_per_node"):
         v = values.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            where = f" in {origin[key]}" if key in origin and key not in given else ""
+            where = f" in {origin[key]}" if key in origin and given.get(key) is None else ""
             raise InputError(f"{key.replace('_', '-')} = {v!r}{where}: expected a whole number "
                              "of at least 1 (e.g. --nodes 2 --gpus-per-node 8)")
     if values.get("nvlink") is not None and not isinstance(values["nvlink"], bool):

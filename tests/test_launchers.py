@@ -1,0 +1,282 @@
+"""Python launchers as miles users have them: upstream's helpers (which import ray and probe
+NVLink), typer apps with several commands, test files launching in a loop, launchers reading
+a model config; probes answered from the modelled cluster, heavy modules as stand-ins."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from miles_topology.cli import main
+from miles_topology.pylaunch import check_python_all, read_python_launches
+from miles_topology.pylaunch.cluster import Cluster
+
+HERE = Path(__file__).parent / "fixtures" / "launchers"
+UP = {"PYTHONPATH": str(HERE / "upstream")}  # the stand-in miles helpers, not the checkout's
+
+
+def fixture(name: str) -> str:
+    return str(HERE / name)
+
+
+def line_of(name: str, text: str) -> int:
+    lines = (HERE / name).read_text().splitlines()
+    return next(i for i, x in enumerate(lines, 1) if text in x)
+
+
+def sizes(v) -> tuple | None:
+    s = v.summary
+    return (s["world_size"], s["dp"], s["edp"]) if s else None
+
+
+def sizes_of(d: dict) -> tuple:
+    return d["topology"]["world_size"], d["topology"]["dp"], d["topology"]["edp"]
+
+
+def _real_ok() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) for m in ("torch", "ray", "typer"))
+
+
+# default: stand-ins (the answer a machine without torch/ray gives); real: installed modules
+MODES = [False, pytest.param(True, marks=pytest.mark.skipif(
+    not _real_ok(), reason="--real-imports needs torch, ray and typer installed"))]
+
+
+# ---------------------------------------------------------------- each style, hand-computed
+
+
+@pytest.mark.parametrize("real", MODES)
+def test_typer_app_every_command(real):
+    pytest.importorskip("typer")
+    vs = check_python_all(fixture("run_qwen3_moe_app.py"), [], UP, real_imports=real)
+    # train: 1 node x 8 (H100), tp 4 -> dp 2; ep 8, etp 1 -> edp 1
+    # full-train: the same with ep 4 -> edp 2; download launches nothing (a note)
+    assert [(v.extra["launch"]["command"], sizes(v), v.ok) for v in vs] == [
+        ("train", (8, 2, 1), True), ("full-train", (8, 2, 2), True)]
+    line = line_of("run_qwen3_moe_app.py", "U.execute_train(")
+    assert [v.extra["source"] for v in vs] == [f"{fixture('run_qwen3_moe_app.py')}:{line}"] * 2
+    assert any("command `download`: no training launch" in n for n in vs[0].extra["notes"])
+    # upstream's NVLink probe was answered from the model (8 x H100 on NVLink)
+    assert all(v.extra["cluster"]["assumed"] == ["nodes", "gpus_per_node", "gpu", "nvlink"]
+               for v in vs)
+
+
+@pytest.mark.parametrize("real", MODES)
+def test_a_test_file_launching_in_a_loop_is_one_entry_per_launch(real):
+    vs = check_python_all(fixture("test_tiny_moe_parallel_check.py"), [], UP, real_imports=real)
+    # reference run: 8 GPUs (torch.cuda.device_count() of the model), tp 1 -> dp 8, ep 8 -> edp 1
+    # then (gpus, tp, pp, ep): (8,2,1,8) dp 4 edp 1; (8,4,2,4) dp 1 edp 1; (4,1,1,2) dp 4
+    # edp 2; (8,1,4,2) dp 2 edp 1; (8,1,1,3): 16 experts over ep 3 -> invalid
+    assert [(sizes(v), v.ok) for v in vs] == [
+        ((8, 8, 1), True), ((8, 4, 1), True), ((8, 1, 1), True), ((4, 4, 2), True),
+        ((8, 2, 1), True), (None, False)]
+    assert {p.code for p in vs[-1].errors} == {"experts-not-divisible-by-ep",
+                                               "expert-grid-divisibility"}
+    first = line_of("test_tiny_moe_parallel_check.py", "U.execute_train(")
+    loop = line_of("test_tiny_moe_parallel_check.py", "        U.execute_train(")
+    assert [v.extra["launch"]["source"].rsplit(":", 1)[1] for v in vs] == \
+        [str(first)] + [str(loop)] * 5
+    assert all(p.location.line == loop for p in vs[-1].errors)
+
+
+@pytest.mark.parametrize("real", MODES)
+def test_a_model_config_that_is_not_here_is_an_unknown_model_fact(real, tmp_path):
+    vs = check_python_all(fixture("run_from_hf_config.py"), [], UP, real_imports=real)
+    (v,) = vs
+    # 8 GPUs from torch.cuda, tp 2 -> dp 4; ep 8 -> edp 1; the shape flags are unknown
+    assert sizes(v) == (8, 4, 1) and v.ok
+    unresolved = {u["flag"]: u for u in v.extra["unresolved"]}
+    assert {"--num-layers", "--num-experts", "--num-attention-heads"} <= set(unresolved)
+    assert "/root/models/Qwen3-30B-A3B/config.json" in unresolved["--num-experts"]["expression"]
+    assert "--num-experts" in v.extra["unknown_model_facts"]["flags"]
+    # the delete and the read were recorded, the launch still read
+    kinds = [o["kind"] for o in v.extra["others"]]
+    assert "shutil.rmtree" in kinds and "read (no such file)" in kinds
+    # given the file, the facts are known: 12 experts do not split over ep 8 (the check the
+    # unknown skipped)
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 8, "hidden_size": 1024, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "num_experts": 12, "num_experts_per_tok": 2}))
+    (v,) = check_python_all(fixture("run_from_hf_config.py"), ["--hf-dir", str(tmp_path)], UP,
+                            real_imports=real)
+    assert not v.ok and [p.code for p in v.errors] == ["experts-not-divisible-by-ep"]
+    assert not v.extra["unresolved"]
+
+
+def test_default_mode_never_imports_the_installed_heavy_modules(tmp_path):
+    launcher = tmp_path / "run.py"
+    launcher.write_text(
+        "import os, sys\nimport torch, ray, sglang.srt.server_args, wandb\n"
+        "real = [m for m in ('torch', 'ray') if not getattr(sys.modules[m], '__standin__', 0)]\n"
+        "os.system(f'python3 train.py --actor-num-gpus-per-node 8 # real={real}')\n")
+    (got,) = read_python_launches(str(launcher), [])
+    assert got.argv == ["--actor-num-gpus-per-node", "8"] and got.seconds < 5
+    if _real_ok():
+        (got,) = read_python_launches(str(launcher), [], real_imports=True)
+        assert got.argv == ["--actor-num-gpus-per-node", "8"]
+
+
+# ---------------------------------------------------------------- the modelled cluster
+
+PROBES = """\
+import os, socket, subprocess
+import ray, torch
+import miles.utils.external_utils.command_utils as U
+
+def sh(cmd):
+    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+
+per_node = int(sh("nvidia-smi -L | wc -l")) or int(sh("rocm-smi --showproductname | grep -c Series"))
+name = sh("nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1")
+assert per_node == torch.cuda.device_count(), (per_node, torch.cuda.device_count())
+ray.init(address="auto")
+nodes = len(ray.nodes())
+assert ray.cluster_resources()["GPU"] == nodes * per_node
+os.environ["MASTER_ADDR"] = socket.gethostbyname(socket.gethostname())
+U.execute_train(f"--actor-num-nodes {nodes} --actor-num-gpus-per-node {per_node} "
+                f"--colocate {sh('ibstat -l | head -1')}", per_node, "tiny-dense",
+                extra_env_vars={"GPU_NAME": name or torch.cuda.get_device_name(0)})
+"""
+
+
+@pytest.mark.parametrize(("given", "world", "name", "nvls"), [
+    ({}, 8, "NVIDIA H100 80GB HBM3", "1"),
+    ({"nodes": 2, "gpu": "GB200"}, 8, "NVIDIA GB200", "1"),  # 4 GPUs a GB200 tray
+    ({"nodes": 4, "gpus_per_node": 8, "gpu": "B200", "nvlink": False}, 32, "NVIDIA B200", "0"),
+    ({"gpu": "MI300X"}, 8, "AMD Instinct MI300X OAM", "0"),  # rocm-smi; no nvidia-smi
+])
+def test_probes_answer_from_the_modelled_cluster(tmp_path, given, world, name, nvls):
+    launcher = tmp_path / "probe.py"
+    launcher.write_text(PROBES)
+    (v,) = check_python_all(str(launcher), [], UP, Cluster.of(given))
+    assert v.summary["world_size"] == world and v.ok
+    (got,) = read_python_launches(str(launcher), [], UP, cluster=Cluster.of(given))
+    assert got.env["GPU_NAME"] == name and got.env["NCCL_NVLS_ENABLE"] == nvls
+    assert got.env["MASTER_ADDR"] == "10.0.0.1"  # node 0's address, from the hostname
+    lines = "\n".join(v.extra["report_lines"])
+    assert "not modelled (answered with exit 0 and no output): `ibstat -l | head -1`" in lines
+    assert "modelled cluster: " in lines
+    assert ("(assumed)" in lines) == (len(given) < 4)
+
+
+def test_a_command_sent_to_every_node_is_recorded_once_per_node():
+    pytest.importorskip("typer")
+    (got,) = read_python_launches(fixture("run_qwen3_moe_app.py"), ["full-train"], UP,
+                                  cluster=Cluster.of({"nodes": 3}))
+    convert = [o.command for o in got.others if "convert_hf_to_torch_dist" in o.command]
+    assert len(convert) == 3
+    assert all("--master-addr 10.0.0.1" in c and "--nnodes=3" in c for c in convert)
+    assert [f"--node-rank {r}" in c for r, c in enumerate(convert)] == [True] * 3
+
+
+def test_a_stand_in_value_makes_the_flags_it_builds_unresolved_not_guessed(tmp_path):
+    launcher = tmp_path / "run.py"
+    launcher.write_text(
+        "import os\nimport sglang\n"
+        "tp = sglang.srt.server_args.ServerArgs().tp_size\n"
+        "os.system(f'python3 train.py --actor-num-gpus-per-node 8 --num-attention-heads 3 "
+        "--tensor-model-parallel-size {tp}')\n")
+    (v,) = check_python_all(str(launcher), [])
+    assert v.ok and v.summary is None  # world size is known, tp is not: no sizes printed
+    (u,) = v.extra["unresolved"]
+    assert u["flag"] == "--tensor-model-parallel-size" and "ServerArgs" in u["expression"]
+    assert u["source"] == f"{launcher}:4"  # where the flag is built from it
+    # the same launch with a number: heads 3 % tp 2 is the error the unknown skipped
+    launcher.write_text(launcher.read_text().replace("{tp}", "2"))
+    (v,) = check_python_all(str(launcher), [])
+    assert [p.code for p in v.errors] == ["heads-not-divisible-by-tp"]
+
+
+def test_deletes_and_writes_outside_land_in_the_temp_view(tmp_path):
+    outside = Path("/tmp") / f"mt-launchers-{uuid.uuid4().hex}"
+    launcher = tmp_path / "run.py"
+    launcher.write_text(
+        "import os, shutil, tempfile\n"
+        f"out = {str(outside)!r}\n"
+        "os.makedirs(out + '/ckpt', exist_ok=True)\n"
+        "open(out + '/ckpt/latest.txt', 'w').write('4')\n"
+        "tp = open(out + '/ckpt/latest.txt').read()\n"  # reads back what it wrote
+        "shutil.rmtree(out)\n"
+        "gone = not os.path.exists(out + '/ckpt/latest.txt')\n"
+        "scratch = tempfile.mkdtemp()\n"
+        "shutil.rmtree(scratch)\n"  # its own temp folder: really removed
+        "os.system(f'python3 train.py --actor-num-gpus-per-node 8 "
+        "--tensor-model-parallel-size {tp} # {gone} {os.path.exists(scratch)}')\n")
+    (got,) = read_python_launches(str(launcher), [])
+    assert got.argv == ["--actor-num-gpus-per-node", "8", "--tensor-model-parallel-size", "4"]
+    kinds = [(o.kind, o.command) for o in got.others]
+    assert ("shutil.rmtree", str(outside)) in kinds and ("write", f"{outside}/ckpt/latest.txt") \
+        in kinds
+    assert not outside.exists()
+
+
+# ---------------------------------------------------------------- the CLI: flags, table, formats
+
+
+def test_cluster_flags_and_the_config_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.miles-topology]\nnodes = 2\ngpu = "GB200"\n')
+    launcher = tmp_path / "probe.py"
+    launcher.write_text(PROBES)
+    monkeypatch.setenv("PYTHONPATH", UP["PYTHONPATH"])
+    assert main(["check", "--format", "json", str(launcher)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["topology"]["world_size"] == 8  # 2 nodes x 4 (GB200) from the table
+    assert data["cluster"]["assumed"] == ["nvlink"]
+    assert main(["check", "--format", "json", "--gpus-per-node", "8", "--no-nvlink",
+                 str(launcher)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["topology"]["world_size"] == 16 and data["cluster"]["nvlink"] is False
+    (tmp_path / "pyproject.toml").write_text('[tool.miles-topology]\nnodes = 0\n')
+    assert main(["check", str(launcher)]) == 2
+    err = capsys.readouterr().err
+    assert "nodes = 0 in" in err and "at least 1" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "github", "sarif"])
+def test_every_launch_is_an_entry_in_every_format(fmt, capsys, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", UP["PYTHONPATH"])
+    path = fixture("test_tiny_moe_parallel_check.py")
+    first = line_of("test_tiny_moe_parallel_check.py", "U.execute_train(")
+    loop = line_of("test_tiny_moe_parallel_check.py", "        U.execute_train(")
+    lines = [first] + [loop] * 5
+    assert main(["check", "--format", fmt, path]) == 1
+    out = capsys.readouterr().out
+    if fmt == "text":
+        for i, line in enumerate(lines, 1):
+            assert f"{path} [launch {i} of 6, line {line}]: " in out
+        assert "6 inputs: 5 valid, 1 invalid" in out
+    elif fmt == "json":
+        data = json.loads(out)
+        assert [(d["launch"]["index"], d["launch"]["source"]) for d in data] == \
+            [(i, f"{path}:{line}") for i, line in enumerate(lines)]
+        assert [d["ok"] for d in data] == [True] * 5 + [False]
+    elif fmt == "github":
+        notices = [x for x in out.splitlines() if x.startswith("::notice") and "title=launch" in x]
+        assert [n.split("line=")[1].split(",")[0] for n in notices] == [str(x) for x in lines]
+        assert "launch 4 of 6" in notices[3] and "world 4, dp 4, edp 2, OK" in notices[3]
+    else:
+        results = json.loads(out)["runs"][0]["results"]
+        launches = [r for r in results if r["ruleId"] == "launch"]
+        assert [r["locations"][0]["physicalLocation"]["region"]["startLine"]
+                for r in launches] == lines
+        assert {r["ruleId"] for r in results} >= {"experts-not-divisible-by-ep"}
+
+
+def test_the_command_named_after_dashdash_is_the_one_checked(capsys, monkeypatch):
+    pytest.importorskip("typer")
+    monkeypatch.setenv("PYTHONPATH", UP["PYTHONPATH"])
+    assert main(["check", "--format", "json", fixture("run_qwen3_moe_app.py"), "--",
+                 "full-train", "--hardware", "GB200"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    # 1 x 4 (GB200), tp 4 -> dp 1, ep 4 -> edp 1; its engines of 8 GPUs do not fit in 4
+    assert isinstance(data, dict) and sizes_of(data) == (4, 1, 1)
+    assert [e["code"] for e in data["errors"]] == ["rollout-gpus-not-multiple-of-engine"]
+    assert os.path.basename(data["source"].rsplit(":", 1)[0]) == "run_qwen3_moe_app.py"
