@@ -114,12 +114,16 @@ def test_default_mode_never_imports_the_installed_heavy_modules(tmp_path):
     launcher.write_text(
         "import os, sys\nimport torch, ray, sglang.srt.server_args, wandb\n"
         "real = [m for m in ('torch', 'ray') if not getattr(sys.modules[m], '__standin__', 0)]\n"
-        "os.system(f'python3 train.py --actor-num-gpus-per-node 8 # real={real}')\n")
+        "os.system(f'echo real={real}')\n"
+        "os.system('python3 train.py --actor-num-gpus-per-node 8')\n")
     (got,) = read_python_launches(str(launcher), [])
     assert got.argv == ["--actor-num-gpus-per-node", "8"] and got.seconds < 5
+    assert [o.command for o in got.others] == ["echo real=[]"]
     if _real_ok():
         (got,) = read_python_launches(str(launcher), [], real_imports=True)
         assert got.argv == ["--actor-num-gpus-per-node", "8"]
+        ran = [o.command for o in got.others if o.kind == "os.system"]
+        assert ran == ["echo real=['torch', 'ray']"]
 
 
 # ---------------------------------------------------------------- the modelled cluster

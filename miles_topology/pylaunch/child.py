@@ -434,15 +434,29 @@ def _read_view(file, mode):
         return shadow
     if _STANDINS is None or os.path.exists(path) or path.endswith(_NOT_DATA):
         return None
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename == __file__:
-        frame = frame.f_back
-    caller = frame.f_code.co_filename if frame is not None else ""
-    if os.path.basename(caller) in ("linecache.py", "tokenize.py", "traceback.py") or \
-            _where() is None:
+    if not _users_code(sys._getframe(1)):
         return None
     record("read (no such file)", [path], None)
     return _STANDINS.missing_file(path, "b" in (mode or ""))
+
+
+def _users_code(frame) -> bool:
+    """Whether the nearest caller outside the standard library is the user's code (the
+    launcher, a helper beside it or on PYTHONPATH), not an installed library or the import
+    system, which probe for files that may be missing and expect FileNotFoundError."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    stdlib = tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib"))
+    libs = tuple(os.path.join(paths[k], "") for k in ("purelib", "platlib"))
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith("<"):  # frozen importlib: an import looking for its files
+            return False
+        if name != __file__ and not name.startswith(stdlib):
+            return not name.startswith(libs) and "site-packages" not in name
+        frame = frame.f_back
+    return False
 
 
 def _discover_commands() -> None:
