@@ -136,7 +136,8 @@ import miles.utils.external_utils.command_utils as U
 def sh(cmd):
     return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
 
-per_node = int(sh("nvidia-smi -L | wc -l")) or int(sh("rocm-smi --showproductname | grep -c Series"))
+per_node = int(sh("nvidia-smi -L | wc -l")) or \
+    int(sh("rocm-smi --showproductname | grep -c Series"))
 name = sh("nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1")
 assert per_node == torch.cuda.device_count(), (per_node, torch.cuda.device_count())
 ray.init(address="auto")
