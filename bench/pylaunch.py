@@ -56,15 +56,15 @@ def show(label: str, med: float, times: list[float], limit: float) -> None:
 
 worst = 0.0
 for name, args in CASES:
-    med, times = median(lambda: read_python_launcher(str(HERE / name), args), 5)
+    med, times = median(lambda n=name, a=args: read_python_launcher(str(HERE / n), a), 5)
     worst = max(worst, med)
     show(name, med, times, 10)
 real = all(importlib.util.find_spec(m) for m in ("torch", "ray"))
 upstream = 0.0
 for mode in (False, True) if real else (False,):
     for name, args in UPSTREAM:
-        med, times = median(lambda: read_python_launches(str(HERE / name), args, UP,
-                                                        real_imports=mode), 5 if not mode else 3)
+        med, times = median(lambda n=name, a=args, m=mode: read_python_launches(
+            str(HERE / n), a, UP, real_imports=m), 3 if mode else 5)
         if not mode:
             upstream = max(upstream, med)
         show(f"{name} {args or ''} ({'--real-imports' if mode else 'stand-ins'})", med, times,

@@ -395,7 +395,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
         v.errors, v.warnings, v.skipped = ([p if p.location else p.at(where) for p in ps]
                                            for ps in (v.errors, v.warnings, v.skipped))
     at = str(where) if where else "?"
-    which = ""
+    which = "launch: "
     if of > 1 or got.command:
         which = f"launch {got.index + 1} of {of}" if of > 1 else "launch"
         which += f" (command `{got.command}`)" if got.command else ""
