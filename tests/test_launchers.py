@@ -301,3 +301,17 @@ def test_cuda_visible_devices_and_calls_into_stand_ins(tmp_path):
     (got,) = read_python_launches(str(launcher), [], {"CUDA_VISIBLE_DEVICES": ""},
                                   cluster=Cluster.of({"gpus_per_node": 2}))
     assert got.argv == ["--actor-num-gpus-per-node", "0"]
+
+
+def test_a_program_run_for_its_output_gets_no_stand_ins():
+    from miles_topology.pylaunch import run_program
+
+    # its stdout is read as is (`$(python3 -c ...)` in a script): probes answered from the
+    # model, but a missing file or module fails as it would, never an Unknown marker
+    got = run_program(["-c", "import subprocess\n"
+                       "print(subprocess.check_output('nvidia-smi -L | wc -l', shell=True, "
+                       "text=True).strip())\nprint(open('/root/models/nope/config.json').read())"])
+    assert got.stdout == "8\n" and "FileNotFoundError" in got.error
+    got = run_program(["-c", "import miles_topology_fixture_absent_pkg"])
+    assert got.status == 1 and "ModuleNotFoundError" in got.error and "__unknown" not in \
+        got.stdout

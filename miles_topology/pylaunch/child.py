@@ -372,7 +372,8 @@ def launchers_setup(cfg: dict) -> None:
     """Load the modelled cluster (pylaunch/cluster.py) and the stand-in modules
     (pylaunch/standins/) from this package's own files, under the private name ``_mt`` (the
     package's __init__ would import the whole checker; the launcher's folder is not on the
-    path they are found by), and put the stand-ins' import finders in place."""
+    path they are found by), and put the stand-ins' import finders in place (for a launcher:
+    a program run for its output, `run_program`, imports what is installed)."""
     global CLUSTER, _STANDINS
     import importlib
     import types
@@ -385,6 +386,8 @@ def launchers_setup(cfg: dict) -> None:
     given = dict(cfg.get("cluster") or {})
     given["assumed"] = tuple(given.get("assumed", ()))
     CLUSTER = importlib.import_module("_mt.pylaunch.cluster").Cluster(**given)
+    if "real_imports" not in cfg:  # run_program: its stdout is read as is, no Unknowns in it
+        return
     _STANDINS = importlib.import_module("_mt.pylaunch.standins")
     _STANDINS.EMIT, _STANDINS.WHERE, _STANDINS.OWN = emit, _where, own
     _STANDINS.CLUSTER = CLUSTER
@@ -459,9 +462,15 @@ def _users_code(frame) -> bool:
     return False
 
 
-def _discover_commands() -> None:
+def _discover_commands(cfg: dict) -> None:
     """A typer app with several commands (or a callback) runs one named on the command line;
     given none, say which there are and stop: the checker runs the launcher once per command."""
+    try:
+        with _REAL.get("open", open)(cfg["launcher"], "rb") as f:
+            if b"typer" not in f.read():
+                return
+    except OSError:
+        return
     try:
         import typer
         from typer.main import get_command
@@ -602,7 +611,7 @@ def main() -> None:
         import runpy
 
         if cfg.get("discover"):
-            _discover_commands()  # [launchers hook] a typer app's commands
+            _discover_commands(cfg)  # [launchers hook] a typer app's commands
         if mode == "code":
             exec(compile(cfg["launcher"], "<string>", "exec"), {"__name__": "__main__"})
         elif mode == "module":
