@@ -138,7 +138,10 @@ def text_one(v: Verdict, out: IO[str]) -> None:
     state = "OK" if v.ok else "INVALID"
     if v.ok and v.extra.get("unresolved"):
         n = len(v.extra["unresolved"])
-        state = f"OK as far as known ({n} unresolved: pass --env KEY=VALUE)"
+        # a value from a Python launcher's stand-in module or missing file is no --env's
+        how = "pass --env KEY=VALUE" if any("kind" not in u for u in v.extra["unresolved"]) \
+            else "see below"
+        state = f"OK as far as known ({n} unresolved: {how})"
     sizes = ""
     if s:
         sizes = f"  world {s['world_size']}"

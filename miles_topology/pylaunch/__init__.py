@@ -421,9 +421,11 @@ def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]]
                 for n in ids]
         src = next((x["source"] for x in info if x["source"]), got.source)
         what = "; ".join(dict.fromkeys(x["what"] for x in info))
-        why = "the file does not exist here" if "(no such file here)" in what else STANDIN_WHY
+        missing = "(no such file here)" in what
         unresolved.append({"flag": flag, "expression": what,
-                           "source": f"{src[0]}:{src[1]}" if src else "?", "why": why})
+                           "source": f"{src[0]}:{src[1]}" if src else "?",
+                           "why": "the file does not exist here" if missing else STANDIN_WHY,
+                           "kind": "missing-file" if missing else "stand-in"})
 
     while i < len(words):
         w = words[i]

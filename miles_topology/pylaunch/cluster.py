@@ -67,14 +67,13 @@ class Cluster:
 
     def line(self) -> str:
         """One report line; the assumed values are marked as such."""
-        parts = [f"{self.nodes} node(s)", f"{self.gpus_per_node} x {self.name} a node",
-                 "NVLink" if self.links else "no NVLink"]
-        keys = ["nodes", "gpus_per_node", "nvlink"]
-        shown = [p + (" (assumed)" if k in self.assumed or (k == "gpus_per_node" and "gpu"
-                                                            in self.assumed) else "")
-                 for p, k in zip(parts, keys)]
-        return "modelled cluster: " + ", ".join(shown) + \
-            " -- probes are answered from this model, not measured"
+        def a(key: str) -> str:
+            return " (assumed)" if key in self.assumed else ""
+
+        return (f"modelled cluster: {self.nodes} node(s){a('nodes')}, {self.gpus_per_node}"
+                f"{a('gpus_per_node')} x {self.name}{a('gpu')} a node, "
+                f"{'NVLink' if self.links else 'no NVLink'}{a('nvlink')} -- probes are answered "
+                "from this model, not measured")
 
     # ------------------------------------------------------------ facts
 
