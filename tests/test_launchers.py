@@ -315,3 +315,31 @@ def test_a_program_run_for_its_output_gets_no_stand_ins():
     got = run_program(["-c", "import miles_topology_fixture_absent_pkg"])
     assert got.status == 1 and "ModuleNotFoundError" in got.error and "__unknown" not in \
         got.stdout
+
+
+def test_stand_in_ray_runs_tasks_and_actors_inline_on_their_node():
+    from miles_topology.pylaunch import standins
+    from miles_topology.pylaunch.standins import ray
+
+    standins.CLUSTER = Cluster.of({"nodes": 2})
+    try:
+        @ray.remote(num_gpus=1)
+        class Worker:
+            def where(self):
+                return ray.get_node_ip_address()
+
+        @ray.remote
+        def fails():
+            raise ValueError("inside the task")
+
+        node = ray.nodes()[1]["NodeID"]
+        strategy = ray.NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        w = Worker.options(scheduling_strategy=strategy).remote()
+        assert ray.get([w.where.remote(), Worker.remote().where.remote()]) == \
+            ["10.0.0.2", "10.0.0.1"]
+        ref = fails.remote()  # raised by get, as Ray's RayTaskError is
+        with pytest.raises(ValueError, match="inside the task"):
+            ray.get(ref)
+        assert ray.cluster_resources()["GPU"] == 16.0
+    finally:
+        standins.CLUSTER = None
