@@ -287,13 +287,16 @@ def test_the_command_named_after_dashdash_is_the_one_checked(capsys, monkeypatch
     assert os.path.basename(data["source"].rsplit(":", 1)[0]) == "run_qwen3_moe_app.py"
 
 
-def test_cuda_visible_devices_and_calls_into_stand_ins(tmp_path):
+def test_cuda_visible_devices_and_calls_into_stand_ins(tmp_path, monkeypatch):
     launcher = tmp_path / "run.py"
     launcher.write_text(
         "import os\nimport torch, wandb\n"
         "wandb.init(project='moe', mode='offline')\n"
         "n = torch.cuda.device_count()\n"
         "os.system(f'python3 train.py --actor-num-gpus-per-node {n}')\n")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # this machine's: not the model's
+    (got,) = read_python_launches(str(launcher), [])
+    assert got.argv == ["--actor-num-gpus-per-node", "8"]
     (got,) = read_python_launches(str(launcher), [], {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert got.argv == ["--actor-num-gpus-per-node", "4"]  # as the CUDA runtime counts them
     assert [(o.kind, o.command, o.source) for o in got.others] == [

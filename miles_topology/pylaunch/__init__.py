@@ -29,6 +29,7 @@ CHILD = Path(__file__).with_name("child.py")
 UNKNOWN_ENV = ("ray job submit's runtime env is not one this check reads (a --runtime-env "
                "file, or not JSON), and the entrypoint sees only the runtime env")
 MEMORY_MB = 2048
+DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 # [launchers hook] --real-imports: torch maps ~3 GiB of libraries (the sandbox issue bounds
 # memory by use instead of address space); and real imports take seconds, not a tenth
 REAL_MEMORY_MB, REAL_TIMEOUT_S = 16384, 60.0
@@ -127,7 +128,9 @@ def _read(path, launcher_args, env, timeout_s, memory_mb, cwd, cluster, real_imp
     if memory_mb is None:
         memory_mb = REAL_MEMORY_MB if real_imports else MEMORY_MB
     cluster = cluster or Cluster.of({})
-    child_env = {**os.environ, **(env or {})}
+    # the devices a node shows are the modelled ones, not this machine's: its
+    # CUDA_VISIBLE_DEVICES is not passed on (given with --env, it is)
+    child_env = {**{k: v for k, v in os.environ.items() if k not in DEVICE_VARS}, **(env or {})}
     t0 = time.perf_counter()
     extra = {"cluster": cluster.as_dict(), "real_imports": real_imports,
              "discover": discover}  # [launchers hook]
