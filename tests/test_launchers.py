@@ -209,6 +209,7 @@ def test_deletes_and_writes_outside_land_in_the_temp_view(tmp_path):
         "tp = open(out + '/ckpt/latest.txt').read()\n"  # reads back what it wrote
         "shutil.rmtree(out)\n"
         "gone = not os.path.exists(out + '/ckpt/latest.txt')\n"
+        "shutil.copytree('/nonexistent/verifiers/envs', out + '/envs', dirs_exist_ok=True)\n"
         "scratch = tempfile.mkdtemp()\n"
         "shutil.rmtree(scratch)\n"  # its own temp folder: really removed
         "os.system(f'python3 train.py --actor-num-gpus-per-node 8 "
@@ -218,6 +219,7 @@ def test_deletes_and_writes_outside_land_in_the_temp_view(tmp_path):
     kinds = [(o.kind, o.command) for o in got.others]
     assert ("shutil.rmtree", str(outside)) in kinds and ("write", f"{outside}/ckpt/latest.txt") \
         in kinds
+    assert ("shutil.copytree", f"/nonexistent/verifiers/envs {outside}/envs") in kinds
     assert not outside.exists()
 
 
@@ -346,3 +348,22 @@ def test_stand_in_ray_runs_tasks_and_actors_inline_on_their_node():
         assert ray.cluster_resources()["GPU"] == 16.0
     finally:
         standins.CLUSTER = None
+
+
+def test_a_module_the_launcher_imports_that_is_missing_is_a_stand_in_a_librarys_is_not(tmp_path):
+    lib = tmp_path / "venv" / "site-packages"  # an installed library with an optional import
+    lib.mkdir(parents=True)
+    (lib / "optlib.py").write_text(
+        "try:\n    import mt_absent_accel\n    TP = 8\nexcept ImportError:\n    TP = 2\n")
+    launcher = tmp_path / "run.py"
+    launcher.write_text(
+        "import os\nimport optlib\nimport mt_absent_polars as pl\n"
+        "rows = pl.read_parquet('/root/data.parquet').height\n"
+        "os.system(f'python3 train.py --actor-num-gpus-per-node 8 "
+        "--tensor-model-parallel-size {optlib.TP} --global-batch-size {rows}')\n")
+    (got,) = read_python_launches(str(launcher), [], {"PYTHONPATH": str(lib)})
+    assert got.argv[:4] == ["--actor-num-gpus-per-node", "8", "--tensor-model-parallel-size",
+                            "2"]  # the library's own fallback, as without the check
+    assert got.argv[-1].startswith("__unknown_")
+    assert got.notes == ["it imports mt_absent_polars, which is not installed here: a "
+                         "recording stand-in answered it"]

@@ -363,9 +363,10 @@ def test_user_site_packages_as_for_the_real_run_and_home_is_the_sandbox(tmp_path
     if real:
         got = read_python_launcher(str(launcher), [], {"HOME": str(home)})
         assert got.argv == ["--actor-num-gpus-per-node", "4"]
-    else:
-        with pytest.raises(InputError, match="imports user_installed_helper, which is not"):
-            read_python_launcher(str(launcher), [], {"HOME": str(home)})
+    else:  # a recording stand-in answered it: the flag built from it is unknown, and said so
+        got = read_python_launcher(str(launcher), [], {"HOME": str(home)})
+        assert any("imports user_installed_helper, which is not installed here" in n
+                   for n in got.notes) and got.argv[-1].startswith("__unknown_")
     assert sorted(p.name for p in home.iterdir()) == [".local"]
 
 

@@ -294,6 +294,14 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
             others.append(Recorded(r["kind"], shown(r), _where(r.get("source"))))
     name = os.path.basename(path)
     notes = []
+    # [launchers hook] modules the launcher's own code imports that are not installed here
+    absent = list(dict.fromkeys(r["missing_module"] for r in records if "missing_module" in r))
+    if found is None and absent:
+        raise InputError(f"{name} imports {absent[0]}, which is not installed here: pip install "
+                         f"{PIP_NAMES.get(absent[0], absent[0])} (or put it on PYTHONPATH); a "
+                         "recording stand-in answered it, and the launcher launched no training")
+    notes += [f"it imports {m}, which is not installed here: a recording stand-in answered it"
+              for m in absent]
     if status in ("timeout", -signal.SIGXCPU):  # the wall clock, or RLIMIT_CPU
         if found is None:
             raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "

@@ -386,10 +386,15 @@ def launchers_setup(cfg: dict) -> None:
     given = dict(cfg.get("cluster") or {})
     given["assumed"] = tuple(given.get("assumed", ()))
     CLUSTER = importlib.import_module("_mt.pylaunch.cluster").Cluster(**given)
+    import shutil
+
+    for name in ("copyfile", "copy", "copy2", "copytree"):  # into the temp view, recorded
+        setattr(shutil, name, _copier(name, getattr(shutil, name)))
     if "real_imports" not in cfg:  # run_program: its stdout is read as is, no Unknowns in it
         return
     _STANDINS = importlib.import_module("_mt.pylaunch.standins")
     _STANDINS.EMIT, _STANDINS.WHERE, _STANDINS.OWN = emit, _where, own
+    _STANDINS.USER = _users_code
     _STANDINS.CLUSTER = CLUSTER
     _STANDINS.install(bool(cfg.get("real_imports")))
     loads = json.loads
@@ -399,6 +404,25 @@ def launchers_setup(cfg: dict) -> None:
         return got if got is not None else loads(s, *args, **kwargs)
 
     json.loads = parse
+
+
+def _copier(name, real):
+    """shutil.copy* to a path outside the work folder: recorded, and made in the temp view
+    (from the view's copy of the source when the launcher wrote one); a source that is not
+    here (a checkout the launcher would have cloned) is only recorded."""
+    def copy(src, dst, *args, **kwargs):
+        if inside(dst):
+            return real(src, dst, *args, **kwargs)
+        full = os.path.abspath(os.fsdecode(dst))
+        record(f"shutil.{name}", [os.path.abspath(os.fsdecode(src)), full], None)
+        view = os.path.join(WORK, "outside", os.path.abspath(os.fsdecode(src)).lstrip(os.sep))
+        try:
+            real(view if os.path.exists(view) else src, _shadow(dst), *args, **kwargs)
+        except OSError:
+            pass
+        return full
+
+    return copy
 
 
 def answer(argv, shell):
@@ -443,10 +467,11 @@ def _read_view(file, mode):
     return _STANDINS.missing_file(path, "b" in (mode or ""))
 
 
-def _users_code(frame) -> bool:
+def _users_code(frame, imports: bool = False) -> bool:
     """Whether the nearest caller outside the standard library is the user's code (the
     launcher, a helper beside it or on PYTHONPATH), not an installed library or the import
-    system, which probe for files that may be missing and expect FileNotFoundError."""
+    system, which probe for files that may be missing and expect FileNotFoundError.
+    `imports`: the caller of an import (the import system's own frames are skipped)."""
     import sysconfig
 
     paths = sysconfig.get_paths()
@@ -454,8 +479,14 @@ def _users_code(frame) -> bool:
     libs = tuple(os.path.join(paths[k], "") for k in ("purelib", "platlib"))
     while frame is not None:
         name = frame.f_code.co_filename
-        if name.startswith("<"):  # frozen importlib: an import looking for its files
+        if name.startswith("<") and not imports:  # frozen importlib looking for its files
             return False
+        if imports and (name.startswith("<frozen") or name == __file__ or
+                        name.endswith(os.path.join("importlib", "__init__.py"))):
+            frame = frame.f_back  # the import system, importlib.import_module: its caller
+            continue
+        if imports:  # the module that imports: the user's, not the stdlib's or a library's
+            return not name.startswith(stdlib + libs) and "site-packages" not in name
         if name != __file__ and not name.startswith(stdlib):
             return not name.startswith(libs) and "site-packages" not in name
         frame = frame.f_back

@@ -275,6 +275,29 @@ class Finder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
 
 
+class Absent(importlib.abc.MetaPathFinder):
+    """Last on the path: a module the launcher's own code imports that is not installed here
+    (polars, setproctitle, a plugin package) is a stand-in too, and recorded as missing. An
+    installed library's optional import (``try: import ujson``) still fails as it would."""
+
+    def __init__(self):
+        self.served: set[str] = set()
+
+        self.loader = _Loader()
+
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.split(".")[0]
+        if top not in self.served:
+            if "." in fullname or USER is None or not USER(sys._getframe(1), imports=True):
+                return None
+            self.served.add(top)
+            _emit({"missing_module": top})
+        return importlib.machinery.ModuleSpec(fullname, self.loader, is_package=True)
+
+
+USER = None  # set by the child: whether a frame is the user's code (not a library's)
+
+
 def install(real_imports: bool) -> None:
     """Put the finders in place (the child calls this before the launcher runs)."""
     if real_imports:
@@ -283,6 +306,7 @@ def install(real_imports: bool) -> None:
     else:
         sys.meta_path.insert(0, Finder(ALWAYS))
         sys.meta_path.append(Finder(FALLBACK - ALWAYS))
+    sys.meta_path.append(Absent())
 
 
 def record_launch(shell: str) -> None:
