@@ -296,12 +296,26 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
     notes = []
     # [launchers hook] modules the launcher's own code imports that are not installed here
     absent = list(dict.fromkeys(r["missing_module"] for r in records if "missing_module" in r))
-    if found is None and absent:
+    notes += [f"it imports {m}, which is not installed here: a recording stand-in answered it"
+              for m in absent]
+    if found is None and absent and not any(_runs(r["kind"]) for r in calls):
+        # it ran nothing: what it would run went through the absent module
         raise InputError(f"{name} imports {absent[0]}, which is not installed here: pip install "
                          f"{PIP_NAMES.get(absent[0], absent[0])} (or put it on PYTHONPATH); a "
                          "recording stand-in answered it, and the launcher launched no training")
-    notes += [f"it imports {m}, which is not installed here: a recording stand-in answered it"
-              for m in absent]
+    try:
+        return _launches(path, found, launches, others, calls, records, notes, err, status,
+                         child_env, timeout_s, memory_mb, seconds, every, end)
+    except InputError as e:
+        if not absent:
+            raise
+        raise InputError(f"{e} (it also imports {', '.join(absent)}, not installed here and "
+                         "answered by recording stand-ins)") from None
+
+
+def _launches(path, found, launches, others, calls, records, notes, err, status, child_env,
+              timeout_s, memory_mb, seconds, every, end) -> list[PythonLaunch]:
+    name = os.path.basename(path)
     if status in ("timeout", -signal.SIGXCPU):  # the wall clock, or RLIMIT_CPU
         if found is None:
             raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
