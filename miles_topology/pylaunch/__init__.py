@@ -28,6 +28,18 @@ CHILD = Path(__file__).with_name("child.py")
 UNKNOWN_ENV = ("ray job submit's runtime env is not one this check reads (a --runtime-env "
                "file, or not JSON), and the entrypoint sees only the runtime env")
 MEMORY_MB = 2048
+DENY_VAR = "MILES_TOPOLOGY_SANDBOX_DENY"  # for tests: a facility to treat as missing
+TRUSTED = ("run with --trust-launcher: in-process recorders only, not isolated by the "
+           "kernel; the launcher could have acted on this machine")
+_THREADS = "the launcher started more threads than the sandbox allows (a thread bomb?); stopped"
+
+
+def refusal(end: dict) -> str:
+    """The one line saying why the launcher was not run, and how to proceed."""
+    return (f"not run: the kernel here cannot isolate a launcher, it lacks "
+            f"{end.get('missing')}. `check` runs Python launchers only in a sandbox the "
+            "kernel enforces; to run this one anyway with in-process recorders only (which "
+            "the launcher can get around), give --trust-launcher if you trust its code")
 # What the import name does not say: the name to pip install.
 PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2":
              "opencv-python", "dateutil": "python-dateutil", "google": "protobuf"}
@@ -62,20 +74,25 @@ class PythonLaunch:
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
                          = None, timeout_s: float = 10, memory_mb: int = MEMORY_MB,
-                         cwd: str | None = None) -> PythonLaunch:
+                         cwd: str | None = None, trust: bool = False) -> PythonLaunch:
     """Run the launcher at `path` with `launcher_args` in the sandbox and return its training
     launch. `env` adds to the current environment (as `--env KEY=VALUE` does for scripts).
     The launcher runs in the sandbox's temporary folder, or in `cwd` when given (for a launcher
     that reads files relative to where it is started; its writes there are redirected all the
-    same). Raises InputError when there is no launch, or when the launcher cannot run to it."""
+    same). `trust`: run it with the in-process recorders only, not isolated by the kernel
+    (--trust-launcher). Raises InputError when there is no launch, when the launcher cannot
+    run to it, or when the kernel here cannot isolate it."""
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
     child_env = {**os.environ, **(env or {})}
     t0 = time.perf_counter()
     got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd, timeout_s,
-                   memory_mb)
-    return _interpret(path, got.records, got.err, got.status, {**child_env, **got.sandbox},
-                      timeout_s, memory_mb, time.perf_counter() - t0)
+                   memory_mb, trust)
+    launch = _interpret(path, got.records, got.err, got.status, {**child_env, **got.sandbox},
+                        timeout_s, memory_mb, time.perf_counter() - t0)
+    if trust:
+        launch.notes.insert(0, TRUSTED)
+    return launch
 
 
 @dataclass
@@ -93,7 +110,8 @@ STDOUT_MAX = 1 << 20
 
 
 def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
-                cwd: str | None = None, timeout_s: float = 10) -> ProgramRun:
+                cwd: str | None = None, timeout_s: float = 10, trust: bool = False
+                ) -> ProgramRun:
     """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
     is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
     MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Status
@@ -115,7 +133,7 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
         target = os.path.abspath(full)
     got = _execute(mode, target, rest, {**os.environ, **(env or {})}, cwd, timeout_s,
-                   MEMORY_MB)
+                   MEMORY_MB, trust)
     calls = [r for r in got.records if "kind" in r]
     records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
     end = got.records[-1] if got.records and "end" in got.records[-1] else None
@@ -129,8 +147,10 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             got.status < 0 else f"exited with status {got.status}{_tail(got.err)}"
     elif end["end"] == "memory":
         status, error = "memory", f"ran out of memory (limit {MEMORY_MB} MiB)"
+    elif end["end"] == "threads":
+        status, error = "refused", _THREADS
     elif end["end"] == "refused":
-        status, error = "refused", end.get("why")
+        status, error = "refused", refusal(end)
     elif end["end"] in ("missing", "error"):
         status, error = 1, _at(end)
     elif end["end"] == "exit":
@@ -153,7 +173,7 @@ class _Ran:
 
 
 def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s: float,
-             memory_mb: int) -> _Ran:
+             memory_mb: int, trust: bool) -> _Ran:
     """Run `target` (a file, code or a module name, by `mode`) in a fresh temporary folder."""
     with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
         work = Path(tmp, "work")
@@ -163,12 +183,15 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
         sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
         sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
         records, err, status, out = _run(mode, target, args, env, sandbox, Path(tmp), work,
-                                         timeout_s, memory_mb)
+                                         timeout_s, memory_mb, trust)
     return _Ran(records, err, status, out, sandbox)
 
 
 def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
-         memory_mb: int):
+         memory_mb: int, trust: bool):
+    if sys.platform != "linux" and not trust:
+        return [{"end": "refused", "missing": f"Linux (namespaces, Landlock, seccomp); this "
+                 f"is {sys.platform}"}], "", 0, ""
     record = tmp / "record.jsonl"
     record.touch()
     cfg = tmp / "config.json"
@@ -177,10 +200,12 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
         "mode": mode, "launcher": target, "args": list(args), "work": str(work),
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
         "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
-        "env": sandbox}))
+        "env": sandbox, "trust": trust, "deny": os.environ.get(DENY_VAR, "")}))
     with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
-        # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc
-        proc = subprocess.Popen([sys.executable, "-E", "-B", str(CHILD), str(cfg)], cwd=work,
+        # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc;
+        # -S: no site-packages (nor their .pth files) until the child is isolated
+        proc = subprocess.Popen([sys.executable, "-E", "-B", "-S", str(CHILD), str(cfg)],
+                                cwd=work,
                                 env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
                                 start_new_session=True)
         try:
@@ -245,6 +270,10 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
                              f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
                              + _tail(err))
         notes.append(f"the launcher was {why} after its training launch was recorded")
+    elif end["end"] == "refused":
+        raise InputError(f"{path}: {refusal(end)}")
+    elif end["end"] == "threads":
+        raise InputError(f"{path}: {_THREADS}")
     elif end["end"] == "memory":
         if found is None:
             raise InputError(f"{path}: the launcher ran out of memory (limit {memory_mb} MiB) "

@@ -31,6 +31,7 @@ WORK = ""
 HERE = ""  # the launcher's folder: frames of files there are the launcher's own
 _BASE_ENV: dict[str, str] = {}
 _FAKE_PID = 0x3FFFFF00
+FSIZE = 16 << 20  # the most any file it writes may hold, its stdout and stderr included
 
 
 class SandboxRefused(PermissionError):
@@ -414,9 +415,13 @@ def hook(event: str, args: tuple) -> None:
 def limits(cfg: dict) -> None:
     mem = int(cfg["memory_mb"]) << 20
     cpu = max(1, int(cfg["cpu_s"]))
-    for what, soft, hard in ((resource.RLIMIT_AS, mem, mem), (resource.RLIMIT_CPU, cpu, cpu + 2),
+    # RLIMIT_DATA counts private writable memory (heap, anonymous maps), not mapped
+    # libraries: RLIMIT_AS at 2 GiB breaks `import torch` (libtorch_cpu.so: failed to map
+    # segment), RLIMIT_DATA at 1 GiB does not (measured: 218 MiB resident after the import).
+    # Shared memory, which it does not count, the supervisor bounds (isolate._supervise).
+    for what, soft, hard in ((resource.RLIMIT_DATA, mem, mem), (resource.RLIMIT_CPU, cpu, cpu + 2),
                              (resource.RLIMIT_NOFILE, 256, 256),
-                             (resource.RLIMIT_FSIZE, 64 << 20, 64 << 20),
+                             (resource.RLIMIT_FSIZE, FSIZE, FSIZE),
                              (resource.RLIMIT_CORE, 0, 0)):
         try:
             resource.setrlimit(what, (soft, hard))
@@ -445,12 +450,28 @@ def main() -> None:
     limits(cfg)
     _out = os.open(cfg["record"], os.O_WRONLY | os.O_APPEND)
     WORK = os.path.realpath(cfg["work"])
+    if not cfg.get("trust"):
+        # isolation first: so far only the standard library is imported, sys.path holds it
+        # and this folder (python -S: not even site-packages), not the launcher's folder
+        import isolate
+
+        try:
+            isolate.enter(WORK, int(cfg["memory_mb"]), cfg.get("deny") or "", emit)
+        except isolate.Missing as e:
+            emit({"end": "refused", "missing": str(e)})
+            REAL_EXIT(0)
+    if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+        del sys.path[0]  # this file's folder, which python put first
+    import site
+
+    site.main()  # site-packages and their .pth files, with the real HOME's user site
     os.chdir(cfg.get("cwd") or WORK)
     HERE = os.path.dirname(os.path.realpath(cfg["launcher"])) if cfg.get("mode", "path") == \
         "path" else os.path.realpath(os.getcwd())
     os.environ.update(cfg["env"])  # HOME, TMPDIR... in the sandbox's folder
-    if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
-        del sys.path[0]  # this file's folder, which python put first
+    _BASE_ENV = dict(os.environ)
+    install()  # imports subprocess, shutil, socket: before the launcher's folder is on sys.path
+    import runpy  # the same: a runpy.py beside the launcher is not ours to run
     mode = cfg.get("mode", "path")  # as `python FILE`, `python -c CODE`, `python -m MODULE`
     # sys.path[0] as python sets it: the script's folder, or the current one for -c and -m
     first = os.path.dirname(os.path.abspath(cfg["launcher"])) if mode == "path" else \
@@ -458,13 +479,9 @@ def main() -> None:
     sys.path[:0] = [first] + cfg["pythonpath"]
     sys.argv = [cfg["launcher"] if mode == "path" else "-c" if mode == "code" else
                 cfg["launcher"], *cfg["args"]]
-    _BASE_ENV = dict(os.environ)
-    install()
     sys.addaudithook(hook)
     end: dict = {"end": "ok"}
     try:
-        import runpy
-
         if mode == "code":
             exec(compile(cfg["launcher"], "<string>", "exec"), {"__name__": "__main__"})
         elif mode == "module":
