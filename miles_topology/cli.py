@@ -92,13 +92,13 @@ def _yaml_verdict(path: str) -> Verdict:
     return v
 
 
-def _one(path: str, env: dict[str, str]) -> Verdict:
+def _one(path: str, env: dict[str, str], trust: bool = False) -> Verdict:
     if path.endswith((".yaml", ".yml")):
         return _yaml_verdict(path)
     if path.endswith(".py"):
         from .pylaunch import check_python
 
-        return check_python(path, [], env)
+        return check_python(path, [], env, trust)
     from .check_script import check_script
 
     return check_script(path, env)
@@ -124,14 +124,15 @@ def _expand(paths: list[str]) -> tuple[list[str], bool]:
     return out, len(out) > 1 or any(os.path.isdir(p) for p in paths)
 
 
-def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> list[Verdict]:
+def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
+            trust: bool = False) -> list[Verdict]:
     """One verdict per input (a folder: each of its inputs). With several inputs an
     unreadable one is an entry of its own; a single unreadable input raises InputError."""
     paths, batch = _expand(paths)
     if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
         from .pylaunch import check_python
 
-        return [check_python(paths[0], flags or [], env)]
+        return [check_python(paths[0], flags or [], env, trust)]
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")
@@ -141,11 +142,11 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> l
     if not paths:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
     if not batch:
-        return [_one(paths[0], env)]
+        return [_one(paths[0], env, trust)]
     out = []
     for p in paths:
         try:
-            out.append(_one(p, env))
+            out.append(_one(p, env, trust))
         except InputError as e:
             out.append(Verdict(p, unreadable=str(e)))
     return out
@@ -159,7 +160,7 @@ def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def cmd_check(args, flags) -> int:
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), args.trust_launcher)
     render(verdicts, args.format, sys.stdout)
     return exit_code(verdicts)
 
@@ -233,6 +234,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
         if name == "check":
+            p.add_argument("--trust-launcher", action="store_true",
+                           help="run Python launchers with in-process recorders only, where "
+                                "the kernel cannot isolate them (docs/sandbox.md)")
             p.add_argument("--format", choices=FORMATS, default="text", metavar="FORMAT",
                            help="text (default), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")

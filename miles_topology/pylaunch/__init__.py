@@ -334,7 +334,8 @@ def _tail(err: str) -> str:
     return f": {lines[-1]}" if lines else ""
 
 
-def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None):
+def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
+                 trust: bool = False):
     """`check LAUNCHER.py [-- ARGS]`: the Verdict on the training launch the launcher issues.
     A ``--topology`` YAML is resolved with the environment the entry really gets: under
     ray job submit only the runtime env, else the launcher's own plus what the command sets."""
@@ -345,7 +346,7 @@ def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | N
     from ..report import verdict_of
     from ..sources import read_flags
 
-    got = read_python_launcher(path, launcher_args, env)
+    got = read_python_launcher(path, launcher_args, env, trust=trust)
     base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
     environ = {**base, **got.env} if got.env_known else PartialEnv(got.env, why=UNKNOWN_ENV)
     v = verdict_of(path, lambda: read_flags(got.argv, environ).topology)

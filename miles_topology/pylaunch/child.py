@@ -31,6 +31,7 @@ WORK = ""
 HERE = ""  # the launcher's folder: frames of files there are the launcher's own
 _BASE_ENV: dict[str, str] = {}
 _FAKE_PID = 0x3FFFFF00
+_ISOLATED = False  # whether the kernel sandbox holds (not --trust-launcher)
 FSIZE = 16 << 20  # the most any file it writes may hold, its stdout and stderr included
 
 
@@ -200,12 +201,17 @@ def _kill(name):
     return kill
 
 
+# the kernel sandbox refuses changes of mode, owner and times (seccomp: Landlock does not
+# cover them); in the throwaway work folder they mean nothing, so they are taken as done
+_METADATA = ("os.chmod", "os.chown", "os.lchown", "os.utime")
+
+
 def _guard(name, real, nargs=1):
     """Run `real` inside the work folder; elsewhere record the call and report success."""
     def guarded(*args, **kwargs):
         paths = args[:nargs]
         if all(inside(p) for p in paths) and kwargs.get("dir_fd") is None:
-            return real(*args, **kwargs)
+            return None if name in _METADATA and _ISOLATED else real(*args, **kwargs)
         record(name, [os.path.abspath(os.fsdecode(p)) for p in paths], None)
         return None
 
@@ -444,7 +450,7 @@ def _last_line(exc: BaseException) -> dict:
 
 
 def main() -> None:
-    global _out, WORK, HERE, _BASE_ENV
+    global _out, WORK, HERE, _BASE_ENV, _ISOLATED
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
     limits(cfg)
@@ -460,6 +466,7 @@ def main() -> None:
         except isolate.Missing as e:
             emit({"end": "refused", "missing": str(e)})
             REAL_EXIT(0)
+        _ISOLATED = True
     if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
         del sys.path[0]  # this file's folder, which python put first
     import site
