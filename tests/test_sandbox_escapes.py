@@ -387,6 +387,34 @@ def test_unix_sockets_abstract_and_by_path(tmp_path):
             s.close()
 
 
+TIOCSTI = """
+import fcntl, termios
+fd = posix.open(sys.argv[1], posix.O_RDONLY | posix.O_NOCTTY)
+attempt("TIOCSTI", fcntl.ioctl, fd, termios.TIOCSTI, b"!")
+"""
+
+
+def test_no_keystrokes_pushed_into_a_terminal(tmp_path):
+    """TIOCSTI queues input on a terminal as if typed there (this kernel allows it,
+    dev.tty.legacy_tiocsti); a terminal opened only for reading is enough."""
+    import tty
+
+    master, slave = os.openpty()
+    tty.setraw(slave)  # a byte pushed is readable at once, no line needed
+    os.set_blocking(slave, False)
+    try:
+        got = attack(tmp_path, TIOCSTI, os.ttyname(slave))
+        assert done(got) == [] and failed(got) == 1, got
+        with pytest.raises(BlockingIOError):
+            os.read(slave, 16)
+        got = attack(tmp_path, TIOCSTI, os.ttyname(slave), trust=True)  # control
+        if done(got):  # where the kernel lets root push input at all
+            assert os.read(slave, 16) == b"!"
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
 # ---------------------------------------------------------------- bombs, hangs, the parent
 
 
@@ -419,6 +447,8 @@ BOMBS = {
     "memory_bomb": "x = b'x' * (64 << 30)\n",
     "endless_output": "while True:\n    print('x' * 4096)\n",
     "sleep_forever": "import time\ntime.sleep(10 ** 6)\n",
+    "disk_fill": "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (1 << 20))\n"
+                 "    i += 1\n",
 }
 
 

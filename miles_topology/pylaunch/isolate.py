@@ -32,8 +32,10 @@ import signal
 import struct
 import sys
 
-CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID = 0x10000000, 0x40000000, \
-    0x08000000, 0x20000000
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNS = 0x10000000, \
+    0x40000000, 0x08000000, 0x20000000, 0x00020000
+MS_NOSUID, MS_NODEV = 2, 4
+WORK_MB = 256  # the work folder is a tmpfs of this size: a launcher cannot fill the disk
 CLONE_THREAD = 0x00010000
 PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
 MAX_THREADS = 256  # torch's import starts a handful; a thread bomb is stopped here
@@ -249,18 +251,24 @@ def _drop_capabilities() -> None:
         raise OSError(e, os.strerror(e))
 
 
-def namespaces() -> None:
+def namespaces(work: str) -> None:
     uid, gid = os.geteuid(), os.getegid()
     try:
         _unshare(CLONE_NEWUSER)
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")  # the same ids inside as outside
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
-        _unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID)
+        _unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNS)
     except OSError as e:
         raise Missing(f"unprivileged user namespaces ({e.strerror}; see "
                       "/proc/sys/user/max_user_namespaces, and on Ubuntu "
                       "kernel.apparmor_restrict_unprivileged_userns)") from None
+    # a mount made in a namespace of a less privileged user is not propagated back out
+    options = f"size={WORK_MB}m,nr_inodes=65536,mode=700".encode()
+    if _libc.mount(b"tmpfs", os.fsencode(work), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV),
+                   options) != 0:
+        e = ctypes.get_errno()
+        raise Missing(f"a tmpfs in a mount namespace ({os.strerror(e)})")
 
 
 def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
@@ -279,7 +287,7 @@ def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
     if platform.machine() not in _NR:
         seccomp(0)  # raises Missing: no filter written for this machine
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor ends with the checker
-    namespaces()
+    namespaces(work)
     alive_r, alive_w = os.pipe()
     pid = os.fork()  # the child is PID 1 of the new PID namespace
     if pid:
