@@ -264,8 +264,8 @@ def test_posixsubprocess_under_another_name(tmp_path):
 
 def test_posixsubprocess_control(tmp_path):
     marker = tmp_path / "marker"
-    attack(tmp_path, FORK_EXEC, marker, trust=True)
-    assert marker.exists()
+    got = attack(tmp_path, FORK_EXEC, marker, trust=True)
+    assert marker.exists(), got
 
 
 CTYPES = """

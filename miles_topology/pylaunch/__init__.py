@@ -226,12 +226,20 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """Kill the child and anything in its session (it cannot start any, but be sure)."""
+    """Kill the child's process group (its supervisor and the sandboxed process, which may
+    not leave the group) and wait until the group is gone, not only the supervisor."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
     proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.005)
 
 
 def _where(src) -> tuple[str, int] | None:
