@@ -4,14 +4,18 @@ and take the training command it would have started.
 Since miles writes its launchers in Python (a dataclass + typer CLI, a helper building one
 flag string, then ``execute_train(...)`` running ``ray job submit ... -- python3 train.py
 ...`` through subprocess), the flags exist only once the launcher runs. `read_python_launcher`
-runs it in a fresh interpreter (``child.py``) with a temporary folder as cwd, HOME and TMPDIR,
-resource limits and a wall-clock timeout; every command it starts is recorded, not run.
+runs it in a fresh interpreter (``child.py``) isolated by the kernel (``isolate.py``: user,
+network, PID, IPC and mount namespaces, Landlock, seccomp; docs/sandbox.md) with a temporary
+folder as cwd, HOME and TMPDIR, resource limits and a wall-clock timeout; every command it
+starts is recorded, not run. Where the kernel cannot isolate it, it is not run (InputError
+naming the facility) unless the caller trusts it (``--trust-launcher``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -208,9 +212,9 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
                                 cwd=work,
                                 env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
                                 start_new_session=True)
-        try:
-            status = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        if _ended(proc, timeout_s):
+            status = proc.wait()
+        else:
             _kill(proc)
             status = "timeout"
     records = []
@@ -223,6 +227,25 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
     with open(tmp / "stdout", "rb") as f:
         out = f.read(STDOUT_MAX).decode(errors="replace")
     return records, err, status, out
+
+
+def _ended(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether the child ends within `timeout_s`, seen at once (Popen.wait(timeout) polls,
+    sleeping up to 50 ms between looks)."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLIN)
+        return bool(poll.poll(timeout_s * 1000))
+    finally:
+        os.close(fd)
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -1,17 +1,18 @@
-"""Run one Python launcher so that nothing it does leaves the process.
+"""Run one Python launcher (or ``python3 -c`` / ``-m`` program) and record what it does.
 
-This file runs as ``python -E -B child.py CONFIG.json`` and imports nothing of miles_topology.
-Before the launcher runs, every way to start a program, signal one, reach the network or
-change files outside the work folder is replaced by a recorder that answers "done" (exit 0,
-empty output; a file opened for writing outside the work folder is opened under
-WORK/outside/ instead, so that lock files and logs work), and a PEP 578 audit hook refuses
-whatever slips past the recorders (a saved reference to the real function, a C extension).
-Each recorded command is one JSON line in the record file, written as it happens, so a
-launcher that hangs or crashes later still leaves what it did; the last line says how the
-launcher ended.
+This file runs as ``python -E -B -S child.py CONFIG.json`` and imports nothing of miles_topology.
+First it isolates itself (``isolate.enter``: namespaces, Landlock, seccomp), with only the
+standard library imported and the launcher's folder not on ``sys.path``; that, the kernel's,
+is what keeps the machine safe (docs/sandbox.md). Then, for recording only, every way to start
+a program, signal one, reach the network or change files outside the work folder is replaced by
+a recorder that answers "done" (exit 0, empty output; a file opened for writing outside the work
+folder is opened under WORK/outside/ instead, so that lock files and logs work), and a PEP 578
+audit hook notes and refuses what slips past the recorders. Each recorded command is one JSON
+line in the record file, written as it happens, so a launcher that hangs or crashes later still
+leaves what it did; the last line says how the launcher ended.
 
-This guards a machine against a launcher's side effects (``pkill``, ``rm -rf``, ``ray
-start``, a download): it is not a jail for hostile code that reads memory through ctypes.
+With ``trust`` (``check --trust-launcher``) the isolation is skipped: the recorders and the hook
+are all there is, and they are no boundary for code that means harm.
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import select
 import signal
 import struct
@@ -186,7 +185,7 @@ def _arg(i: int) -> int:
 def bpf_program(self_pid: int, machine: str | None = None) -> bytes:
     """The filter, as struct sock_filter[]: each rule is a test of the call number followed
     by a block that always returns, so no jump is longer than a few instructions."""
-    nr = _NR[machine or platform.machine()]
+    nr = _NR[machine or os.uname().machine]
     prog = [_ins(_LD, 4), _ins(_JEQ, nr["arch"], 1, 0), _ins(_RET, KILL), _ins(_LD, 0)]
     if nr["arch"] == 0xC000003E:  # the x32 call numbers of the same machine
         prog += [_ins(_JGE, 0x40000000, 0, 1), _ins(_RET, _errno(errno.ENOSYS))]
@@ -219,7 +218,7 @@ def bpf_program(self_pid: int, machine: str | None = None) -> bytes:
 
 
 def seccomp(self_pid: int) -> None:
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in _NR:
         raise Missing(f"a seccomp filter for this machine ({machine}; written for "
                       f"{', '.join(_NR)})")
@@ -284,7 +283,7 @@ def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
                           "missing)")
     if landlock_abi() < LANDLOCK_MIN_ABI:
         landlock(work)  # raises Missing, naming the ABI the kernel has
-    if platform.machine() not in _NR:
+    if os.uname().machine not in _NR:
         seccomp(0)  # raises Missing: no filter written for this machine
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor ends with the checker
     namespaces(work)
