@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import platform
 import signal
 import socket
 import subprocess
@@ -298,7 +297,7 @@ def victim():
 
 
 def test_system_calls_through_ctypes(tmp_path, victim):
-    nr = isolate._NR[platform.machine()]
+    nr = isolate._NR[os.uname().machine]
     marker = tmp_path / "marker"
     got = attack(tmp_path, CTYPES.format(nr=nr), victim.pid, marker)
     time.sleep(0.1)
@@ -307,7 +306,7 @@ def test_system_calls_through_ctypes(tmp_path, victim):
 
 
 def test_system_calls_through_ctypes_control(tmp_path, victim):
-    nr = isolate._NR[platform.machine()]
+    nr = isolate._NR[os.uname().machine]
     attack(tmp_path, CTYPES.format(nr=nr), victim.pid, tmp_path / "marker", "control",
            trust=True)
     assert victim.wait(5) == -signal.SIGTERM
@@ -514,6 +513,29 @@ def test_a_launcher_that_kills_its_parent(tmp_path):
     assert "the parent is still there" in got.stderr
     assert os.listdir(tmp) == []
     assert processes_naming(token) == []
+
+
+def test_the_sandbox_dies_with_a_killed_checker(tmp_path):
+    """A checker killed from outside (SIGKILL: no clean-up of its own) takes the supervisor
+    and the launcher with it (parent-death signals)."""
+    launcher = tmp_path / "run.py"
+    launcher.write_text("import time\ntime.sleep(10 ** 6)\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    checker = subprocess.Popen([sys.executable, "-m", "miles_topology.cli", "check",
+                                str(launcher)], env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        deadline = time.monotonic() + 30
+        while len(processes_naming(str(tmp))) < 2:  # the supervisor and the launcher
+            assert time.monotonic() < deadline and checker.poll() is None
+            time.sleep(0.05)
+    finally:
+        checker.kill()
+        checker.wait()
+    deadline = time.monotonic() + 5
+    while processes_naming(str(tmp)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_naming(str(tmp)) == []
 
 
 # ---------------------------------------------------------------- where the kernel cannot

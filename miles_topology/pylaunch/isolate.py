@@ -301,9 +301,15 @@ def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
     except BlockingIOError:
         pass
     os.close(alive_r)
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    _drop_capabilities()
-    landlock(work)
+    try:
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        _drop_capabilities()
+    except OSError as e:
+        raise Missing(f"no_new_privs and capset ({e.strerror})") from None
+    try:
+        landlock(work)
+    except OSError as e:
+        raise Missing(f"a Landlock ruleset ({e.strerror})") from None
     seccomp(os.getpid())
 
 
