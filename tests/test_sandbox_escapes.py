@@ -264,6 +264,10 @@ def test_posixsubprocess_under_another_name(tmp_path):
 def test_posixsubprocess_control(tmp_path):
     marker = tmp_path / "marker"
     got = attack(tmp_path, FORK_EXEC, marker, trust=True)
+    # the recorders' os.waitpid does not wait: the program may finish after the launcher
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert marker.exists(), got
 
 
