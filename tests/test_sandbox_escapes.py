@@ -449,16 +449,16 @@ def checker_tmp(tmp_path, monkeypatch):
     return tmp
 
 
-BOMBS = {
-    "fork_bomb": UNHOOK + "while True:\n    posix.fork()\n",
-    "recorded_fork_bomb": "import os\nwhile True:\n    os.fork()\n",
-    "thread_bomb": "import threading, time\nwhile True:\n"
-                   "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
-    "memory_bomb": "x = b'x' * (64 << 30)\n",
-    "endless_output": "while True:\n    print('x' * 4096)\n",
-    "sleep_forever": "import time\ntime.sleep(10 ** 6)\n",
-    "disk_fill": "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (1 << 20))\n"
-                 "    i += 1\n",
+BOMBS = {  # the launcher, and what the message says
+    "fork_bomb": (UNHOOK + "while True:\n    posix.fork()\n", "the sandbox refuses that"),
+    "recorded_fork_bomb": ("import os\nwhile True:\n    os.fork()\n", "did not finish"),
+    "thread_bomb": ("import threading, time\nwhile True:\n    threading.Thread(target=time."
+                    "sleep, args=(60,), daemon=True).start()\n", "thread"),
+    "memory_bomb": ("x = b'x' * (64 << 30)\n", "out of memory (limit 2048 MiB)"),
+    "endless_output": ("while True:\n    print('x' * 4096)\n", "to 16 MiB"),
+    "sleep_forever": ("import time\ntime.sleep(10 ** 6)\n", "did not finish within 3 s"),
+    "disk_fill": ("i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (1 << 20))\n"
+                  "    i += 1\n", "work folder holds 256 MiB"),
 }
 
 
@@ -469,11 +469,13 @@ def test_bombs_and_hangs_end_with_exit_2(tmp_path, checker_tmp, monkeypatch, cap
     monkeypatch.setattr(pylaunch, "read_python_launcher",
                         partial(read_python_launcher, timeout_s=3))
     launcher = tmp_path / f"{name}.py"
-    launcher.write_text(BOMBS[name])
+    code, says = BOMBS[name]
+    launcher.write_text(code)
     t0 = time.perf_counter()
     assert main(["check", str(launcher)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"miles-topology: {launcher}: ") and "Traceback" not in err, err
+    assert says in err and err.count("\n") == 1, err
     assert time.perf_counter() - t0 < 3 + 10
     assert os.listdir(checker_tmp) == []
     assert processes_naming(str(tmp_path)) == []

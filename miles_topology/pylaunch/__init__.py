@@ -37,6 +37,10 @@ TRUSTED = ("run with --trust-launcher: in-process recorders only, not isolated b
            "kernel; the launcher could have acted on this machine")
 _THREADS = "the launcher started more threads than the sandbox allows (a thread bomb?); stopped"
 
+# What the import name does not say: the name to pip install.
+PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2":
+             "opencv-python", "dateutil": "python-dateutil", "google": "protobuf"}
+
 
 def refusal(end: dict) -> str:
     """The one line saying why the launcher was not run, and how to proceed."""
@@ -44,9 +48,6 @@ def refusal(end: dict) -> str:
             f"{end.get('missing')}. `check` runs Python launchers only in a sandbox the "
             "kernel enforces; to run this one anyway with in-process recorders only (which "
             "the launcher can get around), give --trust-launcher if you trust its code")
-# What the import name does not say: the name to pip install.
-PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2":
-             "opencv-python", "dateutil": "python-dateutil", "google": "protobuf"}
 
 
 @dataclass
@@ -317,7 +318,7 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
     elif end["end"] == "error":
         if found is None:
             raise InputError(f"{path}: the launcher failed before it launched training: "
-                             f"{_at(end)}{_hint(calls)}")
+                             f"{_at(end)}{_limit(end)}{_hint(calls)}")
         notes.append(f"the launcher failed after its training launch: {_at(end)}")
     elif end["end"] == "exit" and end.get("code") not in (None, 0) and found is None:
         raise InputError(f"{path}: the launcher exited with status {end['code']} before it "
@@ -348,6 +349,21 @@ def _at(end: dict) -> str:
     if inner:
         at += f"(in {inner[2]}, {inner[0]}:{inner[1]}: `{inner[3]}`) "
     return f"{at}{end.get('error')}"
+
+
+# what the sandbox's bounds look like from inside, as the launcher saw them fail
+_LIMITS = {"[Errno 27]": "the sandbox bounds each file it writes, its output included, to "
+                          "16 MiB",
+           "[Errno 28]": "the sandbox's work folder holds 256 MiB",
+           "[Errno 1]": "the sandbox refuses that: docs/sandbox.md",
+           "can't start new thread": "the sandbox bounds memory, thread stacks included, and "
+                                     "threads"}
+
+
+def _limit(end: dict) -> str:
+    """Name the sandbox's bound behind a failure, where it is one."""
+    why = next((v for k, v in _LIMITS.items() if k in (end.get("error") or "")), None)
+    return f" ({why})" if why else ""
 
 
 def _hint(calls: list[dict]) -> str:
