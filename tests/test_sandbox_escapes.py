@@ -601,3 +601,47 @@ def test_import_torch_inside_the_sandbox():
     got = run_program(["-c", "import torch\nprint(torch.ones(2, 3).sum().item())"],
                       timeout_s=240)
     assert (got.status, got.stdout) == (0, "6.0\n"), got
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON) or
+                    not os.path.exists("/usr/bin/setpriv"),
+                    reason="needs root to become an unprivileged user, and a python outside /root")
+def test_the_sandbox_needs_no_root():
+    """The child, run as nobody (uid 65534, no capabilities), still isolates itself."""
+    import json
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="miles-topology-unprivileged-"))
+    try:
+        tmp.chmod(0o777)
+        work = tmp / "work"
+        work.mkdir()
+        work.chmod(0o777)
+        record = tmp / "record.jsonl"
+        record.touch()
+        record.chmod(0o666)
+        code = UNHOOK + (
+            "print(os.getuid(), os.getpid(), [l.split()[1] for l in "
+            "open('/proc/self/status') if l.startswith(('NoNewPrivs', 'Seccomp:'))])\n"
+            f"attempt('open', posix.open, {str(tmp / 'marker')!r}, posix.O_CREAT | 1)\n"
+            "print(posix.system('true'))\n")
+        (tmp / "config.json").write_text(json.dumps({
+            "mode": "code", "launcher": code, "args": [], "work": str(work),
+            "record": str(record), "pythonpath": [], "memory_mb": 512, "cpu_s": 10,
+            "cwd": str(work), "env": {"HOME": str(work)}}))
+        got = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                              "--clear-groups", SYSTEM_PYTHON, "-E", "-B", "-S",
+                              str(pylaunch.CHILD), str(tmp / "config.json")], cwd=work,
+                             capture_output=True, text=True, timeout=60)
+        # system() could not start the shell: glibc's status 127
+        assert got.stdout.splitlines() == ["65534 1 ['1', '2']", "FAILED open 13",
+                                           str(127 << 8)], got
+        ends = [json.loads(x) for x in record.read_text().splitlines()]
+        assert ends[-1]["end"] == "ok", ends
+        assert not (tmp / "marker").exists()
+    finally:
+        shutil.rmtree(tmp)
