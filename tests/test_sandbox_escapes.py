@@ -133,6 +133,39 @@ def test_hardlink_symlink_and_truncate_leave_the_victim_intact(tmp_path, outside
     assert failed(got) >= 4, got
 
 
+RACE = """
+import threading, time
+out = sys.argv[1]
+posix.mkdir("real")
+stop = time.monotonic() + 0.5
+def swap():  # d is a folder inside, then a link to the folder outside, and back
+    while time.monotonic() < stop:
+        try:
+            posix.symlink(out, "d.tmp"); posix.rename("d.tmp", "d")
+            posix.unlink("d"); posix.symlink("real", "d")
+            posix.unlink("d")
+        except OSError:
+            pass
+threading.Thread(target=swap).start()
+wrote = 0
+while time.monotonic() < stop:
+    try:
+        posix.close(posix.open("d/raced", posix.O_CREAT | posix.O_WRONLY)); wrote += 1
+    except OSError:
+        pass
+print("wrote", wrote)
+"""
+
+
+def test_symlink_race(tmp_path, outside):
+    """A link swapped under the recorders' path check: the kernel resolves at the open."""
+    before = state(outside)
+    got = attack(tmp_path, RACE, outside)
+    assert state(outside) == before and got.stdout.startswith("wrote "), got
+    attack(tmp_path, RACE, outside, trust=True)  # control
+    assert "raced" in os.listdir(outside)
+
+
 def test_hardlink_control(tmp_path, outside):
     attack(tmp_path, HARDLINK, outside / "victim.txt", trust=True)
     assert (outside / "victim.txt").read_text() != INTACT
@@ -489,6 +522,18 @@ def test_shared_memory_bomb_is_bounded_by_what_is_used(tmp_path):
     with pytest.raises(InputError, match=r"out of memory \(limit 256 MiB\)"):
         read_python_launcher(str(launcher), [], memory_mb=256, timeout_s=20)
     assert processes_naming(str(tmp_path)) == []
+
+
+def test_shared_memory_control(tmp_path):
+    """Without the supervisor (--trust-launcher) RLIMIT_DATA alone lets 512 MiB of shared
+    memory through a 256 MiB bound: the launcher runs to its end."""
+    launcher = tmp_path / "shm.py"
+    launcher.write_text("import mmap\nm = mmap.mmap(-1, 512 << 20)\n"
+                        "for i in range(0, len(m), 4096):\n    m[i] = 1\n")
+    with pytest.raises(InputError, match="no training launch"):
+        read_python_launcher(str(launcher), [], memory_mb=256, timeout_s=20, trust=True)
+    with pytest.raises(InputError, match=r"out of memory \(limit 256 MiB\)"):
+        read_python_launcher(str(launcher), [], memory_mb=256, timeout_s=20)
 
 
 KILL_PARENT = UNHOOK + """
