@@ -137,7 +137,7 @@ RACE = """
 import threading, time
 out = sys.argv[1]
 posix.mkdir("real")
-stop = time.monotonic() + 0.5
+stop = time.monotonic() + 1.5
 def swap():  # d is a folder inside, then a link to the folder outside, and back
     while time.monotonic() < stop:
         try:
@@ -148,11 +148,12 @@ def swap():  # d is a folder inside, then a link to the folder outside, and back
             pass
 threading.Thread(target=swap).start()
 wrote = 0
-while time.monotonic() < stop:
+while time.monotonic() < stop and not os.path.exists(out + "/raced"):
     try:
         posix.close(posix.open("d/raced", posix.O_CREAT | posix.O_WRONLY)); wrote += 1
     except OSError:
         pass
+stop = 0
 print("wrote", wrote)
 """
 
