@@ -667,6 +667,8 @@ def test_the_sandbox_needs_no_root():
         work = tmp / "work"
         work.mkdir()
         work.chmod(0o777)
+        for name in ("child.py", "isolate.py"):  # where nobody can read them (not /root)
+            shutil.copy(pylaunch.CHILD.with_name(name), tmp / name)
         record = tmp / "record.jsonl"
         record.touch()
         record.chmod(0o666)
@@ -681,7 +683,7 @@ def test_the_sandbox_needs_no_root():
             "cwd": str(work), "env": {"HOME": str(work)}}))
         got = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
                               "--clear-groups", SYSTEM_PYTHON, "-E", "-B", "-S",
-                              str(pylaunch.CHILD), str(tmp / "config.json")], cwd=work,
+                              str(tmp / "child.py"), str(tmp / "config.json")], cwd=work,
                              capture_output=True, text=True, timeout=60)
         # system() could not start the shell: glibc's status 127
         assert got.stdout.splitlines() == ["65534 1 ['1', '2']", "FAILED open 13",
