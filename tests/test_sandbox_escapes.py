@@ -625,6 +625,21 @@ def test_the_refusal_names_what_this_kernel_lacks(monkeypatch):
         isolate.landlock("/nonexistent")
 
 
+@pytest.mark.parametrize("machine", sorted(isolate._NR))
+def test_the_filter_for_each_machine_is_whole(machine):
+    """Every call the filter names has a number there (a typo would drop a rule silently),
+    and the program is within the kernel's 4096 instructions."""
+    nr = isolate._NR[machine]
+    always = {"execve", "execveat", "clone", "clone3", "ptrace", "kill", "tgkill", "tkill",
+              "pidfd_send_signal", "socket", "ioctl", "prctl", "fchmodat", "fchownat",
+              "utimensat", "setxattr", "unshare", "mount", "io_uring_setup"}
+    assert always <= set(nr), always - set(nr)
+    assert set(isolate._DENY) - set(nr) <= {"fork", "vfork", "chmod", "chown", "lchown",
+                                            "utime", "utimes", "futimesat", "iopl", "ioperm"}
+    code = isolate.bpf_program(1, machine)
+    assert len(code) % 8 == 0 and len(code) // 8 < 4096
+
+
 # ---------------------------------------------------------------- what must still work
 
 
