@@ -46,7 +46,9 @@ CODES: dict[str, tuple[str, str]] = {
     "etp-implied": ("warning", "expert TP not given and tp > 1, so Megatron uses etp = tp"),
     "colocate-ignores-rollout-gpus": ("warning", "`--rollout-num-gpus` given with `--colocate`"),
     "tp-group-crosses-nodes": ("warning", "a TP (or ETP) group spans more than one node"),
-    "deprecated-flag": ("warning", "a renamed flag was used; the message names the new one"),
+    "deprecated-flag": (
+        "warning", "a renamed flag was used, or one upstream deprecates (SGLang renamed or "
+        "ignores it); the message names the new one"),
     # added since
     "invalid-flag-value": (
         "error", "a flag's value is not a whole number (`None`), or is missing"),
@@ -76,8 +78,9 @@ CODES: dict[str, tuple[str, str]] = {
         "in `--format github`/`sarif` and batch output"),
     # flags of miles HEAD and where upstream silently changes something (issue 10)
     "unknown-flag": (
-        "warning", "an unknown flag within edit distance 2 of a layout flag, or a short alias "
-        "such as `-tp`: the message says which flag was meant"),
+        "error", "a flag miles' train.py does not define (miles, Megatron-LM, SGLang as "
+        "`--sglang-*`: miles_topology/surface.json), or a short alias such as `-tp`: its "
+        "parser exits at start-up; the message names the closest flag of the surface"),
     "flag-given-twice": (
         "warning", "one flag given twice with different values on a command line; miles' "
         "parser keeps the last"),
