@@ -10,9 +10,9 @@ token that set each field so a problem can point at its file and line.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-import difflib
 from functools import cache, lru_cache
 from typing import Any, Literal, get_args, get_origin
 
