@@ -14,20 +14,25 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import InputError, Location, Problem
+from .errors import InputError, Location, NoTrainingLaunch, Problem
 from .report import FORMATS, Verdict, exit_code, render, text_one, verdict_of
 
 USAGE = """\
-miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...]
+miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--quiet]
+                     [--select CODES] [--ignore CODES] [--severity error|warning|note]
+                     [--color auto|always|never] [--batch]
                      (SCRIPT.sh... | TOPOLOGY.yaml... | -- FLAGS...)
 miles-topology show  [--svg FILE] [--env KEY=VALUE ...] (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
 miles-topology schema
+miles-topology rule [CODE]
 miles-topology --version"""
 
 EXIT = """\
 exit codes: 0 valid (warnings allowed), 1 invalid configuration, 2 unreadable input or usage
-error. Problem codes: docs/problem-codes.md."""
+error. Problem codes: docs/problem-codes.md (`miles-topology rule CODE`). Settings:
+[tool.miles-topology] in pyproject.toml (select, ignore, severity); directives in the
+checked files: # miles-topology: disable=CODE[,CODE] / disable-file=CODE[,CODE]."""
 
 EXAMPLES = {
     "check": """\
@@ -36,6 +41,8 @@ examples:
   miles-topology check scripts/*.sh --format github        # annotations in a GitHub workflow
   miles-topology check run.sh --env NNODES=4 --format json
   miles-topology check run.topology.yaml
+  miles-topology check --batch --quiet scripts/*.sh         # what the pre-commit hook runs
+  miles-topology check run.sh --ignore sp-ignored --severity warning
   miles-topology check -- --actor-num-nodes 2 --actor-num-gpus-per-node 8 \\
       --expert-model-parallel-size 8 --num-experts 64 --colocate""",
     "show": """\
@@ -50,6 +57,10 @@ examples:
   miles-topology migrate --write run.sh          # apply it (keeps run.sh.bak)
   miles-topology migrate --check scripts/*.sh    # exit 1 while a step is pending (CI)
   miles-topology migrate --inline run.sh         # one TOPOLOGY_ARGS array, no YAML file""",
+    "rule": """\
+examples:
+  miles-topology rule unknown-flag     # what it means and how to turn it off
+  miles-topology rule                  # every code""",
     "schema": """\
 examples:
   miles-topology schema > topology.schema.json
@@ -62,6 +73,7 @@ HELP = {
     "show": "print the rank / GPU / expert map (and draw it as SVG)",
     "migrate": "rewrite launch scripts: renamed flags, implied values, one topology file",
     "schema": "print the JSON Schema of the topology YAML",
+    "rule": "print a problem code's page (every code without one)",
 }
 
 
@@ -124,10 +136,13 @@ def _expand(paths: list[str]) -> tuple[list[str], bool]:
     return out, len(out) > 1 or any(os.path.isdir(p) for p in paths)
 
 
-def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> list[Verdict]:
-    """One verdict per input (a folder: each of its inputs). With several inputs an
-    unreadable one is an entry of its own; a single unreadable input raises InputError."""
-    paths, batch = _expand(paths)
+def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
+            batch: bool = False) -> list[Verdict]:
+    """One verdict per input (a folder: each of its inputs). In a batch (several inputs, a
+    folder, or `--batch`) an unreadable input is an entry of its own and one with no
+    training launch has nothing to check; a single named input raises InputError."""
+    paths, many = _expand(paths)
+    batch = batch or many
     if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
         from .pylaunch import check_python
 
@@ -146,6 +161,8 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> l
     for p in paths:
         try:
             out.append(_one(p, env))
+        except NoTrainingLaunch as e:  # a setup or data-prep script beside the launchers
+            out.append(Verdict(p, nothing=str(e).removeprefix(f"{p}: ")))
         except InputError as e:
             out.append(Verdict(p, unreadable=str(e)))
     return out
@@ -158,10 +175,50 @@ def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+def _color(choice: str) -> bool:
+    """--color auto: on a terminal, unless NO_COLOR is set (FORCE_COLOR forces it)."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def _settings(args):
+    from .selection import settings
+
+    start = next((p for p in args.inputs if os.path.exists(p)), os.getcwd())
+    return settings(start, args.select, args.ignore, args.severity)
+
+
 def cmd_check(args, flags) -> int:
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
-    render(verdicts, args.format, sys.stdout)
+    from .selection import apply
+
+    chosen = _settings(args)
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), args.batch)
+    apply(verdicts, chosen)
+    render(verdicts, args.format, sys.stdout, quiet=args.quiet, color=_color(args.color))
     return exit_code(verdicts)
+
+
+def cmd_rule(args, flags) -> int:
+    import difflib
+
+    from .codes import CODES, page
+
+    if args.code is None:
+        width = max(map(len, CODES))
+        for code, (kind, _) in CODES.items():
+            print(f"{code.ljust(width)}  {kind}")
+        return 0
+    if args.code not in CODES:
+        near = difflib.get_close_matches(args.code, CODES, n=1)
+        hint = f"; did you mean {near[0]}?" if near else " (`miles-topology rule` lists them)"
+        raise InputError(f"{args.code!r} is not a problem code{hint}")
+    print(page(args.code), end="")
+    return 0
 
 
 def cmd_show(args, flags) -> int:
@@ -219,12 +276,15 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
     sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    for name in ("check", "show", "migrate", "schema"):
+    for name in ("check", "show", "migrate", "schema", "rule"):
         p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
                            description=HELP[name],
                            epilog=EXAMPLES[name] + "\n\n" + EXIT,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == "schema":
+            continue
+        if name == "rule":
+            p.add_argument("code", nargs="?", metavar="CODE", help="a problem code")
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
             "launch scripts (.sh), Python launchers (.py), topology files (.yaml) or folders " \
@@ -236,6 +296,23 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--format", choices=FORMATS, default="text", metavar="FORMAT",
                            help="text (default), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")
+            p.add_argument("-q", "--quiet", action="store_true",
+                           help="text: print only the inputs with a problem, and only the "
+                                "problems")
+            p.add_argument("--select", action="append", metavar="CODES",
+                           help="report only these codes (comma-separated, repeatable)")
+            p.add_argument("--ignore", action="append", metavar="CODES",
+                           help="do not report these codes (an ignored error passes)")
+            p.add_argument("--severity", choices=("error", "warning", "note"),
+                           metavar="LEVEL", help="the lowest level reported: error, "
+                                                 "warning or note (default: note)")
+            p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                           metavar="WHEN", help="colour the text report: auto (on a "
+                                                "terminal, unless NO_COLOR), always, never")
+            p.add_argument("--batch", action="store_true",
+                           help="judge the inputs as a batch even when there is one: a file "
+                                "with no training launch has nothing to check and passes "
+                                "(pre-commit)")
         if name == "show":
             p.add_argument("--svg", metavar="FILE", help="also draw the map into FILE as SVG")
         if name == "migrate":
@@ -255,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(head)
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
-               "schema": cmd_schema}[args.cmd]
+               "schema": cmd_schema, "rule": cmd_rule}[args.cmd]
         code = run(args, flags)
         sys.stdout.flush()
         return code

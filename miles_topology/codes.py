@@ -152,6 +152,31 @@ CODES: dict[str, tuple[str, str]] = {
 
 KINDS = ("error", "warning", "note", "skipped")  # skipped: a needed fact is unknown
 
+# Where each code's page is (a row of docs/problem-codes.md, anchored by its code). A
+# relative reference until the project has a public home; SARIF helpUri carries it.
+PAGES = "docs/problem-codes.md"
+
+
+def page_uri(code: str) -> str:
+    return f"{PAGES}#{code}"
+
+
+def page(code: str) -> str:
+    """What `miles-topology rule CODE` prints: the code's kind, when it is reported, and
+    how to turn it off."""
+    kind, when = CODES[code]
+    exits = {"error": "fails the check (exit 1)", "skipped": "is reported as skipped"}.get(
+        kind, "is reported; the check still passes")
+    return "\n".join([
+        f"{code} ({kind})", "", f"Reported when: {when}.", f"A report of it {exits}.", "",
+        "Turn it off:",
+        f"  on one line       # miles-topology: disable={code}   (on the line or the line "
+        "before)",
+        f"  in one file       # miles-topology: disable-file={code}",
+        f"  in a run          miles-topology check --ignore {code} ...",
+        f"  in a project      [tool.miles-topology] ignore = [\"{code}\"]  (pyproject.toml)",
+        "", f"Page: {page_uri(code)}", ""])
+
 
 def markdown() -> str:
     """The text of docs/problem-codes.md."""
@@ -169,7 +194,7 @@ def markdown() -> str:
         "|---|---|---|",
     ]
     for code, (kind, when) in CODES.items():
-        lines.append(f"| `{code}` | {kind} | {when.replace('|', '/')} |")
+        lines.append(f'| <a id="{code}"></a>`{code}` | {kind} | {when.replace("|", "/")} |')
     return "\n".join(lines) + "\n"
 
 
