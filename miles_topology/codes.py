@@ -7,6 +7,8 @@ here. Codes are stable kebab-case strings: add rows, never rename one.
 
 from __future__ import annotations
 
+from functools import cache
+
 # code -> (kind, when). kind: error (the real stack refuses, crashes, hangs or trains wrongly),
 # warning (it silently changes or drops something), note (the script reader: bash runs
 # something other than what the script appears to say), skipped (a fact the rule needs is
@@ -152,13 +154,29 @@ CODES: dict[str, tuple[str, str]] = {
 
 KINDS = ("error", "warning", "note", "skipped")  # skipped: a needed fact is unknown
 
-# Where each code's page is (a row of docs/problem-codes.md, anchored by its code). A
-# relative reference until the project has a public home; SARIF helpUri carries it.
+# Where each code's page is: a row of docs/problem-codes.md, anchored by its code. The
+# package's "Documentation" project URL (pyproject [project.urls]) when it has one, else a
+# reference relative to the repository root; SARIF helpUri carries it.
 PAGES = "docs/problem-codes.md"
 
 
+@cache
+def _pages() -> str:
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        urls = metadata("miles-topology").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "documentation":
+            return url.strip()
+    return PAGES
+
+
 def page_uri(code: str) -> str:
-    return f"{PAGES}#{code}"
+    return f"{_pages()}#{code}"
 
 
 def page(code: str) -> str:
