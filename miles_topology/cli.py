@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from . import __version__
@@ -87,6 +89,17 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+
+def keys(text: str) -> str:
+    """A message about a topology YAML speaks of its keys: each topology flag in it becomes
+    the field's key (`--expert-model-parallel-size 8` -> `ep 8`)."""
+    from .flags import field_of
+
+    return FLAG.sub(lambda m: field_of(m.group()) or m.group(), text)
+
+
 def _yaml_verdict(path: str) -> Verdict:
     from .config import key_lines
     from .flags import field_of
@@ -98,6 +111,8 @@ def _yaml_verdict(path: str) -> Verdict:
     def at(p: Problem) -> Problem:
         names = [field_of(f) or f for f in p.flags]
         line = next((lines[n] for n in names if n in lines), 0)
+        p = replace(p, message=keys(p.message), fix=keys(p.fix),
+                    flags=tuple(field_of(f) or f for f in p.flags))
         return p.at(Location(path, line)) if line else p
 
     v.errors, v.warnings = [at(p) for p in v.errors], [at(p) for p in v.warnings]

@@ -212,7 +212,7 @@ def markdown() -> str:
         "|---|---|---|",
     ]
     for code, (kind, when) in CODES.items():
-        lines.append(f'| <a id="{code}"></a>`{code}` | {kind} | {when.replace("|", "/")} |')
+        lines.append(f'| `{code}` | {kind} | {when.replace("|", "/")} <a id="{code}"></a> |')
     return "\n".join(lines) + "\n"
 
 

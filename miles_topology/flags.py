@@ -190,6 +190,18 @@ def suggest(name: str) -> str | None:
     return got[0] if got else None
 
 
+def near_field(key: str, fields: Sequence[str]) -> str | None:
+    """The topology field a YAML key most likely means: the field of a flag written as a
+    key (`expert-model-parallel-size`, `expert_model_parallel_size`), else difflib's
+    closest field name."""
+    name = field_of("--" + key.strip("-").replace("_", "-"))
+    if name is not None and name in fields:
+        return name
+    scored = max((difflib.SequenceMatcher(None, key, f).ratio(), f[:1] == key[:1], f)
+                 for f in fields)  # ties go to the field with the same first letter
+    return scored[2] if scored[0] >= 0.6 else None
+
+
 def where(token: Any) -> Location | None:
     """The file:line a token is written at, when its reader knows it (`.source`)."""
     src = getattr(token, "source", None)

@@ -593,8 +593,13 @@ def _as_topology_error(e: ValidationError) -> TopologyError:
         flag = flag_of(name)
         shown = err.get("input")
         if err["type"] == "extra_forbidden":
+            from .flags import near_field
+
+            near = near_field(name, Topology.model_fields)
             problems.append(Problem(
-                "unknown-field", f"{name} is not a topology field.",
+                "unknown-field", f"{name} is not a topology field" +
+                (f"; did you mean {near}?" if near else "."),
+                f"write {near}" if near else
                 f"remove {name}; valid fields: {', '.join(Topology.model_fields)}", (name,)))
         else:
             problems.append(Problem(

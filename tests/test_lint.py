@@ -148,3 +148,23 @@ def test_the_schema_refuses_a_broken_log():
     ]}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft4Validator(SARIF_SCHEMA).validate(bad)
+
+
+def test_yaml_keys_get_did_you_mean_and_messages_name_the_keys(tmp_path, capsys):
+    path = tmp_path / "t.topology.yaml"
+    path.write_text("nodes: 1\ngpus_per_node: 8\ncolocate: true\nepp: 2\n"
+                    "expert-model-parallel-size: 4\nexperts: 8\nlayers: 4\nheads: 4\n")
+    assert main(["check", "--format", "json", str(path)]) == 1
+    errors = json.loads(capsys.readouterr().out)["errors"]
+    assert [(e["code"], e["location"]["line"]) for e in errors] == [("unknown-field", 4),
+                                                                    ("unknown-field", 5)]
+    assert errors[0]["message"].endswith("did you mean ep?") and errors[0]["fix"] == "write ep"
+    assert "did you mean ep?" in errors[1]["message"]  # a flag written as a key
+    assert len(errors[0]["message"]) < 80  # not the list of every field
+    path.write_text("nodes: 1\ngpus_per_node: 8\ncolocate: true\nep: 16\nexperts: 16\n"
+                    "layers: 4\nheads: 4\n")
+    assert main(["check", "--format", "json", str(path)]) == 1
+    (err,) = json.loads(capsys.readouterr().out)["errors"]
+    assert err["code"] == "expert-grid-divisibility" and err["location"]["line"] == 4
+    assert "--" not in err["message"] + err["fix"]  # keys, not flags
+    assert err["fix"].startswith("try ep 8 or 4") and err["flags"][0] == "ep"
