@@ -24,7 +24,8 @@ miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--
                      [--select CODES] [--ignore CODES] [--severity error|warning|note]
                      [--color auto|always|never] [--batch]
                      (SCRIPT.sh... | TOPOLOGY.yaml... | -- FLAGS...)
-miles-topology show  [--svg FILE] [--env KEY=VALUE ...] (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
+miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
+                     (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
 miles-topology schema
 miles-topology rule [CODE]
@@ -51,6 +52,7 @@ examples:
 examples:
   miles-topology show examples/moe-2x4.topology.yaml
   miles-topology show run.sh --svg map.svg
+  miles-topology show run.sh --svg ep.svg --color-by ep   # which GPUs exchange tokens
   miles-topology show -- --actor-num-nodes 2 --actor-num-gpus-per-node 4 \\
       --expert-model-parallel-size 2 --num-experts 8 --colocate""",
     "migrate": """\
@@ -247,7 +249,7 @@ def cmd_show(args, flags) -> int:
             continue
         if args.svg:
             try:
-                Path(args.svg).write_text(svg_map(v.topology))
+                Path(args.svg).write_text(svg_map(v.topology, args.color_by))
             except OSError as e:
                 raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
         print(f"{v.path}:")
@@ -330,6 +332,10 @@ def parser() -> argparse.ArgumentParser:
                                 "(pre-commit)")
         if name == "show":
             p.add_argument("--svg", metavar="FILE", help="also draw the map into FILE as SVG")
+            p.add_argument("--color-by", choices=("engine", "ep", "pp", "dp"),
+                           default="engine", metavar="ROLE",
+                           help="SVG: colour the GPUs by rollout engine (default), EP group, "
+                                "pipeline stage (pp) or data-parallel replica (dp)")
         if name == "migrate":
             p.add_argument("--write", action="store_true",
                            help="apply the steps (atomically; keeps SCRIPT.bak)")
