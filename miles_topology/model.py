@@ -277,12 +277,16 @@ class Topology(BaseModel):
         return from_flags(argv)
 
     @classmethod
-    def from_namespace(cls, args: Any) -> Topology:
+    def from_namespace(cls, args: Any, log: Any = None) -> Topology:
         """The Topology of miles' parsed arguments (after its own validation rewrote them):
-        one line in miles' argument parsing validates the real job (namespace.py)."""
+        one line in miles' argument parsing validates the real job (namespace.py). `log`,
+        e.g. `logger.warning`, gets each warning's text."""
         from .namespace import fields_from
 
-        return cls(**fields_from(args))
+        topo = cls(**fields_from(args))
+        for w in topo.warnings if log is not None else ():
+            log(str(w))
+        return topo
 
     @classmethod
     def from_yaml(cls, path: str, overrides: list[str] | None = None) -> Topology:
