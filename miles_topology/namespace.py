@@ -1,14 +1,16 @@
-"""`Topology.from_namespace(args)`: validate the job miles really runs, from its parsed arguments.
+"""`Topology.from_namespace(args)`: validate the job miles really runs, from its parsed
+arguments.
 
 miles parses its command line with argparse (Megatron's parser plus miles' and the prefixed
-SGLang arguments), then `miles_validate_args` and SGLang's `validate_args` rewrite some of them
-(the critic sizes under PPO, the rollout GPUs under --colocate, sglang_tp_size, sglang_dp_size,
-the global batch from --num-steps-per-rollout). Reading the namespace after that step checks
-the values miles will use. An attribute is the flag's argparse dest in miles' surface (`--actor-num-nodes` ->
-`actor_num_nodes`, `--sglang-ep` -> `sglang_ep_size`); a value equal to the parser's
-default counts as not given, so the model's own inference applies (`sglang_tp_size` still
-holds SGLang's default 1 after `miles_validate_args`); a few attributes that Megatron's own
-validation fills in are read first (`ATTRS`).
+SGLang arguments), then `miles_validate_args` and SGLang's `validate_args` rewrite some of
+them (the critic sizes under PPO, the rollout GPUs under --colocate, sglang_tp_size,
+sglang_dp_size, the global batch from --num-steps-per-rollout). Reading the namespace after
+that step checks the values miles will use. An attribute is the flag's argparse dest in
+miles' surface (`--actor-num-nodes` -> `actor_num_nodes`, `--sglang-ep` ->
+`sglang_ep_size`); a value equal to the parser's default counts as not given, so the model's
+own inference applies (`sglang_tp_size` still holds SGLang's default 1 after
+`miles_validate_args`); a few attributes that Megatron's own validation fills in are read
+first (`ATTRS`).
 """
 
 from __future__ import annotations
