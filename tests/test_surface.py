@@ -64,3 +64,24 @@ def test_upstream_facts_the_checker_relies_on():
     assert f("--rollout-num-gpus-per-node") is None  # renamed before miles HEAD
     ns = surface.parser().parse_args(["--colocate", "--sglang-ep", "4"])
     assert ns.colocate is True and ns.sglang_ep_size == "4" and ns.sglang_tp_size == 1
+
+
+def test_check_accepts_every_flag_of_the_surface():
+    """No spelling of miles' surface is an unknown-flag for `check` and the launcher."""
+    from miles_topology.flags import parse_flags
+
+    refused = []
+    for name in sorted(surface.names()):
+        f = surface.flag(name)
+        got = parse_flags(_argv(f))
+        refused += [p.flags for p in got.errors if p.code == "unknown-flag"]
+    assert refused == []
+
+
+def test_check_refuses_a_misspelt_flag_with_did_you_mean(capsys):
+    from miles_topology.cli import main
+
+    assert main(["check", "--", "--tensor-model-paralel-size", "2", "--colocate"]) == 1
+    out = capsys.readouterr().out
+    assert "error [unknown-flag] --tensor-model-paralel-size" in out
+    assert "did you mean --tensor-model-parallel-size?" in out
