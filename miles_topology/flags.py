@@ -11,7 +11,7 @@ token that set each field so a problem can point at its file and line.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any, Literal, get_args, get_origin
@@ -246,12 +246,13 @@ def _repeated(name: str, first: object, last: object, token: Any) -> Problem:
 
 
 def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, name: str,
-                eq: str, inline: str) -> None:
+                eq: str, inline: str, own: Collection[str] = ()) -> None:
     """A flag that is not ours: one miles does not define is an error (did-you-mean over
-    the whole surface), a deprecated one warns, a repeat with another value warns."""
+    the whole surface), a deprecated one warns, a repeat with another value warns. `own`:
+    the caller's own flags (a launcher's), which it reads from the passthrough itself."""
     from . import surface
 
-    if not (_is_flag(name) or name in SHORT):
+    if not (_is_flag(name) or name in SHORT) or name in own:
         return  # a value such as -1
     f = surface.flag(name)
     if f is None:
@@ -269,7 +270,7 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
     seen[name] = value
 
 
-def parse_flags(argv: Sequence[Any]) -> Parsed:
+def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
     """Read topology flags from argv (argparse semantics: the last occurrence wins; a repeat
     with another value warns, a flag miles' parser does not define is an error)."""
     specs = table()
@@ -286,7 +287,7 @@ def parse_flags(argv: Sequence[Any]) -> Parsed:
         if not _is_flag(text) or not (name in specs or name == TOPOLOGY):
             out.passthrough.append(token)
             if text.startswith("-") and len(text) > 1:
-                _other_flag(out, seen, argv, i, name, eq, inline)
+                _other_flag(out, seen, argv, i, name, eq, inline, own)
             continue
         value: str | None = inline if eq else None
         spec = specs.get(name)

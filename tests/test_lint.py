@@ -168,3 +168,28 @@ def test_yaml_keys_get_did_you_mean_and_messages_name_the_keys(tmp_path, capsys)
     assert err["code"] == "expert-grid-divisibility" and err["location"]["line"] == 4
     assert "--" not in err["message"] + err["fix"]  # keys, not flags
     assert err["fix"].startswith("try ep 8 or 4") and err["flags"][0] == "ep"
+
+
+def test_colour_on_a_terminal_follows_no_color_and_force_color(tmp_path, capsys, monkeypatch):
+    from miles_topology.cli import _color
+
+    plain = script(tmp_path)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert _color("auto") and not _color("never")
+    assert main(["check", plain]) == 0 and "\033[33m" in capsys.readouterr().out
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not _color("auto") and _color("always")
+
+
+def test_a_folder_with_a_setup_script_passes_and_says_nothing_to_check(tmp_path, capsys):
+    script(tmp_path, name="run.sh")
+    (tmp_path / "setup-env.sh").write_text("#!/bin/bash\nexport PYTHONPATH=/root/Megatron-LM\n")
+    assert main(["check", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "setup-env.sh: nothing to check (no training launch" in out
+    assert "2 inputs: 1 valid, 0 invalid, 1 with nothing to check" in out
+    assert main(["check", "--format", "json", str(tmp_path)]) == 0
+    data = {Path(d["path"]).name: d for d in json.loads(capsys.readouterr().out)}
+    assert data["setup-env.sh"]["ok"] is True and "nothing_to_check" in data["setup-env.sh"]
+    assert main(["check", str(tmp_path / "setup-env.sh")]) == 2  # named alone: no job
