@@ -319,3 +319,22 @@ def test_repeat_and_typo_point_at_the_token_that_wrote_them():
     where = {p.code: str(p.location) for p in got.warnings + got.errors}
     assert where == {"unknown-flag": "run.sh:4", "flag-given-twice": "run.sh:9"}
     assert parse_flags([t for t, _ in words]).errors[0].location is None  # plain strings
+
+
+def test_the_trigram_shortlist_finds_what_full_difflib_finds():
+    """suggest() compares only 24 shortlisted spellings: on near misses of the surface's
+    flags (a letter dropped, doubled or swapped) it agrees with difflib over all of them."""
+    import difflib
+
+    from miles_topology import flags
+
+    every = flags._spellings()
+    cases = []
+    for k, f in enumerate(every[::41]):
+        i = 2 + (k * 7) % max(1, len(f) - 3)
+        cases += [f[:i] + f[i + 1:], f[:i] + f[i] + f[i:], f[:i] + f[i + 1] + f[i] + f[i + 2:]]
+    for typo in cases:
+        if typo in every:
+            continue
+        full = difflib.get_close_matches(typo, every, n=1, cutoff=0.8)
+        assert flags.suggest(typo) == (full[0] if full else None), typo
