@@ -235,8 +235,12 @@ def _unknown(name: str, token: Any) -> Problem:
     """A flag miles' train.py does not define: its argparse parser exits at start-up
     ("unrecognized arguments"; Megatron's parser has allow_abbrev=False, so no prefix of a
     flag is taken either)."""
+    from .surface import slime_only
+
     near = suggest(name)
     hint = f"; did you mean {near}?" if near else "."
+    if name in slime_only():
+        hint = f" (a flag of slime, which miles grew from; miles does not have it){hint}"
     return Problem(
         "unknown-flag",
         f"{name} is not a flag of miles' train.py (miles, Megatron-LM or SGLang as "

@@ -19,7 +19,7 @@ def _argv(f: surface.Flag) -> list[str]:
 def test_pinned_upstream_commits():
     commits = surface.COMMITS
     assert set(commits) == {"radixark/miles", "radixark/Megatron-LM", "sgl-project/sglang",
-                            "sgl-project/sglang-router"}
+                            "sgl-project/sglang-router", "THUDM/slime"}
     assert len(commits["radixark/miles"]) == 40 and len(commits["radixark/Megatron-LM"]) == 40
     assert "sglang-0.5.16" in commits["sgl-project/sglang"]
 
@@ -77,6 +77,15 @@ def test_check_accepts_every_flag_of_the_surface():
         got = parse_flags(_argv(f))
         refused += [p.flags for p in got.errors if p.code == "unknown-flag"]
     assert refused == []
+
+
+def test_a_flag_only_slime_has_says_so():
+    from miles_topology.flags import parse_flags
+
+    assert "--update-weight-mode" in surface.slime_only()
+    assert not surface.slime_only() & surface.names()
+    (p,) = parse_flags(["--update-weight-mode", "disk"]).errors
+    assert p.code == "unknown-flag" and "a flag of slime" in p.message
 
 
 def test_check_refuses_a_misspelt_flag_with_did_you_mean(capsys):
