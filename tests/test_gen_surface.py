@@ -145,8 +145,8 @@ def wheel(path: Path, files: dict[str, str]) -> str:
     return str(path)
 
 
-@pytest.fixture
-def surface(tmp_path):
+def load_gen():
+    """tools/gen_surface.py as a fresh module (it keeps the trees it reads in globals)."""
     spec = importlib.util.spec_from_file_location("gen_surface", ROOT / "tools/gen_surface.py")
     gen = importlib.util.module_from_spec(spec)
     sys.modules["gen_surface"] = gen  # its dataclasses look their module up
@@ -154,6 +154,12 @@ def surface(tmp_path):
         spec.loader.exec_module(gen)
     finally:
         del sys.modules["gen_surface"]
+    return gen
+
+
+@pytest.fixture
+def surface(tmp_path):
+    gen = load_gen()
     upstream = wheel(tmp_path / "upstream.whl", SOURCES)
     data = gen.surface(gen.Tree(upstream), gen.Tree(upstream),
                        gen.Tree(wheel(tmp_path / "sglang.whl", SGLANG)),
@@ -210,3 +216,28 @@ def test_fsdp_parser_and_pins(surface):
     assert fsdp["--gradient-checkpointing"]["action"] == "BooleanOptionalAction"
     assert list(fsdp).count("--config") == 1
     assert data["commits"]["radixark/miles"].startswith("upstream.whl sha256:")
+
+
+def test_slime_only_flags_are_its_own_minus_miles(tmp_path, surface):
+    rows, _, _ = surface
+    gen = load_gen()
+    slime = wheel(tmp_path / "slime.whl", {"slime/utils/arguments.py": '''
+from slime.backends.sglang_utils.arguments import add_sglang_arguments
+
+def get_slime_extra_args_provider(add_custom_arguments=None):
+    def add_slime_arguments(parser):
+        def add_train_arguments(parser):
+            parser.add_argument("--actor-num-nodes", type=int, default=1)
+            parser.add_argument("--update-weight-mode", type=str)
+            return parser
+        parser = add_train_arguments(parser)
+        parser = add_sglang_arguments(parser)
+        return parser
+    return add_slime_arguments
+''', "slime/backends/sglang_utils/arguments.py": '''
+def add_sglang_arguments(parser):
+    parser.add_argument("--sglang-only-in-slime")
+    return parser
+'''})
+    got = gen.slime_only(gen.Tree(slime), set(rows))
+    assert got == ["--update-weight-mode"]  # miles has --actor-num-nodes; other modules unread
