@@ -10,26 +10,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from . import __version__
-from .errors import InputError, Location, Problem
+from .errors import InputError, Location, NoTrainingLaunch, Problem
 from .report import FORMATS, Verdict, exit_code, render, text_one, verdict_of
 
 USAGE = """\
-miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...]
+miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--quiet]
+                     [--select CODES] [--ignore CODES] [--severity error|warning|note]
+                     [--color auto|always|never] [--batch]
                      [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
                      [--real-imports]
                      (SCRIPT.sh... | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml... | -- FLAGS...)
-miles-topology show  [--svg FILE] [--env KEY=VALUE ...] (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
+miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
+                     (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
 miles-topology schema
+miles-topology rule [CODE]
 miles-topology --version"""
 
 EXIT = """\
 exit codes: 0 valid (warnings allowed), 1 invalid configuration, 2 unreadable input or usage
-error. Problem codes: docs/problem-codes.md."""
+error. Problem codes: docs/problem-codes.md (`miles-topology rule CODE`). Settings:
+[tool.miles-topology] in pyproject.toml (select, ignore, severity); directives in the
+checked files: # miles-topology: disable=CODE[,CODE] / disable-file=CODE[,CODE]."""
 
 EXAMPLES = {
     "check": """\
@@ -38,12 +46,15 @@ examples:
   miles-topology check scripts/*.sh --format github        # annotations in a GitHub workflow
   miles-topology check run.sh --env NNODES=4 --format json
   miles-topology check run.topology.yaml
+  miles-topology check --batch --quiet scripts/*.sh         # what the pre-commit hook runs
+  miles-topology check run.sh --ignore sp-ignored --severity warning
   miles-topology check -- --actor-num-nodes 2 --actor-num-gpus-per-node 8 \\
       --expert-model-parallel-size 8 --num-experts 64 --colocate""",
     "show": """\
 examples:
   miles-topology show examples/moe-2x4.topology.yaml
   miles-topology show run.sh --svg map.svg
+  miles-topology show run.sh --svg ep.svg --color-by ep   # which GPUs exchange tokens
   miles-topology show -- --actor-num-nodes 2 --actor-num-gpus-per-node 4 \\
       --expert-model-parallel-size 2 --num-experts 8 --colocate""",
     "migrate": """\
@@ -52,6 +63,10 @@ examples:
   miles-topology migrate --write run.sh          # apply it (keeps run.sh.bak)
   miles-topology migrate --check scripts/*.sh    # exit 1 while a step is pending (CI)
   miles-topology migrate --inline run.sh         # one TOPOLOGY_ARGS array, no YAML file""",
+    "rule": """\
+examples:
+  miles-topology rule unknown-flag     # what it means and how to turn it off
+  miles-topology rule                  # every code""",
     "schema": """\
 examples:
   miles-topology schema > topology.schema.json
@@ -64,6 +79,7 @@ HELP = {
     "show": "print the rank / GPU / expert map (and draw it as SVG)",
     "migrate": "rewrite launch scripts: renamed flags, implied values, one topology file",
     "schema": "print the JSON Schema of the topology YAML",
+    "rule": "print a problem code's page (every code without one)",
 }
 
 
@@ -77,6 +93,17 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+
+def keys(text: str) -> str:
+    """A message about a topology YAML speaks of its keys: each topology flag in it becomes
+    the field's key (`--expert-model-parallel-size 8` -> `ep 8`)."""
+    from .flags import field_of
+
+    return FLAG.sub(lambda m: field_of(m.group()) or m.group(), text)
+
+
 def _yaml_verdict(path: str) -> Verdict:
     from .config import key_lines
     from .flags import field_of
@@ -88,6 +115,8 @@ def _yaml_verdict(path: str) -> Verdict:
     def at(p: Problem) -> Problem:
         names = [field_of(f) or f for f in p.flags]
         line = next((lines[n] for n in names if n in lines), 0)
+        p = replace(p, message=keys(p.message), fix=keys(p.fix),
+                    flags=tuple(field_of(f) or f for f in p.flags))
         return p.at(Location(path, line)) if line else p
 
     v.errors, v.warnings = [at(p) for p in v.errors], [at(p) for p in v.warnings]
@@ -112,7 +141,7 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
 
     py = py or {}
     return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
-                            bool(py.get("real_imports")))
+                            bool(py.get("real_imports")), bool(py.get("trust")))
 
 
 INPUTS = (".sh", ".bash", ".py", ".yaml", ".yml")  # what a folder given to `check` holds
@@ -136,11 +165,13 @@ def _expand(paths: list[str]) -> tuple[list[str], bool]:
 
 
 def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
-            py: dict | None = None) -> list[Verdict]:
+            batch: bool = False, py: dict | None = None) -> list[Verdict]:
     """One verdict per input (a folder: each of its inputs; a Python launcher: each of its
-    launches). With several inputs an unreadable one is an entry of its own; a single
-    unreadable input raises InputError."""
-    paths, batch = _expand(paths)
+    launches). In a batch (several inputs, a folder, or `--batch`) an unreadable input is an
+    entry of its own and one with no training launch has nothing to check; a single named
+    input raises InputError."""
+    paths, many = _expand(paths)
+    batch = batch or many
     if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
         return _python(paths[0], flags or [], env, py)
     if flags is not None:
@@ -157,6 +188,8 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
     for p in paths:
         try:
             out += _one(p, env, py)
+        except NoTrainingLaunch as e:  # a setup or data-prep script beside the launchers
+            out.append(Verdict(p, nothing=str(e).removeprefix(f"{p}: ")))
         except InputError as e:
             out.append(Verdict(p, unreadable=str(e)))
     return out
@@ -169,13 +202,53 @@ def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+def _color(choice: str) -> bool:
+    """--color auto: on a terminal, unless NO_COLOR is set (FORCE_COLOR forces it)."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def _settings(args):
+    from .selection import settings
+
+    start = next((p for p in args.inputs if os.path.exists(p)), os.getcwd())
+    return settings(start, args.select, args.ignore, args.severity)
+
+
 def cmd_check(args, flags) -> int:
+    from .selection import apply
+
+    chosen = _settings(args)
     py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                       "gpu": args.gpu, "nvlink": args.nvlink},
-          "real_imports": args.real_imports}
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py)
-    render(verdicts, args.format, sys.stdout)
+          "real_imports": args.real_imports, "trust": args.trust_launcher}
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), args.batch, py)
+    apply(verdicts, chosen)
+    render(verdicts, args.format, sys.stdout, quiet=args.quiet, color=_color(args.color))
     return exit_code(verdicts)
+
+
+def cmd_rule(args, flags) -> int:
+    import difflib
+
+    from .codes import CODES, page
+
+    if args.code is None:
+        width = max(map(len, CODES))
+        for code, (kind, _) in CODES.items():
+            print(f"{code.ljust(width)}  {kind}")
+        return 0
+    if args.code not in CODES:
+        near = difflib.get_close_matches(args.code, CODES, n=1)
+        hint = f"; did you mean {near[0]}?" if near else " (`miles-topology rule` lists them)"
+        raise InputError(f"{args.code!r} is not a problem code{hint}")
+    print(page(args.code), end="")
+    return 0
 
 
 def cmd_show(args, flags) -> int:
@@ -189,7 +262,7 @@ def cmd_show(args, flags) -> int:
             continue
         if args.svg:
             try:
-                Path(args.svg).write_text(svg_map(v.topology))
+                Path(args.svg).write_text(svg_map(v.topology, args.color_by))
             except OSError as e:
                 raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
         print(f"{v.path}:")
@@ -233,12 +306,15 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
     sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    for name in ("check", "show", "migrate", "schema"):
+    for name in ("check", "show", "migrate", "schema", "rule"):
         p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
                            description=HELP[name],
                            epilog=EXAMPLES[name] + "\n\n" + EXIT,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == "schema":
+            continue
+        if name == "rule":
+            p.add_argument("code", nargs="?", metavar="CODE", help="a problem code")
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
             "launch scripts (.sh), Python launchers (.py), topology files (.yaml) or folders " \
@@ -247,9 +323,29 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
         if name == "check":
+            p.add_argument("--trust-launcher", action="store_true",
+                           help="run Python launchers with in-process recorders only, where "
+                                "the kernel cannot isolate them (docs/sandbox.md)")
             p.add_argument("--format", choices=FORMATS, default="text", metavar="FORMAT",
                            help="text (default), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")
+            p.add_argument("-q", "--quiet", action="store_true",
+                           help="text: print only the inputs with a problem, and only the "
+                                "problems")
+            p.add_argument("--select", action="append", metavar="CODES",
+                           help="report only these codes (comma-separated, repeatable)")
+            p.add_argument("--ignore", action="append", metavar="CODES",
+                           help="do not report these codes (an ignored error passes)")
+            p.add_argument("--severity", choices=("error", "warning", "note"),
+                           metavar="LEVEL", help="the lowest level reported: error, "
+                                                 "warning or note (default: note)")
+            p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                           metavar="WHEN", help="colour the text report: auto (on a "
+                                                "terminal, unless NO_COLOR), always, never")
+            p.add_argument("--batch", action="store_true",
+                           help="judge the inputs as a batch even when there is one: a file "
+                                "with no training launch has nothing to check and passes "
+                                "(pre-commit)")
             # the cluster a Python launcher's probes are answered from (pylaunch/cluster.py)
             p.add_argument("--nodes", type=int, metavar="N",
                            help="Python launchers: nodes of the modelled cluster (default 1)")
@@ -264,6 +360,10 @@ def parser() -> argparse.ArgumentParser:
                                 "instead of the recording stand-ins (slower)")
         if name == "show":
             p.add_argument("--svg", metavar="FILE", help="also draw the map into FILE as SVG")
+            p.add_argument("--color-by", choices=("engine", "ep", "pp", "dp"),
+                           default="engine", metavar="ROLE",
+                           help="SVG: colour the GPUs by rollout engine (default), EP group, "
+                                "pipeline stage (pp) or data-parallel replica (dp)")
         if name == "migrate":
             p.add_argument("--write", action="store_true",
                            help="apply the steps (atomically; keeps SCRIPT.bak)")
@@ -281,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(head)
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
-               "schema": cmd_schema}[args.cmd]
+               "schema": cmd_schema, "rule": cmd_rule}[args.cmd]
         code = run(args, flags)
         sys.stdout.flush()
         return code

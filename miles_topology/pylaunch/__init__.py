@@ -4,14 +4,18 @@ and take the training command it would have started.
 Since miles writes its launchers in Python (a dataclass + typer CLI, a helper building one
 flag string, then ``execute_train(...)`` running ``ray job submit ... -- python3 train.py
 ...`` through subprocess), the flags exist only once the launcher runs. `read_python_launcher`
-runs it in a fresh interpreter (``child.py``) with a temporary folder as cwd, HOME and TMPDIR,
-resource limits and a wall-clock timeout; every command it starts is recorded, not run.
+runs it in a fresh interpreter (``child.py``) isolated by the kernel (``isolate.py``: user,
+network, PID, IPC and mount namespaces, Landlock, seccomp; docs/sandbox.md) with a temporary
+folder as cwd, HOME and TMPDIR, resource limits and a wall-clock timeout; every command it
+starts is recorded, not run. Where the kernel cannot isolate it, it is not run (InputError
+naming the facility) unless the caller trusts it (``--trust-launcher``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -21,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, NoTrainingLaunch
 from .cluster import Cluster
 from .commands import launch_of, shown
 
@@ -29,13 +33,27 @@ CHILD = Path(__file__).with_name("child.py")
 UNKNOWN_ENV = ("ray job submit's runtime env is not one this check reads (a --runtime-env "
                "file, or not JSON), and the entrypoint sees only the runtime env")
 MEMORY_MB = 2048
+TIMEOUT_S = 10.0  # the wall limit of one run of a launcher (bench/pylaunch.py: ~30x the median)
 DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 # [launchers hook] --real-imports: torch maps ~3 GiB of libraries (the sandbox issue bounds
 # memory by use instead of address space); and real imports take seconds, not a tenth
 REAL_MEMORY_MB, REAL_TIMEOUT_S = 16384, 60.0
+DENY_VAR = "MILES_TOPOLOGY_SANDBOX_DENY"  # for tests: a facility to treat as missing
+TRUSTED = ("run with --trust-launcher: in-process recorders only, not isolated by the "
+           "kernel; the launcher could have acted on this machine")
+_THREADS = "the launcher started more threads than the sandbox allows (a thread bomb?); stopped"
+
 # What the import name does not say: the name to pip install.
 PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2":
              "opencv-python", "dateutil": "python-dateutil", "google": "protobuf"}
+
+
+def refusal(end: dict) -> str:
+    """The one line saying why the launcher was not run, and how to proceed."""
+    return (f"not run: the kernel here cannot isolate a launcher, it lacks "
+            f"{end.get('missing')}. `check` runs Python launchers only in a sandbox the "
+            "kernel enforces; to run this one anyway with in-process recorders only (which "
+            "the launcher can get around), give --trust-launcher if you trust its code")
 
 
 @dataclass
@@ -73,37 +91,39 @@ class PythonLaunch:
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
                          = None, timeout_s: float | None = None, memory_mb: int | None = None,
                          cwd: str | None = None, cluster: Cluster | None = None,
-                         real_imports: bool = False) -> PythonLaunch:
+                         real_imports: bool = False, trust: bool = False) -> PythonLaunch:
     """Run the launcher at `path` with `launcher_args` in the sandbox and return its training
     launch (the first, when it starts several: see `read_python_launches`). `env` adds to the
     current environment (as `--env KEY=VALUE` does for scripts). The launcher runs in the
     sandbox's temporary folder, or in `cwd` when given (for a launcher that reads files
     relative to where it is started; its writes there are redirected all the same). Its
     probes are answered from `cluster` (default: `Cluster.of({})`); heavy modules are
-    stand-ins unless `real_imports`. Raises InputError when there is no launch, or when the
-    launcher cannot run to it."""
+    stand-ins unless `real_imports`. `trust`: run it with the in-process recorders only, not
+    isolated by the kernel (--trust-launcher). Raises InputError when there is no launch,
+    when the launcher cannot run to it, or when the kernel here cannot isolate it."""
     got = _read(path, launcher_args, env, timeout_s, memory_mb, cwd, cluster, real_imports,
-                False)
-    return _interpret(*got)[0]
+                False, trust)
+    return _trusted(_interpret(*got), trust)[0]
 
 
 def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, str] | None
                          = None, cwd: str | None = None, cluster: Cluster | None = None,
-                         real_imports: bool = False) -> list[PythonLaunch]:
+                         real_imports: bool = False, trust: bool = False
+                         ) -> list[PythonLaunch]:
     """Every training launch of the launcher, in order: one per call that starts training
     (a test looping over configs launches many), and, for a typer app with several commands
     run with no arguments, those of each command in turn (the launcher is run once per
     command; a command that launches nothing is a note on the others)."""
     got = _read(path, launcher_args, env, None, None, cwd, cluster, real_imports,
-                not launcher_args)
+                not launcher_args, trust)
     commands = next((r["commands"] for r in got[1] if "commands" in r), None)
     if commands is None:
-        return _interpret(*got, every=True)
+        return _trusted(_interpret(*got, every=True), trust)
     out, idle = [], []
     for name in commands:
         try:
             runs = _interpret(*_read(path, [name], env, None, None, cwd, cluster, real_imports,
-                                     False), every=True)
+                                     False, trust), every=True)
         except InputError as e:
             idle.append(f"command `{name}`: {str(e).split(': ', 1)[-1]}")
             continue
@@ -116,15 +136,21 @@ def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, 
     for i, r in enumerate(out):
         r.notes += idle
         r.index = i
-    return out
+    return _trusted(out, trust)
+
+
+def _trusted(launches: list[PythonLaunch], trust: bool) -> list[PythonLaunch]:
+    for launch in launches if trust else ():
+        launch.notes.insert(0, TRUSTED)
+    return launches
 
 
 def _read(path, launcher_args, env, timeout_s, memory_mb, cwd, cluster, real_imports,
-          discover):
+          discover, trust):
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
     if timeout_s is None:
-        timeout_s = REAL_TIMEOUT_S if real_imports else 10
+        timeout_s = REAL_TIMEOUT_S if real_imports else TIMEOUT_S
     if memory_mb is None:
         memory_mb = REAL_MEMORY_MB if real_imports else MEMORY_MB
     cluster = cluster or Cluster.of({})
@@ -135,7 +161,7 @@ def _read(path, launcher_args, env, timeout_s, memory_mb, cwd, cluster, real_imp
     extra = {"cluster": cluster.as_dict(), "real_imports": real_imports,
              "discover": discover}  # [launchers hook]
     got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd, timeout_s,
-                   memory_mb, extra)
+                   memory_mb, trust, extra)
     return (path, got.records, got.err, got.status, {**child_env, **got.sandbox}, timeout_s,
             memory_mb, time.perf_counter() - t0)
 
@@ -155,7 +181,8 @@ STDOUT_MAX = 1 << 20
 
 
 def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
-                cwd: str | None = None, timeout_s: float = 10) -> ProgramRun:
+                cwd: str | None = None, timeout_s: float = 10, trust: bool = False
+                ) -> ProgramRun:
     """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
     is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
     MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Status
@@ -177,7 +204,7 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
         target = os.path.abspath(full)
     got = _execute(mode, target, rest, {**os.environ, **(env or {})}, cwd, timeout_s,
-                   MEMORY_MB)
+                   MEMORY_MB, trust)
     calls = [r for r in got.records if "kind" in r]
     records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
     end = got.records[-1] if got.records and "end" in got.records[-1] else None
@@ -191,8 +218,10 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             got.status < 0 else f"exited with status {got.status}{_tail(got.err)}"
     elif end["end"] == "memory":
         status, error = "memory", f"ran out of memory (limit {MEMORY_MB} MiB)"
+    elif end["end"] == "threads":
+        status, error = "refused", _THREADS
     elif end["end"] == "refused":
-        status, error = "refused", end.get("why")
+        status, error = "refused", refusal(end)
     elif end["end"] in ("missing", "error"):
         status, error = 1, _at(end)
     elif end["end"] == "exit":
@@ -215,7 +244,7 @@ class _Ran:
 
 
 def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s: float,
-             memory_mb: int, extra: dict | None = None) -> _Ran:
+             memory_mb: int, trust: bool, extra: dict | None = None) -> _Ran:
     """Run `target` (a file, code or a module name, by `mode`) in a fresh temporary folder."""
     with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
         work = Path(tmp, "work")
@@ -225,12 +254,15 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
         sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
         sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
         records, err, status, out = _run(mode, target, args, env, sandbox, Path(tmp), work,
-                                         timeout_s, memory_mb, extra or {})
+                                         timeout_s, memory_mb, trust, extra or {})
     return _Ran(records, err, status, out, sandbox)
 
 
 def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
-         memory_mb: int, extra: dict):
+         memory_mb: int, trust: bool, extra: dict):
+    if sys.platform != "linux" and not trust:
+        return [{"end": "refused", "missing": f"Linux (namespaces, Landlock, seccomp); this "
+                 f"is {sys.platform}"}], "", 0, ""
     record = tmp / "record.jsonl"
     record.touch()
     cfg = tmp / "config.json"
@@ -239,15 +271,18 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
         "mode": mode, "launcher": target, "args": list(args), "work": str(work),
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
         "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
-        "env": sandbox, **extra}))
+        "env": sandbox, "trust": trust, "deny": os.environ.get(DENY_VAR, ""),
+        "package": str(Path(__file__).resolve().parent.parent), **extra}))
     with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
-        # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc
-        proc = subprocess.Popen([sys.executable, "-E", "-B", str(CHILD), str(cfg)], cwd=work,
+        # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc;
+        # -S: no site-packages (nor their .pth files) until the child is isolated
+        proc = subprocess.Popen([sys.executable, "-E", "-B", "-S", str(CHILD), str(cfg)],
+                                cwd=work,
                                 env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
                                 start_new_session=True)
-        try:
-            status = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        if _ended(proc, timeout_s):
+            status = proc.wait()
+        else:
             _kill(proc)
             status = "timeout"
     records = []
@@ -262,13 +297,40 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
     return records, err, status, out
 
 
+def _ended(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether the child ends within `timeout_s`, seen at once (Popen.wait(timeout) polls,
+    sleeping up to 50 ms between looks)."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLIN)
+        return bool(poll.poll(timeout_s * 1000))
+    finally:
+        os.close(fd)
+
+
 def _kill(proc: subprocess.Popen) -> None:
-    """Kill the child and anything in its session (it cannot start any, but be sure)."""
+    """Kill the child's process group (its supervisor and the sandboxed process, which may
+    not leave the group) and wait until the group is gone, not only the supervisor."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
     proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.005)
 
 
 def _where(src) -> tuple[str, int] | None:
@@ -309,8 +371,8 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
     except InputError as e:
         if not absent:
             raise
-        raise InputError(f"{e} (it also imports {', '.join(absent)}, not installed here and "
-                         "answered by recording stand-ins)") from None
+        raise type(e)(f"{e} (it also imports {', '.join(absent)}, not installed here and "
+                      "answered by recording stand-ins)") from None
 
 
 def _launches(path, found, launches, others, calls, records, notes, err, status, child_env,
@@ -331,6 +393,10 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
                              f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
                              + _tail(err))
         notes.append(f"the launcher was {why} after its training launch was recorded")
+    elif end["end"] == "refused":
+        raise InputError(f"{path}: {refusal(end)}")
+    elif end["end"] == "threads":
+        raise InputError(f"{path}: {_THREADS}")
     elif end["end"] == "memory":
         if found is None:
             raise InputError(f"{path}: the launcher ran out of memory (limit {memory_mb} MiB) "
@@ -343,14 +409,14 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
     elif end["end"] == "error":
         if found is None:
             raise InputError(f"{path}: the launcher failed before it launched training: "
-                             f"{_at(end)}{_hint(calls)}")
+                             f"{_at(end)}{_limit(end)}{_hint(calls)}")
         notes.append(f"the launcher failed after its training launch: {_at(end)}")
     elif end["end"] == "exit" and end.get("code") not in (None, 0) and found is None:
         raise InputError(f"{path}: the launcher exited with status {end['code']} before it "
                          f"launched training{_tail(err)}")
     if found is None:
         ran = f"ran {len(calls)} command(s)" if calls else "ran no command"
-        raise InputError(f"{path}: no training launch: the launcher {ran}, none of them "
+        raise NoTrainingLaunch(f"{path}: no training launch: the launcher {ran}, none of them "
                          "starts train.py or train_async.py (python3, torchrun, or ray job "
                          "submit ... -- python3 train.py)")
     if len(launches) > 1 and not every:
@@ -394,6 +460,21 @@ def _at(end: dict) -> str:
     return f"{at}{end.get('error')}"
 
 
+# what the sandbox's bounds look like from inside, as the launcher saw them fail
+_LIMITS = {"[Errno 27]": "the sandbox bounds each file it writes, its output included, to "
+                          "16 MiB",
+           "[Errno 28]": "the sandbox's work folder holds 256 MiB",
+           "[Errno 1]": "the sandbox refuses that: docs/sandbox.md",
+           "can't start new thread": "the sandbox bounds memory, thread stacks included, and "
+                                     "threads"}
+
+
+def _limit(end: dict) -> str:
+    """Name the sandbox's bound behind a failure, where it is one."""
+    why = next((v for k, v in _LIMITS.items() if k in (end.get("error") or "")), None)
+    return f" ({why})" if why else ""
+
+
 def _hint(calls: list[dict]) -> str:
     """When a launcher fails on a command's output, say that the sandbox gave it none."""
     if not calls or not calls[-1].get("captured") or calls[-1].get("answer"):
@@ -410,18 +491,20 @@ def _tail(err: str) -> str:
 
 
 def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
-                 cluster: Cluster | None = None, real_imports: bool = False):
+                 cluster: Cluster | None = None, real_imports: bool = False,
+                 trust: bool = False):
     """The Verdict on the launcher's first training launch (see `check_python_all`)."""
-    return check_python_all(path, launcher_args, env, cluster, real_imports)[0]
+    return check_python_all(path, launcher_args, env, cluster, real_imports, trust)[0]
 
 
 def check_python_all(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
-                     cluster: Cluster | None = None, real_imports: bool = False) -> list:
+                     cluster: Cluster | None = None, real_imports: bool = False,
+                     trust: bool = False) -> list:
     """`check LAUNCHER.py [-- ARGS]`: one Verdict per training launch the launcher issues
     (per typer command, per call), each pointing at its own file:line."""
     cluster = cluster or Cluster.of({})
     got = read_python_launches(path, launcher_args, env, cluster=cluster,
-                               real_imports=real_imports)
+                               real_imports=real_imports, trust=trust)
     return [_verdict(path, g, env, cluster, len(got)) for g in got]
 
 

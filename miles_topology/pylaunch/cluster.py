@@ -267,73 +267,32 @@ class Cluster:
         return got, got is not None
 
 
-TABLE_KEYS = {"nodes": "nodes", "gpus-per-node": "gpus_per_node", "gpu": "gpu",
-              "nvlink": "nvlink"}
-
-
 def cluster_for(launcher: str, given: dict) -> Cluster:
-    """The cluster `check LAUNCHER.py` models: the flags given, over the keys of the
-    ``[tool.miles-topology]`` table of the pyproject.toml beside the launcher (else in the
-    current folder), over the defaults. Raises InputError on a bad value."""
+    """The cluster `check LAUNCHER.py` models: the flags given, over the keys `nodes`,
+    `gpus-per-node`, `gpu`, `nvlink` of the ``[tool.miles-topology]`` table (the closest
+    pyproject.toml from the launcher up, else from the current folder; selection.py reads
+    it), over the defaults. Raises InputError on a bad value."""
     from ..errors import InputError
+    from ..selection import CLUSTER_KEYS, TABLE, _read_toml, find_pyproject
 
-    values, origin = {}, {}
-    for folder in (os.path.dirname(os.path.abspath(launcher)), os.getcwd()):
-        path = os.path.join(folder, "pyproject.toml")
-        if os.path.isfile(path):
-            for key, value in _table(path).items():
-                if key in TABLE_KEYS:
-                    values[TABLE_KEYS[key]], origin[TABLE_KEYS[key]] = value, path
-            break
-    values.update({k: v for k, v in given.items() if v is not None})
+    found = find_pyproject(launcher) or find_pyproject(os.getcwd())
+    table = _read_toml(found)["tool"][TABLE] if found else {}
+    values = {k.replace("-", "_"): table[k] for k in CLUSTER_KEYS if k in table}
+    origin = {k: f" in {found}" for k in values}
+    for k, v in given.items():
+        if v is not None:
+            values[k], origin[k] = v, ""
     for key in ("nodes", "gpus_per_node"):
         v = values.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            where = f" in {origin[key]}" if key in origin and given.get(key) is None else ""
-            raise InputError(f"{key.replace('_', '-')} = {v!r}{where}: expected a whole number "
-                             "of at least 1 (e.g. --nodes 2 --gpus-per-node 8)")
+            raise InputError(f"{key.replace('_', '-')} = {v!r}{origin[key]}: expected a whole "
+                             "number of at least 1 (e.g. --nodes 2 --gpus-per-node 8)")
     if values.get("nvlink") is not None and not isinstance(values["nvlink"], bool):
-        raise InputError(f"nvlink = {values['nvlink']!r} in {origin.get('nvlink')}: expected "
-                         "true or false")
+        raise InputError(f"nvlink = {values['nvlink']!r}{origin['nvlink']}: expected true or "
+                         "false")
     if values.get("gpu") is not None and not str(values["gpu"]).strip():
         raise InputError("--gpu: expected a GPU name, e.g. H100, B200, MI300X")
     return Cluster.of(values)
-
-
-def _table(path: str) -> dict:
-    """The ``[tool.miles-topology]`` table of a pyproject.toml ({} when there is none)."""
-    from ..errors import InputError
-
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10: the few scalar keys this table holds, read by hand
-        return _table_by_hand(path)
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise InputError(f"{path}: cannot read: {e}") from None
-    table = data.get("tool", {}).get("miles-topology", {})
-    return table if isinstance(table, dict) else {}
-
-
-def _table_by_hand(path: str) -> dict:
-    out: dict = {}
-    inside = False
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line.startswith("["):
-                inside = line.replace(" ", "") in ('[tool.miles-topology]',
-                                                   '[tool."miles-topology"]')
-                continue
-            key, eq, value = line.partition("=")
-            if inside and eq:
-                value = value.strip()
-                out[key.strip()] = (value == "true" if value in ("true", "false") else
-                                    int(value) if value.lstrip("-").isdigit() else
-                                    value.strip("\"'"))
-    return out
 
 
 def _ids(spec: str, ids: list[int]) -> list[int] | None:
