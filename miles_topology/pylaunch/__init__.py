@@ -360,7 +360,9 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
     absent = list(dict.fromkeys(r["missing_module"] for r in records if "missing_module" in r))
     notes += [f"it imports {m}, which is not installed here: a recording stand-in answered it"
               for m in absent]
-    if found is None and absent and not any(_runs(r["kind"]) for r in calls):
+    quiet_end = end is not None and (end["end"] == "ok" or end["end"] == "exit" and
+                                     end.get("code") in (None, 0))
+    if found is None and absent and quiet_end and not any(_runs(r["kind"]) for r in calls):
         # it ran nothing: what it would run went through the absent module
         raise InputError(f"{name} imports {absent[0]}, which is not installed here: pip install "
                          f"{PIP_NAMES.get(absent[0], absent[0])} (or put it on PYTHONPATH); a "
