@@ -35,8 +35,8 @@ UNKNOWN_ENV = ("ray job submit's runtime env is not one this check reads (a --ru
 MEMORY_MB = 2048
 TIMEOUT_S = 10.0  # the wall limit of one run of a launcher (bench/pylaunch.py: ~30x the median)
 DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-# [launchers hook] --real-imports: torch maps ~3 GiB of libraries (the sandbox issue bounds
-# memory by use instead of address space); and real imports take seconds, not a tenth
+# [launchers hook] --real-imports: the installed torch, ray, sglang use more memory (the
+# sandbox bounds what is used, not what is mapped) and take seconds to import, not a tenth
 REAL_MEMORY_MB, REAL_TIMEOUT_S = 16384, 60.0
 DENY_VAR = "MILES_TOPOLOGY_SANDBOX_DENY"  # for tests: a facility to treat as missing
 TRUSTED = ("run with --trust-launcher: in-process recorders only, not isolated by the "
