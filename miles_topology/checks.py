@@ -8,32 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from math import gcd, lcm
-from typing import TYPE_CHECKING
 
 from . import placement as _placement
+from .codes import RULES, run_rules
 from .errors import Problem
-from .flags import flag_of
+from .model import MEGATRON_SIZES, Topology, flag_of
 
-if TYPE_CHECKING:
-    from .model import Topology
+Check = Callable[[Topology], Iterator[Problem]]
 
-Check = Callable[["Topology"], Iterator[Problem]]
-CHECKS: list[Check] = []
-
-# Megatron's parallel sizes, which FSDP has no use for (model.py drops them under FSDP), and
 # the fields whose flags only Megatron's parser defines (fsdp_undefined_flags below)
-MEGATRON_SIZES = ("tp", "pp", "ep", "etp", "vpp", "vpp_layers", "first_stage_layers",
-                  "last_stage_layers")
 MEGATRON_ONLY_FLAGS = (*MEGATRON_SIZES, "sp", "order")
 
 
 def check(fn: Check) -> Check:
-    CHECKS.append(fn)
+    RULES.append(fn)
     return fn
 
 
-def run_checks(topo: Topology) -> list[Problem]:
-    return [p for fn in CHECKS for p in fn(topo)]
+run_checks = run_rules
 
 
 def _err(code: str, message: str, fix: str, *fields: str) -> Problem:

@@ -7,6 +7,20 @@ here. Codes are stable kebab-case strings: add rows, never rename one.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
+# The rules a Topology must satisfy, in the order they run: each takes a Topology and yields
+# its problems. The rules register here (checks/), so the model that runs them (model.py,
+# on every construction) imports none of them.
+Rule = Callable[[Any], Iterable[Any]]
+RULES: list[Rule] = []
+
+
+def run_rules(topo: Any) -> list[Any]:
+    """Every problem of every registered rule, in rule order."""
+    return [p for fn in RULES for p in fn(topo)]
+
 # code -> (kind, when). kind: error (the real stack refuses, crashes, hangs or trains wrongly),
 # warning (it silently changes or drops something), note (the script reader: bash runs
 # something other than what the script appears to say), skipped (a fact the rule needs is

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any, Literal, get_args, get_origin
 
 from .errors import InputError, Location, Problem
+from .model import Topology, flag_of  # noqa: F401  (the fields and their flags; re-exported)
 
 TOPOLOGY = "--topology"  # a topology YAML, read under the other topology flags
 
@@ -60,18 +61,12 @@ class Spec:
     values: tuple | None = None  # a switch: (value off, value on); a str: the allowed values
 
 
-def _model() -> Any:
-    from .model import Topology  # the model declares the fields and their flags
-
-    return Topology
-
-
 @lru_cache(maxsize=1)
 def table() -> dict[str, Spec]:
     """Every flag of ours (own flags, aliases, renamed spellings) -> how it reads."""
     specs: dict[str, Spec] = {}
     by_field: dict[str, Spec] = {}
-    for name, info in _model().model_fields.items():
+    for name, info in Topology.model_fields.items():
         extra = info.json_schema_extra or {}
         if extra.get("switch"):
             spec = Spec(name, "switch", tuple(extra["switch"]))
@@ -123,14 +118,6 @@ def is_switch(flag: str) -> bool:
     """A flag that takes no value word."""
     spec = table().get(flag)
     return spec is not None and spec.kind == "switch"
-
-
-@cache
-def flag_of(name: str) -> str:
-    """The user-facing flag of a model field (what messages quote); else the name itself."""
-    info = _model().model_fields.get(name)
-    flag = (info.json_schema_extra or {}).get("flag") if info is not None else None
-    return flag or name
 
 
 @dataclass
@@ -332,7 +319,7 @@ def parse_flags(argv: Sequence[Any]) -> Parsed:
         _set(out, spec.field, parsed, name, token)
     for r, name, token in likes:  # e.g. --sglang-enable-ep-moe: engine EP = engine size
         if r.field not in out.fields:
-            like = out.fields.get(r.like, _model().model_fields[r.like].default)
+            like = out.fields.get(r.like, Topology.model_fields[r.like].default)
             _set(out, r.field, like, name, token)
     return out
 

@@ -1,15 +1,20 @@
 """`Topology`: the one immutable, validated description of a miles job's parallel layout.
 
-Unset values are inferred in one step before validation; cross-field rules run once
-after it (see checks.py). Everything else (groups, ownership, placement, layers) is
-derived here, from the fields, and nowhere else.
+The floor of the core: it imports only the arithmetic below it (errors, grid, layers,
+placement, codes), never what reads or checks it. Unset values are inferred in one step
+before validation; the rules registered in `codes.RULES` (the checks/ package registers them
+when `miles_topology` is imported) run once after it. Everything else (groups, ownership,
+placement, layers) is derived here, from the fields, and nowhere else. Each field's flag is a
+fact of the field (`fact`); `flag_of` maps a field to it for every message. Reading and
+writing (`Topology.from_flags`, `from_yaml`, `from_namespace`, `to_yaml`) live above, in
+sources.py, which attaches them here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import cached_property
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from functools import cache, cached_property
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -24,13 +29,14 @@ from pydantic import (
 
 from . import layers as _layers
 from . import placement as _placement
-from .checks import MEGATRON_SIZES as _MEGATRON_SIZES
-from .checks import run_checks
+from .codes import run_rules
 from .errors import Problem, TopologyError
-from .flags import flag_of
 from .grid import EXPERT_AXES, ORDERS, Grid
 
 GROUPS = ("layout", "rollout", "model", "replay", "batch")
+# Megatron's parallel sizes, which FSDP has no use for (dropped under FSDP in `_infer`)
+MEGATRON_SIZES = ("tp", "pp", "ep", "etp", "vpp", "vpp_layers", "first_stage_layers",
+                  "last_stage_layers")
 
 
 def fact(group: str, flag: str | None, default: Any = 1, *, switch: tuple | None = None,
@@ -64,6 +70,14 @@ def summary_fields() -> tuple[str, ...]:
 def facts(name: str) -> dict[str, Any]:
     """{"group", "flag"[, "switch"]} of a field."""
     return Topology.model_fields[name].json_schema_extra  # type: ignore[return-value]
+
+
+@cache
+def flag_of(name: str) -> str:
+    """The user-facing flag of a model field (what messages quote); else the name itself."""
+    info = Topology.model_fields.get(name)
+    flag = (info.json_schema_extra or {}).get("flag") if info is not None else None
+    return flag or name
 
 
 class Topology(BaseModel):
@@ -157,6 +171,12 @@ class Topology(BaseModel):
 
     _warnings: tuple[Problem, ...] = PrivateAttr(default=())
 
+    # attached by sources.py (reading and writing live above the model; see its docstring)
+    from_flags: ClassVar[Callable[[list[str]], Topology]]
+    from_yaml: ClassVar[Callable[..., Topology]]
+    from_namespace: ClassVar[Callable[[Any], Topology]]
+    to_yaml: ClassVar[Callable[[Topology], str]]
+
     # ---- construction ------------------------------------------------------------------
 
     def __init__(self, **data: Any):
@@ -231,7 +251,7 @@ class Topology(BaseModel):
             return data
         data = dict(data)
         if data.get("train_backend") == "fsdp":  # FSDP builds its own dp x cp mesh
-            ignored = tuple((f, data.pop(f)) for f in _MEGATRON_SIZES
+            ignored = tuple((f, data.pop(f)) for f in MEGATRON_SIZES
                             if data.get(f) not in (None, 1))
             data["fsdp_ignored"] = ignored + tuple(data.get("fsdp_ignored", ()))
         if "etp" in data and data["etp"] is None:  # not given: the field's factory infers it
@@ -262,38 +282,13 @@ class Topology(BaseModel):
 
     @model_validator(mode="after")
     def _validate(self) -> Topology:
-        found = run_checks(self)
+        found = run_rules(self)
         errors = [p for p in found if p.severity == "error"]
         warnings = [p for p in found if p.severity != "error"]  # warnings, then skipped
         if errors:
             raise TopologyError(errors, warnings, self.summary() if self.forms_grid else None)
         self._warnings = tuple(warnings)
         return self
-
-    @classmethod
-    def from_flags(cls, argv: list[str]) -> Topology:
-        from .sources import from_flags
-
-        return from_flags(argv)
-
-    @classmethod
-    def from_namespace(cls, args: Any) -> Topology:
-        """The Topology of miles' parsed arguments (after its own validation rewrote them):
-        one line in miles' argument parsing validates the real job (namespace.py)."""
-        from .namespace import fields_from
-
-        return cls(**fields_from(args))
-
-    @classmethod
-    def from_yaml(cls, path: str, overrides: list[str] | None = None) -> Topology:
-        from .config import from_yaml
-
-        return from_yaml(path, overrides)
-
-    def to_yaml(self) -> str:
-        from .config import to_yaml
-
-        return to_yaml(self)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Topology) and self._key == other._key

@@ -168,7 +168,7 @@ def test_rank_order_switch_off_keeps_the_default():
 
 
 def test_explicit_etp_round_trips_through_yaml(tmp_path):
-    from miles_topology.config import to_yaml
+    from miles_topology.sources import to_yaml
 
     for given in (dict(etp=2), dict(etp=1), {}):
         topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, ep=2, experts=8, colocate=True,
@@ -304,3 +304,22 @@ def test_repeat_and_typo_point_at_the_token_that_wrote_them():
     where = {p.code: str(p.location) for p in got.warnings}
     assert where == {"unknown-flag": "run.sh:4", "flag-given-twice": "run.sh:9"}
     assert parse_flags([t for t, _ in words]).warnings[0].location is None  # plain strings
+
+
+def test_old_loader_paths_warn_and_still_work():
+    """config.py and namespace.py moved into sources.py: old imports work with a warning;
+    PartialEnv (now env.py) is still importable from config without one."""
+    import warnings
+
+    from miles_topology import config, env, namespace, sources
+
+    with pytest.warns(DeprecationWarning, match="sources.to_yaml"):
+        assert config.to_yaml is sources.to_yaml
+    with pytest.warns(DeprecationWarning, match="sources.fields_from"):
+        assert namespace.fields_from is sources.fields_from
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from miles_topology.config import PartialEnv
+    assert PartialEnv is env.PartialEnv
+    with pytest.raises(AttributeError):
+        config.no_such_name  # noqa: B018
