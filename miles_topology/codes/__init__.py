@@ -5,8 +5,9 @@ checks/); a code raised outside the rules is declared with `declare` by what rai
 (below, and checks/fsdp.py). Declaring a code twice is an error, so the registry cannot
 drift from what is raised; a test scans the sources for codes no one declared.
 docs/problem-codes.md is generated from it (`python -m miles_topology.codes > docs/...`
-runs __main__.py; a test keeps the two equal). Codes are stable kebab-case strings: add rows, never rename one.
-The registry is complete once `miles_topology` is imported (its `__init__` imports checks/).
+runs __main__.py; a test keeps the two equal). Codes are stable kebab-case strings: add
+rows, never rename one. The registry is complete once `miles_topology` is imported (its
+`__init__` imports checks/).
 """
 
 from __future__ import annotations
