@@ -30,7 +30,7 @@ def stages(topo: Topology) -> list[str]:
         return ["pipeline stages: layers unknown (no --num-layers)"]
     out = [f"pipeline stages ({topo.layers} layers, vpp {topo.chunks}):"]
     for p in range(topo.pp):
-        ids = [i for v in range(topo.chunks) for i in topo.stage_layers(p, v)]
+        ids = topo.pipeline_layers(p)
         moe = [i for i in ids if topo.moe_pattern and topo.moe_pattern[i]]
         out.append(f"  pp{p}: layers {spans(ids)}" + (f"; MoE {spans(moe)}" if moe else ""))
     return out

@@ -12,6 +12,7 @@ sources.py, which attaches them here.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from functools import cache, cached_property
 from typing import Any, ClassVar, Literal
@@ -457,14 +458,14 @@ class Topology(BaseModel):
             )
         return tuple(_layers.chunk_layers(self.stage_counts, self.chunks, pp_rank, vpp_rank))
 
+    def pipeline_layers(self, pp_rank: int) -> tuple[int, ...]:
+        """Every decoder layer id pipeline rank `pp_rank` holds, its virtual stages in order
+        (e.g. pp 2, vpp 2, 8 layers: rank 0 holds (0, 1, 4, 5))."""
+        return tuple(x for v in range(self.chunks) for x in self.stage_layers(pp_rank, v))
+
     def replay_layers(self, pp_rank: int) -> tuple[int, ...]:
         """MoE layer ids of a pipeline rank in the order its routers consume replay data."""
-        return tuple(
-            layer
-            for v in range(self.chunks)
-            for layer in self.stage_layers(pp_rank, v)
-            if self.moe_pattern[layer]
-        )
+        return tuple(x for x in self.pipeline_layers(pp_rank) if self.moe_pattern[x])
 
     # ---- placement ------------------------------------------------------------------
 
@@ -476,15 +477,20 @@ class Topology(BaseModel):
             return self.node_gpus
         return self.gpus_per_node if self.nodes > 1 else max(self.node_gpus, self.gpus_per_node)
 
-    def slot(self, index: int) -> tuple[int, int]:
-        """(node, GPU) of position `index` of miles' packed placement group (placement.py)."""
-        return divmod(index, self.node_size)
+    @cached_property
+    def placement_group(self) -> _placement.Placement:
+        """miles' one packed placement group, built once: positions, ranks and engines on
+        (node, GPU) and back (placement.py)."""
+        return _placement.Placement.of(self)
 
     def placement(self, rank: int) -> tuple[int, int]:
         """(node, GPU) of train rank `rank`: rank r takes position r of the placement group."""
-        if not 0 <= rank < self.world_size:
-            raise IndexError(f"rank {rank} outside the world of {self.world_size} ranks")
-        return self.slot(rank)
+        return self.placement_group.rank_slot(rank)
+
+    def slot(self, index: int) -> tuple[int, int]:
+        """Deprecated: `topo.placement_group.slot(index)`."""
+        _moved("slot", "placement_group.slot")
+        return self.placement_group.slot(index)
 
     @computed_field
     @cached_property
@@ -503,41 +509,43 @@ class Topology(BaseModel):
         of --rollout-num-gpus-per-engine (utils/args/configs eval_num_gpus_per_engine)."""
         return self.eval_engine_size or 1
 
-    @cached_property
+    @property
     def engine_group_list(self) -> tuple[_placement.Group, ...]:
-        return _placement.groups(self)
+        """Deprecated: `topo.placement_group.groups`."""
+        _moved("engine_group_list", "placement_group.groups")
+        return self.placement_group.groups
 
-    @cached_property
+    @property
     def all_engines(self) -> int:
-        """Rollout engines, then eval engines."""
-        return sum(g.engines for g in self.engine_group_list)
+        """Deprecated: `topo.placement_group.engines` (rollout engines, then eval engines)."""
+        _moved("all_engines", "placement_group.engines")
+        return self.placement_group.engines
 
     @computed_field
     @cached_property
     def num_engines(self) -> int:
         """Engines that serve rollout and receive weight updates (eval engines excluded)."""
-        return sum(g.engines for g in self.engine_group_list if g.model != "eval")
+        return self.placement_group.rollout_engines
 
-    @cached_property
+    @property
     def rollout_offset(self) -> int:
-        return _placement.layout(self)[1]
+        """Position of the first rollout engine in the placement group (0 when colocated)."""
+        return self.placement_group.rollout_offset
 
-    @cached_property
+    @property
     def placement_gpus(self) -> int:
-        """Bundles in miles' one placement group."""
-        return _placement.layout(self)[0]
+        """Bundles (GPUs) in miles' one placement group."""
+        return self.placement_group.bundles
 
     def engine_gpus(self, engine: int) -> tuple[tuple[int, int], ...]:
         """(node, GPU) of each GPU of engine `engine` (rollout engines first, then eval)."""
-        if not 0 <= engine < self.all_engines:
-            raise IndexError(f"engine {engine} outside 0..{self.all_engines - 1}")
-        start, size = _placement.engine_span(self, engine)
-        return tuple(self.slot(i) for i in range(start, start + size))
+        return self.placement_group.engine_gpus(engine)
 
     @computed_field
     @cached_property
     def nodes_needed(self) -> int:
-        return -(-self.placement_gpus // self.node_size)
+        """Nodes of `node_size` GPUs the placement group fills."""
+        return self.placement_group.nodes
 
     @property
     def gpu_budget(self) -> str:
@@ -560,6 +568,11 @@ class Topology(BaseModel):
             d[name] = shown.get(name, getattr(self, name))
         d["num_engines"] = self.num_engines
         return d
+
+
+def _moved(old: str, new: str) -> None:
+    warnings.warn(f"Topology.{old} is deprecated; use topo.{new}", DeprecationWarning,
+                  stacklevel=3)
 
 
 def _needs(name: str, what: str) -> Problem:

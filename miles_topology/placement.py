@@ -12,13 +12,18 @@ positions (`ans["critic"] = ans["actor"]`); eval engines come after the rollout 
 Engine k of a group starts at the group's offset + k * its engine size (ray/rollout.py
 `init_rollout_engines`: `reordered_gpu_ids[i * num_gpu_per_engine]` is its `base_gpu_id`).
 
-Everything is arithmetic on indices, never a walk over GPUs, so 10^30 GPUs cost nothing.
+`Placement` is that group, built once per Topology (`Topology.placement_group`): positions to
+(node, GPU) and back, the train rank on a GPU, the ranks of a node, the engine groups and
+each engine's GPUs. Everything that places something (weight sync, show, the Ray plan, the
+trainer) asks it. Everything is arithmetic on indices, never a walk over GPUs, so 10^30 GPUs
+cost nothing.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import cached_property
 from math import gcd
 from typing import TYPE_CHECKING
 
@@ -82,14 +87,91 @@ def groups(topo: Topology) -> tuple[Group, ...]:
     return tuple(out)
 
 
-def engine_span(topo: Topology, engine: int) -> tuple[int, int]:
-    """(first position, size) of engine `engine`, found by bisection over the groups."""
-    live = [g for g in topo.engine_group_list if g.engines]
-    i = bisect_right([g.first_engine for g in live], engine) - 1
-    if i < 0 or engine >= live[i].first_engine + live[i].engines:
-        raise IndexError(f"engine {engine} outside 0..{topo.all_engines - 1}")
-    g = live[i]
-    return g.start + (engine - g.first_engine) * g.engine_size, g.engine_size
+Slot = tuple[int, int]  # (node, GPU within the node)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """miles' one packed placement group of a Topology. Position i is GPU i % node_size of
+    node i // node_size; train rank r holds position r; engines follow (see the module)."""
+
+    node_size: int  # physical GPUs per node (`Topology.node_size`), e.g. 8
+    ranks: int  # train ranks, at positions [0, ranks) (`Topology.world_size`)
+    bundles: int  # 1-GPU bundles in the group (`_get_placement_group_layout`)
+    rollout_offset: int  # position of the first rollout engine's first GPU
+    groups: tuple[Group, ...]  # engine groups in placement order, eval last
+
+    @classmethod
+    def of(cls, topo: Topology) -> Placement:
+        bundles, offset = layout(topo)
+        return cls(topo.node_size, topo.world_size, bundles, offset, groups(topo))
+
+    # ---- positions and train ranks ----------------------------------------------------
+
+    def slot(self, position: int) -> Slot:
+        """(node, GPU) of a position of the group."""
+        return divmod(position, self.node_size)
+
+    def position(self, slot: Slot) -> int:
+        """The position of a (node, GPU): the inverse of `slot`."""
+        return slot[0] * self.node_size + slot[1]
+
+    def slots(self) -> list[Slot]:
+        """Every (node, GPU) of the group, in its sorted order (one bundle each)."""
+        return [self.slot(i) for i in range(self.bundles)]
+
+    def rank_slot(self, rank: int) -> Slot:
+        """(node, GPU) of train rank `rank` (`Topology.placement`)."""
+        if not 0 <= rank < self.ranks:
+            raise IndexError(f"rank {rank} outside the world of {self.ranks} ranks")
+        return self.slot(rank)
+
+    def rank_at(self, slot: Slot) -> int | None:
+        """The train rank on a (node, GPU), or None when no rank is there."""
+        r = self.position(slot)
+        return r if 0 <= slot[1] < self.node_size and r < self.ranks else None
+
+    def ranks_on(self, node: int) -> range:
+        """Train ranks on `node`: ranks take the first positions of the group."""
+        first = node * self.node_size
+        return range(min(first, self.ranks), min(first + self.node_size, self.ranks))
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the group fills (`Topology.nodes_needed`)."""
+        return -(-self.bundles // self.node_size)
+
+    # ---- engines -----------------------------------------------------------------------
+
+    @cached_property
+    def engines(self) -> int:
+        """Every engine: rollout engines, then eval engines."""
+        return sum(g.engines for g in self.groups)
+
+    @cached_property
+    def rollout_engines(self) -> int:
+        """Engines that serve rollout and receive weight updates (eval engines excluded)."""
+        return sum(g.engines for g in self.groups if g.model != "eval")
+
+    def engine_span(self, engine: int) -> tuple[int, int]:
+        """(first position, size) of engine `engine`, found by bisection over the groups."""
+        live = self._live
+        i = bisect_right([g.first_engine for g in live], engine) - 1
+        if i < 0 or engine >= live[i].first_engine + live[i].engines:
+            raise IndexError(f"engine {engine} outside 0..{self.engines - 1}")
+        g = live[i]
+        return g.start + (engine - g.first_engine) * g.engine_size, g.engine_size
+
+    def engine_gpus(self, engine: int) -> tuple[Slot, ...]:
+        """(node, GPU) of each GPU of engine `engine` (rollout engines first, then eval)."""
+        if not 0 <= engine < self.engines:
+            raise IndexError(f"engine {engine} outside 0..{self.engines - 1}")
+        start, size = self.engine_span(engine)
+        return tuple(self.slot(i) for i in range(start, start + size))
+
+    @cached_property
+    def _live(self) -> tuple[Group, ...]:
+        return tuple(g for g in self.groups if g.engines)
 
 
 def straddler(group: Group, node: int) -> int | None:

@@ -73,18 +73,18 @@ class EngineSync:
 def engine_sources(topo: Topology, engine: int) -> dict[Key, int]:
     """Shard key -> the train rank that sends it to `engine`.
 
-    Replicas are looked up through per-node indexes (train rank r sits at position r of the
-    placement group, so the rank on a GPU is arithmetic), never by scanning every holder:
+    Replicas are looked up through per-node indexes (the rank on a GPU is arithmetic:
+    `Placement.rank_at`), never by scanning every holder:
     the whole plan stays linear in GPUs.
     """
     gpus = topo.engine_gpus(engine)
     nodes = sorted({n for n, _ in gpus})
     keys_of, by_node = _index(topo)
     on_gpu: dict[Key, list[int]] = {}
-    for r in sorted(n * topo.node_size + g for n, g in gpus):
-        if r < topo.world_size:
-            for key in keys_of[r]:
-                on_gpu.setdefault(key, []).append(r)
+    ranks = (topo.placement_group.rank_at(gpu) for gpu in gpus)
+    for r in sorted(r for r in ranks if r is not None):
+        for key in keys_of[r]:
+            on_gpu.setdefault(key, []).append(r)
     out: dict[Key, int] = {}
     for key, holders in _holders(topo).items():
         pick = on_gpu.get(key)
@@ -133,7 +133,7 @@ def _shards(topo: Topology) -> dict[Key, Shard]:
     moe: dict[int, tuple[int, ...]] = {}
     if topo.layers is not None:
         for p in range(topo.pp):
-            dense[p] = tuple(x for v in range(topo.chunks) for x in topo.stage_layers(p, v))
+            dense[p] = topo.pipeline_layers(p)
             moe[p] = topo.replay_layers(p)
     out: dict[Key, Shard] = {}
     for key in _holders(topo):

@@ -285,8 +285,7 @@ def _nodes() -> list[Node]:
 
 def _ranks_on_node(topo: Topology, node: int) -> int:
     """Train ranks on `node`: ranks take the first positions of the packed placement group."""
-    first = node * topo.node_size
-    return max(0, min(topo.world_size, first + topo.node_size) - first)
+    return len(topo.placement_group.ranks_on(node))
 
 
 def _per_node(needed: list[Slot]) -> str:

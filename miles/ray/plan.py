@@ -15,9 +15,9 @@ Slot = tuple[int, int]
 
 
 def slots(topo: Topology) -> list[Slot]:
-    """Every (node, GPU) of miles' one packed placement group, in its sorted order: position i
-    is `topo.slot(i)` (miles/ray/placement_group.py; see miles_topology/placement.py)."""
-    return [topo.slot(i) for i in range(topo.placement_gpus)]
+    """Every (node, GPU) of miles' one packed placement group, in its sorted order
+    (miles/ray/placement_group.py; see miles_topology/placement.py `Placement`)."""
+    return topo.placement_group.slots()
 
 
 def need_per_node(topo: Topology) -> list[int]:

@@ -43,7 +43,7 @@ def rollout_engines(topo: Topology) -> Iterator[Problem]:
         )
         return
     node = topo.node_size
-    for group in topo.engine_group_list:
+    for group in topo.placement_group.groups:
         if group.gpus % group.engine_size and group.kind != "placeholder" \
                 and topo.engine_groups is not None and group.model != "eval":
             yield _err(
@@ -60,7 +60,7 @@ def rollout_engines(topo: Topology) -> Iterator[Problem]:
         bad = _placement.straddler(group, node)
         if bad is None:
             continue
-        at = topo.engine_gpus(bad)[0] if bad < topo.all_engines else (0, 0)
+        at = topo.engine_gpus(bad)[0] if bad < topo.placement_group.engines else (0, 0)
         s = group.engine_size
         ok = [d for d in _divisors(node) if d <= node] + [node * k for k in (2, 4)]
         yield _err(
@@ -227,7 +227,7 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
         # more GPUs than the node has, or a refused size. A warning: the real node size is not
         # known here (engines get their node's own IP since the worker manager replaced the
         # rank-based address allocation, so colocation alone no longer matters).
-        big = [g for g in topo.engine_group_list
+        big = [g for g in topo.placement_group.groups
                if g.engines and g.engine_size > topo.gpus_per_node]
         if big:
             g = max(big, key=lambda g: g.engine_size)
