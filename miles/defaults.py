@@ -1,4 +1,4 @@
-"""The embedded default job (DESIGN.md section 6): what `python -m miles.train` runs bare.
+"""The embedded default job: what `python -m miles.train` runs bare.
 
 Two layers, so a user's flags are never silently overridden:
 - model facts fill in one by one, wherever the user did not give them;

@@ -87,7 +87,7 @@ def plan_text(topo: Topology, added: list[str] | None = None) -> str:
         lines = ["miles job plan (dry run: nothing started)", "", header(topo), "",
                  f"per-GPU plan not listed: {big}; the sizes above are validated "
                  "(`miles-topology check` gives the same verdict).",
-                 f"ray: {topo.nodes_needed} node(s) of {topo.node_size} GPUs, "
+                 f"ray: {topo.nodes_needed} node(s) of {topo.node_gpus_used} GPUs, "
                  f"{topo.placement_gpus} placement bundles"]
     else:
         need = need_per_node(topo)

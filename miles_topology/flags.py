@@ -97,12 +97,6 @@ def _choices(annotation: Any) -> tuple | None:
     return None
 
 
-def __getattr__(name: str) -> Any:
-    if name == "FLAGS":  # flag -> Spec, built from the model on first use
-        return table()
-    raise AttributeError(name)
-
-
 def known(flag: str) -> bool:
     """A flag of ours (including `--topology`)."""
     return flag == TOPOLOGY or flag in table()
@@ -129,7 +123,6 @@ class Parsed:
     origin: dict[str, Any] = field(default_factory=dict)  # field -> the token that set it
     passthrough: list = field(default_factory=list)  # tokens as given
     topology: str | None = None  # the `--topology` file
-    topology_token: Any = None
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
 
@@ -295,7 +288,7 @@ def parse_flags(argv: Sequence[Any]) -> Parsed:
                 out.errors.append(_bad_value(name, None, "it needs a value"))
                 continue
         if name == TOPOLOGY:
-            out.topology, out.topology_token = value, token
+            out.topology = value
             continue
         if spec.kind == "int":
             try:

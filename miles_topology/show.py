@@ -52,8 +52,8 @@ def placement_line(topo: Topology) -> str:
             parts.append(f"{name} {g.start}-{g.start + g.gpus - 1}"
                          f" ({g.engines} x {g.engine_size})")
     return (f"placement group: {topo.placement_gpus} GPU bundles packed over "
-            f"{topo.nodes_needed} node(s) of {topo.node_size} (position i = node i // "
-            f"{topo.node_size}, GPU i % {topo.node_size}): " + "; ".join(parts))
+            f"{topo.nodes_needed} node(s) of {topo.node_gpus_used} (position i = node i // "
+            f"{topo.node_gpus_used}, GPU i % {topo.node_gpus_used}): " + "; ".join(parts))
 
 
 def header(topo: Topology) -> str:

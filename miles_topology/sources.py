@@ -93,6 +93,7 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None) -> Fla
 
 
 def from_flags(argv: list[str]) -> Topology:
+    """The Topology of a miles command line, e.g. ["--actor-num-nodes", "2", ...]."""
     return read_flags(argv).topology
 
 
@@ -176,6 +177,7 @@ def _substitute_env(data: Any, env: Mapping[str, str], path: Path) -> Any:
 
 
 def from_yaml(path: str | Path, overrides: list[str] | None = None) -> Topology:
+    """The Topology of a topology YAML, with omegaconf dotlist overrides (e.g. ["tp=2"])."""
     return Topology(**load_fields(path, overrides))
 
 
@@ -212,7 +214,8 @@ def schema_comment() -> str:
 
 def schema() -> dict[str, Any]:
     """The JSON Schema of a topology YAML: the model's input fields (derived sizes excluded),
-    each described by its flag; any value may also be an omegaconf interpolation."""
+    each described by its docstring and its flag; any value may also be an omegaconf
+    interpolation."""
     free = {spec.field for spec in table().values() if spec.kind == "str"}  # parsed from text
     out = Topology.model_json_schema()
     for name, prop in out["properties"].items():
@@ -220,7 +223,8 @@ def schema() -> dict[str, Any]:
         for key in ("group", "flag", "summary", "switch"):
             prop.pop(key, None)
         shown = f["flag"] or "no flag (YAML only)"
-        prop["description"] = f"{shown}; group {f['group']}"
+        doc = " ".join(Topology.model_fields[name].description.split())
+        prop["description"] = f"{doc} ({shown}; group {f['group']})"
         body = {k: prop.pop(k) for k in list(prop) if k not in ("title", "description",
                                                                   "default")}
         text = {"type": "string"} if name in free else {"type": "string", "pattern": r"\$\{"}

@@ -2,7 +2,8 @@
 
 An engine may post-process its weights (scale swizzling, repacking) only after every
 rank that sends to it has finished uploading; that set follows from expert ownership
-and engine placement, so it is derived here and nowhere else (see reference/r3.md).
+and engine placement, so it is derived here and nowhere else (README, "What caused the
+reported R3 spikes").
 
 Every engine needs the whole model: each pipeline stage's dense shards (one per TP rank)
 and its experts (one per ETP x EP coordinate). Replicas (DP, CP, expert-DP) hold the same
@@ -107,7 +108,7 @@ def sync_groups(topo: Topology) -> dict[int, tuple[int, ...]]:
 def engine_sync(topo: Topology, engine: int) -> EngineSync:
     """The full sync plan of one engine: every shard of the model and its sender."""
     sources = engine_sources(topo, engine)
-    sends = tuple((rank, _shard(topo, key, rank)) for key, rank in sorted(sources.items()))
+    sends = tuple((rank, _shard(topo, key)) for key, rank in sorted(sources.items()))
     return EngineSync(engine, tuple(sorted(set(sources.values()))), sends)
 
 
@@ -121,7 +122,7 @@ def rank_sends(plan: Iterable[EngineSync], rank: int) -> dict[int, tuple[Shard, 
     return {s.engine: s.of(rank) for s in plan if rank in s.senders}
 
 
-def _shard(topo: Topology, key: Key, rank: int) -> Shard:
+def _shard(topo: Topology, key: Key) -> Shard:
     """The shard of `key`; every holder of a key holds the same shard, so it is built once
     per key (its experts are those of the key's EP rank: `Topology.local_experts`)."""
     return _shards(topo)[key]

@@ -87,3 +87,13 @@ def test_pipeline_layers_are_a_ranks_virtual_stages_in_order():
                                 "--pipeline-model-parallel-size", "2", "--num-layers", "8",
                                 "--num-virtual-stages-per-pipeline-rank", "2", "--colocate"])
     assert topo.pipeline_layers(0) == (0, 1, 4, 5) and topo.pipeline_layers(1) == (2, 3, 6, 7)
+
+
+def test_renamed_node_and_rollout_sizes_warn_and_agree():
+    import pytest
+
+    topo = Topology.from_flags(SHAPE_A)
+    with pytest.warns(DeprecationWarning, match="node_gpus_used"):
+        assert topo.node_size == topo.node_gpus_used == 8
+    with pytest.warns(DeprecationWarning, match="rollout_gpus_used"):
+        assert topo.rollout_gpu_count == topo.rollout_gpus_used == 12

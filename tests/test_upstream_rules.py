@@ -486,9 +486,9 @@ def test_rollout_only_switches_colocate_off():
     # takes the actor's 2 x 8 = 16 GPUs; with --rollout-num-gpus 4 the actor shape becomes
     # min(8, 4) = 4 GPUs x 4 // 4 = 1 node; either way colocate ends up False
     topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--actor-num-nodes", "2"])
-    assert not topo.colocate and topo.rollout_gpu_count == 16 and topo.placement_gpus == 16
+    assert not topo.colocate and topo.rollout_gpus_used == 16 and topo.placement_gpus == 16
     topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--rollout-num-gpus", "4"])
-    assert (topo.nodes, topo.gpus_per_node, topo.rollout_gpu_count) == (1, 4, 4)
+    assert (topo.nodes, topo.gpus_per_node, topo.rollout_gpus_used) == (1, 4, 4)
     assert "colocate-ignores-rollout-gpus" not in codes(topo.warnings)
 
 

@@ -39,10 +39,10 @@ def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
     if topo.nodes_needed > max(len(have), 1 << 12):  # decided without listing every node
         return [Problem(
             "gpu-budget-exceeded",
-            f"this job needs {topo.nodes_needed} node(s) of {topo.node_size} GPUs "
+            f"this job needs {topo.nodes_needed} node(s) of {topo.node_gpus_used} GPUs "
             f"({topo.gpu_budget}) but the Ray cluster has {len(have)} node(s) with GPUs "
             f"{list(have)}.",
-            f"give the cluster {topo.nodes_needed} nodes of {topo.node_size} GPUs (or point "
+            f"give the cluster {topo.nodes_needed} nodes of {topo.node_gpus_used} GPUs (or point "
             "RAY_ADDRESS at one), or shrink the job: fewer --actor-num-nodes or "
             "--rollout-num-gpus, or --colocate",
             ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus",

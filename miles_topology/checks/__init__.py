@@ -28,7 +28,7 @@ ORDER = (
     "dense_grid_divides", "expert_grid_divides", "pipeline_groups_agree",
     "experts_by_ep", "moe_pattern_length", "heads_by_tp", "layers_by_pp", "vpp_needs_pp",
     "moe_needs_sp",
-    "rollout_engines", "sglang_dp", "sglang_ep", "sglang_overridden", "fits_cluster",
+    "whole_engines", "sglang_dp", "sglang_ep", "sglang_overridden", "fits_cluster",
     "replay_prerequisites", "batch_sizes",
     "etp_stated", "rollout_gpus_given", "groups_within_nodes",
     "critic", "fsdp_mesh",

@@ -24,13 +24,13 @@ from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
             "placement puts them"),
     },
 )
-def rollout_engines(topo: Topology) -> Iterator[Problem]:
+def whole_engines(topo: Topology) -> Iterator[Problem]:
     """Whole engines: miles' engine launch slices the rollout bundles into runs of
     --rollout-num-gpus-per-engine (ray/rollout.py; forks raise 'num_rollout_workers must be
     divisible by num_gpus_per_engine'). Straddling: SGLang runs GPUs base_gpu_id ..
     base_gpu_id + tp - 1 of one node (sglang_engine.py passes base_gpu_id), and cross-node
     engines must tile whole nodes."""
-    gpus, size = topo.rollout_gpu_count, topo.engine_size
+    gpus, size = topo.rollout_gpus_used, topo.engine_size
     if topo.engine_groups is None and gpus % size:
         multiples = [size * k for k in (gpus // size, gpus // size + 1) if k > 0]
         yield _err(
@@ -42,7 +42,7 @@ def rollout_engines(topo: Topology) -> Iterator[Problem]:
             "rollout_gpus", "engine_size",
         )
         return
-    node = topo.node_size
+    node = topo.node_gpus_used
     for group in topo.placement_group.groups:
         if group.gpus % group.engine_size and group.kind != "placeholder" \
                 and topo.engine_groups is not None and group.model != "eval":
@@ -200,7 +200,7 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
 def fits_cluster(topo: Topology) -> Iterator[Problem]:
     """miles ray/placement_group.py create_placement_groups: one PACK group of 1-GPU bundles
     (_get_placement_group_layout); its size must fit the cluster or Ray waits forever."""
-    node = topo.node_size
+    node = topo.node_gpus_used
     if topo.node_gpus_given and topo.gpus_per_node != node and (
             topo.nodes > 1 or topo.gpus_per_node > node):
         # miles ray/actor_group.py: rank i takes bundle i of the sorted packed group; the
@@ -398,8 +398,8 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
                 f"describe prefill/decode groups in {F.sglang_config} only",
                 "prefill_servers", "sglang_config",
             )
-        elif topo.num_engines <= topo.prefill_servers and topo.rollout_gpu_count:
-            n = topo.rollout_gpu_count // topo.engine_size
+        elif topo.num_engines <= topo.prefill_servers and topo.rollout_gpus_used:
+            n = topo.rollout_gpus_used // topo.engine_size
             yield _err(
                 "engine-groups-invalid",
                 f"{F.prefill_servers} {topo.prefill_servers} leaves no decode engine: "
@@ -428,7 +428,7 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
         )
         return
     total = sum(g[2] for g in topo.engine_groups)
-    rollout = 0 if topo.train_only else topo.rollout_gpu_count
+    rollout = 0 if topo.train_only else topo.rollout_gpus_used
     want = rollout + topo.eval_gpus
     if total != want:
         yield _err(

@@ -134,10 +134,10 @@ def etp_stated(topo: Topology) -> Iterator[Problem]:
 def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
     """TP groups are runs of tp consecutive ranks (tp is the fastest axis in every order), and
     rank r sits at position r of the placement group: decided by arithmetic, not by groups.
-    Nothing upstream refuses it; a performance warning of the design table (DESIGN.md)."""
+    Nothing upstream refuses it: a performance warning (TP traffic then crosses the network)."""
     if topo.world_size % topo.dense_model_size or topo.world_size % topo.expert_model_size:
         return
-    node = topo.node_size
+    node = topo.node_gpus_used
     for name, size, expert in (("TP", topo.tp, False), ("ETP", topo.etp, True)):
         if size <= 1:
             continue
