@@ -53,10 +53,10 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None) -> Fla
     fields = dict(parsed.fields)
     errors, warnings = list(parsed.errors), list(parsed.warnings)
     if fields.get("train_only") and fields.get("rollout_only"):
+        both = (flag_of("train_only"), flag_of("rollout_only"))
         errors.append(Problem(
-            "flag-conflict", "--debug-train-only and --debug-rollout-only exclude each other.",
-            "keep at most one of --debug-train-only and --debug-rollout-only",
-            ("--debug-train-only", "--debug-rollout-only")))
+            "flag-conflict", "{} and {} exclude each other.".format(*both),
+            "keep at most one of {} and {}".format(*both), both))
     if yaml_path is not None:
         base = load_fields(yaml_path, env=env)
         for name, value in fields.items():

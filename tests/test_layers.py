@@ -21,8 +21,8 @@ LAYERS = (
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 
 
-def _name(path: Path) -> str:
-    parts = list(path.relative_to(PKG).with_suffix("").parts)
+def _name(path: Path, root: Path = PKG) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__" and len(parts) > 1:  # a subpackage; the package is __init__
         parts.pop()
     return ".".join(parts)
@@ -39,7 +39,7 @@ def _runtime_imports(tree: ast.AST):
         yield from _runtime_imports(node)
 
 
-def _targets(module: str, is_pkg: bool, node) -> set[str]:
+def _targets(module: str, is_pkg: bool, node, modules) -> set[str]:
     """The miles_topology modules an import statement loads (relative ones resolved; the
     package itself is `__init__`)."""
     if isinstance(node, ast.Import):
@@ -58,7 +58,7 @@ def _targets(module: str, is_pkg: bool, node) -> set[str]:
         if head != "miles_topology" and not head.startswith("miles_topology."):
             continue
         rel = head[len("miles_topology."):]
-        subs = [f"{rel}.{n}".lstrip(".") for n in names if f"{rel}.{n}".lstrip(".") in MODULES]
+        subs = [f"{rel}.{n}".lstrip(".") for n in names if f"{rel}.{n}".lstrip(".") in modules]
         out |= set(subs)
         if not names or len(subs) < len(names):  # names an attribute of the module itself
             out.add(rel or "__init__")
@@ -69,14 +69,14 @@ MODULES = {_name(p): p for p in PKG.rglob("*.py")
            if "fixtures" not in p.parts}
 
 
-def graph(modules=None) -> dict[str, set[str]]:
-    modules = modules or MODULES
+def graph(modules=MODULES) -> dict[str, set[str]]:
+    """Module -> the miles_topology modules it imports when it runs."""
     out = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
         is_pkg = path.name == "__init__.py"
         out[name] = {t for node in _runtime_imports(tree)
-                     for t in _targets(name, is_pkg, node)} - {name}
+                     for t in _targets(name, is_pkg, node, modules)} - {name}
     return out
 
 
@@ -140,13 +140,7 @@ def test_the_walk_sees_a_lazy_upward_import_and_a_cycle(tmp_path):
     (tmp_path / "sources.py").write_text("from .model import Topology\n")
     (tmp_path / "grid.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .model import T\n")
-    mods = {p.stem: p for p in tmp_path.glob("*.py")}
-    global PKG
-    old, PKG = PKG, tmp_path
-    try:
-        g = graph(mods)
-    finally:
-        PKG = old
+    g = graph({_name(p, tmp_path): p for p in tmp_path.glob("*.py")})
     assert "model -> sources" in upward(g) and g["grid"] == set()
     assert cycles(g) == [["model", "sources"]]
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from miles_topology import Problem, Topology
+from miles_topology.model import flag_of
 
 Slot = tuple[int, int]
+# what sizes the placement group: the flags a gpu-budget-exceeded problem names
+_BUDGET = tuple(flag_of(f) for f in ("nodes", "gpus_per_node", "rollout_gpus", "node_gpus"))
+_SHRINK = (f"fewer {flag_of('nodes')} or {flag_of('rollout_gpus')}, or {flag_of('colocate')}")
 
 
 def slots(topo: Topology) -> list[Slot]:
@@ -43,10 +47,8 @@ def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
             f"({topo.gpu_budget}) but the Ray cluster has {len(have)} node(s) with GPUs "
             f"{list(have)}.",
             f"give the cluster {topo.nodes_needed} nodes of {topo.node_gpus_used} GPUs (or point "
-            "RAY_ADDRESS at one), or shrink the job: fewer --actor-num-nodes or "
-            "--rollout-num-gpus, or --colocate",
-            ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus",
-             "--num-gpus-per-node"),
+            f"RAY_ADDRESS at one), or shrink the job: {_SHRINK}",
+            _BUDGET,
         )]
     need = need_per_node(topo)
     short = [n for n, k in enumerate(need) if n >= len(have) or have[n] < k]
@@ -61,9 +63,8 @@ def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
         f"this job needs {len(need)} node(s) with GPUs {need} = {want} GPUs ({topo.gpu_budget}) "
         f"but the Ray cluster has {len(have)} node(s) with GPUs {list(have)} = {got}: {where}.",
         f"give the cluster {len(need)} nodes of {max(need)} GPUs (or point RAY_ADDRESS at one), "
-        "or shrink the job: fewer --actor-num-nodes or --rollout-num-gpus, or --colocate",
-        ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus",
-         "--num-gpus-per-node"),
+        f"or shrink the job: {_SHRINK}",
+        _BUDGET,
     )]
 
 
