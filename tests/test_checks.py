@@ -257,6 +257,15 @@ def test_each_rule_declares_every_code_it_reports():
     assert not bad, f"add to the rule's @rule(codes=...) or uses=: {bad}"
 
 
+def test_rules_are_not_named_like_topology_members():
+    from miles_topology.codes import RULES
+    from miles_topology.placement import Placement
+
+    assert len(RULES) >= 20
+    assert not [f.__name__ for f in RULES
+                if hasattr(Topology, f.__name__) or hasattr(Placement, f.__name__)]
+
+
 def test_a_rule_reporting_an_undeclared_code_is_caught(tmp_path):
     new = tmp_path / "rule.py"
     new.write_text("@rule(source='s', codes={'a-code': ('error', 'w')})\n"

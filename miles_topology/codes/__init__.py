@@ -48,7 +48,8 @@ def rule(source: str, codes: dict[str, tuple[str, str]] | None = None,
 
     def register(fn: Rule) -> Rule:
         declare(f"rule {fn.__name__} ({fn.__module__})", codes or {})
-        fn.codes = (*(codes or {}), *uses)  # type: ignore[attr-defined]
+        fn.declares = tuple(codes or {})  # type: ignore[attr-defined]
+        fn.codes = (*fn.declares, *uses)  # type: ignore[attr-defined]
         fn.source = source  # type: ignore[attr-defined]
         RULES.append(fn)
         return fn
@@ -113,6 +114,8 @@ def markdown() -> str:
         "| code | kind | when |",
         "|---|---|---|",
     ]
-    for code, (kind, when) in CODES.items():
+    by_rule = [c for fn in RULES for c in fn.declares]  # type: ignore[attr-defined]
+    for code in dict.fromkeys([*by_rule, *CODES]):  # the rules' codes in rule order, then others
+        kind, when = CODES[code]
         lines.append(f"| `{code}` | {kind} | {when.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
