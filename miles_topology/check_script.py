@@ -18,7 +18,7 @@ from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
 from .sources import read_flags
 
-# checks that read whether the model is MoE (checks.py, Topology.is_moe) beyond their flags
+# checks that read whether the model is MoE (checks/, Topology.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
 MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
 

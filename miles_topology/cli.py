@@ -103,9 +103,9 @@ def keys(text: str) -> str:
 
 
 def _yaml_verdict(path: str) -> Verdict:
-    from .config import key_lines
     from .flags import field_of
     from .model import Topology
+    from .sources import key_lines
 
     v = verdict_of(path, lambda: Topology.from_yaml(path))
     lines = key_lines(path)
@@ -270,7 +270,7 @@ def cmd_migrate(args, flags) -> int:
 
 
 def cmd_schema(args, flags) -> int:
-    from .config import schema
+    from .sources import schema
 
     print(json.dumps(schema(), indent=2))
     return 0
