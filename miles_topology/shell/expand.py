@@ -186,7 +186,7 @@ class Expander:
     def ifs_sep(self) -> str | None:
         """What joins the words of "${A[*]}" / "$*": the first character of IFS (a blank
         when IFS is unset), or None when IFS is unknown."""
-        var = self.vars.get("IFS")
+        var = self.sh.vars.get("IFS")
         if var is None or not var.items:
             return " "
         f = var.items[0]
@@ -212,7 +212,7 @@ class Expander:
     def lookup(self, name: str, index, part) -> tuple[list[Field] | None, bool]:
         """(fields, is_list) of a parameter, or (None, False) when it is unset."""
         if name in ("@", "*"):
-            frame = self.frames[-1]
+            frame = self.sh.frames[-1]
             if frame is None:
                 why = ("positional arguments passed when the script is run (none assumed; "
                        "pass --env 1=VALUE ...)")
@@ -221,22 +221,22 @@ class Expander:
         if name.isdigit():
             if name == "0":
                 return [Field(self.main_abs, self.src(part.line), text=part.text)], False
-            frame = self.frames[-1]
+            frame = self.sh.frames[-1]
             if frame is None:
                 why = f"positional argument ${name}: pass --env {name}=VALUE"
                 return [self.unknown(part, why)], False
             k = int(name) - 1
             self.read_position(k + 1)
             return ([frame[k]], False) if k < len(frame) else (None, False)
-        if name == "#" and self.frames[-1] is not None:
+        if name == "#" and self.sh.frames[-1] is not None:
             self.read_position(INT_LIMIT)
-            return [Field(str(len(self.frames[-1])), self.src(part.line))], False
+            return [Field(str(len(self.sh.frames[-1])), self.src(part.line))], False
         if name in "#?$!-":
             return [self.unknown(part, f"${name} is only known when the script runs")], False
         if name == "BASH_SOURCE" and (index is None or getattr(index, "text", "").strip() == "0"):
             # the file being read, absolute, so the dirname idioms locate model files
             return [Field(self.stack[-1][0], self.src(part.line), text=part.text)], False
-        var = self.vars.get(name)
+        var = self.sh.vars.get(name)
         if var is None:
             return None, False
         if index is None:
@@ -304,7 +304,7 @@ class Expander:
             if items is None or (empty and op[0] == ":"):
                 got = self.join(p.arg)
                 if op in (":=", "="):
-                    self.vars[name] = Var([Field(got.value, got.src, got.unk, got.text)], False)
+                    self.sh.vars[name] = Var([Field(got.value, got.src, got.unk, got.text)], False)
                 return [Field(got.value, got.src, got.unk, p.text, cond=got.cond)], False
             return items, is_list
         if op in (":?", "?"):
@@ -409,7 +409,7 @@ class Expander:
         except ArithError as e:
             field = self.unknown(part, f"arithmetic {part.text}: {e}")
             for name in arith_targets(got.value):  # $((i++)): not followed, so i is unknown
-                self.vars[name] = Var([Field(None, field.src, Unk(
+                self.sh.vars[name] = Var([Field(None, field.src, Unk(
                     part.text, field.src, f"{name} is assigned in {part.text}, which is not "
                     "followed"), part.text)], False)
             return field
@@ -418,14 +418,14 @@ class Expander:
     def substitute(self, sub: Sub) -> Field:
         """Only the idioms that locate files (dirname, basename, cd && pwd, realpath) and
         echo/printf, after ``IFS=...`` (the substitution is a subshell: it stays there)."""
-        saved = self.vars.get("IFS")
+        saved = self.sh.vars.get("IFS")
         try:
             return self._substitute(sub)
         finally:
             if saved is None:
-                self.vars.pop("IFS", None)
+                self.sh.vars.pop("IFS", None)
             else:
-                self.vars["IFS"] = saved
+                self.sh.vars["IFS"] = saved
 
     def _substitute(self, sub: Sub) -> Field:
         cwd, out = None, []
@@ -445,7 +445,7 @@ class Expander:
                         self.unknown(sub, "IFS is set to an array")
                     if got.unk:
                         return Field(None, got.src, got.unk, sub.text)
-                    self.vars["IFS"] = Var([Field(got.value, got.src, text=a.text)], False)
+                    self.sh.vars["IFS"] = Var([Field(got.value, got.src, text=a.text)], False)
                     ifs = True
                 continue
             if type(node) is not syntax.Simple or node.assigns or not node.words:

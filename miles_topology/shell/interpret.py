@@ -15,11 +15,13 @@ from pathlib import Path
 
 from . import launch as launches
 from . import syntax
+from .builtins import BUILTINS
 from .expand import Expander
 from .model import Note, ScriptReadError, Source, Unresolved
 from .provenance import Provenance
+from .state import Shell
 from .values import (
-    INT_LIMIT,
+    MAX_CALL_DEPTH,
     MAX_ITEMS,
     MAX_VALUE,
     ArithError,
@@ -28,11 +30,8 @@ from .values import (
     Var,
     arith,
     arith_targets,
-    printf,
 )
 
-MAX_SOURCE_DEPTH = 16
-MAX_CALL_DEPTH = 32
 MAX_STEPS = 1_000_000  # commands run in all (function calls can fan out)
 MAX_FILE = 50 << 20  # bytes; bigger files are refused before they are read
 MAX_LOOP_STEPS = 10_000  # iterations stepped through in one outermost loop, nested ones too
@@ -66,21 +65,17 @@ class Reader(Expander, Provenance):
         self.main_abs = os.path.abspath(path)
         self.main_disp = str(path)
         self.env = {str(k): str(v) for k, v in env.items()}
-        self.vars: dict[str, Var] = {}
         env_src = Source("<env>", 0)
-        for k, v in self.env.items():
-            if not k.isdigit():
-                self.vars[k] = Var([Field(v, env_src, text=f"--env {k}={v}")], False)
         args = []
         while str(len(args) + 1) in self.env:
             v = self.env[str(len(args) + 1)]
             args.append(Field(v, env_src, text=f"--env {len(args) + 1}={v}"))
-        self.frames: list[list[Field] | None] = [args if args else None]
-        self.funcs: dict[str, list] = {}
+        self.sh = Shell(args if args else None, {k for k in self.env if not k.isdigit()})
+        for k, v in self.env.items():
+            if not k.isdigit():
+                self.sh.vars[k] = Var([Field(v, env_src, text=f"--env {k}={v}")], False)
         self.cache: dict[str, list] = {}
         self.stack: list[tuple[str, str]] = []  # (abs, display) of the files being run
-        self.prev_end: dict[str, int] = {}
-        self.cwd: str | None = None
         self.launches: list[launches.Launch] = []
         self.notes: list[Note] = []
         self.unresolved: list[Unresolved] = []
@@ -88,21 +83,14 @@ class Reader(Expander, Provenance):
         self.steps = 0
         self.sources: dict[tuple[str, int], Source] = {}
         self.missing: list[str] = []  # sourced files that were not found
-        self.assoc: set[str] = set()  # declared associative (declare -A)
         self.why_unknown = ""
-        # for rewriting: the text of each file, where each word came from, and the shell state
+        # for rewriting: the text of each file, where each word came from
         self.text: str | None = None  # the main script's text, when given instead of its file
         self.newlines: dict[str, list[int]] = {}
         self.where: list[str] = []  # absolute file of the code being run (function bodies too)
-        self.func_file: dict[str, str] = {}
         self.stmt_line = 0
         self.branch: list[Source] = []
         self.uses: dict[tuple, set[Source]] = {}
-        self.exported: set[str] = set()  # by export / declare -x
-        self.inherited = {k for k in self.env if not k.isdigit()}  # from --env, not set here
-        self.allexport = False
-        # per function call: [words shifted off, highest argument position read by index]
-        self.positions: list[list[int]] = []
         # loops around the command being run, innermost last: _STEP (stepped through),
         # _UNSTEPPED (run once for an unknown count), _BARRIER (a function, subshell or
         # file that `break` does not reach out of)
@@ -210,8 +198,8 @@ class Reader(Expander, Provenance):
             finally:
                 self.branch.pop()
         elif t is syntax.Func:
-            self.funcs[n.name] = [n.body]
-            self.func_file[n.name] = self.where[-1]
+            self.sh.funcs[n.name] = [n.body]
+            self.sh.func_file[n.name] = self.where[-1]
         elif t is syntax.Group:
             if n.subshell:
                 saved = self.copy_vars()
@@ -220,7 +208,7 @@ class Reader(Expander, Provenance):
                     self.run(n.body, cond)
                 finally:
                     self.loops.pop()
-                self.vars = saved
+                self.sh.vars = saved
             else:
                 self.run(n.body, cond)
         elif t is syntax.ArithCmd:
@@ -255,7 +243,7 @@ class Reader(Expander, Provenance):
                   "only at run time" + reason
             inner = cond or Unk(n.kind, self.src(n.line), why)
             if n.var:
-                self.vars[n.var] = Var([Field(None, inner.src, Unk(f"${n.var}", inner.src,
+                self.sh.vars[n.var] = Var([Field(None, inner.src, Unk(f"${n.var}", inner.src,
                                                                    f"loop variable {n.var}"))],
                                        False)
             src = self.src(n.line)
@@ -308,7 +296,7 @@ class Reader(Expander, Provenance):
         for f in fields:
             self.tick(n)
             if n.var:
-                self.inherited.discard(n.var)
+                self.sh.inherited.discard(n.var)
                 self.set(n.var, f.value, None, src, None, f.text, f.text)
             if self.iteration(n) == "break":
                 return
@@ -360,7 +348,7 @@ class Reader(Expander, Provenance):
             raise _Unsteppable(f"((... {word.text} ...)): {e}") from None
 
     def arith_set(self, name: str, v: int, src: Source, cond: Unk | None, text: str):
-        self.inherited.discard(name)
+        self.sh.inherited.discard(name)
         self.set(name, str(v), None, src, cond, text, text)
 
     def arith_cmd(self, n: syntax.ArithCmd, cond: Unk | None):
@@ -380,7 +368,7 @@ class Reader(Expander, Provenance):
             except ArithError as e:
                 why = str(e)
         for name in arith_targets(n.expr.text if got.unk else got.value):
-            self.inherited.discard(name)
+            self.sh.inherited.discard(name)
             self.set(name, None, Unk(n.text, src, f"{name} is set by {n.text}, which is only "
                                      f"known at run time ({why})"), src, cond, n.text, n.text)
 
@@ -415,23 +403,16 @@ class Reader(Expander, Provenance):
         raise _Jump(kind, len(targets))
 
     def snapshot(self) -> tuple:
-        """The shell state a loop may change, to undo a loop that cannot be stepped through."""
-        return (self.copy_vars(),
-                dict(self.funcs), dict(self.func_file), len(self.launches), len(self.notes),
-                len(self.unresolved), len(self.missing), {k: set(v) for k, v in self.uses.items()},
-                set(self.exported), set(self.assoc), set(self.inherited), self.cwd,
-                self.allexport, dict(self.prev_end), list(self.frames),
-                [list(p) for p in self.positions])
+        """The state a loop may change, to undo a loop that cannot be stepped through."""
+        return (self.sh.snapshot(), len(self.launches), len(self.notes), len(self.unresolved),
+                len(self.missing), {k: set(v) for k, v in self.uses.items()})
 
-    def copy_vars(self) -> dict[str, Var]:
-        """The variables, to put back after a subshell, a here-document script or a loop
-        that cannot be stepped through (associative arrays keep their keys)."""
-        return {k: Var(list(v.items), v.array, v.keys) for k, v in self.vars.items()}
+    def copy_vars(self):
+        return self.sh.copy_vars()
 
     def restore(self, saved: tuple):
-        (self.vars, self.funcs, self.func_file, launches, notes, unresolved, missing,
-         self.uses, self.exported, self.assoc, self.inherited, self.cwd, self.allexport,
-         self.prev_end, self.frames, self.positions) = saved
+        shell, launches, notes, unresolved, missing, self.uses = saved
+        self.sh.restore(shell)
         del self.launches[launches:], self.notes[notes:], self.unresolved[unresolved:]
         del self.missing[missing:]
 
@@ -565,9 +546,9 @@ class Reader(Expander, Provenance):
     def assign(self, a: syntax.Assign, cond: Unk | None):
         src = self.src(a.line)
         name = a.name
-        self.inherited.discard(name)  # --env gave it, but the script sets it itself
+        self.sh.inherited.discard(name)  # --env gave it, but the script sets it itself
         if a.array is not None:
-            if any(type(w) is tuple for w in a.array) or name in self.assoc:
+            if any(type(w) is tuple for w in a.array) or name in self.sh.assoc:
                 return self.keyed(a, src, cond)
             items: list[Field] = []
             for w in a.array:
@@ -576,7 +557,7 @@ class Reader(Expander, Provenance):
                     if not (f.extra and f.unk and items and items[-1].extra and items[-1].unk):
                         items.append(f)
             if a.append:
-                old = self.vars.get(name)
+                old = self.sh.vars.get(name)
                 if cond:
                     items = [Field(f.value, f.src, f.unk, f.text, f.extra, f.cond or cond, f.span)
                              for f in items]
@@ -589,25 +570,25 @@ class Reader(Expander, Provenance):
                     items = [Field(None, src, Unk(a.text + "(...)", src, f"{name} grows past "
                                                   f"{MAX_ITEMS} words; not followed"),
                                    a.text, True)]
-                self.vars[name] = old if old is not None and old.items is items \
+                self.sh.vars[name] = old if old is not None and old.items is items \
                     else Var(items, True)
             elif cond:
-                self.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src, cond.why),
+                self.sh.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src, cond.why),
                                              a.text, True)], True)
             elif len(items) > MAX_ITEMS:
-                self.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src,
+                self.sh.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src,
                                                             f"{name} has more than {MAX_ITEMS} "
                                                             "words; not followed"),
                                              a.text, True)], True)
             else:
-                self.vars[name] = Var(items, True)
+                self.sh.vars[name] = Var(items, True)
             return
         got = self.join(a.value)
-        if a.index is not None and name in self.assoc:
+        if a.index is not None and name in self.sh.assoc:
             return self.keyed(syntax.Assign(name, None, True, None, [(a.index, a.value)],
                                             a.line, a.text), src, cond)
         if a.index is not None:
-            old = self.vars.get(name)
+            old = self.sh.vars.get(name)
             items = list(old.items) if old else []
             try:
                 k = int(a.index)
@@ -615,14 +596,15 @@ class Reader(Expander, Provenance):
                 k = -1
             if cond or got.unk or k < 0 or k > len(items):
                 why = cond.why if cond else "array element set at an index known at run time"
-                self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
+                self.sh.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)],
+                                         True)
                 return
             f = Field(got.value, src, None, a.value.text)
             items[k:k + 1] = [f]
-            self.vars[name] = Var(items, True)
+            self.sh.vars[name] = Var(items, True)
             return
         value, unk = got.value, got.unk
-        old = self.vars.get(name)
+        old = self.sh.vars.get(name)
         if a.append and not unk:
             if old is not None and old.items and old.items[0].unk:
                 unk = old.items[0].unk
@@ -634,8 +616,8 @@ class Reader(Expander, Provenance):
         """``A=([0]=x [3]=y z)`` (indexed: values in index order) and associative arrays
         (``declare -A M=([k]=v)``, ``M[k]=v``)."""
         name = a.name
-        old = self.vars.get(name) if a.append else None
-        assoc = name in self.assoc or any(type(w) is tuple and not w[0].strip().isdigit()
+        old = self.sh.vars.get(name) if a.append else None
+        assoc = name in self.sh.assoc or any(type(w) is tuple and not w[0].strip().isdigit()
                                           for w in a.array)
         got: dict = {}
         if old is not None and not any(f.unk for f in old.items):
@@ -647,8 +629,8 @@ class Reader(Expander, Provenance):
                 key = self.join(syntax.parse_word(w[0]) or syntax.Word([], a.line, w[0]))
                 if key.unk or cond:
                     why = cond.why if cond else f"a key of {name} is only known at run time"
-                    self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)],
-                                          True)
+                    self.sh.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text,
+                                                    True)], True)
                     return
                 k = key.value if assoc else int(key.value.strip())
                 got[k] = self.join(w[1])
@@ -659,17 +641,17 @@ class Reader(Expander, Provenance):
                     nxt += 1
         if cond or any(f.unk for f in got.values()):
             why = cond.why if cond else "an element is only known at run time"
-            self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
+            self.sh.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
         elif assoc:
-            self.vars[name] = Var(list(got.values()), True, [str(k) for k in got])
+            self.sh.vars[name] = Var(list(got.values()), True, [str(k) for k in got])
         else:
-            self.vars[name] = Var([got[k] for k in sorted(got)], True)
+            self.sh.vars[name] = Var([got[k] for k in sorted(got)], True)
 
     def set(self, name: str, value: str | None, unk: Unk | None, src: Source,
             cond: Unk | None, expr: str, text: str):
         """Set a string variable; under a run-time condition it becomes unknown (unless
         unchanged), and an unknown value is taken from ``env`` when it has the name."""
-        old = self.vars.get(name)
+        old = self.sh.vars.get(name)
         if value is not None and not unk and len(value) > MAX_VALUE:
             unk = Unk(expr, src, f"{name} grows past {MAX_VALUE >> 20} MB; its value is not "
                       "followed")
@@ -680,22 +662,10 @@ class Reader(Expander, Provenance):
                 unk = Unk(expr, src, f"{name} is assigned {cond.why}")
         if unk is not None and name in self.env:
             v = self.env[name]
-            self.vars[name] = Var([Field(v, Source("<env>", 0), text=f"--env {name}={v}")], False)
+            self.sh.vars[name] = Var([Field(v, Source("<env>", 0), text=f"--env {name}={v}")],
+                                     False)
             return
-        self.vars[name] = Var([Field(None if unk else value, src, unk, text)], False)
-
-    def printf_v(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``printf -v NAME FORMAT ARGS``: only %s, %d and %% are formatted statically."""
-        name, src = fields[2].value, self.src(n.line)
-        self.inherited.discard(name)
-        expr = " ".join(f.text if f.unk else f.value for f in fields)
-        bad = next((f.unk for f in fields[3:] if f.unk), None)
-        value = None
-        if bad is None and len(fields) > 3:
-            value = printf(fields[3].value, [f.value for f in fields[4:]])
-        if value is None and bad is None:
-            bad = Unk(expr, src, f"{name} is formatted by printf at run time")
-        self.set(name, value, bad, src, cond, expr, expr)
+        self.sh.vars[name] = Var([Field(None if unk else value, src, unk, text)], False)
 
     def simple(self, n: syntax.Simple, cond: Unk | None):
         words = n.words
@@ -709,23 +679,23 @@ class Reader(Expander, Provenance):
         if not words or head in syntax.DECLARE:
             if head in ("declare", "typeset", "local") and any(
                     w.text.startswith("-") and "A" in w.text for w in words[1:]):
-                self.assoc |= {a.name for a in n.assigns} | {w.text for w in words[1:]}
+                self.sh.assoc |= {a.name for a in n.assigns} | {w.text for w in words[1:]}
             for a in n.assigns:
                 self.assign(a, cond)
             self.export(n, head)
         if not words:
-            self.prev_end[self.file] = n.end
+            self.sh.prev_end[self.file] = n.end
             return
         fields: list[Field] = []
         for w in words:
             fields.extend(self.expand(w))
-        if fields and fields[0].value not in self.funcs:  # a call's words are used inside it
+        if fields and fields[0].value not in self.sh.funcs:  # a call's words are used inside it
             here = self.src(n.line)
             for f in fields:
                 if f.span is not None:
                     self.uses.setdefault(f.span[:3], set()).add(here)
-        prev = self.prev_end.get(self.file)
-        self.prev_end[self.file] = n.end
+        prev = self.sh.prev_end.get(self.file)
+        self.sh.prev_end[self.file] = n.end
         if not fields:
             return
         first = fields[0]
@@ -737,157 +707,40 @@ class Reader(Expander, Provenance):
             return
         if name is None:
             return
-        if name in ("source", "."):
-            self.source(fields[1:], n, cond)
-        elif name == "set":
-            for f in fields[1:]:
-                v = f.value or ""
-                if v[:1] in "-+" and v[1:2] != "-" and "a" in v:
-                    self.allexport = v[0] == "-"
-            if [f.value for f in fields[1:3]] in (["-o", "allexport"], ["+o", "allexport"]):
-                self.allexport = fields[1].value == "-o"
-        elif name == "unset":
-            for f in fields[1:]:
-                if f.value and not f.value.startswith("-"):
-                    self.vars.pop(f.value, None)
-        elif name == "cd":
-            rest = [f for f in fields[1:] if not (f.value or "-").startswith("-")]
-            target = rest[0].value if rest else None
-            if target and target.startswith("/") and not cond:
-                self.cwd = os.path.normpath(target)
-            else:
-                self.cwd = None
-        elif name == "printf" and len(fields) > 2 and fields[1].value == "-v" and fields[2].value:
-            self.printf_v(fields, n, cond)
-        elif name == "shift":
-            frame = self.frames[-1]
-            k = fields[1].value if len(fields) > 1 else "1"
-            if frame is not None and k is not None and k.isdigit():
-                self.frames[-1] = frame[int(k):]
-                if self.positions:
-                    self.positions[-1][0] += int(k)
-            else:
-                self.read_position(INT_LIMIT)
-        elif name in ("read", "mapfile", "readarray"):
-            self.read(name, fields, n, cond)
-        elif name in ("break", "continue") and name not in self.funcs:
-            self.jump(name, fields, n, cond)
-        elif name == "eval":
-            self.eval(fields, n, cond)
-        elif name in self.funcs and self.calls < MAX_CALL_DEPTH:
-            self.calls += 1
-            self.frames.append(fields[1:])
-            self.where.append(self.func_file.get(name, self.where[-1]))
-            self.positions.append([0, 0])
-            self.loops.append(_BARRIER)
-            try:
-                self.run(self.funcs[name], cond)
-            finally:
-                self.loops.pop()
-                self.frames.pop()
-                self.where.pop()
-                self.calls -= 1
-                self.pin(fields[1:], self.positions.pop()[1], n)
-        else:
-            got = launches.find(fields, self.src(n.line), cond)
-            if got:
-                self.launches.append(got._replace(site=self.site(fields, got, n)))
-            elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
-                    [f.value for f in fields]):
-                self.heredoc_script(n.stdin, cond)
-
-    # -- builtins that set variables from text
-
-    def stdin(self, n: syntax.Simple, what: str) -> Field:
-        """The text a command reads: a here-string's word (plus a newline), the output of
-        ``< <(...)`` when it is known, else unknown."""
-        src = self.src(n.line)
-        got = n.stdin
-        if type(got) is syntax.Word:
-            f = self.join(got)
-            return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
-        if type(got) is syntax.Sub:
-            f = self.substitute(got)
-            return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
-        why = "standard input, only known when the script runs" if got is None or \
-            type(got) is syntax.Heredoc else \
-            "a file, only known when the script runs"
-        return Field(None, src, Unk(what, src, f"{what} reads {why}"), what)
-
-    def read(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``read [-r] [-a A] NAMES`` and ``mapfile/readarray [-t] [-d D] A`` over known text."""
-        takes = "adnNptui" if name == "read" else "dnOsuCc"
-        array, delim, names = None, "\n", []
-        it = iter(fields[1:])
-        for f in it:
-            v = f.value
-            if v is None:
-                continue
-            if v.startswith("-") and len(v) > 1:
-                for k, c in enumerate(v[1:], 1):
-                    if c in takes:
-                        arg = v[k + 1:] or (next(it, None) or Field("", f.src)).value or ""
-                        if c == "a":
-                            array = arg
-                        elif c == "d":
-                            delim = (arg or "\0")[:1]
-                        break
-                continue
-            names.append(v)
-        if name != "read":
-            array, names = (names[-1] if names else "MAPFILE"), []
-        elif array is None and not names:
-            names = ["REPLY"]
-        if array is not None and not syntax.NAME.fullmatch(array):
-            array = None
-        names = [x for x in names if syntax.NAME.fullmatch(x)]
-        what = " ".join(f.value or f.text for f in fields)
-        src = self.src(n.line)
-        got = self.stdin(n, what)
-        ifs = next((a for a in n.prefix if a.name == "IFS"), None)
-        ifs_v = self.join(ifs.value).value if ifs is not None else \
-            (self.vars["IFS"].items[0].value if "IFS" in self.vars and self.vars["IFS"].items
-             else " \t\n")
-        unk = got.unk or cond or (None if ifs_v is not None else Unk(what, src, "IFS unknown"))
-        if unk is not None or any(f.value is None for f in fields[1:]):
-            unk = unk or next(f.unk for f in fields[1:] if f.value is None)
-            for v, is_array in [(array, True)] * (array is not None) + [(x, False) for x in names]:
-                why = f"{v} is read from text only known when the script runs ({unk.why})"
-                self.vars[v] = Var([Field(None, src, Unk(what, src, why), f"${{{v}[@]}}",
-                                          extra=is_array)], is_array)
+        if name in self.sh.funcs and self.calls < MAX_CALL_DEPTH:  # bash: functions first
+            self.call(name, fields, n, cond)
             return
-        text = got.value
-        if name != "read":
-            lines = text.split(delim)
-            if lines and lines[-1] == "":
-                lines.pop()
-            keep = "-t" not in [f.value for f in fields]
-            items = [Field(x + (delim if keep else ""), src, text=what) for x in lines]
-            self.vars[array] = Var(items[:MAX_ITEMS], True)
-            return
-        line = text.split(delim, 1)[0]
-        words = _split(line, ifs_v)
-        if array is not None:
-            self.vars[array] = Var([Field(w, src, text=what) for w in words[:MAX_ITEMS]], True)
-        for k, v in enumerate(names):
-            last = k == len(names) - 1
-            value = " ".join(words[k:]) if last else (words[k] if k < len(words) else "")
-            self.set(v, value, None, src, cond, what, what)
+        handler = BUILTINS.get(name)
+        if handler is None or handler(self, fields, n, cond) is False:
+            self.command(fields, n, cond)
 
-    def eval(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``eval "A=(...)"``: a known string is parsed and run here; its words are not the
-        file's text, so they carry no span."""
-        if any(f.unk for f in fields[1:]) or self.calls >= MAX_CALL_DEPTH:
-            return
-        code = " ".join(f.value for f in fields[1:])
-        if not code.strip():
-            return
-        body = self.parse(code.encode("utf-8", "surrogateescape"), self.file, False, n.line)
+    def call(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """A function call: its own positional parameters and local variables."""
+        sh = self.sh
         self.calls += 1
+        sh.frames.append(fields[1:])
+        self.where.append(sh.func_file.get(name, self.where[-1]))
+        sh.positions.append([0, 0])
+        sh.scopes.append({})
+        self.loops.append(_BARRIER)
         try:
-            self.run(body, cond)
+            self.run(sh.funcs[name], cond)
         finally:
+            self.loops.pop()
+            sh.frames.pop()
+            sh.leave()
+            self.where.pop()
             self.calls -= 1
+            self.pin(fields[1:], sh.positions.pop()[1], n)
+
+    def command(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """Any other command: a launch, or a shell reading a here-document script."""
+        got = launches.find(fields, self.src(n.line), cond)
+        if got:
+            self.launches.append(got._replace(site=self.site(fields, got, n)))
+        elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
+                [f.value for f in fields]):
+            self.heredoc_script(n.stdin, cond)
 
     def heredoc_script(self, doc: syntax.Heredoc, cond: Unk | None):
         """``bash -s <<'EOF'`` (also behind ``docker run IMAGE``, ``ssh HOST``): the
@@ -911,7 +764,7 @@ class Reader(Expander, Provenance):
         finally:
             self.loops.pop()
             self.calls -= 1
-            self.vars = saved
+            self.sh.vars = saved
 
     def orphan(self, n: syntax.Simple, fields: list[Field], prev: int | None):
         flags = [f.value or f.text for f in fields if (f.value or f.text).startswith("-")]
@@ -925,47 +778,6 @@ class Reader(Expander, Provenance):
             f"('{flags[0]}: command not found'); these flags never reach the launch command",
             f"end {above} with ' \\'",
             self.src(n.line)))
-
-    def source(self, args: list[Field], n: syntax.Simple, cond: Unk | None):
-        if not args:
-            return
-        f = args[0]
-        where = self.src(n.line)
-        if f.value is None:
-            self.unresolved.append(Unresolved(None, f.text, f.unk.src,
-                                              f"cannot tell which file is sourced: {f.unk.why}"))
-            return
-        tried = []
-        if f.value.startswith("/"):
-            tried.append(os.path.normpath(f.value))
-        else:
-            if self.cwd:
-                tried.append(os.path.join(self.cwd, f.value))
-            here = os.path.dirname(self.stack[-1][0])
-            tried.append(os.path.join(here, f.value))
-            d = os.path.dirname(self.main_abs)
-            while True:
-                cand = os.path.join(d, f.value)
-                if cand not in tried:
-                    tried.append(cand)
-                up = os.path.dirname(d)
-                if up == d:
-                    break
-                d = up
-        found = next((os.path.normpath(p) for p in tried if os.path.isfile(p)), None)
-        if found is None:
-            self.missing.append(f"'{f.value}' (sourced at {where})")
-            self.unresolved.append(Unresolved(
-                None, n.words[1].text if len(n.words) > 1 else f.text, where,
-                f"sourced file '{f.value}' not found (looked for it relative to the script "
-                "and the directories above it); the flags it defines are unknown"))
-            return
-        if len(self.stack) >= MAX_SOURCE_DEPTH or any(found == s for s, _ in self.stack):
-            self.notes.append(Note("source-cycle", f"'{f.value}' is sourced again while it is "
-                                   "being read; the nested read is skipped",
-                                   "source each model file once", where))
-            return
-        self.run_file(found, cond)
 
 
 def _line(node) -> int:
@@ -1016,18 +828,3 @@ def _array_first(n: syntax.Simple) -> bool:
     return type(p) is syntax.Param and p.index in ("@", "*") and p.op is None
 
 
-def _split(text: str, ifs: str) -> list[str]:
-    """Field splitting by IFS: IFS white space runs and each other IFS character delimit."""
-    ws = "".join(c for c in ifs if c in " \t\n")
-    other = "".join(c for c in ifs if c not in " \t\n")
-    if not ifs:
-        return [text] if text else []
-    if not other:
-        return re.split(f"[{re.escape(ws)}]+", text.strip(ws)) if text.strip(ws) else []
-    text = text.strip(ws)
-    if not text:
-        return []
-    out = [x.strip(ws) for x in re.split(f"[{re.escape(ws)}]*[{re.escape(other)}]", text)]
-    if out and out[-1] == "":
-        out.pop()
-    return out

@@ -13,6 +13,8 @@ from .model import Source
 
 MAX_VALUE = 1 << 20  # characters in one string value; longer becomes unknown
 MAX_ITEMS = 1 << 17  # words in one array; more becomes an unknown number of words
+MAX_SOURCE_DEPTH = 16  # files being sourced inside each other
+MAX_CALL_DEPTH = 32  # function calls (and eval / here-document scripts) inside each other
 
 
 class Unk(NamedTuple):
