@@ -19,7 +19,7 @@ from .report import FORMATS, Verdict, exit_code, render, text_one, verdict_of
 
 USAGE = """\
 miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...]
-                     (SCRIPT.sh... | TOPOLOGY.yaml... | -- FLAGS...)
+                     (SCRIPT.sh... [-- SCRIPT ARGS] | TOPOLOGY.yaml... | -- FLAGS...)
 miles-topology show  [--svg FILE] [--env KEY=VALUE ...] (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
 miles-topology schema
@@ -132,6 +132,10 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> l
         from .pylaunch import check_python
 
         return [check_python(paths[0], flags or [], env)]
+    if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
+        from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+
+        return [check_script(paths[0], env, flags)]
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")

@@ -221,3 +221,85 @@ def test_an_unknown_used_twice_is_reported_once():
         (None, "read -ra MODEL_ARGS")]
     line = next(x for x in v.extra["report_lines"] if x.startswith("unresolved"))
     assert line.startswith("unresolved read -ra MODEL_ARGS  at ")
+
+
+# -- ground truth: each idiom run under bash, with stand-ins that print what they launch
+
+IDIOMS = HERE / "idioms"
+# fixture -> (positional arguments it is run with, flags bash gives that the reader must
+# leave unresolved instead: a value only a real run decides)
+IDIOM_RUNS = {
+    "local-scope.sh": ([], set()),
+    "set-positional.sh": ([], set()),
+    "args-case.sh": (["--tp", "2", "--nodes", "2", "--junk"], set()),
+    "args-getopts.sh": (["-t", "4", "-p2", "--", "--seq-length", "8"], set()),
+    "read-heredoc.sh": ([], set()),
+    "brace.sh": ([], set()),
+    "written-source.sh": ([], set()),
+    "arith-default.sh": ([], set()),
+    "pipeline-count.sh": ([], set()),
+    "depth-cap.sh": ([], {"--tensor-model-parallel-size"}),
+    "crlf.sh": ([], set()),
+}
+_STAND_IN = """#!/bin/bash
+# stand-in for {name}: a training launch prints its argv (one JSON line), anything else runs
+for a in "$@"; do
+  case "$a" in
+    train.py|*/train.py|train_async.py|*/train_async.py)
+      exec {py} -c 'import json, os, sys; open(os.environ["ARGV_LOG"], "a").write(json.dumps(sys.argv[1:]) + "\\n")' "$@" ;;
+  esac
+done
+{tail}
+"""
+
+
+def bash_launch(script: Path, args: list[str], tmp: Path) -> list[str]:
+    """The argv after the entry script of the last training launch bash really runs."""
+    bin_ = tmp / "bin"
+    bin_.mkdir(exist_ok=True)
+    for name, tail in (("python3", f'exec {sys.executable} "$@"'), ("python", 'exec python3 "$@"'),
+                       ("ray", "exit 0")):
+        p = bin_ / name
+        p.write_text(_STAND_IN.format(name=name, py=sys.executable, tail=tail))
+        p.chmod(0o755)
+    log = tmp / "argv.jsonl"
+    log.write_text("")
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "ARGV_LOG": str(log), "HOME": str(tmp)}
+    subprocess.run(["bash", str(script), *args], env=env, cwd=tmp, timeout=60,
+                   capture_output=True)
+    launches = [json.loads(x) for x in log.read_text().splitlines()]
+    assert launches, f"{script.name}: bash ran no training launch"
+    argv = launches[-1]
+    k = next(i for i, a in enumerate(argv) if a.endswith(("train.py", "train_async.py")))
+    return argv[k + 1:]
+
+
+def flag_values(argv: list[str]) -> dict[str, str]:
+    """flag -> value as the launch's argv gives it (the last one wins; "" for a switch)."""
+    out: dict[str, str] = {}
+    flag = None
+    for word in argv:
+        if word.startswith("--"):
+            flag, eq, value = word.partition("=")
+            out[flag] = value if eq else ""
+            if eq:
+                flag = None
+        elif flag is not None:
+            out[flag] = f"{out[flag]} {word}" if out[flag] else word
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(IDIOM_RUNS))
+def test_idiom_reads_as_bash_runs_it(name, tmp_path, capsys):
+    args, unknown = IDIOM_RUNS[name]
+    truth = flag_values(bash_launch(IDIOMS / name, args, tmp_path))
+    main(["check", "--format", "json", str(IDIOMS / name), "--", *args])
+    data = json.loads(capsys.readouterr().out)
+    got = {f: v["value"] for f, v in data["values"].items()}
+    want = {f: (None if f in unknown else v) for f, v in truth.items() if f in got or
+            f in unknown}
+    assert got == want
+    from miles_topology.shell import read_script
+    read = read_script(IDIOMS / name, positional=args)
+    whole = {fv.flag: fv.value for fv in read.argv}
+    assert whole == {f: (None if f in unknown else v) for f, v in truth.items()}

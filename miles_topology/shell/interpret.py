@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from . import launch as launches
@@ -61,7 +61,8 @@ class _Unsteppable(Exception):
 class Reader(Expander, Provenance):
     """One read of one script: the shell state, the launches found, and what stayed unknown."""
 
-    def __init__(self, path: Path, env: Mapping[str, str]):
+    def __init__(self, path: Path, env: Mapping[str, str],
+                 positional: Sequence[str] | None = None):
         self.main_abs = os.path.abspath(path)
         self.main_disp = str(path)
         self.env = {str(k): str(v) for k, v in env.items()}
@@ -70,7 +71,9 @@ class Reader(Expander, Provenance):
         while str(len(args) + 1) in self.env:
             v = self.env[str(len(args) + 1)]
             args.append(Field(v, env_src, text=f"--env {len(args) + 1}={v}"))
-        self.sh = Shell(args if args else None, {k for k in self.env if not k.isdigit()})
+        if positional is not None:
+            args = [Field(v, Source("<args>", 0), text=v) for v in positional]
+        self.sh = Shell(args if args or positional is not None else None, {k for k in self.env if not k.isdigit()})
         for k, v in self.env.items():
             if not k.isdigit():
                 self.sh.vars[k] = Var([Field(v, env_src, text=f"--env {k}={v}")], False)
