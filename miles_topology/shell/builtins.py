@@ -27,7 +27,18 @@ if TYPE_CHECKING:
 
 
 def set_(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-    """``set -a`` / ``set -o allexport`` (what a launched process sees)."""
+    """``set -a`` / ``set -o allexport`` (what a launched process sees); ``set -- WORDS``
+    (or words after the options) become the positional parameters."""
+    k = next((i for i, f in enumerate(fields[1:], 1) if f.value == "--" or
+              f.value is None or f.value[:1] not in ("-", "+") or f.value in ("-", "+")),
+             None)
+    if k is not None:
+        words = fields[k + (fields[k].value == "--"):]
+        known = cond is None and not any(f.unk or f.cond for f in words)
+        r.sh.frames[-1] = list(words) if known else None
+        if r.sh.positions:
+            r.read_position(INT_LIMIT)
+        fields = fields[:k]
     for f in fields[1:]:
         v = f.value or ""
         if v[:1] in "-+" and v[1:2] != "-" and "a" in v:
@@ -63,6 +74,63 @@ def shift(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         r.read_position(INT_LIMIT)
 
 
+def getopts_next(r: Reader, fields: list[Field]) -> tuple[bool, dict] | None:
+    """What ``getopts OPTSTRING NAME [ARGS]`` does next over known words: (status, the
+    variables it sets, None to unset), or None when that is only known at run time (unknown
+    words, options grouped in one word such as ``-vx``)."""
+    if len(fields) < 3 or any(f.value is None or f.cond for f in fields[1:]):
+        return None
+    spec, name = fields[1].value, fields[2].value
+    args = [f.value for f in fields[3:]] if len(fields) > 3 else None
+    if args is None:
+        frame = r.sh.frames[-1]
+        if frame is None or any(f.value is None or f.cond for f in frame):
+            return None
+        args = [f.value for f in frame]
+    ind = r.sh.vars.get("OPTIND")
+    try:
+        k = int(ind.items[0].value) if ind is not None else 1
+    except (TypeError, ValueError, IndexError):
+        return None
+    end = {name: "?"}
+    if k > len(args) or not args[k - 1].startswith("-") or args[k - 1] == "-":
+        return False, end
+    word = args[k - 1]
+    if word == "--":
+        return False, {**end, "OPTIND": str(k + 1)}
+    c = word[1]
+    at = spec.find(c) if c != ":" else -1
+    if at < 0:
+        return (True, {name: "?", "OPTIND": str(k + 1), "OPTARG": None}) \
+            if len(word) == 2 else None
+    if spec[at + 1:at + 2] != ":":
+        return (True, {name: c, "OPTIND": str(k + 1), "OPTARG": None}) \
+            if len(word) == 2 else None
+    if len(word) > 2:
+        return True, {name: c, "OPTARG": word[2:], "OPTIND": str(k + 1)}
+    if k < len(args):
+        return True, {name: c, "OPTARG": args[k], "OPTIND": str(k + 2)}
+    return True, {name: "?", "OPTIND": str(k + 1), "OPTARG": None}  # its argument is missing
+
+
+def getopts(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+    got = getopts_next(r, fields)
+    src = r.src(n.line)
+    what = " ".join(f.value or f.text for f in fields)
+    if got is None or cond is not None:
+        for v in ((fields[2].value,) if len(fields) > 2 and fields[2].value else ()) + \
+                ("OPTARG", "OPTIND"):
+            r.set(v, None, Unk(what, src, f"{v} is set by {what} at run time"), src, cond,
+                  what, what)
+        return
+    for v, value in got[1].items():
+        r.sh.inherited.discard(v)
+        if value is None:
+            r.sh.vars.pop(v, None)
+        else:
+            r.set(v, value, None, src, None, what, what)
+
+
 def jump(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
     r.jump(fields[0].value, fields, n, cond)
 
@@ -78,8 +146,10 @@ def stdin(r: Reader, n: syntax.Simple, what: str) -> Field:
     if type(got) is syntax.Sub:
         f = r.substitute(got)
         return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
-    why = "standard input, only known when the script runs" if got is None or \
-        type(got) is syntax.Heredoc else \
+    if type(got) is syntax.Heredoc:  # quoted delimiter: as written; else expanded first
+        f = r.join(got.word) if got.word is not None else Field(got.text, src, text=got.text)
+        return f if f.unk or f.cond else Field(f.value, src, text=what)
+    why = "standard input, only known when the script runs" if got is None else \
         "a file, only known when the script runs"
     return Field(None, src, Unk(what, src, f"{what} reads {why}"), what)
 
@@ -136,13 +206,22 @@ def read(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         items = [Field(x + (delim if keep else ""), src, text=what) for x in lines]
         r.sh.vars[array] = Var(items[:MAX_ITEMS], True)
         return
+    raw = any(f.value and f.value[:1] == "-" and "r" in f.value for f in fields[1:])
+    if not raw:
+        text = text.replace("\\\n", "")  # a backslash-newline joins lines
     line = text.split(delim, 1)[0]
+    if not raw:
+        line = re.sub(r"\\(.)", r"\1", line, flags=re.S)
     words = _split(line, ifs_v)
     if array is not None:
         r.sh.vars[array] = Var([Field(w, src, text=what) for w in words[:MAX_ITEMS]], True)
+    blank = ifs_v and not ifs_v.strip(" \t\n")  # IFS of blanks only: the rest is kept as is
     for k, v in enumerate(names):
         last = k == len(names) - 1
-        value = " ".join(words[k:]) if last else (words[k] if k < len(words) else "")
+        if last and blank and len(words) > k:
+            value = _rest(line, ifs_v, k)
+        else:
+            value = " ".join(words[k:]) if last else (words[k] if k < len(words) else "")
         r.set(v, value, None, src, cond, what, what)
 
 
@@ -222,6 +301,16 @@ def source(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
     r.run_file(found, cond)
 
 
+def _rest(line: str, ifs: str, k: int) -> str:
+    """What ``read`` gives its last name: the line after k fields, IFS blanks trimmed at
+    both ends (the blanks inside, newlines of a ``-d ''`` read too, are kept)."""
+    ws = f"[{re.escape(ifs)}]+"
+    rest = line.strip(ifs)
+    for _ in range(k):
+        rest = re.split(ws, rest, maxsplit=1)[1] if re.search(ws, rest) else ""
+    return rest.strip(ifs)
+
+
 def _split(text: str, ifs: str) -> list[str]:
     """Field splitting by IFS: IFS white space runs and each other IFS character delimit."""
     ws = "".join(c for c in ifs if c in " \t\n")
@@ -242,5 +331,5 @@ def _split(text: str, ifs: str) -> list[str]:
 BUILTINS = {
     "source": source, ".": source, "set": set_, "unset": unset, "cd": cd, "printf": printf_v,
     "shift": shift, "read": read, "mapfile": read, "readarray": read, "break": jump,
-    "continue": jump, "eval": eval_,
+    "continue": jump, "eval": eval_, "getopts": getopts,
 }

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import launch as launches
 from . import syntax
-from .builtins import BUILTINS
+from .builtins import BUILTINS, getopts_next
 from .expand import Expander
 from .model import Note, ScriptReadError, Source, Unresolved
 from .provenance import Provenance
@@ -73,7 +73,8 @@ class Reader(Expander, Provenance):
             args.append(Field(v, env_src, text=f"--env {len(args) + 1}={v}"))
         if positional is not None:
             args = [Field(v, Source("<args>", 0), text=v) for v in positional]
-        self.sh = Shell(args if args or positional is not None else None, {k for k in self.env if not k.isdigit()})
+        self.sh = Shell(args if args or positional is not None else None,
+                        {k for k in self.env if not k.isdigit()})
         for k, v in self.env.items():
             if not k.isdigit():
                 self.sh.vars[k] = Var([Field(v, env_src, text=f"--env {k}={v}")], False)
@@ -237,8 +238,8 @@ class Reader(Expander, Provenance):
             self.case(n, cond)
         else:
             reason = ""
-            if cond is None and n.kind == "for" and (n.words is not None or
-                                                     n.header is not None):
+            if cond is None and (n.kind == "for" and (n.words is not None or
+                                                      n.header is not None) or n.cond):
                 reason = self.step(n)
                 if reason is None:
                     return
@@ -277,8 +278,10 @@ class Reader(Expander, Provenance):
         try:
             if n.header is not None:
                 self.step_c(n)
-            else:
+            elif n.words is not None:
                 self.step_words(n)
+            else:
+                self.step_while(n)
             return None
         except _Unsteppable as e:
             if e.whole and not outer:
@@ -315,10 +318,25 @@ class Reader(Expander, Provenance):
             if update is not None:
                 self.arith_step(update, n)
 
-    def iteration(self, n: syntax.Loop) -> str | None:
+    def step_while(self, n: syntax.Loop):
+        """``while``/``until`` whose test is decided by known values each time round (the
+        ``while [[ $# -gt 0 ]]; do case "$1" ...`` and ``while getopts`` loops)."""
+        body = n.body[len(n.cond):]
+        while True:
+            status = self.status(n.cond, None)
+            if status is None:
+                raise _Unsteppable(f"its test is decided at run time{self.why_unknown}")
+            self.run(n.cond, None)
+            if status == (n.kind == "until"):
+                return
+            self.tick(n)
+            if self.iteration(n, body) == "break":
+                return
+
+    def iteration(self, n: syntax.Loop, body: list | None = None) -> str | None:
         """Run the body once: "break" when a ``break`` ends this loop."""
         try:
-            self.run(n.body, None)
+            self.run(n.body if body is None else body, None)
         except _Jump as e:
             if e.n > 1:
                 raise _Jump(e.kind, e.n - 1) from None
@@ -506,6 +524,12 @@ class Reader(Expander, Provenance):
         head = words[0].text
         if head in ("true", ":"):
             return True
+        if head == "getopts":
+            fields = [f for w in words for f in self.expand(w)]
+            got = getopts_next(self, fields)
+            if got is None:
+                self.why_unknown = " (getopts over words only known at run time)"
+            return None if got is None else got[0]
         if head == "false":
             return False
         if head == "[[":
@@ -680,9 +704,8 @@ class Reader(Expander, Provenance):
                                   f"{MAX_STEPS} commands (recursion without end?). "
                                   "Fix: simplify the script.")
         if not words or head in syntax.DECLARE:
-            if head in ("declare", "typeset", "local") and any(
-                    w.text.startswith("-") and "A" in w.text for w in words[1:]):
-                self.sh.assoc |= {a.name for a in n.assigns} | {w.text for w in words[1:]}
+            if head in ("declare", "typeset", "local"):
+                self.declare(n, head)
             for a in n.assigns:
                 self.assign(a, cond)
             self.export(n, head)
@@ -716,6 +739,21 @@ class Reader(Expander, Provenance):
         handler = BUILTINS.get(name)
         if handler is None or handler(self, fields, n, cond) is False:
             self.command(fields, n, cond)
+
+    def declare(self, n: syntax.Simple, head: str):
+        """``local``/``declare``/``typeset``: in a function the names are its own (unless
+        ``-g``); ``-A`` makes them associative."""
+        opts = "".join(w.text[1:] for w in n.words[1:] if w.text.startswith("-"))
+        names = [a.name for a in n.assigns] + [
+            w.text for w in n.words[1:] if syntax.NAME.fullmatch(w.text)]
+        if self.sh.scopes and "g" not in opts:
+            given = {a.name for a in n.assigns}
+            for name in names:
+                self.sh.make_local(name)
+                if name not in given:  # `local X`: unset here until assigned
+                    self.sh.vars.pop(name, None)
+        if "A" in opts:
+            self.sh.assoc |= set(names)
 
     def call(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """A function call: its own positional parameters and local variables."""

@@ -691,6 +691,15 @@ class _Conv:
                 out.append(self.expansion(n, quoted))
             finally:
                 self.depth -= 1
+        elif t == "command_substitution" and _misread_arith(n, self.text(n)):
+            # tree-sitter-bash 0.25.1 reads ``${X:-$((A - B))}`` as $( (A - B) ); bash reads
+            # ``$((`` as arithmetic whenever it can
+            self.enter(n)
+            try:
+                out.append(Arith(self.region(n, n.start_byte + 3, n.end_byte - 2, True),
+                                 quoted, self.text(n), line))
+            finally:
+                self.depth -= 1
         elif t == "command_substitution":
             out.append(self.sub(n, quoted))
         elif t == "process_substitution":
@@ -902,6 +911,12 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     if b"\\" in data:
         _space_notes(root, conv)
     return body, conv.notes
+
+
+def _misread_arith(n, text: str) -> bool:
+    named = [c for c in n.children if c.is_named]
+    return text.startswith("$((") and text.endswith("))") and len(named) == 1 and \
+        named[0].type == "subshell"
 
 
 def parse_word(text: str) -> Word | None:
