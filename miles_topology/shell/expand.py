@@ -13,6 +13,7 @@ from . import syntax
 from .syntax import Arith, Lit, Param, Sub
 from .values import (
     INT_LIMIT,
+    MAX_ITEMS,
     OWN,
     ArithError,
     Field,
@@ -20,6 +21,7 @@ from .values import (
     Var,
     arith,
     arith_targets,
+    brace,
     dirname,
     glob_re,
     printf,
@@ -27,6 +29,10 @@ from .values import (
 )
 
 _BLANK = re.compile(r"[ \t\n]")
+_HOLD = 0xE100  # private-use characters that hold a word's parts during brace expansion
+_HELD = re.compile("[\ue100-\uf8ff]")
+_HELD_SPLIT = re.compile("([\ue100-\uf8ff])")
+_NAME_CHARS = re.compile(r"\w+", re.A)
 _IFS_JOIN = "\"${A[*]}\" joins the words with the first character of IFS, which is only " \
     "known at run time"
 
@@ -37,6 +43,10 @@ class Expander:
     def expand(self, word, cond: Unk | None = None) -> list[Field]:
         """A word as the fields bash would pass (word splitting, "${A[@]}", no globbing)."""
         parts = word.parts
+        if any(type(p) is Lit and not p.quoted and "{" in p.text for p in parts):
+            got = self.braces(word, cond)
+            if got is not None:
+                return got
         if len(parts) == 1 and type(parts[0]) is Lit:  # the common case: plain text
             f = Field(parts[0].text, self.src(parts[0].line), None, word.text, False, cond)
             if word.start >= 0 and self.where:
@@ -60,6 +70,51 @@ class Expander:
                     return []
             return self.split(word, cond, [(part, items, is_list)])
         return self.split(word, cond, None)
+
+    def braces(self, word, cond: Unk | None) -> list[Field] | None:
+        """Brace expansion, done first as in bash: on the word's unquoted text, with each
+        expansion and quoted part held in place by a private character. None when the word
+        has no brace to expand. The words it gives are not the file's text (no span)."""
+        parts = word.parts
+        if len(parts) > 4096:
+            return None
+        buf = []
+        for k, p in enumerate(parts):
+            if type(p) is Lit and not p.quoted:
+                if _HELD.search(p.text):
+                    return None
+                buf.append(p.text)
+            else:
+                buf.append(chr(_HOLD + k))
+        text = "".join(buf)
+        got = brace(text)
+        if got is None:
+            return [self.unknown(word, f"brace expansion gives more than {MAX_ITEMS} words",
+                                 extra=True)]
+        if got == [text]:
+            return None
+        out: list[Field] = []
+        for t in got:
+            new: list = []
+            for piece in _HELD_SPLIT.split(t):
+                if not piece:
+                    continue
+                if len(piece) == 1 and _HELD.match(piece):
+                    new.append(parts[ord(piece) - _HOLD])
+                elif new and type(new[-1]) is Param and new[-1].text == "$" + new[-1].name \
+                        and _NAME_CHARS.match(piece) and not new[-1].name.isdigit():
+                    # $X{a,b} is $Xa $Xb: the name goes on into the text after it
+                    q = new.pop()
+                    more = _NAME_CHARS.match(piece).group()
+                    new.append(Param(q.name + more, None, None, None, None, False, q.quoted,
+                                     q.text + more, q.line))
+                    if piece[len(more):]:
+                        new.append(Lit(piece[len(more):], False, word.line))
+                else:
+                    new.append(Lit(piece, False, word.line))
+            if new:  # an empty alternative gives no word
+                out.extend(self.expand(syntax.Word(new, word.line, word.text), cond))
+        return out
 
     def split(self, word, cond: Unk | None, done) -> list[Field]:
         """The general case: parts joined, unquoted results split on blanks."""
