@@ -139,6 +139,9 @@ CODES: dict[str, tuple[str, str]] = {
         "above does not end in `\\`: bash drops them from the launch"),
     "space-after-line-continuation": (
         "note", "a line ends in `\\` followed by spaces, so the command ends there"),
+    "crlf-line-ends": (
+        "warning", "the script has CR LF line ends: bash keeps each CR in the line's last word, "
+        "so flags arrive as `--flag\\r` and `\\` no longer continues a line"),
     "source-cycle": ("note", "a file is sourced again while it is being sourced"),
     "no-launch-command": (
         "note", "no training launch (`train.py`/`train_async.py` by python, `torchrun` or `ray "

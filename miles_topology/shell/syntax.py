@@ -33,6 +33,8 @@ _STATEMENTS = frozenset((
 _REDIRECTS = frozenset(("file_redirect", "herestring_redirect", "heredoc_redirect"))
 
 _PARSER = None
+_CR = "\ue000"  # a CR while parsing: a word character to tree-sitter, as to bash
+_CR_BYTES = _CR.encode()
 
 
 def _parser():
@@ -242,6 +244,7 @@ class _Conv:
 
     def __init__(self, data: bytes, located: bool, base: int):
         self.data = data
+        self.crlf = _CR_BYTES in data
         self.located = located
         self.base = base
         self.depth = 0
@@ -268,10 +271,11 @@ class _Conv:
         return b - (self.extra[k - 1] if k else 0)
 
     def text(self, n) -> str:
-        return self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+        return self.gap(n.start_byte, n.end_byte)
 
     def gap(self, a: int, b: int) -> str:
-        return self.data[a:b].decode("utf-8", "replace")
+        got = self.data[a:b].decode("utf-8", "replace")
+        return got.replace(_CR, "\r") if self.crlf else got
 
     def line(self, n) -> int:
         return n.start_point[0] + self.base
@@ -640,7 +644,7 @@ class _Conv:
         self.parts(n, False, parts)
         a, b = n.start_byte, n.end_byte
         text = parts[0].text if len(parts) == 1 and n.type == "word" and \
-            len(parts[0].text) == b - a else self.data[a:b].decode("utf-8", "replace")
+            len(parts[0].text) == b - a else self.gap(a, b)
         line = parts[0].line if parts else self.line(n)
         if not self.located:
             return Word(parts, line, text)
@@ -652,7 +656,7 @@ class _Conv:
         t = n.type
         line = n.start_point[0] + self.base
         if t == "word" or t == "number":
-            text = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+            text = self.gap(n.start_byte, n.end_byte)
             out.append(Lit(_unescape(text) if "\\" in text else text, quoted, line))
         elif t == "string" or t == "translated_string":
             kids = [c for c in n.children if c.type not in ('"', '$"')]
@@ -902,6 +906,9 @@ def _cached(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
 
 
 def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
+    cr = data.find(b"\r")
+    if cr >= 0:  # bash keeps a CR in the word; tree-sitter would take it for a blank
+        data = data.replace(b"\r", _CR_BYTES)
     tree = _parser().parse(data)
     root = tree.root_node
     conv = _Conv(data, located, base_line)
@@ -910,6 +917,12 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     body = conv.stmts(root.children)
     if b"\\" in data:
         _space_notes(root, conv)
+    if cr >= 0:
+        line = data.count(b"\n", 0, data.find(_CR_BYTES)) + base_line
+        conv.notes.append((
+            "crlf-line-ends", line, f"line {line} ends in CR LF (a Windows line end): bash "
+            "keeps the CR in the last word of each line ('--colocate\\r'), and a '\\' before "
+            "it no longer continues the line", "convert the file to LF line ends (dos2unix)"))
     return body, conv.notes
 
 
