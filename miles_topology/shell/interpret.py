@@ -733,8 +733,11 @@ class Reader(Expander, Provenance):
             return
         if name is None:
             return
-        if name in self.sh.funcs and self.calls < MAX_CALL_DEPTH:  # bash: functions first
-            self.call(name, fields, n, cond)
+        if name in self.sh.funcs:  # bash: functions before built-ins
+            if self.calls < MAX_CALL_DEPTH:
+                self.call(name, fields, n, cond)
+            else:
+                self.too_deep(name, n)
             return
         handler = BUILTINS.get(name)
         if handler is None or handler(self, fields, n, cond) is False:
@@ -754,6 +757,19 @@ class Reader(Expander, Provenance):
                     self.sh.vars.pop(name, None)
         if "A" in opts:
             self.sh.assoc |= set(names)
+
+    def too_deep(self, name: str, n: syntax.Simple):
+        """A call past the depth cap is not followed: what it (and the functions it calls)
+        may set is unknown from here on."""
+        src = self.src(n.line)
+        why = f"it may be set by '{name}' called at {src} more than {MAX_CALL_DEPTH} calls " \
+              "deep, which is not followed"
+        for var in sorted(_sets(name, self.sh.funcs)):
+            self.sh.inherited.discard(var)
+            old = self.sh.vars.get(var)
+            array = old is not None and old.array
+            self.sh.vars[var] = Var([Field(None, src, Unk(name, src, f"{var}: {why}"), name,
+                                           array)], array)
 
     def call(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """A function call: its own positional parameters and local variables."""
@@ -819,6 +835,50 @@ class Reader(Expander, Provenance):
             f"('{flags[0]}: command not found'); these flags never reach the launch command",
             f"end {above} with ' \\'",
             self.src(n.line)))
+
+
+def _sets(name: str, funcs: dict[str, list]) -> set[str]:
+    """The variables a function may assign, the functions it calls included (read from
+    their text, not run)."""
+    out: set[str] = set()
+    seen, todo = {name}, list(funcs[name])
+    while todo:
+        node = todo.pop()
+        t = type(node)
+        if t is list:
+            todo.extend(node)
+        elif t is syntax.Simple:
+            out.update(a.name for a in node.assigns)
+            words = [w.literal() for w in node.words]
+            head = words[0] if words else None
+            if head in funcs and head not in seen:
+                seen.add(head)
+                todo.extend(funcs[head])
+            if head in ("read", "mapfile", "readarray", "getopts", "printf", "declare",
+                        "local", "export", "typeset"):
+                out.update(w for w in words[1:] if w and syntax.NAME.fullmatch(w))
+                out.update(("OPTARG", "OPTIND", "MAPFILE", "REPLY"))
+            for w in node.words:
+                out.update(arith_targets(w.text))
+        elif t is syntax.AndOr:
+            todo.extend(c for _, c in node.items)
+        elif t is syntax.Pipe:
+            todo.extend(node.cmds)
+        elif t is syntax.If:
+            for test, body in node.branches:
+                todo.extend(test + body)
+            todo.extend(node.orelse or ())
+        elif t is syntax.Case:
+            for _, body in node.arms:
+                todo.extend(body)
+        elif t is syntax.Loop:
+            out.update((node.var,) if node.var else ())
+            todo.extend(node.body)
+        elif t is syntax.Group:
+            todo.extend(node.body)
+        elif t is syntax.ArithCmd:
+            out.update(arith_targets(node.expr.text))
+    return out
 
 
 def _line(node) -> int:

@@ -907,8 +907,9 @@ def _cached(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
 
 def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     cr = data.find(b"\r")
-    if cr >= 0:  # bash keeps a CR in the word; tree-sitter would take it for a blank
-        data = data.replace(b"\r", _CR_BYTES)
+    if cr >= 0:
+        cr_line = data.count(b"\n", 0, cr) + base_line
+        data = _hold_cr(data)
     tree = _parser().parse(data)
     root = tree.root_node
     conv = _Conv(data, located, base_line)
@@ -918,12 +919,32 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     if b"\\" in data:
         _space_notes(root, conv)
     if cr >= 0:
-        line = data.count(b"\n", 0, data.find(_CR_BYTES)) + base_line
+        line = cr_line
         conv.notes.append((
             "crlf-line-ends", line, f"line {line} ends in CR LF (a Windows line end): bash "
             "keeps the CR in the last word of each line ('--colocate\\r'), and a '\\' before "
             "it no longer continues the line", "convert the file to LF line ends (dos2unix)"))
     return body, conv.notes
+
+
+def _hold_cr(data: bytes) -> bytes:
+    """Bash keeps a CR in the word; tree-sitter would take it for a blank, so each CR is held
+    as a private character, except inside here-documents (tree-sitter matches a CR LF
+    delimiter line itself, and the body's text keeps its CRs either way)."""
+    keep, todo = [], [_parser().parse(data).root_node]
+    while todo:
+        node = todo.pop()
+        if node.type == "heredoc_redirect":
+            end = data.find(b"\n", node.end_byte)  # the delimiter line's own CR too
+            keep.append((node.start_byte, len(data) if end < 0 else end))
+        else:
+            todo.extend(node.children)
+    out, pos = [], 0
+    for a, b in sorted(keep):
+        out += [data[pos:a].replace(b"\r", _CR_BYTES), data[a:b]]
+        pos = b
+    out.append(data[pos:].replace(b"\r", _CR_BYTES))
+    return b"".join(out)
 
 
 def _misread_arith(n, text: str) -> bool:
