@@ -243,10 +243,12 @@ IDIOM_RUNS = {
 }
 _STAND_IN = """#!/bin/bash
 # stand-in for {name}: a training launch prints its argv (one JSON line), anything else runs
+LOG_ARGV='import json, os, sys
+open(os.environ["ARGV_LOG"], "a").write(json.dumps(sys.argv[1:]) + "\\n")'
 for a in "$@"; do
   case "$a" in
     train.py|*/train.py|train_async.py|*/train_async.py)
-      exec {py} -c 'import json, os, sys; open(os.environ["ARGV_LOG"], "a").write(json.dumps(sys.argv[1:]) + "\\n")' "$@" ;;
+      exec {py} -c "$LOG_ARGV" "$@" ;;
   esac
 done
 {tail}
