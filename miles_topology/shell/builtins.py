@@ -264,6 +264,9 @@ def source(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         return
     f = args[0]
     where = r.src(n.line)
+    key = r.path_of(n.words[1]) if len(n.words) > 1 else None
+    if key is not None and r.file_key(key) in r.sh.written:
+        return r.run_written(r.file_key(key), n, cond)
     if f.value is None:
         r.unresolved.append(Unresolved(None, f.text, f.unk.src,
                                           f"cannot tell which file is sourced: {f.unk.why}"))

@@ -9,7 +9,8 @@ import fnmatch
 import os
 import re
 
-from . import syntax
+from ..textfilters import FILTERS, run_pipeline
+from . import builtins, syntax
 from .syntax import Arith, Lit, Param, Sub
 from .values import (
     INT_LIMIT,
@@ -286,6 +287,8 @@ class Expander:
         if name == "#" and self.sh.frames[-1] is not None:
             self.read_position(INT_LIMIT)
             return [Field(str(len(self.sh.frames[-1])), self.src(part.line))], False
+        if name == "$" and self.pid_token:  # naming a file: the same in each use
+            return [Field("$$", self.src(part.line), text=part.text)], False
         if name in "#?$!-":
             return [self.unknown(part, f"${name} is only known when the script runs")], False
         if name == "BASH_SOURCE" and (index is None or getattr(index, "text", "").strip() == "0"):
@@ -483,6 +486,13 @@ class Expander:
                 self.sh.vars["IFS"] = saved
 
     def _substitute(self, sub: Sub) -> Field:
+        if len(sub.body) == 1 and (type(sub.body[0]) is syntax.Pipe and not sub.body[0].neg or
+                                   _filter(sub.body[0])):
+            cmds = sub.body[0].cmds if type(sub.body[0]) is syntax.Pipe else sub.body
+            got = self.filtered(cmds, sub)
+            if got.unk is None:
+                got.value = got.value.rstrip("\n")
+            return got
         cwd, out = None, []
         cmds = []
         for node in sub.body:
@@ -565,3 +575,65 @@ class Expander:
                 return self.unknown(sub, f"command substitution runs '{name}' when the script "
                                          "runs")
         return Field("\n".join(out).rstrip("\n"), self.src(sub.line), text=sub.text)
+
+    def filtered(self, cmds: list, at) -> Field:
+        """What a pipeline of text filters prints over known text (textfilters.py: echo,
+        printf, tr, wc, cut, grep ...; ``cat FILE`` of a file the script wrote), never run;
+        unknown when a command is not such a filter or a word is not known."""
+        argvs: list[list[str]] = []
+        text = ""
+        for k, c in enumerate(cmds):
+            if type(c) is not syntax.Simple or c.assigns or c.prefix or not c.words or \
+                    (k and c.stdin is not None):
+                return self.unknown(at, "command substitution runs a pipeline with more than "
+                                        "text filters when the script runs")
+            args = [f for w in c.words for f in self.expand(w)]
+            bad = next((f for f in args if f.unk or f.cond), None)
+            if bad is not None:
+                unk = bad.unk or Unk(at.text, bad.cond.src, f"it includes a value added "
+                                     f"{bad.cond.why}")
+                return Field(None, unk.src, unk, at.text)
+            argv = [f.value for f in args]
+            if k == 0 and c.stdin is not None:
+                got = builtins.stdin(self, c, argv[0] if argv else "")
+                if got.unk:
+                    return Field(None, got.src, got.unk, at.text)
+                text = got.value
+            if k == 0 and argv and argv[0] == "cat" and len(argv) > 1:
+                files = [self.written_text(a) for a in argv[1:]]
+                if any(f is None for f in files):
+                    return self.unknown(at, f"'{' '.join(argv)}' reads a file only known when "
+                                            "the script runs")
+                text, argv = "".join(files), ["cat"]
+            argvs.append(argv)
+        ran = run_pipeline(argvs, text)
+        if ran is None:
+            names = " | ".join(a[0] for a in argvs if a)
+            return self.unknown(at, f"'{names}' is not a text filter modelled here; its "
+                                    "output is only known when the script runs")
+        return Field(ran.stdout, self.src(at.line), text=at.text)
+
+    def path_of(self, word) -> str | None:
+        """A file name as a word gives it, ``$$`` (the shell's pid, the same all through
+        the script) kept as written; None when it is not known."""
+        self.pid_token = True
+        try:
+            got = self.join(word)
+        finally:
+            self.pid_token = False
+        return None if got.unk or got.cond else got.value
+
+    def written_text(self, path: str) -> str | None:
+        """The text of a file this script wrote (``cat > F <<EOF``, ``echo ... > F``)."""
+        return self.sh.written.get(self.file_key(path))
+
+    def file_key(self, path: str) -> str:
+        if not path.startswith("/") and self.sh.cwd:
+            path = os.path.join(self.sh.cwd, path)
+        return os.path.normpath(path)
+
+
+def _filter(node) -> bool:
+    """A lone command of textfilters' (not echo/printf: their output is read above)."""
+    return type(node) is syntax.Simple and bool(node.words) and \
+        node.words[0].literal() in FILTERS and node.words[0].literal() not in ("echo", "printf")

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..textfilters import FILTERS
 from . import launch as launches
 from . import syntax
 from .builtins import BUILTINS, getopts_next
@@ -23,6 +24,7 @@ from .state import Shell
 from .values import (
     MAX_CALL_DEPTH,
     MAX_ITEMS,
+    MAX_SOURCE_DEPTH,
     MAX_VALUE,
     ArithError,
     Field,
@@ -88,6 +90,7 @@ class Reader(Expander, Provenance):
         self.sources: dict[tuple[str, int], Source] = {}
         self.missing: list[str] = []  # sourced files that were not found
         self.why_unknown = ""
+        self.pid_token = False  # $$ reads as itself (while naming a file the script writes)
         # for rewriting: the text of each file, where each word came from
         self.text: str | None = None  # the main script's text, when given instead of its file
         self.newlines: dict[str, list[int]] = {}
@@ -733,6 +736,8 @@ class Reader(Expander, Provenance):
             return
         if name is None:
             return
+        if n.stdout is not None:
+            self.write(fields, n, cond)
         if name in self.sh.funcs:  # bash: functions before built-ins
             if self.calls < MAX_CALL_DEPTH:
                 self.call(name, fields, n, cond)
@@ -757,6 +762,53 @@ class Reader(Expander, Provenance):
                     self.sh.vars.pop(name, None)
         if "A" in opts:
             self.sh.assoc |= set(names)
+
+    def write(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``cat > F <<EOF``, ``echo ... > F``, ``printf ... >> F``: the file's text, when the
+        command is a text filter over known text (else the file is known to be written, its
+        text not)."""
+        word, append = n.stdout
+        path = self.path_of(word)
+        if path is None:
+            return
+        key = self.file_key(path)
+        text = None
+        if cond is None and fields[0].value in FILTERS and not n.prefix:
+            got = self.filtered([syntax.Simple([], n.words, n.line, n.end, -1, n.stdin)], word)
+            text = got.value
+        if append and text is not None:
+            old = self.sh.written.get(key, "" if key not in self.sh.written and
+                                      not os.path.exists(key) else None)
+            text = None if old is None else old + text
+        if text is not None and len(text) > MAX_VALUE:
+            text = None
+        self.sh.written[key] = text
+
+    def run_written(self, key: str, n: syntax.Simple, cond: Unk | None):
+        """``source F`` of a file the script wrote: its text is read as a sourced file's
+        (its words are not the file's own text on disk, so they carry no span)."""
+        text = self.sh.written[key]
+        where = self.src(n.line)
+        if text is None:
+            self.unresolved.append(Unresolved(
+                None, n.words[1].text, where, f"sourced file '{key}' is written by the script "
+                "with text only known when it runs; the flags it defines are unknown"))
+            return
+        if len(self.stack) >= MAX_SOURCE_DEPTH or any(key == s for s, _ in self.stack):
+            self.notes.append(Note("source-cycle", f"'{key}' is sourced again while it is "
+                                   "being read; the nested read is skipped",
+                                   "source each model file once", where))
+            return
+        body = self.parse(text.encode("utf-8", "surrogateescape"), key, False)
+        self.stack.append((key, key))
+        self.where.append(self.where[-1])
+        self.loops.append(_BARRIER)
+        try:
+            self.run(body, cond)
+        finally:
+            self.stack.pop()
+            self.where.pop()
+            self.loops.pop()
 
     def too_deep(self, name: str, n: syntax.Simple):
         """A call past the depth cap is not followed: what it (and the functions it calls)

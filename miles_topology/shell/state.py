@@ -11,7 +11,7 @@ class Shell:
     """What bash itself would hold while running the script."""
 
     __slots__ = ("vars", "funcs", "func_file", "frames", "positions", "assoc", "exported",
-                 "inherited", "cwd", "allexport", "prev_end", "scopes")
+                 "inherited", "cwd", "allexport", "prev_end", "scopes", "written")
 
     def __init__(self, args: list[Field] | None, inherited: set[str]):
         self.vars: dict[str, Var] = {}
@@ -29,6 +29,7 @@ class Shell:
         self.cwd: str | None = None
         self.allexport = False
         self.prev_end: dict[str, int] = {}  # per file: last line of the previous command
+        self.written: dict[str, str | None] = {}  # files the script wrote (None: unknown text)
 
     def copy_vars(self) -> dict[str, Var]:
         """The variables, to put back after a subshell, a here-document script or a loop
@@ -39,12 +40,12 @@ class Shell:
         return (self.copy_vars(), dict(self.funcs), dict(self.func_file), list(self.frames),
                 [list(p) for p in self.positions], [dict(s) for s in self.scopes],
                 set(self.assoc), set(self.exported), set(self.inherited), self.cwd,
-                self.allexport, dict(self.prev_end))
+                self.allexport, dict(self.prev_end), dict(self.written))
 
     def restore(self, saved: tuple):
         (self.vars, self.funcs, self.func_file, self.frames, self.positions, self.scopes,
          self.assoc, self.exported, self.inherited, self.cwd, self.allexport,
-         self.prev_end) = saved
+         self.prev_end, self.written) = saved
 
     def make_local(self, name: str):
         """``local NAME`` in a function: the outer value comes back when the call returns

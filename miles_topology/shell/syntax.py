@@ -131,11 +131,12 @@ class Simple:
     text); `line`/`end`: its first and last line; `stdin`: what a ``<<<`` word, ``< <(...)``
     or ``< FILE`` feeds it (a Word, a Sub, or the string "file"), else None."""
 
-    __slots__ = ("assigns", "words", "line", "end", "start", "stdin", "prefix")
+    __slots__ = ("assigns", "words", "line", "end", "start", "stdin", "prefix", "stdout")
 
-    def __init__(self, assigns, words, line, end, start=-1, stdin=None, prefix=()):
+    def __init__(self, assigns, words, line, end, start=-1, stdin=None, prefix=(), stdout=None):
         self.assigns, self.words, self.line, self.end = assigns, words, line, end
         self.start, self.stdin, self.prefix = start, stdin, prefix
+        self.stdout = stdout  # (Word, append) of a `> FILE` / `>> FILE`, else None
 
 
 class Heredoc:
@@ -302,7 +303,7 @@ class _Conv:
         finally:
             self.depth -= 1
 
-    def s_command(self, n, stdin=None):
+    def s_command(self, n, stdin=None, stdout=None):
         assigns, words, prefix = [], [], []
         prev = None  # the node of the last word
         for c in n.children:
@@ -318,6 +319,7 @@ class _Conv:
                     words.append(w)
             elif t in _REDIRECTS:
                 stdin = self.redirect(c) or stdin
+                stdout = self.to_file(c) or stdout
             elif t == "subscript":  # A[i]=v parsed as part of a command: not one we model
                 continue
             elif c.is_named and t != "comment":
@@ -337,7 +339,8 @@ class _Conv:
         if words:  # X=1 cmd: the assignments are the command's environment only
             prefix, assigns = assigns + prefix, []
         return Simple(assigns, words, self.line(n), n.end_point[0] + self.base,
-                      self.char(n.start_byte) if self.located else -1, stdin, tuple(prefix))
+                      self.char(n.start_byte) if self.located else -1, stdin, tuple(prefix),
+                      stdout)
 
     def s_declaration_command(self, n):
         assigns, words = [], []
@@ -366,10 +369,11 @@ class _Conv:
                       self.char(n.start_byte) if self.located else -1)
 
     def s_redirected_statement(self, n):
-        body, stdin = None, None
+        body, stdin, stdout = None, None, None
         for c in n.children:
             if c.type in _REDIRECTS:
                 stdin = self.redirect(c) or stdin
+                stdout = self.to_file(c) or stdout
             elif c.type in _STATEMENTS and body is None:
                 body = c
         if body is None:
@@ -377,13 +381,26 @@ class _Conv:
         if body.type == "command":
             self.enter(body)
             try:
-                return self.s_command(body, stdin)
+                return self.s_command(body, stdin, stdout)
             finally:
                 self.depth -= 1
         got = self.stmt(body)
         if type(got) is Simple and stdin is not None and got.stdin is None:
             got.stdin = stdin
+        if type(got) is Simple and stdout is not None and got.stdout is None:
+            got.stdout = stdout
         return got
+
+    def to_file(self, n):
+        """(Word, append) when `n` sends standard output to a file (``>``, ``>>``, ``>|``)."""
+        if n.type != "file_redirect" or any(c.type == "file_descriptor" and self.text(c) != "1"
+                                            for c in n.children):
+            return None
+        op = next((c.type for c in n.children if not c.is_named), None)
+        dest = [c for c in n.children if c.is_named and c.type != "file_descriptor"]
+        if op not in (">", ">>", ">|") or not dest:
+            return None
+        return self.word(dest[-1]), op == ">>"
 
     def redirect(self, n):
         kids = n.children
