@@ -305,3 +305,42 @@ def test_idiom_reads_as_bash_runs_it(name, tmp_path, capsys):
     read = read_script(IDIOMS / name, positional=args)
     whole = {fv.flag: fv.value for fv in read.argv}
     assert whole == {f: (None if f in unknown else v) for f, v in truth.items()}
+
+
+CHECKOUT = HERE / "miles-checkout"
+HELPER_RUN = CHECKOUT / "scripts" / "run-qwen3-30B-A3B-r3.sh"
+
+
+def test_helper_output_reads_as_bash_runs_it(tmp_path):
+    # the stand-in python3 runs the real helper: ground truth for what the launch gets
+    truth = flag_values(bash_launch(HELPER_RUN, [], tmp_path))
+    from miles_topology.shell import read_script
+    read = read_script(HELPER_RUN)
+    assert {fv.flag: fv.value for fv in read.argv} == truth
+    assert truth["--num-experts"] == "128" and truth["--actor-num-gpus-per-node"] == "12"
+
+
+def test_helper_known_runs_the_moe_checks():
+    v = check_script(str(HELPER_RUN), {})
+    assert "experts-not-divisible-by-ep" in {p.code for p in v.errors}
+    assert v.extra["unknown_model_facts"] is None and not v.skipped
+
+
+def test_helper_not_found_skips_the_moe_checks_with_its_error(tmp_path):
+    script = tmp_path / "run.sh"  # the same script outside a miles checkout
+    script.write_text(HELPER_RUN.read_text())
+    v = check_script(str(script), {})
+    assert "r3-requires-moe" in {p.code for p in v.skipped}  # R3 on a model not known MoE
+    assert not v.errors
+    gap = [u for u in v.extra["unresolved"] if u["flag"] is None]
+    assert gap and "model_args_utils.py" in gap[0]["why"] and "no such file" in gap[0]["why"]
+    assert "no such file" in v.extra["unknown_model_facts"]["why"]
+
+
+def test_a_failing_helper_leaves_the_value_unresolved_with_its_error(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text('TP="$(python3 -c "import sys; sys.exit(\'no model qwen9\')")"\n'
+                      "python3 train.py --tensor-model-parallel-size $TP\n")
+    read = __import__("miles_topology.shell", fromlist=["x"]).read_script(script)
+    assert read.argv[0].value is None
+    assert "no model qwen9" in read.unresolved[0].why

@@ -15,6 +15,7 @@ from .syntax import Arith, Lit, Param, Sub
 from .values import (
     INT_LIMIT,
     MAX_ITEMS,
+    MAX_VALUE,
     OWN,
     ArithError,
     Field,
@@ -493,6 +494,8 @@ class Expander:
             if got.unk is None:
                 got.value = got.value.rstrip("\n")
             return got
+        if len(sub.body) == 1 and _python(sub.body[0]):
+            return self.helper(sub.body[0], sub)
         cwd, out = None, []
         cmds = []
         for node in sub.body:
@@ -623,6 +626,48 @@ class Expander:
             self.pid_token = False
         return None if got.unk or got.cond else got.value
 
+    def helper(self, node, sub: Sub) -> Field:
+        """``$(python3 .../model_args_utils.py NAME)``, ``$(python3 -c ...)``: a Python
+        program run in the launcher sandbox (pylaunch.run_program), with the variables this
+        shell exports; what it prints is known text. One that fails leaves the value
+        unknown with its error."""
+        args = [f for w in node.words for f in self.expand(w)]
+        bad = next((f for f in args if f.unk or f.cond), None)
+        if bad is not None:
+            unk = bad.unk or Unk(sub.text, bad.cond.src, f"it includes a value added "
+                                 f"{bad.cond.why}")
+            return Field(None, unk.src, unk, sub.text)
+        argv = [f.value for f in args[1:]]
+        env = self.exports()
+        cwd = self.sh.cwd or os.path.dirname(self.main_abs)
+        key = (tuple(argv), tuple(sorted(env.items())), cwd)
+        got = self.helpers.get(key)
+        if got is None:
+            from ..pylaunch import run_program  # the sandbox: only when a script needs it
+
+            got = self.helpers[key] = run_program(argv, env=env, cwd=cwd)
+        shown = " ".join(["python3", *argv])
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        if got.status != 0 or got.error:
+            why = got.error or f"exited with status {got.status}"
+            return self.unknown(sub, f"the helper '{shown}' gave no output: {why}")
+        if len(got.stdout) > MAX_VALUE:
+            return self.unknown(sub, f"the helper '{shown}' printed more than "
+                                     f"{MAX_VALUE >> 20} MB")
+        return Field(got.stdout.rstrip("\n"), self.src(sub.line), text=sub.text)
+
+    def exports(self) -> dict[str, str]:
+        """The known variables a child process gets (export, declare -x, set -a, --env)."""
+        names = set(self.sh.vars) if self.sh.allexport else self.sh.exported | self.sh.inherited
+        out = {}
+        for name in names:
+            var = self.sh.vars.get(name)
+            if var is not None and not var.array and var.items and var.items[0].value \
+                    is not None and var.items[0].cond is None:
+                out[name] = var.items[0].value
+        return out
+
     def written_text(self, path: str) -> str | None:
         """The text of a file this script wrote (``cat > F <<EOF``, ``echo ... > F``)."""
         return self.sh.written.get(self.file_key(path))
@@ -631,6 +676,15 @@ class Expander:
         if not path.startswith("/") and self.sh.cwd:
             path = os.path.join(self.sh.cwd, path)
         return os.path.normpath(path)
+
+
+def _python(node) -> bool:
+    """``python3 ...`` / ``python ...`` alone in a command substitution."""
+    if type(node) is not syntax.Simple or node.assigns or node.prefix or not node.words or \
+            node.stdin is not None:
+        return False
+    head = node.words[0].literal() or ""
+    return os.path.basename(head) in ("python3", "python") and len(node.words) > 1
 
 
 def _filter(node) -> bool:

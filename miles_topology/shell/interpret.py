@@ -90,6 +90,7 @@ class Reader(Expander, Provenance):
         self.sources: dict[tuple[str, int], Source] = {}
         self.missing: list[str] = []  # sourced files that were not found
         self.why_unknown = ""
+        self.helpers: dict[tuple, object] = {}  # Python helpers run, by argv, env and cwd
         self.pid_token = False  # $$ reads as itself (while naming a file the script writes)
         # for rewriting: the text of each file, where each word came from
         self.text: str | None = None  # the main script's text, when given instead of its file
