@@ -142,6 +142,9 @@ CODES: dict[str, tuple[str, str]] = {
     "crlf-line-ends": (
         "warning", "the script has CR LF line ends: bash keeps each CR in the line's last word, "
         "so flags arrive as `--flag\\r` and `\\` no longer continues a line"),
+    "sourced-from-checkout": (
+        "note", "a file sourced by an absolute path that does not exist here is read from the "
+        "same path inside the script's checkout"),
     "source-cycle": ("note", "a file is sourced again while it is being sourced"),
     "no-launch-command": (
         "note", "no training launch (`train.py`/`train_async.py` by python, `torchrun` or `ray "

@@ -344,3 +344,17 @@ def test_a_failing_helper_leaves_the_value_unresolved_with_its_error(tmp_path):
     read = __import__("miles_topology.shell", fromlist=["x"]).read_script(script)
     assert read.argv[0].value is None
     assert "no model qwen9" in read.unresolved[0].why
+
+
+def test_absolute_source_falls_back_to_the_same_tail_in_the_checkout(tmp_path):
+    script = CHECKOUT / "scripts" / "run-glm-abs-source.sh"
+    v = check_script(str(script), {})
+    assert v.extra["values"]["--num-layers"]["value"] == "8"
+    assert v.extra["values"]["--num-layers"]["source"].endswith("scripts/models/glm4-mini.sh:2")
+    moved = [p for p in v.warnings if p.code == "sourced-from-checkout"]
+    assert len(moved) == 1 and "/root/slime/scripts/models/glm4-mini.sh" in moved[0].message
+    alone = tmp_path / "run.sh"  # no checkout around it: not found, and it says where it looked
+    alone.write_text(script.read_text())
+    v = check_script(str(alone), {})
+    why = [u["why"] for u in v.extra["unresolved"] if u["flag"] is None]
+    assert why and "nor does its path's tail" in why[0] and "relative to the script" not in why[0]

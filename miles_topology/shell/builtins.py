@@ -289,12 +289,23 @@ def source(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
                 break
             d = up
     found = next((os.path.normpath(p) for p in tried if os.path.isfile(p)), None)
+    if found is None and f.value.startswith("/"):
+        found = _in_checkout(r, f.value)
+        if found is not None:
+            r.notes.append(Note(
+                "sourced-from-checkout", f"'{f.value}' does not exist here; read "
+                f"{r.disp(found)} instead, the same path inside the script's checkout",
+                "pass the real file's folder with --env, or source it relative to the "
+                "script", where))
     if found is None:
+        looked = "it does not exist, nor does its path's tail inside the script's folder or " \
+            "the folders above it" if f.value.startswith("/") else \
+            "looked for it relative to the script and the directories above it"
         r.missing.append(f"'{f.value}' (sourced at {where})")
         r.unresolved.append(Unresolved(
             None, n.words[1].text if len(n.words) > 1 else f.text, where,
-            f"sourced file '{f.value}' not found (looked for it relative to the script "
-            "and the directories above it); the flags it defines are unknown"))
+            f"sourced file '{f.value}' not found ({looked}); the flags it defines are "
+            "unknown"))
         return
     if len(r.stack) >= MAX_SOURCE_DEPTH or any(found == s for s, _ in r.stack):
         r.notes.append(Note("source-cycle", f"'{f.value}' is sourced again while it is "
@@ -302,6 +313,24 @@ def source(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
                                "source each model file once", where))
         return
     r.run_file(found, cond)
+
+
+def _in_checkout(r: Reader, path: str) -> str | None:
+    """``source /root/slime/scripts/models/glm4.sh`` read where it is not installed: the
+    same tail (``scripts/models/glm4.sh``, at least a folder and the file) in the script's
+    folder or one above it, the nearest folder and the longest tail first."""
+    parts = os.path.normpath(path).strip("/").split("/")
+    tails = [os.path.join(*parts[k:]) for k in range(1, len(parts) - 1)]
+    d = os.path.dirname(r.main_abs)
+    while True:
+        for tail in tails:
+            cand = os.path.join(d, tail)
+            if os.path.isfile(cand):
+                return os.path.normpath(cand)
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        d = up
 
 
 def _rest(line: str, ifs: str, k: int) -> str:
