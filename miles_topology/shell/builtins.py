@@ -204,6 +204,7 @@ def read(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
             lines.pop()
         keep = "-t" not in [f.value for f in fields]
         items = [Field(x + (delim if keep else ""), src, text=what) for x in lines]
+        r.hold(0, r.sh.vars.get(array), items[:MAX_ITEMS])
         r.sh.vars[array] = Var(items[:MAX_ITEMS], True)
         return
     raw = any(f.value and f.value[:1] == "-" and "r" in f.value for f in fields[1:])
@@ -214,7 +215,9 @@ def read(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         line = re.sub(r"\\(.)", r"\1", line, flags=re.S)
     words = _split(line, ifs_v)
     if array is not None:
-        r.sh.vars[array] = Var([Field(w, src, text=what) for w in words[:MAX_ITEMS]], True)
+        items = [Field(w, src, text=what) for w in words[:MAX_ITEMS]]
+        r.hold(0, r.sh.vars.get(array), items)
+        r.sh.vars[array] = Var(items, True)
     blank = ifs_v and not ifs_v.strip(" \t\n")  # IFS of blanks only: the rest is kept as is
     for k, v in enumerate(names):
         last = k == len(names) - 1

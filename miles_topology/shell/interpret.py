@@ -34,12 +34,27 @@ from .values import (
     arith_targets,
 )
 
-MAX_STEPS = 1_000_000  # commands run in all (function calls can fan out)
+MAX_STEPS = 300_000  # commands run in all (function calls can fan out)
+MAX_WORDS = 50_000  # words of text parsed in one read (real launch scripts: a few thousand)
+MAX_HELD = 48 << 20  # characters (and 64 per word) the variables may hold in all
+MAX_RECORDS = 1000  # notes and unknowns kept
+MAX_KEPT = 8  # launches whose words are kept (the last one found is the one read)
+MAX_EXPANDED = 2_000_000  # words of the commands run, in all
+_WORD = re.compile(rb"\S+")
 MAX_FILE = 50 << 20  # bytes; bigger files are refused before they are read
 MAX_LOOP_STEPS = 10_000  # iterations stepped through in one outermost loop, nested ones too
 MAX_LOOP_COMMANDS = 100_000  # commands run while stepping through one outermost loop
 MAX_READ_LOOP_STEPS = 100_000  # iterations stepped through in one read, all loops together
 _STEP, _UNSTEPPED, _BARRIER = "step", "unstepped", None  # frames of `Reader.loops`
+
+
+class _Capped(list):
+    """A list that keeps its first MAX_RECORDS entries (a script that makes a million
+    unknowns reports the first thousand, in bounded memory)."""
+
+    def append(self, item):
+        if len(self) < MAX_RECORDS:
+            super().append(item)
 
 
 class _Jump(Exception):
@@ -83,10 +98,13 @@ class Reader(Expander, Provenance):
         self.cache: dict[str, list] = {}
         self.stack: list[tuple[str, str]] = []  # (abs, display) of the files being run
         self.launches: list[launches.Launch] = []
-        self.notes: list[Note] = []
-        self.unresolved: list[Unresolved] = []
+        self.notes: list[Note] = _Capped()
+        self.unresolved: list[Unresolved] = _Capped()
         self.calls = 0
         self.steps = 0
+        self.words = 0  # words parsed (count_words)
+        self.expanded = 0  # words of the commands run
+        self.held = 0  # what the variables hold (hold)
         self.sources: dict[tuple[str, int], Source] = {}
         self.missing: list[str] = []  # sourced files that were not found
         self.why_unknown = ""
@@ -140,13 +158,31 @@ class Reader(Expander, Provenance):
         if b"\0" in data:
             raise ScriptReadError(f"{disp}:1: not a text file (it contains NUL bytes). "
                                   "Fix: pass the bash launch script.")
+        self.count_words(data, disp)
         text = data.decode("utf-8", "surrogateescape")
         self.newlines[abs_path] = [m.start() for m in re.finditer("\n", text)]
-        body = self.parse(data, disp)
+        body = self.parse(data, disp, counted=True)
         self.cache[abs_path] = body
         return body
 
-    def parse(self, data: bytes, disp: str, located: bool = True, line: int = 1) -> list:
+    def count_words(self, data: bytes, disp: str):
+        """All the text a read parses (files, sourced files, eval strings, written files)
+        holds at most MAX_WORDS words: memory and time stay bounded on any input."""
+        left = MAX_WORDS - self.words
+        n = 0
+        for _ in _WORD.finditer(data):
+            n += 1
+            if n > left:
+                raise ScriptReadError(
+                    f"{disp}:0: the script (with the files it sources and the text it runs) "
+                    f"has more than {MAX_WORDS} words, more than a launch script is read "
+                    "for. Fix: pass the bash launch script itself, or cut it down.")
+        self.words += n
+
+    def parse(self, data: bytes, disp: str, located: bool = True, line: int = 1,
+              counted: bool = False) -> list:
+        if not counted:
+            self.count_words(data, disp)
         try:
             body, notes = syntax.parse(data, located, line)
         except syntax.ShellSyntaxError as e:
@@ -592,6 +628,7 @@ class Reader(Expander, Provenance):
                 if cond:
                     items = [Field(f.value, f.src, f.unk, f.text, f.extra, f.cond or cond, f.span)
                              for f in items]
+                self.hold(0, None, items)
                 if old is not None and old.array:
                     old.items.extend(items)  # in place: n appends cost O(n), not O(n^2)
                     items = old.items
@@ -612,6 +649,7 @@ class Reader(Expander, Provenance):
                                                             "words; not followed"),
                                              a.text, True)], True)
             else:
+                self.hold(0, self.sh.vars.get(name), items)
                 self.sh.vars[name] = Var(items, True)
             return
         got = self.join(a.value)
@@ -674,8 +712,10 @@ class Reader(Expander, Provenance):
             why = cond.why if cond else "an element is only known at run time"
             self.sh.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
         elif assoc:
+            self.hold(0, self.sh.vars.get(name), list(got.values()))
             self.sh.vars[name] = Var(list(got.values()), True, [str(k) for k in got])
         else:
+            self.hold(0, self.sh.vars.get(name), list(got.values()))
             self.sh.vars[name] = Var([got[k] for k in sorted(got)], True)
 
     def set(self, name: str, value: str | None, unk: Unk | None, src: Source,
@@ -696,7 +736,23 @@ class Reader(Expander, Provenance):
             self.sh.vars[name] = Var([Field(v, Source("<env>", 0), text=f"--env {name}={v}")],
                                      False)
             return
+        self.hold(len(value) if value is not None and not unk else 0, old)
         self.sh.vars[name] = Var([Field(None if unk else value, src, unk, text)], False)
+
+    def hold(self, size: int, old: Var | None = None, items: list[Field] | None = None):
+        """Count what a variable now holds (a string's characters; 64 per array word and
+        their characters), less what `old` held: past MAX_HELD the read stops (exit 2)."""
+        if items is not None:
+            size += 64 * len(items) + sum(len(f.value) for f in items if f.value)
+        if old is not None and old.items:
+            f = old.items[0]
+            size -= 64 * len(old.items) if old.array else len(f.value) if f.value else 0
+        self.held += size
+        if self.held > MAX_HELD:
+            raise ScriptReadError(
+                f"{self.src(self.stmt_line)}: the script's variables grow past "
+                f"{MAX_HELD >> 20} M characters, more than a launch script is read for. "
+                "Fix: pass the bash launch script itself, or cut it down.")
 
     def simple(self, n: syntax.Simple, cond: Unk | None):
         words = n.words
@@ -719,6 +775,13 @@ class Reader(Expander, Provenance):
         fields: list[Field] = []
         for w in words:
             fields.extend(self.expand(w))
+            if len(fields) > MAX_ITEMS or self.expanded + len(fields) > MAX_EXPANDED:
+                what = f"a command of more than {MAX_ITEMS} words" if len(fields) > \
+                    MAX_ITEMS else f"its commands have more than {MAX_EXPANDED} words in all"
+                raise ScriptReadError(
+                    f"{self.src(n.line)}: {what}, more than a launch script is read for. "
+                    "Fix: pass the bash launch script itself, or cut it down.")
+        self.expanded += len(fields)
         if fields and fields[0].value not in self.sh.funcs:  # a call's words are used inside it
             here = self.src(n.line)
             for f in fields:
@@ -848,6 +911,9 @@ class Reader(Expander, Provenance):
         got = launches.find(fields, self.src(n.line), cond)
         if got:
             self.launches.append(got._replace(site=self.site(fields, got, n)))
+            if len(self.launches) > MAX_KEPT:  # the last one is read: older words dropped
+                k = len(self.launches) - MAX_KEPT - 1
+                self.launches[k] = self.launches[k]._replace(argv=None, site=None)
         elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
                 [f.value for f in fields]):
             self.heredoc_script(n.stdin, cond)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import NoTrainingLaunch
-from .interpret import Reader
+from .interpret import MAX_KEPT, Reader
 from .launch import argv_of
 from .model import FlagValue, Note, ScriptRead, ScriptReadError, Source
 
@@ -70,6 +70,10 @@ def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
                           f"python ... train.py') was found{found}",
                           "check that the launch command is not inside a function that is "
                           "never called", Source(str(path), 1)))
+    elif launch.argv is None:  # its words were dropped (MAX_KEPT) in a loop undone
+        raise ScriptReadError(f"{launch.src}: the launch read is one of more than "
+                              f"{MAX_KEPT} launch commands run in a loop; its words were not kept. "
+                              "Fix: launch once, after the loop.")
     else:
         argv = argv_of(launch.argv, unresolved, r.span, gaps)
         if len(pool) > 1:
