@@ -140,6 +140,8 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     unknown = {u["flag"] for u in unresolved if u["flag"]}
     facts, why = unknown_facts(found)
     skip_unknown(v, unknown, facts)
+    if found.gaps and _sizes_after(found, max(found.gaps)) is False:
+        v.summary = None  # words known only at run time may set a size: none is printed
     notes = [_note(n) for n in found.notes]
     v.errors = [p for p in notes if p.severity == "error"] + v.errors
     v.warnings = [p for p in notes if p.severity == "warning"] + v.warnings
@@ -157,6 +159,13 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def _sizes_after(found: ScriptRead, gap: int) -> bool:
+    """Whether every flag of the summary is given, known, after argv position `gap` (an
+    unresolved word list that may hold any flag: the last occurrence wins)."""
+    given = {field_of(fv.flag) for fv in found.argv[gap:] if fv.value is not None}
+    return set(summary_fields()) <= given
 
 
 def env_unresolved(environ, yaml: str) -> list[dict]:

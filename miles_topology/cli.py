@@ -174,7 +174,7 @@ def cmd_show(args, flags) -> int:
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
     code = exit_code(verdicts)
     for v in verdicts:
-        if v.topology is None:
+        if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, sys.stdout)
             continue
         if args.svg:

@@ -93,7 +93,8 @@ def _problems(v: Verdict):
 def _text(verdicts: list[Verdict], out: IO[str]) -> None:
     for v in verdicts:
         text_one(v, out)
-    if len(verdicts) == 1 and verdicts[0].topology is not None and verdicts[0].extra:
+    if len(verdicts) == 1 and verdicts[0].topology is not None and verdicts[0].extra and \
+            verdicts[0].summary is not None:  # no map of sizes that depend on unknowns
         from .show import text_map
 
         print("\n" + text_map(verdicts[0].topology), file=out)

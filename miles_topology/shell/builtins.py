@@ -363,7 +363,12 @@ def _split(text: str, ifs: str) -> list[str]:
     return out
 
 
+def nothing(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+    """``:``, ``true``, ``false``: no effect beyond their status (read by `status`)."""
+
+
 BUILTINS = {
+    ":": nothing, "true": nothing, "false": nothing,
     "source": source, ".": source, "set": set_, "unset": unset, "cd": cd, "printf": printf_v,
     "shift": shift, "read": read, "mapfile": read, "readarray": read, "break": jump,
     "continue": jump, "eval": eval_, "getopts": getopts,

@@ -769,26 +769,28 @@ class Reader(Expander, Provenance):
             for a in n.assigns:
                 self.assign(a, cond)
             self.export(n, head)
+        sh = self.sh
+        file = self.stack[-1][1]
         if not words:
-            self.sh.prev_end[self.file] = n.end
+            sh.prev_end[file] = n.end
             return
         fields: list[Field] = []
         for w in words:
             fields.extend(self.expand(w))
-            if len(fields) > MAX_ITEMS or self.expanded + len(fields) > MAX_EXPANDED:
-                what = f"a command of more than {MAX_ITEMS} words" if len(fields) > \
-                    MAX_ITEMS else f"its commands have more than {MAX_EXPANDED} words in all"
-                raise ScriptReadError(
-                    f"{self.src(n.line)}: {what}, more than a launch script is read for. "
-                    "Fix: pass the bash launch script itself, or cut it down.")
+            if len(fields) > MAX_ITEMS:
+                self.too_many(n, f"a command of more than {MAX_ITEMS} words")
         self.expanded += len(fields)
-        if fields and fields[0].value not in self.sh.funcs:  # a call's words are used inside it
-            here = self.src(n.line)
+        if self.expanded > MAX_EXPANDED:
+            self.too_many(n, f"its commands have more than {MAX_EXPANDED} words in all")
+        funcs = sh.funcs
+        if fields and fields[0].value not in funcs:  # a call's words are used inside it
+            here = None
             for f in fields:
                 if f.span is not None:
+                    here = here or self.src(n.line)
                     self.uses.setdefault(f.span[:3], set()).add(here)
-        prev = self.sh.prev_end.get(self.file)
-        self.sh.prev_end[self.file] = n.end
+        prev = sh.prev_end.get(file)
+        sh.prev_end[file] = n.end
         if not fields:
             return
         first = fields[0]
@@ -802,7 +804,7 @@ class Reader(Expander, Provenance):
             return
         if n.stdout is not None:
             self.write(fields, n, cond)
-        if name in self.sh.funcs:  # bash: functions before built-ins
+        if name in funcs:  # bash: functions before built-ins
             if self.calls < MAX_CALL_DEPTH:
                 self.call(name, fields, n, cond)
             else:
@@ -811,6 +813,10 @@ class Reader(Expander, Provenance):
         handler = BUILTINS.get(name)
         if handler is None or handler(self, fields, n, cond) is False:
             self.command(fields, n, cond)
+
+    def too_many(self, n: syntax.Simple, what: str):
+        raise ScriptReadError(f"{self.src(n.line)}: {what}, more than a launch script is read "
+                              "for. Fix: pass the bash launch script itself, or cut it down.")
 
     def declare(self, n: syntax.Simple, head: str):
         """``local``/``declare``/``typeset``: in a function the names are its own (unless

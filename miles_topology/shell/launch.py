@@ -230,8 +230,8 @@ def argv_of(fields: list, unresolved: list[Unresolved], span=lambda t: None,
     while i < n:
         f = fields[i]
         i += 1
-        if f.unk is not None and f.extra and gaps is not None:
-            gaps.append(len(out))
+        if f.unk is not None and gaps is not None and (f.extra or f.cond is None):
+            gaps.append(len(out))  # unknown words not a flag's value: they may hold any flag
         if f.cond is not None:
             flag = f.value.partition("=")[0] if _is_flag(f) else None
             text = [f.value or f.text]
@@ -255,8 +255,9 @@ def argv_of(fields: list, unresolved: list[Unresolved], span=lambda t: None,
                                  joined=True))
             continue
         vals: list[Field] = []
+        switch = known(flag) and is_switch(flag)  # an unknown word after it is not its value
         while i < n and not _is_flag(fields[i]) and not fields[i].extra \
-                and fields[i].cond is None:
+                and fields[i].cond is None and not (switch and fields[i].unk is not None):
             vals.append(fields[i])
             i += 1
         if not vals and i < n and fields[i].extra and known(flag) and not is_switch(flag):
