@@ -169,14 +169,19 @@ class Reader(Expander, Provenance):
         """All the text a read parses (files, sourced files, eval strings, written files)
         holds at most MAX_WORDS words: memory and time stay bounded on any input."""
         left = MAX_WORDS - self.words
-        n = 0
-        for _ in _WORD.finditer(data):
-            n += 1
-            if n > left:
-                raise ScriptReadError(
-                    f"{disp}:0: the script (with the files it sources and the text it runs) "
-                    f"has more than {MAX_WORDS} words, more than a launch script is read "
-                    "for. Fix: pass the bash launch script itself, or cut it down.")
+        if len(data) <= 1 << 20:
+            n = len(data.split())  # at C speed
+        else:  # counted without a list of them
+            n = 0
+            for _ in _WORD.finditer(data):
+                n += 1
+                if n > left:
+                    break
+        if n > left:
+            raise ScriptReadError(
+                f"{disp}:0: the script (with the files it sources and the text it runs) "
+                f"has more than {MAX_WORDS} words, more than a launch script is read "
+                "for. Fix: pass the bash launch script itself, or cut it down.")
         self.words += n
 
     def parse(self, data: bytes, disp: str, located: bool = True, line: int = 1,
