@@ -782,3 +782,12 @@ def test_an_associative_array_keeps_its_keys_across_a_saved_state(tmp_path, betw
     read = read_text(tmp_path, f"declare -A TP=([small]=2 [big]=8)\n{between}\n"
                      "python3 train.py --tensor-model-parallel-size ${TP[big]}\n")
     assert final(read) == {"--tensor-model-parallel-size": "8"}
+
+
+def test_past_the_call_depth_cap_what_may_be_set_is_unknown(tmp_path):
+    # bash: TP 40 (40 calls deep); the reader follows 32 calls, so TP is not known (not 32)
+    read = read_text(tmp_path, 'TP=0\ngrow() { TP=$((TP + 1)); if [ "$TP" -lt 40 ]; then '
+                     'grow; fi; }\ngrow\nE=0\nf() { eval "E=$1"; [ "$1" -lt 40 ] && f '
+                     '$(($1 + 1)); }\nf 1\npython3 train.py --tp $TP --e $E --x 1\n')
+    assert final(read) == {"--tp": None, "--e": None, "--x": "1"}
+    assert "more than 32 calls deep" in read.unresolved[0].why

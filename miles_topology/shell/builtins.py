@@ -231,12 +231,14 @@ def read(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
 def eval_(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
     """``eval "A=(...)"``: a known string is parsed and run here; its words are not the
     file's text, so they carry no span."""
-    if any(f.unk for f in fields[1:]) or r.calls >= MAX_CALL_DEPTH:
+    if any(f.unk for f in fields[1:]):
         return
     code = " ".join(f.value for f in fields[1:])
     if not code.strip():
         return
     body = r.parse(code.encode("utf-8", "surrogateescape"), r.file, False, n.line)
+    if r.calls >= MAX_CALL_DEPTH:  # not followed: what it may set is unknown from here on
+        return r.too_deep("eval", n, body)
     r.calls += 1
     try:
         r.run(body, cond)

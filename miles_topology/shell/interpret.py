@@ -885,13 +885,14 @@ class Reader(Expander, Provenance):
             self.where.pop()
             self.loops.pop()
 
-    def too_deep(self, name: str, n: syntax.Simple):
-        """A call past the depth cap is not followed: what it (and the functions it calls)
-        may set is unknown from here on."""
+    def too_deep(self, name: str, n: syntax.Simple, body: list | None = None):
+        """A call (or an eval's `body`) past the depth cap is not followed: what it (and the
+        functions it calls) may set is unknown from here on."""
         src = self.src(n.line)
         why = f"it may be set by '{name}' called at {src} more than {MAX_CALL_DEPTH} calls " \
               "deep, which is not followed"
-        for var in sorted(_sets(name, self.sh.funcs)):
+        for var in sorted(_sets(self.sh.funcs[name] if body is None else body,
+                                self.sh.funcs)):
             self.sh.inherited.discard(var)
             old = self.sh.vars.get(var)
             array = old is not None and old.array
@@ -967,11 +968,11 @@ class Reader(Expander, Provenance):
             self.src(n.line)))
 
 
-def _sets(name: str, funcs: dict[str, list]) -> set[str]:
-    """The variables a function may assign, the functions it calls included (read from
+def _sets(body: list, funcs: dict[str, list]) -> set[str]:
+    """The variables commands may assign, the functions they call included (read from
     their text, not run)."""
     out: set[str] = set()
-    seen, todo = {name}, list(funcs[name])
+    seen, todo = set(), list(body)
     while todo:
         node = todo.pop()
         t = type(node)
