@@ -874,7 +874,11 @@ class Reader(Expander, Provenance):
                                    "being read; the nested read is skipped",
                                    "source each model file once", where))
             return
-        body = self.parse(text.encode("utf-8", "surrogateescape"), key, False)
+        try:
+            body = self.parse(text.encode("utf-8", "surrogateescape"), key, False)
+        except ScriptReadError as e:
+            raise ScriptReadError(f"{where}: the file it sources, which the script writes, "
+                                  f"is not valid bash: {e}") from None
         self.stack.append((key, key))
         self.where.append(self.where[-1])
         self.loops.append(_BARRIER)
