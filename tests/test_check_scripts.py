@@ -240,6 +240,7 @@ IDIOM_RUNS = {
     "pipeline-count.sh": ([], set()),
     "depth-cap.sh": ([], {"--tensor-model-parallel-size"}),
     "crlf.sh": ([], set()),
+    "pipe-test.sh": ([], set()),
 }
 _STAND_IN = """#!/bin/bash
 # stand-in for {name}: a training launch prints its argv (one JSON line), anything else runs

@@ -615,6 +615,7 @@ class Expander:
             names = " | ".join(a[0] for a in argvs if a)
             return self.unknown(at, f"'{names}' is not a text filter modelled here; its "
                                     "output is only known when the script runs")
+        self.filter_status = ran.status
         return Field(ran.stdout, self.src(at.line), text=at.text)
 
     def path_of(self, word) -> str | None:

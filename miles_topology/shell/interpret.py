@@ -109,6 +109,7 @@ class Reader(Expander, Provenance):
         self.missing: list[str] = []  # sourced files that were not found
         self.why_unknown = ""
         self.helpers: dict[tuple, object] = {}  # Python helpers run, by argv, env and cwd
+        self.filter_status = 0  # exit status of the last text pipeline evaluated
         self.pid_token = False  # $$ reads as itself (while naming a file the script writes)
         # for rewriting: the text of each file, where each word came from
         self.text: str | None = None  # the main script's text, when given instead of its file
@@ -551,7 +552,15 @@ class Reader(Expander, Provenance):
             return None
         node = nodes[0]
         if type(node) is syntax.Pipe:
-            got = self._status(node.cmds[-1:], cond)
+            if len(node.cmds) > 1 and all(type(c) is syntax.Simple and c.words and
+                                          c.words[0].literal() in FILTERS for c in node.cmds):
+                # `echo "$M" | grep -q moe` over known text: the status of the last filter
+                out = self.filtered(node.cmds, node.cmds[0].words[0])
+                got = None if out.unk else self.filter_status == 0
+                if out.unk:
+                    self.why_unknown = f" ({out.unk.why})"
+            else:
+                got = self._status(node.cmds[-1:], cond)
             return None if got is None else (not got if node.neg else got)
         if type(node) is syntax.AndOr:
             got = self._status([node.items[0][1]], cond)

@@ -435,6 +435,9 @@ class _Conv:
 
     def s_pipeline(self, n):
         cmds = self.stmts(n.children)
+        if len(cmds) > 1 and type(cmds[0]) is Pipe and cmds[0].neg and len(cmds[0].cmds) == 1:
+            # tree-sitter reads `! a | b` as (! a) | b; bash negates the whole pipeline
+            return Pipe(cmds[0].cmds + cmds[1:], neg=True)
         return cmds[0] if len(cmds) == 1 else Pipe(cmds)
 
     def s_negated_command(self, n):
