@@ -146,3 +146,16 @@ def test_script_reader_memory_is_bounded(name, tmp_path):
     if rc == 2:  # the same clear message: one line with a fix, no traceback
         lines = err.read_text().strip().splitlines()
         assert len(lines) == 1 and "Fix:" in lines[0] and "Traceback" not in lines[0]
+
+
+def test_script_reader_time_is_linear_in_words(tmp_path):
+    from miles_topology.shell import read_script
+
+    def cost(n: int) -> float:
+        path = tmp_path / f"run{n}.sh"
+        path.write_text("python3 train.py " + " ".join(f"--f{i} {i}" for i in range(n)) + "\n")
+        start = time.perf_counter()
+        assert len(read_script(path).argv) == n
+        return time.perf_counter() - start
+    small, big = cost(2_000), cost(20_000)
+    assert big < 25 * small  # 10x the words; quadratic would be ~100x

@@ -791,3 +791,5 @@ def test_past_the_call_depth_cap_what_may_be_set_is_unknown(tmp_path):
                      '$(($1 + 1)); }\nf 1\npython3 train.py --tp $TP --e $E --x 1\n')
     assert final(read) == {"--tp": None, "--e": None, "--x": "1"}
     assert "more than 32 calls deep" in read.unresolved[0].why
+    read = read_text(tmp_path, "TP=1\nf(){ TP=$((TP+1)); f; }\nf\npython3 train.py --tp $TP\n")
+    assert final(read) == {"--tp": None}  # the form: not 32
