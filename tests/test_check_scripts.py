@@ -376,3 +376,13 @@ def test_no_sizes_printed_that_depend_on_an_unresolved_value(tmp_path, capsys):
                      "--actor-num-gpus-per-node 8 --colocate $EXTRA\n")
     v = check_script(str(extra), {})
     assert v.summary is None and v.extra["values"]["--colocate"]["value"] == ""
+
+
+def test_a_helper_that_probes_the_machine_is_not_run(tmp_path):
+    # run here it would count this machine's GPUs (0), not the cluster's: unresolved
+    script = tmp_path / "run.sh"
+    script.write_text('NUM_GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")\n'
+                      "python3 train.py --actor-num-gpus-per-node $NUM_GPUS --colocate\n")
+    v = check_script(str(script), {})
+    assert v.extra["values"]["--actor-num-gpus-per-node"]["value"] is None
+    assert "probes the machine" in v.extra["unresolved"][0]["why"]

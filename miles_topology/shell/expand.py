@@ -642,6 +642,10 @@ class Expander:
         argv = [f.value for f in args[1:]]
         env = self.exports()
         cwd = self.sh.cwd or os.path.dirname(self.main_abs)
+        probe = _probe(argv, cwd)
+        if probe:  # run here it would answer for this machine, not the cluster's
+            return self.unknown(sub, f"the helper probes the machine it runs on ('{probe}'); "
+                                     "what it prints there is only known when the script runs")
         key = (tuple(argv), tuple(sorted(env.items())), cwd)
         got = self.helpers.get(key)
         if got is None:
@@ -678,6 +682,31 @@ class Expander:
         if not path.startswith("/") and self.sh.cwd:
             path = os.path.join(self.sh.cwd, path)
         return os.path.normpath(path)
+
+
+_PROBES = re.compile(r"\b(torch|cuda|nvidia[-_]smi|pynvml|GPUtil|psutil|subprocess|popen|"
+                     r"gethostname|cpu_count|platform|socket|os\.system|sched_getaffinity)\b")
+
+
+def _probe(argv: list[str], cwd: str) -> str | None:
+    """What in a helper's code (``-c CODE``, or the FILE itself) asks the machine about its
+    GPUs, CPUs or name; None when it asks nothing (its imports are not read)."""
+    words = [a for a in argv if not (a.startswith("-") and a not in ("-c", "-m"))]
+    if words[:1] == ["-c"] and len(words) > 1:
+        text = words[1]
+    elif words[:1] == ["-m"]:
+        text = words[1] if len(words) > 1 else ""
+    elif words:
+        path = words[0] if os.path.isabs(words[0]) else os.path.join(cwd, words[0])
+        try:
+            with open(path, "rb") as f:
+                text = f.read(1 << 20).decode("utf-8", "replace")
+        except OSError:
+            return None  # not there: run_program says so
+    else:
+        return None
+    m = _PROBES.search(text)
+    return m.group() if m else None
 
 
 def _python(node) -> bool:
