@@ -45,8 +45,9 @@ class Expander:
     def expand(self, word, cond: Unk | None = None) -> list[Field]:
         """A word as the fields bash would pass (word splitting, "${A[@]}", no globbing)."""
         parts = word.parts
-        if "{" in word.text and any(type(p) is Lit and not p.quoted and "{" in p.text
-                                    for p in parts):
+        t = word.text
+        if "{" in t and ("," in t or ".." in t) and any(
+                type(p) is Lit and not p.quoted and "{" in p.text for p in parts):
             got = self.braces(word, cond)
             if got is not None:
                 return got

@@ -255,9 +255,9 @@ def argv_of(fields: list, unresolved: list[Unresolved], span=lambda t: None,
                                  joined=True))
             continue
         vals: list[Field] = []
-        switch = known(flag) and is_switch(flag)  # an unknown word after it is not its value
         while i < n and not _is_flag(fields[i]) and not fields[i].extra \
-                and fields[i].cond is None and not (switch and fields[i].unk is not None):
+                and fields[i].cond is None and not (  # an unknown word after a switch
+                    fields[i].unk is not None and known(flag) and is_switch(flag)):
             vals.append(fields[i])
             i += 1
         if not vals and i < n and fields[i].extra and known(flag) and not is_switch(flag):

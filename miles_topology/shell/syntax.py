@@ -272,7 +272,8 @@ class _Conv:
         return b - (self.extra[k - 1] if k else 0)
 
     def text(self, n) -> str:
-        return self.gap(n.start_byte, n.end_byte)
+        got = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+        return got.replace(_CR, "\r") if self.crlf else got
 
     def gap(self, a: int, b: int) -> str:
         got = self.data[a:b].decode("utf-8", "replace")
@@ -676,7 +677,9 @@ class _Conv:
         t = n.type
         line = n.start_point[0] + self.base
         if t == "word" or t == "number":
-            text = self.gap(n.start_byte, n.end_byte)
+            text = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+            if self.crlf:
+                text = text.replace(_CR, "\r")
             out.append(Lit(_unescape(text) if "\\" in text else text, quoted, line))
         elif t == "string" or t == "translated_string":
             kids = [c for c in n.children if c.type not in ('"', '$"')]
