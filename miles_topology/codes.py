@@ -7,6 +7,8 @@ here. Codes are stable kebab-case strings: add rows, never rename one.
 
 from __future__ import annotations
 
+from functools import cache
+
 # code -> (kind, when). kind: error (the real stack refuses, crashes, hangs or trains wrongly),
 # warning (it silently changes or drops something), note (the script reader: bash runs
 # something other than what the script appears to say), skipped (a fact the rule needs is
@@ -46,7 +48,9 @@ CODES: dict[str, tuple[str, str]] = {
     "etp-implied": ("warning", "expert TP not given and tp > 1, so Megatron uses etp = tp"),
     "colocate-ignores-rollout-gpus": ("warning", "`--rollout-num-gpus` given with `--colocate`"),
     "tp-group-crosses-nodes": ("warning", "a TP (or ETP) group spans more than one node"),
-    "deprecated-flag": ("warning", "a renamed flag was used; the message names the new one"),
+    "deprecated-flag": (
+        "warning", "a renamed flag was used, or one upstream deprecates (SGLang renamed or "
+        "ignores it); the message names the new one"),
     # added since
     "invalid-flag-value": (
         "error", "a flag's value is not a whole number (`None`), or is missing"),
@@ -76,8 +80,9 @@ CODES: dict[str, tuple[str, str]] = {
         "in `--format github`/`sarif` and batch output"),
     # flags of miles HEAD and where upstream silently changes something (issue 10)
     "unknown-flag": (
-        "warning", "an unknown flag within edit distance 2 of a layout flag, or a short alias "
-        "such as `-tp`: the message says which flag was meant"),
+        "error", "a flag miles' train.py does not define (miles, Megatron-LM, SGLang as "
+        "`--sglang-*`: miles_topology/surface.json), or a short alias such as `-tp`: its "
+        "parser exits at start-up; the message names the closest flag of the surface"),
     "flag-given-twice": (
         "warning", "one flag given twice with different values on a command line; miles' "
         "parser keeps the last"),
@@ -155,6 +160,47 @@ CODES: dict[str, tuple[str, str]] = {
 
 KINDS = ("error", "warning", "note", "skipped")  # skipped: a needed fact is unknown
 
+# Where each code's page is: a row of docs/problem-codes.md, anchored by its code. The
+# package's "Documentation" project URL (pyproject [project.urls]) when it has one, else a
+# reference relative to the repository root; SARIF helpUri carries it.
+PAGES = "docs/problem-codes.md"
+
+
+@cache
+def _pages() -> str:
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        urls = metadata("miles-topology").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "documentation":
+            return url.strip()
+    return PAGES
+
+
+def page_uri(code: str) -> str:
+    return f"{_pages()}#{code}"
+
+
+def page(code: str) -> str:
+    """What `miles-topology rule CODE` prints: the code's kind, when it is reported, and
+    how to turn it off."""
+    kind, when = CODES[code]
+    exits = {"error": "fails the check (exit 1)", "skipped": "is reported as skipped"}.get(
+        kind, "is reported; the check still passes")
+    return "\n".join([
+        f"{code} ({kind})", "", f"Reported when: {when}.", f"A report of it {exits}.", "",
+        "Turn it off:",
+        f"  on one line       # miles-topology: disable={code}   (on the line or the line "
+        "before)",
+        f"  in one file       # miles-topology: disable-file={code}",
+        f"  in a run          miles-topology check --ignore {code} ...",
+        f"  in a project      [tool.miles-topology] ignore = [\"{code}\"]  (pyproject.toml)",
+        "", f"Page: {page_uri(code)}", ""])
+
 
 def markdown() -> str:
     """The text of docs/problem-codes.md."""
@@ -172,7 +218,7 @@ def markdown() -> str:
         "|---|---|---|",
     ]
     for code, (kind, when) in CODES.items():
-        lines.append(f"| `{code}` | {kind} | {when.replace('|', '/')} |")
+        lines.append(f'| `{code}` | {kind} | {when.replace("|", "/")} <a id="{code}"></a> |')
     return "\n".join(lines) + "\n"
 
 

@@ -171,7 +171,7 @@ def key_lines(path: str | Path) -> dict[str, int]:
         return {}
     out: dict[str, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
-        m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\s*:", line)
+        m = re.match(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:", line)  # a flag-like key too
         if m:
             out.setdefault(m.group(1), n)
     return out

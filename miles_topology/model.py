@@ -277,12 +277,16 @@ class Topology(BaseModel):
         return from_flags(argv)
 
     @classmethod
-    def from_namespace(cls, args: Any) -> Topology:
+    def from_namespace(cls, args: Any, log: Any = None) -> Topology:
         """The Topology of miles' parsed arguments (after its own validation rewrote them):
-        one line in miles' argument parsing validates the real job (namespace.py)."""
+        one line in miles' argument parsing validates the real job (namespace.py). `log`,
+        e.g. `logger.warning`, gets each warning's text."""
         from .namespace import fields_from
 
-        return cls(**fields_from(args))
+        topo = cls(**fields_from(args))
+        for w in topo.warnings if log is not None else ():
+            log(str(w))
+        return topo
 
     @classmethod
     def from_yaml(cls, path: str, overrides: list[str] | None = None) -> Topology:
@@ -593,8 +597,13 @@ def _as_topology_error(e: ValidationError) -> TopologyError:
         flag = flag_of(name)
         shown = err.get("input")
         if err["type"] == "extra_forbidden":
+            from .flags import near_field
+
+            near = near_field(name, Topology.model_fields)
             problems.append(Problem(
-                "unknown-field", f"{name} is not a topology field.",
+                "unknown-field", f"{name} is not a topology field" +
+                (f"; did you mean {near}?" if near else "."),
+                f"write {near}" if near else
                 f"remove {name}; valid fields: {', '.join(Topology.model_fields)}", (name,)))
         else:
             problems.append(Problem(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +20,14 @@ class FlagRead:
     parsed: Parsed  # which token set each field (`Parsed.origin`)
 
 
-def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None) -> FlagRead:
+def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
+               own: Collection[str] = ()) -> FlagRead:
     """Topology flags -> Topology (all problems in one TopologyError); others pass through.
 
-    `env`, when given, resolves `${oc.env:...}` in a `--topology` YAML (see config.py).
+    `env`, when given, resolves `${oc.env:...}` in a `--topology` YAML (see config.py);
+    `own`: flags outside miles' surface that the caller reads itself (a launcher's).
     """
-    parsed = parse_flags(argv)
+    parsed = parse_flags(argv, own)
     yaml_path = parsed.topology
     fields = dict(parsed.fields)
     errors, warnings = list(parsed.errors), list(parsed.warnings)

@@ -113,12 +113,13 @@ SCRIPTS = {
     "command-just-under-the-bound": (lambda p: p.write_text(
         "python3 train.py --colocate " + " ".join(f"w{i}" for i in range(45_000)) + "\n"), 0),
     "brace-sequences-held": (lambda p: p.write_text("".join(
-        f"A{i}=({{1..100000}})\n" for i in range(2000)) + "python3 train.py --x 1\n"), 2),
+        f"A{i}=({{1..100000}})\n" for i in range(2000)) +
+        "python3 train.py --actor-num-nodes 1 --colocate\n"), 2),
     "big-array-launched-in-a-loop": (lambda p: p.write_text(
         'A=({1..100000})\nfor i in {1..10000}; do python3 train.py "${A[@]}"; done\n'), 2),
     "megabyte-values-by-eval": (lambda p: p.write_text(
         'X=$(printf "%01000000d" 0)\nfor i in {1..5000}; do eval "V$i=\\"\\$X\\""; done\n'
-        "python3 train.py --x 1\n"), None),
+        "python3 train.py --actor-num-nodes 1 --colocate\n"), None),
 }
 
 

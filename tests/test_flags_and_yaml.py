@@ -273,25 +273,40 @@ def test_the_topology_option_is_parsed_only_in_flags_py():
     assert found == ["miles_topology/flags.py"]
 
 
-def test_typo_suggestion_is_bounded_and_cached(monkeypatch):
-    """An unknown flag is compared in full only with flags that could be 2 edits away, and a
-    spelling seen before is not compared again (a check repeats its unknown flags)."""
+def test_unknown_flag_is_an_error_with_did_you_mean_and_cached(monkeypatch):
+    """miles' parser refuses a flag it does not define; the suggestion comes from difflib
+    over the whole surface, once per spelling (a check repeats its unknown flags)."""
+    import difflib
+
     from miles_topology import flags
 
     calls = []
-    real = flags._distance
-    monkeypatch.setattr(flags, "_distance", lambda a, b: calls.append(b) or real(a, b))
-    getattr(flags.suggest, "cache_clear", lambda: None)()  # a fresh cache
-    argv = ["--colocate", "--model-opt-17", "3", "--tensor-model-paralel-size", "2",
-            "--opt-12-7", "5"]
+    real = difflib.get_close_matches
+    monkeypatch.setattr(difflib, "get_close_matches",
+                        lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    flags.suggest.cache_clear()
+    argv = ["--colocate", "--sglang-mem-fraction-statik", "0.7",
+            "--tensor-model-paralel-size", "2", "--opt-12-7", "5", "--lr", "1e-6"]
     first = flags.parse_flags(argv)
-    assert [w.code for w in first.warnings] == ["unknown-flag"]
-    assert "did you mean --tensor-model-parallel-size?" in first.warnings[0].message
-    assert 0 < len(calls) <= 8 < len(flags.table()) // 4  # only near candidates
-    calls.clear()
+    assert [p.code for p in first.errors] == ["unknown-flag"] * 3 and first.warnings == []
+    got = [p.message for p in first.errors]
+    assert "did you mean --sglang-mem-fraction-static?" in got[0]  # an SGLang flag
+    assert "did you mean --tensor-model-parallel-size?" in got[1]
+    assert "did you mean" not in got[2]  # nothing close: no guess
+    assert all(p.severity == "error" for p in first.errors)
+    assert len(calls) == 3
     again = flags.parse_flags(argv)
-    assert [w.message for w in again.warnings] == [w.message for w in first.warnings]
-    assert calls == []
+    assert [p.message for p in again.errors] == got and len(calls) == 3
+
+
+def test_deprecated_upstream_spellings_warn_and_pass():
+    from miles_topology.flags import parse_flags
+
+    got = parse_flags(["--sglang-cuda-graph-bs", "4", "--sglang-prefill-round-robin-balance"])
+    assert got.errors == []
+    assert [p.code for p in got.warnings] == ["deprecated-flag"] * 2
+    assert "now reads --sglang-cuda-graph-bs-decode" in got.warnings[0].message
+    assert "has no effect" in got.warnings[1].message
 
 
 def test_repeat_and_typo_point_at_the_token_that_wrote_them():
@@ -301,6 +316,25 @@ def test_repeat_and_typo_point_at_the_token_that_wrote_them():
     words = [("--lr", 3), ("1e-6", 3), ("--tensor-model-paralel-size", 4), ("2", 4),
              ("--lr", 9), ("2e-6", 9), ("--colocate", 9)]
     got = parse_flags([Token(t, Source("run.sh", line)) for t, line in words])
-    where = {p.code: str(p.location) for p in got.warnings}
+    where = {p.code: str(p.location) for p in got.warnings + got.errors}
     assert where == {"unknown-flag": "run.sh:4", "flag-given-twice": "run.sh:9"}
-    assert parse_flags([t for t, _ in words]).warnings[0].location is None  # plain strings
+    assert parse_flags([t for t, _ in words]).errors[0].location is None  # plain strings
+
+
+def test_the_trigram_shortlist_finds_what_full_difflib_finds():
+    """suggest() compares only 24 shortlisted spellings: on near misses of the surface's
+    flags (a letter dropped, doubled or swapped) it agrees with difflib over all of them."""
+    import difflib
+
+    from miles_topology import flags
+
+    every = flags._spellings()
+    cases = []
+    for k, f in enumerate(every[::41]):
+        i = 2 + (k * 7) % max(1, len(f) - 3)
+        cases += [f[:i] + f[i + 1:], f[:i] + f[i] + f[i:], f[:i] + f[i + 1] + f[i] + f[i + 2:]]
+    for typo in cases:
+        if typo in every:
+            continue
+        full = difflib.get_close_matches(typo, every, n=1, cutoff=0.8)
+        assert flags.suggest(typo) == (full[0] if full else None), typo

@@ -347,13 +347,14 @@ def test_mtp_layers_and_rollout_only_shape():
 # ---- typos and repeats (flags.py, used by `check` and the launcher alike) -----------------
 
 
-def test_near_miss_and_short_alias_warn_with_did_you_mean():
-    topo = Topology.from_flags(["--colocate", "--expert-model-paralel-size", "2", "-tp", "2"])
-    typos = [w for w in topo.warnings if w.code == "unknown-flag"]
-    assert [w.flags for w in typos] == [("--expert-model-paralel-size",), ("-tp",)]
+def test_near_miss_and_short_alias_are_errors_with_did_you_mean():
+    with pytest.raises(TopologyError) as e:
+        Topology.from_flags(["--colocate", "--expert-model-paralel-size", "2", "-tp", "2"])
+    typos = [p for p in e.value.problems if p.code == "unknown-flag"]
+    assert [p.flags for p in typos] == [("--expert-model-paralel-size",), ("-tp",)]
     assert "did you mean --expert-model-parallel-size?" in typos[0].message
     assert "did you mean --tensor-model-parallel-size?" in typos[1].message
-    assert topo.ep == 1  # not applied: the flag was not recognised
+    assert e.value.summary["ep"] == 1  # not applied: the flag was not recognised
     # real miles flags far from the table are not flagged
     assert "unknown-flag" not in codes(Topology.from_flags(FSDP_R3).warnings)
 
