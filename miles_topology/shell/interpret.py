@@ -757,7 +757,11 @@ class Reader(Expander, Provenance):
         """Count what a variable now holds (a string's characters; 64 per array word and
         their characters), less what `old` held: past MAX_HELD the read stops (exit 2)."""
         if items is not None:
-            size += 64 * len(items) + sum(len(f.value) for f in items if f.value)
+            size += 64 * len(items)
+            if len(items) == 1:
+                size += len(items[0].value or "")
+            else:
+                size += sum([len(f.value) for f in items if f.value])
         if old is not None and old.items:
             f = old.items[0]
             size -= 64 * len(old.items) if old.array else len(f.value) if f.value else 0

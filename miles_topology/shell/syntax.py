@@ -665,7 +665,9 @@ class _Conv:
         self.parts(n, False, parts)
         a, b = n.start_byte, n.end_byte
         text = parts[0].text if len(parts) == 1 and n.type == "word" and \
-            len(parts[0].text) == b - a else self.gap(a, b)
+            len(parts[0].text) == b - a else self.data[a:b].decode("utf-8", "replace")
+        if self.crlf:
+            text = text.replace(_CR, "\r")
         line = parts[0].line if parts else self.line(n)
         if not self.located:
             return Word(parts, line, text)
