@@ -23,7 +23,7 @@ USAGE = """\
 miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--quiet]
                      [--select CODES] [--ignore CODES] [--severity error|warning|note]
                      [--color auto|always|never] [--batch]
-                     (SCRIPT.sh... | TOPOLOGY.yaml... | -- FLAGS...)
+                     (SCRIPT.sh... [-- SCRIPT ARGS] | TOPOLOGY.yaml... | -- FLAGS...)
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
@@ -164,6 +164,10 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
         from .pylaunch import check_python
 
         return [check_python(paths[0], flags or [], env, trust)]
+    if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
+        from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+
+        return [check_script(paths[0], env, flags)]
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")
@@ -245,7 +249,7 @@ def cmd_show(args, flags) -> int:
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
     code = exit_code(verdicts)
     for v in verdicts:
-        if v.topology is None:
+        if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, sys.stdout)
             continue
         if args.svg:

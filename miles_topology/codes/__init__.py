@@ -100,6 +100,12 @@ declare("the script reader (shell/ interpret.py, read.py; check_script.py report
         'job submit`); converters, servers and `run.py` wrappers do not count: exit 2'),
     'several-launch-commands': ('note', 'more than one launch command; the last one is read'),
     'conditional-launch': ('note', 'the launch command runs inside an if/case/loop/&&'),
+    'crlf-line-ends': (
+        'warning', "the script has CR LF line ends: bash keeps each CR in the line's last word, "
+        'so flags arrive as `--flag\\r` and `\\` no longer continues a line'),
+    'sourced-from-checkout': (
+        'note', 'a file sourced by an absolute path that does not exist here is read from the '
+        "same path inside the script's checkout"),
 })
 
 
