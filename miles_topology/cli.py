@@ -25,7 +25,8 @@ miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--
                      [--color auto|always|never] [--batch]
                      [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
                      [--real-imports]
-                     (SCRIPT.sh... | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml... | -- FLAGS...)
+                     (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
+                      | -- FLAGS...)
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
@@ -105,9 +106,9 @@ def keys(text: str) -> str:
 
 
 def _yaml_verdict(path: str) -> Verdict:
-    from .config import key_lines
     from .flags import field_of
     from .model import Topology
+    from .sources import key_lines
 
     v = verdict_of(path, lambda: Topology.from_yaml(path))
     lines = key_lines(path)
@@ -174,6 +175,10 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
     batch = batch or many
     if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
         return _python(paths[0], flags or [], env, py)
+    if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
+        from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+
+        return [check_script(paths[0], env, flags)]
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")
@@ -257,7 +262,7 @@ def cmd_show(args, flags) -> int:
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
     code = exit_code(verdicts)
     for v in verdicts:
-        if v.topology is None:
+        if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, sys.stdout)
             continue
         if args.svg:
@@ -282,7 +287,7 @@ def cmd_migrate(args, flags) -> int:
 
 
 def cmd_schema(args, flags) -> int:
-    from .config import schema
+    from .sources import schema
 
     print(json.dumps(schema(), indent=2))
     return 0

@@ -14,10 +14,11 @@ import difflib
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any, Literal, get_args, get_origin
 
 from .errors import InputError, Location, Problem
+from .model import Topology, flag_of  # noqa: F401  (the fields and their flags; re-exported)
 
 TOPOLOGY = "--topology"  # a topology YAML, read under the other topology flags
 
@@ -63,18 +64,12 @@ class Spec:
     values: tuple | None = None  # a switch: (value off, value on); a str: the allowed values
 
 
-def _model() -> Any:
-    from .model import Topology  # the model declares the fields and their flags
-
-    return Topology
-
-
 @lru_cache(maxsize=1)
 def table() -> dict[str, Spec]:
     """Every flag of ours (own flags, aliases, renamed spellings) -> how it reads."""
     specs: dict[str, Spec] = {}
     by_field: dict[str, Spec] = {}
-    for name, info in _model().model_fields.items():
+    for name, info in Topology.model_fields.items():
         extra = info.json_schema_extra or {}
         if extra.get("switch"):
             spec = Spec(name, "switch", tuple(extra["switch"]))
@@ -105,12 +100,6 @@ def _choices(annotation: Any) -> tuple | None:
     return None
 
 
-def __getattr__(name: str) -> Any:
-    if name == "FLAGS":  # flag -> Spec, built from the model on first use
-        return table()
-    raise AttributeError(name)
-
-
 def known(flag: str) -> bool:
     """A flag of ours (including `--topology`)."""
     return flag == TOPOLOGY or flag in table()
@@ -128,14 +117,6 @@ def is_switch(flag: str) -> bool:
     return spec is not None and spec.kind == "switch"
 
 
-@cache
-def flag_of(name: str) -> str:
-    """The user-facing flag of a model field (what messages quote); else the name itself."""
-    info = _model().model_fields.get(name)
-    flag = (info.json_schema_extra or {}).get("flag") if info is not None else None
-    return flag or name
-
-
 @dataclass
 class Parsed:
     """Fields read from argv, the flags that set them, and what is not ours."""
@@ -145,7 +126,6 @@ class Parsed:
     origin: dict[str, Any] = field(default_factory=dict)  # field -> the token that set it
     passthrough: list = field(default_factory=list)  # tokens as given
     topology: str | None = None  # the `--topology` file
-    topology_token: Any = None
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
 
@@ -211,18 +191,6 @@ def suggest(name: str) -> str | None:
     shortlist = [flag for flag, _ in shared.most_common(24)]
     got = difflib.get_close_matches(name, shortlist, n=1, cutoff=0.8)
     return got[0] if got else None
-
-
-def near_field(key: str, fields: Sequence[str]) -> str | None:
-    """The topology field a YAML key most likely means: the field of a flag written as a
-    key (`expert-model-parallel-size`, `expert_model_parallel_size`), else difflib's
-    closest field name."""
-    name = field_of("--" + key.strip("-").replace("_", "-"))
-    if name is not None and name in fields:
-        return name
-    scored = max((difflib.SequenceMatcher(None, key, f).ratio(), f[:1] == key[:1], f)
-                 for f in fields)  # ties go to the field with the same first letter
-    return scored[2] if scored[0] >= 0.6 else None
 
 
 def where(token: Any) -> Location | None:
@@ -346,7 +314,7 @@ def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
                 out.errors.append(_bad_value(name, None, "it needs a value"))
                 continue
         if name == TOPOLOGY:
-            out.topology, out.topology_token = value, token
+            out.topology = value
             continue
         if spec.kind == "int":
             try:
@@ -370,7 +338,7 @@ def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
         _set(out, spec.field, parsed, name, token)
     for r, name, token in likes:  # e.g. --sglang-enable-ep-moe: engine EP = engine size
         if r.field not in out.fields:
-            like = out.fields.get(r.like, _model().model_fields[r.like].default)
+            like = out.fields.get(r.like, Topology.model_fields[r.like].default)
             _set(out, r.field, like, name, token)
     return out
 

@@ -147,7 +147,8 @@ def _text(verdicts: list[Verdict], out: IO[str], quiet: bool = False,
         text_one(v, out, quiet, color)
     if quiet:
         return
-    if len(verdicts) == 1 and verdicts[0].topology is not None and verdicts[0].extra:
+    if len(verdicts) == 1 and verdicts[0].topology is not None and verdicts[0].extra and \
+            verdicts[0].summary is not None:  # no map of sizes that depend on unknowns
         from .show import text_map
 
         print("\n" + text_map(verdicts[0].topology), file=out)

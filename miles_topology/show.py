@@ -29,7 +29,7 @@ def rank_label(topo: Topology, rank: int) -> list[str]:
 
 
 def engine_of_gpu(topo: Topology) -> dict[tuple[int, int], int]:
-    return {g: e for e in range(topo.all_engines) for g in topo.engine_gpus(e)}
+    return {g: e for e in range(topo.placement_group.engines) for g in topo.engine_gpus(e)}
 
 
 def cells(topo: Topology) -> dict[tuple[int, int], list[str]]:
@@ -45,15 +45,15 @@ def cells(topo: Topology) -> dict[tuple[int, int], list[str]]:
 def placement_line(topo: Topology) -> str:
     """miles' one packed placement group, as positions: who holds which run of bundles."""
     parts = [f"actor 0-{topo.world_size - 1}"] if not topo.rollout_only else []
-    for g in topo.engine_group_list:
+    for g in topo.placement_group.groups:
         if g.gpus:
             model = "rollout" if g.model == "default" else g.model
             name = model if g.kind == "regular" else f"{model} {g.kind}"
             parts.append(f"{name} {g.start}-{g.start + g.gpus - 1}"
                          f" ({g.engines} x {g.engine_size})")
     return (f"placement group: {topo.placement_gpus} GPU bundles packed over "
-            f"{topo.nodes_needed} node(s) of {topo.node_size} (position i = node i // "
-            f"{topo.node_size}, GPU i % {topo.node_size}): " + "; ".join(parts))
+            f"{topo.nodes_needed} node(s) of {topo.node_gpus_used} (position i = node i // "
+            f"{topo.node_gpus_used}, GPU i % {topo.node_gpus_used}): " + "; ".join(parts))
 
 
 def header(topo: Topology) -> str:

@@ -157,7 +157,7 @@ def test_schema_validates_every_example_and_rejects_a_bad_one(tmp_path, capsys):
 
 def test_written_yaml_carries_the_schema_comment(tmp_path):
     from miles_topology import Topology
-    from miles_topology.config import schema_comment
+    from miles_topology.sources import schema_comment
 
     topo = Topology(nodes=1, gpus_per_node=8, tp=2, colocate=True)
     assert topo.to_yaml().splitlines()[0] == schema_comment()

@@ -168,7 +168,7 @@ def test_rank_order_switch_off_keeps_the_default():
 
 
 def test_explicit_etp_round_trips_through_yaml(tmp_path):
-    from miles_topology.config import to_yaml
+    from miles_topology.sources import to_yaml
 
     for given in (dict(etp=2), dict(etp=1), {}):
         topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, ep=2, experts=8, colocate=True,
@@ -249,7 +249,7 @@ def test_parse_flags_keeps_the_token_objects_that_set_each_field():
     assert parsed.origin["tp"] is words[0] and parsed.origin["colocate"] is words[4]
     assert parsed.origin["engine_ep"].line == 6
     assert parsed.passthrough == [words[2], words[3]]
-    assert parsed.topology == "t.yaml" and parsed.topology_token is words[6]
+    assert parsed.topology == "t.yaml"  # (its token, test-only, is no longer kept)
     assert parse_flags(["--topology=x.yaml"]).topology == "x.yaml"
 
 
@@ -338,3 +338,52 @@ def test_the_trigram_shortlist_finds_what_full_difflib_finds():
             continue
         full = difflib.get_close_matches(typo, every, n=1, cutoff=0.8)
         assert flags.suggest(typo) == (full[0] if full else None), typo
+
+
+def test_old_loader_paths_warn_and_still_work():
+    """config.py and namespace.py moved into sources.py: old imports work with a warning;
+    PartialEnv (now env.py) is still importable from config without one."""
+    import warnings
+
+    from miles_topology import config, env, namespace, sources
+
+    with pytest.warns(DeprecationWarning, match="sources.to_yaml"):
+        assert config.to_yaml is sources.to_yaml
+    with pytest.warns(DeprecationWarning, match="sources.fields_from"):
+        assert namespace.fields_from is sources.fields_from
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from miles_topology.config import PartialEnv
+    assert PartialEnv is env.PartialEnv
+    with pytest.raises(AttributeError):
+        config.no_such_name  # noqa: B018
+
+
+def _undocumented():
+    """Public Topology names without a doc: fields without a description, derived members
+    without a docstring."""
+    import inspect
+
+    from pydantic import BaseModel
+
+    out = [n for n, f in Topology.model_fields.items() if not (f.description or "").strip()]
+    for name, obj in vars(Topology).items():
+        if name.startswith("_") or name in Topology.model_fields or hasattr(BaseModel, name):
+            continue
+        fn = getattr(obj, "wrapped_property", obj)  # a computed field's property
+        fn = getattr(fn, "fget", None) or getattr(fn, "func", None) or fn
+        if callable(fn) and not inspect.getdoc(fn):
+            out.append(name)
+    return out
+
+
+def test_every_public_name_is_documented_and_the_schema_says_it():
+    from miles_topology.sources import schema
+
+    assert _undocumented() == []
+    props = schema()["properties"]
+    assert props["tp"]["description"] == (
+        "Tensor-parallel size of the trainer, in GPUs, e.g. 4. "
+        "(--tensor-model-parallel-size; group layout)")
+    assert all(Topology.model_fields[n].description.split()[0] in p["description"]
+               for n, p in props.items())
