@@ -367,3 +367,18 @@ def test_a_module_the_launcher_imports_that_is_missing_is_a_stand_in_a_librarys_
     assert got.argv[-1].startswith("__unknown_")
     assert got.notes == ["it imports mt_absent_polars, which is not installed here: a "
                          "recording stand-in answered it"]
+
+
+@pytest.mark.skipif(not _real_ok(), reason="--real-imports needs torch, ray and typer installed")
+def test_real_imports_flag_on_the_command_line(tmp_path, capsys):
+    launcher = tmp_path / "run.py"
+    launcher.write_text(
+        "import os, sys\nimport torch\n"
+        "os.system(f'echo standin={hasattr(torch, \"__standin__\")}')\n"
+        "os.system(f'python3 train.py --actor-num-gpus-per-node {torch.cuda.device_count()}')\n")
+    for flags, standin in (([], "True"), (["--real-imports"], "False")):
+        assert main(["check", "--format", "json", "--gpus-per-node", "4", *flags,
+                     str(launcher)]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["topology"]["world_size"] == 4  # torch.cuda answered from the model
+        assert f"echo standin={standin}" in [o["command"] for o in data["others"]]
