@@ -198,8 +198,9 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
     return code
 
 
-class Terminated(Exception):
-    """SIGTERM, turned into an exception so the job unwinds and cleans up."""
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt (not an Exception: no handler of a job error
+    may take it for one) so the job unwinds and cleans up."""
 
 
 def _terminated(*_) -> None:

@@ -242,3 +242,120 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+# ---- the pieces, fast (no Ray) ------------------------------------------------------------
+
+
+def test_exit_codes_read_as_signal_or_status():
+    from miles.backend.exits import Died, how
+
+    assert how(-9) == "killed by SIGKILL" and how(-15) == "killed by SIGTERM"
+    assert how(0) == "exit status 0" and how(1) == "exit status 1"
+    assert how(None) == "exit status unknown"
+    assert str(Died("rank 5", -9)) == "rank 5 died (killed by SIGKILL)"
+    assert str(Died("the host of node 1", 1, ("rank 4",))) == \
+        "the host of node 1 died (exit status 1) (also gone: rank 4)"
+
+
+def test_a_watch_reads_how_a_process_that_is_not_our_child_ended():
+    """A host actor's parent is its raylet; the launcher still learns its exit status."""
+    from miles.backend.exits import Watch
+
+    for cmd, want in (("sleep 30", -9), ("sleep 0.3; exit 3", 3)):
+        sh = subprocess.Popen(["sh", "-c", f"sh -c '{cmd}' & echo $!; wait"],
+                              stdout=subprocess.PIPE, text=True)
+        pid = int(sh.stdout.readline())  # a grandchild: waited for by `sh`, not by us
+        w = Watch(pid)
+        assert w.code() is None  # running
+        if want == -9:
+            os.kill(pid, signal.SIGKILL)
+        sh.wait(10)
+        deadline = time.monotonic() + 5
+        while (code := w.code()) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        w.close()
+        if code is None and _kernel() < (6, 15):
+            pytest.skip("this kernel has no PIDFD_INFO_EXIT")
+        assert code == want
+
+
+def _kernel() -> tuple[int, int]:
+    major, minor = os.uname().release.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def test_the_sweep_catches_an_orphan_and_removes_the_temp_folder(tmp_path):
+    """An orphan (its parent gone, as Ray's agents after a raylet stopped early) is
+    re-parented to the launcher, so the sweep still finds and kills it."""
+    script = (
+        "import os, subprocess, sys\n"
+        "from miles.ray.reap import Scope\n"
+        "s = Scope(own_tmp=True)\n"
+        "print(os.environ['RAY_TMPDIR'], os.environ['TMPDIR'], flush=True)\n"
+        "subprocess.run(['sh', '-c', 'sleep 60 >/dev/null & echo $!'], stdout=sys.stdout)\n"
+        "print(s.close(), flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT),
+                                               TMPDIR=str(tmp_path)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    dirs, orphan, killed = done.stdout.splitlines()
+    ray_tmp, tmp = dirs.split()
+    assert ray_tmp == tmp and Path(tmp).parent == tmp_path
+    assert "sleep" in killed
+    assert _stat(int(orphan)) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_phase_markers_only_when_asked(capsys, monkeypatch):
+    from miles.startup import Phases
+
+    monkeypatch.delenv("MILES_TEST_MARKERS", raising=False)
+    p = Phases()
+    p("cluster")
+    assert p.current == "worker start-up"
+    assert "miles-test" not in capsys.readouterr().err
+    monkeypatch.setenv("MILES_TEST_MARKERS", "1")
+    p("workers")
+    p.enter("step 1")
+    err = capsys.readouterr().err.splitlines()
+    assert [x for x in err if x.startswith("miles-test")] == \
+        ["miles-test: role start-up", "miles-test: step 1"]
+
+
+def test_a_main_thread_stuck_after_ctrl_c_is_ended_by_the_watch(tmp_path):
+    """Ray's C++ core can hold the main thread for seconds after the signal; the launcher
+    still ends within its grace: swept, folder removed, the line, the exit code."""
+    script = (
+        "import os, signal, subprocess, sys, time\n"
+        "from miles.ray.reap import Scope\n"
+        "s = Scope(own_tmp=True)\n"
+        "s.watch(lambda n: (130, 'miles: interrupted during a test') if n == 2 else None)\n"
+        "subprocess.Popen(['sh', '-c', 'trap \"\" INT; exec sleep 60'])  # Ctrl-C-proof\n"
+        "print('ready', flush=True)\n"
+        "try:\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "    time.sleep(60)  # stuck in the clean-up\n"
+    )
+    from miles.ray.reap import GRACE_S
+
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path)))
+    try:
+        assert p.stdout.readline() == "ready\n"
+        kids = [pid for pid, s in table().items() if s[0] == p.pid]
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130 and err == "miles: interrupted during a test\n", err
+    assert GRACE_S <= took < GRACE_S + 3, took
+    assert kids and all(_stat(k) is None for k in kids)
+    assert list(tmp_path.iterdir()) == []

@@ -42,9 +42,6 @@ class Died(RuntimeError):
         more = f" (also gone: {', '.join(also)})" if also else ""
         super().__init__(f"{role} died ({how(code)}){more}")
 
-    def __reduce__(self):
-        return type(self), (self.role, self.code, self.also)
-
 
 class Watch:
     """The exit code of a process that is not our child, read through a pidfd opened while
