@@ -22,6 +22,7 @@ miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...]
                      (SCRIPT.sh... | TOPOLOGY.yaml... | -- FLAGS...)
 miles-topology show  [--svg FILE] [--env KEY=VALUE ...] (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
+miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology --version"""
 
@@ -50,6 +51,12 @@ examples:
   miles-topology migrate --write run.sh          # apply it (keeps run.sh.bak)
   miles-topology migrate --check scripts/*.sh    # exit 1 while a step is pending (CI)
   miles-topology migrate --inline run.sh         # one TOPOLOGY_ARGS array, no YAML file""",
+    "flags": """\
+examples:
+  miles-topology flags run.topology.yaml         # the layout as train.py flags
+  # in a launch script (an invalid layout stops it before ray job submit):
+  TOPOLOGY_FLAGS="$(miles-topology flags "${SCRIPT_DIR}/run.topology.yaml")" || exit 1
+  eval "TOPOLOGY_ARGS=(${TOPOLOGY_FLAGS})"       # then: python3 train.py "${TOPOLOGY_ARGS[@]}" ...""",
     "schema": """\
 examples:
   miles-topology schema > topology.schema.json
@@ -61,6 +68,8 @@ HELP = {
     "check": "validate launch scripts, topology YAML files or flags",
     "show": "print the rank / GPU / expert map (and draw it as SVG)",
     "migrate": "rewrite launch scripts: renamed flags, implied values, one topology file",
+    "flags": "validate a topology YAML and print it as train.py flags, one shell-quoted "
+             "word per line",
     "schema": "print the JSON Schema of the topology YAML",
 }
 
@@ -194,6 +203,21 @@ def cmd_migrate(args, flags) -> int:
                         inline=args.inline)
 
 
+def cmd_flags(args, flags) -> int:
+    from .errors import TopologyError
+    from .yamlflags import text
+
+    if flags is not None:
+        raise InputError("flags takes one topology YAML, not `-- FLAGS...`")
+    try:
+        sys.stdout.write(text(args.yaml))
+    except TopologyError as e:
+        for p in e.problems:
+            print(f"{args.yaml}: error [{p.code}] {p.message} Fix: {p.fix}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_schema(args, flags) -> int:
     from .config import schema
 
@@ -219,12 +243,15 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
     sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    for name in ("check", "show", "migrate", "schema"):
+    for name in ("check", "show", "migrate", "flags", "schema"):
         p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
                            description=HELP[name],
                            epilog=EXAMPLES[name] + "\n\n" + EXIT,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == "schema":
+            continue
+        if name == "flags":
+            p.add_argument("yaml", metavar="TOPOLOGY.yaml", help="the topology YAML to expand")
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
             "launch scripts (.sh), Python launchers (.py), topology files (.yaml) or folders " \
@@ -255,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(head)
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
-               "schema": cmd_schema}[args.cmd]
+               "flags": cmd_flags, "schema": cmd_schema}[args.cmd]
         code = run(args, flags)
         sys.stdout.flush()
         return code

@@ -27,10 +27,18 @@ from ..shell import (
     syntax,
 )
 from ..sources import read_flags
+from ..yamlflags import STAGED
 
-# Fields of the parallel layout (cluster, train grid, rollout engines, replay): they move
-# into the topology file. Model shape, batch sizes and kernel options stay in the script.
+# Fields the topology flags set beyond the model shape and batch sizes.
 LAYOUT = fields_in("layout", "rollout", "replay")
+# Of them, the parallel layout proper (cluster, train and critic grids, rollout and eval
+# engines): only these move into the topology file. The algorithm (--advantage-estimator,
+# --use-critic, routing replay), the backend, --sglang-config, external engines, the weight
+# transfer mode, the MoE all-to-all kernel and debug modes stay where they are.
+MOVES = tuple(f for f in LAYOUT if f not in {
+    "cluster_nodes", "use_critic", "advantage_estimator", "train_backend", "fsdp_ignored",
+    "rollout_external", "external_addrs", "a2a_backend", "sglang_config", "engine_groups",
+    "transfer_mode", "train_only", "rollout_only", "routing_replay", "rollout_routing_replay"})
 # Notes that mean bash runs something other than what the script appears to say: fix first.
 BLOCKING = {"missing-line-continuation", "space-after-line-continuation",
             "several-launch-commands", "conditional-launch", "no-launch-command", "source-cycle"}
@@ -80,10 +88,13 @@ class Reading:
 def read(state: State) -> Reading:
     """The script as the steps left it, read like `check` does; the files the steps mean to
     write stand in for the ones on disk, and ${oc.env:VAR} reads what the script exports."""
+    token = STAGED.set({**STAGED.get(), **state.files})  # the YAML as the steps mean it
     try:
         script = read_script(state.path, state.env, text=state.text)
     except ScriptReadError as e:
         raise Refused(f"cannot read it: {e}", 2) from None
+    finally:
+        STAGED.reset(token)
     try:
         require_launch(script)
     except NoTrainingLaunch as e:
@@ -121,7 +132,7 @@ def first_read(state: State) -> Reading:
     if s.site.branch is not None:
         raise Refused(f"the launch command at {s.site.command} runs inside the branch at "
                       f"{s.site.branch}; other branches may launch differently.")
-    unknown = [u for u in s.unresolved if u.flag is None or field_of(u.flag) in LAYOUT]
+    unknown = [u for u in s.unresolved if u.flag is None or field_of(u.flag) in MOVES]
     if unknown:
         shown = "; ".join(f"{u.flag or u.expression} at {u.source}: {u.why}" for u in unknown)
         raise Refused(f"parallel-layout values known only at run time: {shown}. Pass "
@@ -318,18 +329,29 @@ def _spread(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+_OPENS = re.compile(r"^[^#]*[+]?=\([ \t]*\r?$")  # `NAME=(` / `NAME+=(` ending its line
+
+
 def _tidy(text: str) -> str:
+    """Drop the lines the deletions emptied; an array whose first lines went does not start
+    with a blank line it did not have (the blank that separated them from the rest goes)."""
     lines = text.split("\n")
     out: list[str] = []
+    opened = False  # the lines just dropped were the first of an array
     for line in lines:
         if _SENT not in line:
+            if opened and not line.strip(" \t\r"):
+                continue
+            opened = False
             out.append(line)
             continue
         rest = line.replace(_SENT, "")
         body = rest.strip(" \t\r")
         if body not in ("", "\\"):
+            opened = False
             out.append(rest)
             continue
+        opened = opened or bool(out and _OPENS.match(out[-1]))
         if body == "" and out and _continues(out[-1]):  # it ended the command: so does above
             out[-1] = re.sub(r"[ \t]*\\(\r?)$", r"\1", out[-1])
     return "\n".join(out)

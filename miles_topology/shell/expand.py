@@ -9,6 +9,9 @@ import fnmatch
 import os
 import re
 
+from ..errors import InputError, TopologyError
+from ..yamlflags import COMMAND, env_names
+from ..yamlflags import text as flags_text
 from . import syntax
 from .syntax import Arith, Lit, Param, Sub
 from .values import (
@@ -415,6 +418,26 @@ class Expander:
             return field
         return Field(str(v), self.src(part.line), text=part.text)
 
+    def topology_flags(self, path: str, cwd: str | None) -> tuple[str | None, str]:
+        """``$(miles-topology flags FILE.yaml)``: the YAML's flags, read with the variables
+        exported here (what that command sees); None and why when that is not known."""
+        if not path.startswith("/"):
+            if (cwd or self.cwd) is None:
+                return None, "a relative topology path depends on where the script is run"
+            path = os.path.join(cwd or self.cwd, path)
+        env = {}
+        for k, v in self.vars.items():
+            if (k in self.exported or k in self.inherited or self.allexport) and not v.array:
+                f = v.items[0] if v.items else None
+                env[k] = None if f is None or f.unk or f.cond else f.value
+        unknown = [k for k in env_names(path) if k in env and env[k] is None]
+        if unknown:
+            return None, f"{path} reads {', '.join(unknown)}, known only at run time"
+        try:
+            return flags_text(path, {k: v for k, v in env.items() if v is not None}), ""
+        except (InputError, TopologyError) as e:
+            return None, f"miles-topology flags {path} fails: {str(e).splitlines()[0]}"
+
     def substitute(self, sub: Sub) -> Field:
         """Only the idioms that locate files (dirname, basename, cd && pwd, realpath) and
         echo/printf, after ``IFS=...`` (the substitution is a subshell: it stays there)."""
@@ -506,6 +529,11 @@ class Expander:
                 out.append(got)
             elif name in ("true", ":"):
                 pass
+            elif tuple(vals[:2]) == COMMAND and len(vals) == 3:  # our own, see yamlflags.py
+                got, why = self.topology_flags(vals[2], cwd)
+                if got is None:
+                    return self.unknown(sub, why)
+                out.append(got)
             else:
                 return self.unknown(sub, f"command substitution runs '{name}' when the script "
                                          "runs")
