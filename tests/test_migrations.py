@@ -19,6 +19,7 @@ from miles_topology.errors import TopologyError
 from miles_topology.migrations import common
 from miles_topology.migrations.common import (
     LAYOUT,
+    MOVES,
     Refused,
     State,
     field_of,
@@ -125,15 +126,16 @@ def test_each_step_is_a_no_op_on_its_own_result(tmp_path):
 def test_runner_applies_pending_steps_in_order_and_marks_the_script(tmp_path):
     run = staged(step_dir(STEPS[0]), tmp_path)
     out = migrate(run)
-    assert out.applied == ["0001", "0002", "0003"]
+    assert out.applied == ["0001", "0003"]  # 0002 finds nothing to do: not applied
     assert out.new.splitlines()[:2] == ["#!/bin/bash", "# miles-topology-migration: 0003"]
     write(out)
     again = migrate(run)
     assert again.applied == [] and again.new == out.new
-    # a script marked at 0002 only gets 0003
+    # the content decides, not the marker: a script marked 0003 with its layout still
+    # in flags gets 0003
     (tmp_path / "b").mkdir()
     run = staged(step_dir(STEPS[2]), tmp_path / "b")
-    run.write_text(common.mark(run.read_text(), "0002"))
+    run.write_text(common.mark(run.read_text(), "0003"))
     assert migrate(run).applied == ["0003"]
 
 
@@ -212,12 +214,16 @@ def test_every_kind_of_layout_flag_moves(tmp_path):
                        "   --rollout-num-gpus-per-engine 8 --sglang-dp-size 2 \\\n"
                        "   --sglang-enable-dp-attention --colocate=false --global-batch-size 8\n")
     out = migrate(run)
-    assert out.new.endswith('/run.topology.yaml" \\\n   --num-layers 16 \\\n'
-                            '   --global-batch-size 8\n')
+    assert out.new.endswith('python3 train.py "${TOPOLOGY_ARGS[@]}" \\\n   --num-layers 16 \\\n'
+                            '   --use-critic \\\n   --global-batch-size 8\n')  # not layout
     assert next(iter(out.files.values())).split("\n")[3:] == [
-        "nodes: 2", "gpus_per_node: 8", "use_critic: true", "critic_nodes: 1", "pp: 2",
-        "vpp_layers: 2", "order: tp-cp-ep-pp-dp", "colocate: false", "rollout_gpus: 8",
-        "engine_size: 8", "engine_dp: 2", "dp_attention: true", ""]
+        "nodes: 2  # --actor-num-nodes", "gpus_per_node: 8  # --actor-num-gpus-per-node",
+        "critic_nodes: 1  # --critic-num-nodes", "pp: 2  # --pipeline-model-parallel-size",
+        "vpp_layers: 2  # --num-layers-per-virtual-pipeline-stage",
+        "order: tp-cp-ep-pp-dp  # --use-tp-pp-dp-mapping", "colocate: false  # --colocate",
+        "rollout_gpus: 8  # --rollout-num-gpus", "engine_size: 8  # --rollout-num-gpus-per-engine",
+        "engine_dp: 2  # --sglang-dp-size", "dp_attention: true  # --sglang-enable-dp-attention",
+        ""]
 
 
 def test_flag_in_a_sourced_file_stays_with_a_reason(tmp_path):
@@ -228,8 +234,8 @@ def test_flag_in_a_sourced_file_stays_with_a_reason(tmp_path):
     out = migrate(run)
     assert any("--tensor-model-parallel-size" in k and "sourced file" in k for k in out.kept)
     (yaml,) = out.files.values()
-    assert "tp:" not in yaml and "gpus_per_node: 4" in yaml
-    assert '--topology "${D}/run.topology.yaml"' in out.new
+    assert "tp:" not in yaml and "gpus_per_node: 4  # --actor-num-gpus-per-node" in yaml
+    assert '"$(miles-topology flags "${D}/run.topology.yaml")" || exit 1' in out.new
 
 
 def test_words_shared_with_another_command_stay(tmp_path):
@@ -241,7 +247,7 @@ def test_words_shared_with_another_command_stay(tmp_path):
     assert "P=(--tensor-model-parallel-size 2)" in out.new
     assert out.new.startswith('# miles-topology-migration: 0003\nMILES_TOPOLOGY_DIR="$(cd -- '
                               '"$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"')
-    assert '--topology "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in out.new
+    assert 'miles-topology flags "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in out.new
 
 
 def test_flag_in_a_stepped_loop_is_renamed_in_place_and_not_moved(tmp_path):
@@ -254,7 +260,7 @@ def test_flag_in_a_stepped_loop_is_renamed_in_place_and_not_moved(tmp_path):
     assert "  ARGS+=(--num-gpus-per-node 8 --tensor-model-parallel-size 2)\n" in out.new
     assert any("--tensor-model-parallel-size" in k and "loop" in k for k in out.kept)
     (yaml,) = out.files.values()
-    assert "tp:" not in yaml and "gpus_per_node: 8" in yaml
+    assert "tp:" not in yaml and "gpus_per_node: 8  #" in yaml
 
 
 def test_value_changed_after_use_is_computed_where_the_flag_was(tmp_path):
@@ -262,7 +268,7 @@ def test_value_changed_after_use_is_computed_where_the_flag_was(tmp_path):
                        "python3 train.py --actor-num-gpus-per-node 4 --colocate ${P[@]}\n")
     out = migrate(run)
     assert "export TOPO_TP=$TP  # read by run.topology.yaml\nP=()" in out.new
-    assert "tp: ${oc.env:TOPO_TP,2}" in out.files[run.with_name("run.topology.yaml").absolute()]
+    assert "tp: ${oc.env:TOPO_TP,2}  #" in out.files[run.with_name("run.topology.yaml").absolute()]
 
 
 @pytest.mark.parametrize(("text", "code", "why"), [
@@ -295,8 +301,8 @@ def test_unresolved_layout_value_migrates_once_env_resolves_it(tmp_path):
     with pytest.raises(Refused, match="--env"):
         migrate(run)
     out = migrate(run, {"N": "4"})
-    assert "gpus_per_node: ${oc.env:N,4}" in next(iter(out.files.values()))
-    assert "export N  # read by run.topology.yaml\npython3 train.py --topology" in out.new
+    assert "gpus_per_node: ${oc.env:N,4}  #" in next(iter(out.files.values()))
+    assert "export N  # read by run.topology.yaml\nTOPOLOGY_FLAGS=" in out.new
 
 
 def test_not_utf8_and_missing_files_are_unreadable(tmp_path, capsys):
@@ -323,7 +329,7 @@ def test_default_shows_a_diff_and_writes_nothing(tmp_path, capsys):
     assert code == 0 and run.read_text() == original
     assert f"--- {run}\n+++ {run}\n" in out and "+++ " + str(tmp_path / "run.topology.yaml") in out
     assert "--- /dev/null" in out and "+nodes: ${oc.env:NNODES,2}" in out
-    assert "applied 0001, 0002, 0003" in err
+    assert "applied 0003" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "run.sh"]
 
 
@@ -389,9 +395,13 @@ def test_launcher_accepts_legacy_flags_the_topology_file_and_flags_conflict(tmp_
 
 ADDED = re.compile(r"^\s*(# miles-topology-migration: \d{4}|# miles-topology \d{4}: .*"
                    r"|export [A-Za-z_].*  # read by \S+\.topology\.yaml"
-                   r"|MILES_TOPOLOGY_DIR\w*=.*  # read by --topology)$")
-TOPOLOGY_REF = re.compile(r' --topology "[^"\n]*\.topology\.yaml"'
-                          r'| --runtime-env-json="\{\\"env_vars\\": \{[^\n]*?\}\}"')
+                   r"|MILES_TOPOLOGY_DIR\w*=.*  # this script's folder, where \S+ is"
+                   r'|TOPOLOGY_FLAGS\w*="\$\(miles-topology flags "[^"\n]*\.topology\.yaml"\)"'
+                   r" \|\| exit 1  # .*"
+                   r'|eval "TOPOLOGY_ARGS\w*=\(\$\{TOPOLOGY_FLAGS\w*\}\)")$')
+TOPOLOGY_REF = re.compile(r' --topology "[^"\n]*\.topology\.yaml"| "\$\{TOPOLOGY_ARGS\w*\[@\]\}"'
+                          r'| --runtime-env-json="\{\\"env_vars\\": \{[^\n]*?\}\}"'
+                          r"| \(miles-topology \d{4}: [^\n]* moved to [^\n]*\)")
 # shell words, roughly: $((...)), ${...}, quoted strings and bare runs count as one each
 TOKEN = re.compile(r"\$\(\([^\n]*?\)\)|\$\{[^}\n]*\}|\"[^\"\n]*\"|'[^'\n]*'|[^\s()\"'$\\]+|\$\w*")
 
@@ -400,15 +410,25 @@ def layout_word(word: str) -> bool:
     return word.startswith("--") and field_of(word.split("=", 1)[0]) in LAYOUT
 
 
-def assert_only_layout_moved(old: str, new: str) -> None:
-    """Besides the marker, comments and exports it adds and the --topology reference, the
-    new script is the old one with layout flags (and their values) taken out."""
+def moved_comment(line: str, yaml: str) -> str:
+    """The line without its trailing comment when that comment moved into the YAML."""
+    m = re.match(r"(.*?\S)[ \t]+#[ \t]*([^\n]*)$", line)
+    if m and "#" not in m.group(1) and f"; {m.group(2).strip()}" in yaml:
+        return m.group(1)
+    return line
+
+
+def assert_only_layout_moved(old: str, new: str, yaml: str = "") -> None:
+    """Besides the marker, comments and exports it adds and the topology reference, the
+    new script is the old one with layout flags (and their values) taken out; a comment
+    that goes is in the YAML."""
     kept = TOPOLOGY_REF.sub("", "\n".join(x for x in new.split("\n") if not ADDED.match(x)))
+    old = "\n".join(moved_comment(x, yaml) for x in old.split("\n"))
     a, b = Counter(TOKEN.findall(old)), Counter(TOKEN.findall(kept))
     assert not b - a, f"new words: {b - a}"
     gone = list((a - b).elements())
     flags = [w for w in gone if w.startswith("--")]
-    assert all(layout_word(w) for w in flags), flags
+    assert all(layout_word(w) and field_of(w.split("=", 1)[0]) in MOVES for w in flags), flags
     assert len(gone) - len(flags) <= len(flags)  # at most one value word per flag
     comments = [x for x in old.split("\n") if x.lstrip().startswith("#")]
     assert all(c in new.split("\n") for c in comments)
@@ -448,7 +468,9 @@ def test_acceptance_on_checker_fixtures(name, case, tmp_path, capsys):
     new = State(path, path.read_text(), env)
     assert common.key(read(new).topology) == common.key(read(old).topology)
     assert cli(["migrate", "--check", str(path)], capsys)[0] == 0
-    assert_only_layout_moved((SCRIPTS / name).read_text(), path.read_text())
+    yaml = path.with_name(path.name.removesuffix(".sh") + ".topology.yaml")
+    assert_only_layout_moved((SCRIPTS / name).read_text(), path.read_text(),
+                             yaml.read_text() if yaml.exists() else "")
     if BASH:
         assert bash_ok(path)
     written = {p: p.read_bytes() for p in d.iterdir() if p.is_file()}
@@ -561,7 +583,7 @@ def test_check_pending_is_what_write_would_do(tmp_path, capsys):
     src = step_dir(STEPS[2])
     run = staged(src, tmp_path)
     code, out, _ = cli(["migrate", "--check", str(run)], capsys)
-    assert code == 1 and "pending 0001" in out and "0003" in out
+    assert code == 1 and "pending 0003" in out
     # a sourced model file has no launch of its own: nothing to migrate, not pending
     code, out, _ = cli(["migrate", "--check", str(tmp_path / "models" / "moe.sh")], capsys)
     assert code == 0 and "not migrated" in out and "no training launch" in out
@@ -579,34 +601,117 @@ def test_check_pending_is_what_write_would_do(tmp_path, capsys):
 # ---------------------------------------------------------------- the migrated script, run
 
 
-def fake_stack(tmp_path: Path) -> tuple[Path, Path]:
-    """A bin folder with `python3` standing for train.py (it reads its flags, --topology
-    included, with the environment it really got, and writes what it found to a JSON file)
-    and `ray` whose `job submit -- CMD` runs CMD with only the runtime env's variables, as a
-    ray job's entrypoint gets them (it does not inherit the submitting shell's exports)."""
+STAND_IN_TRAIN = """\
+import json, os, sys
+sys.path.insert(0, ROOT)
+try:  # the real flag surface of miles' train.py (surface.py: miles, Megatron-LM, SGLang)
+    from miles_topology.surface import parser
+    surface = parser()
+except ImportError:  # not on this branch yet: the flags of the original scripts, no more
+    import argparse
+    from miles_topology.flags import TOPOLOGY, is_switch
+    surface = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+    for flag in sorted(json.loads(open(KNOWN).read())):
+        if flag == TOPOLOGY:
+            continue
+        if is_switch(flag):
+            surface.add_argument(flag, action="store_true")
+        else:
+            surface.add_argument(flag, nargs="*")
+args = sys.argv[1:]
+ns = surface.parse_args(args)  # an unknown flag: "unrecognized arguments", exit 2
+with open(LOG, "a") as f:
+    f.write(json.dumps({"prog": "train.py", "argv": args, "parsed": vars(ns)}) + "\\n")
+"""
+
+STAND_IN_PY = """\
+import json, os, sys
+a = sys.argv[1:]
+with open(LOG, "a") as f:
+    f.write(json.dumps({"prog": "python3", "argv": a, "cwd": os.getcwd(),
+                        "env": dict(os.environ)}) + "\\n")
+i = 0
+while i < len(a) and a[i].startswith("-") and a[i] not in ("-c", "-m"):
+    i += 1
+script = a[i:]
+if script[:2] == ["-m", "miles.train"] or script and os.path.basename(script[0]) in (
+        "train.py", "train_async.py"):
+    rest = script[2:] if script[0] == "-m" else script[1:]
+    os.execv(REAL, [REAL, TRAIN, *rest])
+os.execv(REAL, [REAL, *a])  # a helper (model_args_utils.py, -c ...): the real thing
+"""
+
+STAND_IN_RAY = """\
+import json, os, sys
+a = sys.argv[1:]
+with open(LOG, "a") as f:
+    f.write(json.dumps({"prog": "ray", "argv": a, "env": dict(os.environ)}) + "\\n")
+if a[:2] == ["job", "submit"]:
+    cut = a.index("--")
+    env = {}
+    for k, w in enumerate(a[2:cut], 2):
+        if w.startswith("--runtime-env-json"):
+            got = w.split("=", 1)[1] if "=" in w else a[k + 1]
+            env = {k: str(v) for k, v in json.loads(got).get("env_vars", {}).items()}
+    # the entrypoint gets the cluster's environment and the runtime env, not the exports
+    os.execve(PY, [PY, *a[cut + 2:]] if a[cut + 1] == "python3" else a[cut + 1:],
+              {"PATH": os.environ["PATH"], **env})
+"""
+
+
+def stand_ins(tmp_path: Path, known: set[str] = frozenset()) -> tuple[Path, Path]:
+    """A bin folder for running launch scripts under bash: `ray` (`job submit -- CMD` runs
+    CMD with only the runtime env, as a job's entrypoint gets it), `python3` (runs train.py
+    as the stand-in below, anything else with the real Python), the real `miles-topology`,
+    and a `train.py` that parses its flags with miles' flag surface. Each records its argv
+    (and environment) in a JSON-lines log. `pkill`, `sleep`, `nvidia-smi` are inert."""
     import sys
 
-    bin_, out = tmp_path / "bin", tmp_path / "seen.json"
+    bin_, log = tmp_path / "bin", tmp_path / "log.jsonl"
     bin_.mkdir()
-    (bin_ / "train.py").write_text(
-        "import json, os, sys\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from miles_topology.sources import read_flags\n"
-        "t = read_flags(sys.argv[2:], dict(os.environ)).topology\n"
-        f"open({str(out)!r}, 'w').write(json.dumps({{'nodes': t.nodes, 'world': t.world_size,"
-        " 'dp': t.dp, 'edp': t.edp, 'ep': t.ep, 'cwd': os.getcwd()}))\n")
-    (bin_ / "ray.py").write_text(
-        "import json, os, sys\n"
-        "a = sys.argv[1:]\nassert a[:2] == ['job', 'submit'], a\n"
-        "cut = a.index('--')\nenv = {}\n"
-        "for w in a[2:cut]:\n"
-        "    if w.startswith('--runtime-env-json='):\n"
-        "        env = json.loads(w.split('=', 1)[1])['env_vars']\n"
-        f"os.execve({str(bin_ / 'python3')!r}, a[cut + 1:], {{'PATH': '/usr/bin:/bin', **env}})\n")
-    for name, target in (("python3", "train.py"), ("ray", "ray.py")):
-        (bin_ / name).write_text(f'#!/bin/bash\nexec {sys.executable} {bin_ / target} "$@"\n')
-        (bin_ / name).chmod(0o755)
-    return bin_, out
+    (tmp_path / "known.json").write_text(json.dumps(sorted(known)))
+    consts = {"ROOT": str(ROOT), "LOG": str(log), "REAL": sys.executable,
+              "TRAIN": str(bin_ / "train.py"), "PY": str(bin_ / "python3"),
+              "KNOWN": str(tmp_path / "known.json")}
+    head = "".join(f"{k} = {v!r}\n" for k, v in consts.items())
+    for name, body in (("train.py", STAND_IN_TRAIN), ("python3.py", STAND_IN_PY),
+                       ("ray.py", STAND_IN_RAY)):
+        (bin_ / name).write_text(head + body)
+    for name in ("python3", "ray"):
+        (bin_ / name).write_text(f'#!/bin/bash\nexec {sys.executable} {bin_ / name}.py "$@"\n')
+    (bin_ / "miles-topology").write_text(
+        f'#!/bin/bash\nPYTHONPATH={ROOT} exec {sys.executable} -m miles_topology "$@"\n')
+    for name in ("pkill", "killall", "sleep", "nvidia-smi"):
+        (bin_ / name).write_text("#!/bin/bash\nexit 0\n")
+    for p in bin_.iterdir():
+        p.chmod(0o755)
+    return bin_, log
+
+
+def launched(script: Path, cwd: Path, bin_: Path, log: Path, **env) -> dict:
+    """Run the script under bash with the stand-ins; what train.py got (argv, parsed)."""
+    log.unlink(missing_ok=True)
+    got = subprocess.run([BASH, os.path.relpath(script, cwd)], cwd=cwd, capture_output=True,
+                         text=True, env={"PATH": f"{bin_}:/usr/bin:/bin", "HOME": str(cwd),
+                                         **env}, timeout=120)
+    records = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    trains = [r for r in records if r["prog"] == "train.py"]
+    assert got.returncode == 0 and len(trains) == 1, (got.returncode, got.stderr[-2000:])
+    return trains[0]
+
+
+def same_launch(a: dict, b: dict, env: dict) -> None:
+    """The same topology, and the same values for every flag that is not layout."""
+    ta, tb = read_flags(a["argv"], env).topology, read_flags(b["argv"], env).topology
+    assert common.key(ta) == common.key(tb)
+    layout = {flag.lstrip("-").replace("-", "_") for flag in (*a["argv"], *b["argv"])
+              if flag.startswith("--") and field_of(flag.split("=", 1)[0]) in MOVES}
+    rest = [{k: v for k, v in r["parsed"].items() if k not in layout} for r in (a, b)]
+    assert rest[0] == rest[1]
+
+
+def flag_words(*texts: str) -> set[str]:
+    return {w.split("=", 1)[0] for t in texts for w in re.findall(r"--[a-z][\w-]*=?", t)}
 
 
 def run_bash(script: Path, cwd: Path, bin_: Path, **env) -> None:
@@ -616,21 +721,45 @@ def run_bash(script: Path, cwd: Path, bin_: Path, **env) -> None:
 
 @pytest.mark.skipif(BASH is None, reason="needs bash")
 def test_values_moved_to_yaml_reach_train_py_under_ray_job_submit(tmp_path, capsys):
-    bin_, seen = fake_stack(tmp_path)
     (tmp_path / "job").mkdir()
     run = staged(step_dir(STEPS[2]), tmp_path / "job")
-    run_bash(run, tmp_path, bin_, NNODES="4")
-    before = json.loads(seen.read_text())
-    assert before["nodes"] == 4  # NNODES=4 reaches the flag through the shell
+    bin_, log = stand_ins(tmp_path, flag_words(run.read_text(),
+                                               (run.parent / "models" / "moe.sh").read_text()))
+    before = launched(run, tmp_path, bin_, log, NNODES="4")
+    assert read_flags(before["argv"]).topology.nodes == 4  # NNODES=4 reaches the flag
     assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
-    assert "--runtime-env-json=" in run.read_text()
-    seen.unlink()
-    run_bash(run, tmp_path, bin_, NNODES="4")
-    assert json.loads(seen.read_text()) == before  # and through the YAML, under ray
-    # without the runtime env the YAML would fall back to the value at migration time
-    run.write_text(re.sub(r' --runtime-env-json="[^\n]*?\}\}"', "", run.read_text()))
-    run_bash(run, tmp_path, bin_, NNODES="4")
-    assert json.loads(seen.read_text())["nodes"] == 2
+    text = run.read_text()
+    assert "--runtime-env-json=" not in text and "--topology" not in text
+    after = launched(run, tmp_path, bin_, log, NNODES="4")
+    same_launch(before, after, {})  # and through the YAML, expanded on the submitting side
+    assert read_flags(after["argv"]).topology.nodes == 4
+    # upstream's parser refuses --topology: the form this step used to write does not run
+    bad = run.with_name("bad.sh")
+    bad.write_text(text.replace('"${TOPOLOGY_ARGS[@]}"', '--topology "${SCRIPT_DIR}/run'
+                                '.topology.yaml"'))
+    got = subprocess.run([BASH, str(bad)], capture_output=True, text=True,
+                         env={"PATH": f"{bin_}:/usr/bin:/bin"})
+    assert got.returncode == 2 and "unrecognized arguments: --topology" in got.stderr
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_an_invalid_layout_stops_the_script_before_ray_job_submit(tmp_path, capsys):
+    (tmp_path / "job").mkdir()
+    run = staged(step_dir(STEPS[2]), tmp_path / "job")
+    bin_, log = stand_ins(tmp_path, flag_words(run.read_text(),
+                                               (run.parent / "models" / "moe.sh").read_text()))
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    yaml = run.with_name("run.topology.yaml")
+    yaml.write_text(yaml.read_text().replace("tp: 2", "tp: 3"))
+    got = subprocess.run([BASH, str(run)], capture_output=True, text=True,
+                         env={"PATH": f"{bin_}:/usr/bin:/bin"})
+    assert got.returncode == 1 and "dense-grid-divisibility" in got.stderr
+    assert not log.exists()  # neither ray nor python3 ran
+    # without set -e too: the explicit `|| exit 1` stops it
+    run.write_text(run.read_text().replace("set -ex\n", ""))
+    got = subprocess.run([BASH, str(run)], capture_output=True, text=True,
+                         env={"PATH": f"{bin_}:/usr/bin:/bin"})
+    assert got.returncode == 1 and not log.exists()
 
 
 @pytest.mark.skipif(BASH is None, reason="needs bash")
@@ -640,35 +769,42 @@ def test_values_moved_to_yaml_reach_train_py_under_ray_job_submit(tmp_path, caps
     'cd /tmp\nD="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n',  # set after a cd
 ])
 def test_topology_path_survives_a_cd_before_the_launch(tmp_path, capsys, folder):
-    bin_, seen = fake_stack(tmp_path)
     (tmp_path / "sub").mkdir()
     run = write_script(tmp_path / "sub", "#!/bin/bash\n" + folder + "cd /\n"
                        "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 4 "
                        "--tensor-model-parallel-size 2 --colocate\n")
+    bin_, log = stand_ins(tmp_path, flag_words(run.read_text()))
+    before = launched(run, tmp_path, bin_, log)  # run as `bash sub/run.sh` from tmp_path
     assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
     text = run.read_text()
-    assert '--topology "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in text
-    run_bash(run, tmp_path, bin_)  # run as `bash sub/run.sh` from tmp_path
-    got = json.loads(seen.read_text())
-    assert (got["world"], got["dp"], got["cwd"]) == (4, 2, "/")
+    assert 'miles-topology flags "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in text
+    after = launched(run, tmp_path, bin_, log)
+    same_launch(before, after, {})
+    assert read_flags(after["argv"]).topology.dp == 2
 
 
 def test_a_folder_variable_set_before_any_cd_is_used(tmp_path):
     run = write_script(tmp_path, HEAD + "cd /\npython3 train.py --actor-num-gpus-per-node 4 "
                        "--colocate\n")
-    assert '--topology "${D}/run.topology.yaml"' in migrate(run).new
+    assert 'miles-topology flags "${D}/run.topology.yaml"' in migrate(run).new
     assert "MILES_TOPOLOGY_DIR" not in migrate(run).new
 
 
-def test_ray_job_with_its_own_runtime_env_keeps_variable_values_in_the_script(tmp_path):
-    run = write_script(tmp_path, "#!/bin/bash\nN=${N:-2}\nray job submit --address=x "
-                       "--runtime-env-json='{\"env_vars\": {\"A\": \"1\"}}' -- python3 train.py "
-                       "--actor-num-nodes $N --actor-num-gpus-per-node 4 --colocate\n")
+def test_variable_values_move_with_their_variable_or_the_script_is_refused(tmp_path):
+    text = ("#!/bin/bash\nN=${N:-2}\nray job submit --address=x --runtime-env-json="
+            "'{\"env_vars\": {\"A\": \"1\"}}' -- python3 ENTRY "
+            "--actor-num-nodes $N --actor-num-gpus-per-node 4 --colocate\n")
+    # upstream train.py: the flags are expanded before ray job submit, from the exports
+    run = write_script(tmp_path, text.replace("ENTRY", "train.py"))
     out = migrate(run)
-    assert "--actor-num-nodes $N" in out.new and out.new.count("--runtime-env-json") == 1
-    assert any("--actor-num-nodes" in k and "does not inherit" in k for k in out.kept)
-    (yaml,) = out.files.values()
-    assert "gpus_per_node: 4" in yaml and "nodes" not in yaml.replace("gpus_per_node", "")
+    assert "--actor-num-nodes $N" not in out.new and "export N  # read by" in out.new
+    assert "nodes: ${oc.env:N,2}  # --actor-num-nodes" in next(iter(out.files.values()))
+    # our launcher reads the file in the job, which gets only its own runtime env: the
+    # value cannot follow N there, and leaving it behind would split the layout
+    run.write_text(text.replace("ENTRY", "-m miles.train"))
+    with pytest.raises(Refused, match=r"--actor-num-nodes .* cannot move with them: .*does "
+                                      r"not inherit"):
+        migrate(run)
 
 
 def test_not_a_launch_is_a_type_not_a_message(tmp_path, capsys):

@@ -406,7 +406,7 @@ def reference(state: State, r: Reading, name: str) -> tuple[str, str, list[str]]
     var = fresh("MILES_TOPOLOGY_DIR", set(r.script.site.variables) |
                 set(re.findall(r"\w+", state.text)))
     line = f'{var}="$(cd -- "$(dirname -- "${{BASH_SOURCE[0]}}")" &>/dev/null && pwd)"' \
-        f"  # read by --topology"
+        f"  # this script's folder, where {name} is"
     return (f'"${{{var}}}/{name}"', f" (${var}, this script's folder, is set on its first line, "
             "before any cd; the YAML must stay beside the script)", [line])
 
