@@ -473,10 +473,37 @@ def test_acceptance_on_checker_fixtures(name, case, tmp_path, capsys):
                              yaml.read_text() if yaml.exists() else "")
     if BASH:
         assert bash_ok(path)
+        ran_same(SCRIPTS / name, path, tmp_path, env)
     written = {p: p.read_bytes() for p in d.iterdir() if p.is_file()}
     code, _, err = cli(["migrate", "--write", *env_args(env), str(path)], capsys)
     assert code == 0 and "up to date" in err
     assert {p: p.read_bytes() for p in d.iterdir() if p.is_file()} == written
+
+
+def ran_same(original: Path, migrated: Path, tmp_path: Path, env: dict) -> None:
+    """Run both under bash with the stand-ins: the migrated one launches what the original
+    did. A script bash itself cannot run as given (it needs its --env values as the
+    environment, or files that do not exist here) is compared when the original runs."""
+    shell_env = {k: v for k, v in env.items() if not k.isdigit()}
+    texts = [p.read_text() for p in original.parent.rglob("*.sh")]
+    (tmp_path / "run").mkdir()
+    bin_, log = stand_ins(tmp_path / "run", flag_words(*texts))
+    try:
+        before = launched(original, original.parent, bin_, log, **shell_env)
+    except AssertionError:
+        return  # the original does not run under bash here either
+    meant = common.key(read(State(original, original.read_text(), env)).topology)
+    try:
+        if common.key(read_flags(before["argv"], env).topology) != meant:
+            return  # the --env values stand for command output bash does not reproduce here
+    except TopologyError:
+        return
+    after = launched(migrated, migrated.parent, bin_, log, **shell_env)
+    same_launch(before, after, env)
+    RAN.append(original.name)
+
+
+RAN: list[str] = []
 
 
 def test_step_modules_import_without_heavy_dependencies():
@@ -825,3 +852,13 @@ def test_not_a_launch_is_a_type_not_a_message(tmp_path, capsys):
         migrate(conv, {}, False)
     code, out, _ = cli(["migrate", "--check", str(conv)], capsys)
     assert code == 0 and "not migrated" in out
+
+
+def test_acceptance_ran_the_migrated_scripts_under_bash():
+    """The bash comparison above is not vacuous: most migrated fixtures ran both ways."""
+    if BASH is None or not any(n for n, _ in CASES):
+        pytest.skip("needs bash")
+    if not RAN:
+        pytest.skip("run together with test_acceptance_on_checker_fixtures")
+    print(f"\nran under bash both ways: {len(RAN)}: {sorted(set(RAN))}")
+    assert {"run-qwen3-30B-A3B.sh", "run-qwen3-4B.sh", "vars-defaults.sh"} <= set(RAN), RAN
