@@ -862,3 +862,106 @@ def test_acceptance_ran_the_migrated_scripts_under_bash():
         pytest.skip("run together with test_acceptance_on_checker_fixtures")
     print(f"\nran under bash both ways: {len(RAN)}: {sorted(set(RAN))}")
     assert {"run-qwen3-30B-A3B.sh", "run-qwen3-4B.sh", "vars-defaults.sh"} <= set(RAN), RAN
+
+
+# ---------------------------------------------------------------- bytes not asked for
+
+
+def test_a_line_appended_while_write_runs_is_kept(tmp_path, capsys, monkeypatch):
+    """An editor saves the script between the read and the replace: nothing is written,
+    the edit is kept, and no YAML or backup is left behind (fails without the re-read)."""
+    from miles_topology.migrations import runner
+
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    real = runner._atomic
+
+    def editor_saves(path, data, *a, **k):
+        if path.name.endswith(".bak"):  # after the YAML, before the script is replaced
+            with open(run, "a") as f:
+                f.write("echo appended by an editor\n")
+        return real(path, data, *a, **k)
+
+    monkeypatch.setattr(runner, "_atomic", editor_saves)
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "changed while it was being migrated" in err
+    assert run.read_text().endswith("echo appended by an editor\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "run.sh"]
+    monkeypatch.setattr(runner, "_atomic", real)
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0  # again: it goes through
+    assert run.read_text().endswith("echo appended by an editor\n")
+
+
+def test_crlf_script_stays_crlf_and_added_words_carry_no_cr(tmp_path):
+    text = ("#!/bin/bash\n" + 'D="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null '
+            '&& pwd)"\nPERF_ARGS=(\n   --tensor-model-parallel-size 2   # TP within a node\n'
+            "   --micro-batch-size 1\n)\npython3 train.py --actor-num-gpus-per-node 4 "
+            '--colocate "${PERF_ARGS[@]}"\n').replace("\n", "\r\n")
+    run = write_script(tmp_path, text)
+    out = migrate(run)
+    assert out.new.count("\r\n") == out.new.count("\n") and "\r" not in out.new.replace(
+        "\r\n", "")
+    assert "PERF_ARGS=(\r\n   --micro-batch-size 1\r\n)" in out.new
+    (yaml,) = out.files.values()
+    assert "\r" not in yaml and "tp: 2  # --tensor-model-parallel-size; TP within a node" in yaml
+    write(out)
+    r = read(State(run, run.read_text(), {}))
+    assert not [w for w in r.script.flags() if "\r" in w]
+    assert r.topology.tp == 2 and r.topology.gpus_per_node == 4
+
+
+def test_a_layout_flag_added_back_is_pending_and_moves_into_the_yaml(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    assert cli(["migrate", "--check", str(run)], capsys)[0] == 0
+    yaml = run.with_name("run.topology.yaml")
+    old_yaml = yaml.read_text()
+    # the marker still says 0003; the content says otherwise
+    run.write_text(run.read_text().replace("   --save /root/ckpt",
+                                           "   --context-parallel-size 2 \\\n   --save /root/ckpt"))
+    code, out, _ = cli(["migrate", "--check", str(run)], capsys)
+    assert code == 1 and "pending 0003" in out
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    assert "--context-parallel-size" not in run.read_text()
+    assert yaml.read_text() == old_yaml + "cp: 2  # --context-parallel-size\n"  # appended
+    assert read(State(run, run.read_text(), {})).topology.cp == 2
+    assert cli(["migrate", "--check", str(run)], capsys)[0] == 0
+    # a value the YAML sets otherwise: refused, both kept
+    run.write_text(run.read_text().replace("   --save", "   --pipeline-model-parallel-size 1 "
+                                           "--tensor-model-parallel-size 4 \\\n   --save"))
+    with pytest.raises(Refused, match="tp too; keep one"):
+        migrate(run)
+
+
+def test_yaml_values_are_quoted_by_the_yaml_library():
+    import yaml
+
+    from miles_topology.migrations.m0003_consolidate import yaml_lines
+
+    rows = [("sglang_config", "cfg: a.yaml", "--sglang-config"), ("order", "tp-cp-ep-pp-dp", "x"),
+            ("external_addrs", ("a:1", "b #2"), "y"), ("nodes", "${oc.env:N,2}", "z"),
+            ("a2a_backend", "yes", "w")]
+    text = "\n".join(yaml_lines(rows)) + "\n"
+    assert yaml.safe_load(text) == {"sglang_config": "cfg: a.yaml", "order": "tp-cp-ep-pp-dp",
+                                    "external_addrs": ["a:1", "b #2"], "nodes": "${oc.env:N,2}",
+                                    "a2a_backend": "yes"}
+    assert all(line.split("  # ")[1] for line in text.splitlines())
+    # what it used to write does not read back
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load("sglang_config: cfg: a.yaml\n")
+
+
+def test_flags_command_prints_the_layout_and_refuses_an_invalid_one(tmp_path, capsys):
+    y = tmp_path / "t.topology.yaml"
+    y.write_text("nodes: ${oc.env:TOPO_TEST_N,2}\ntp: 2\norder: tp-cp-ep-pp-dp\ncolocate: true\n"
+                 "sp: false\nexternal_addrs: ['a b', c]\n")
+    code, out, _ = cli(["flags", str(y)], capsys)
+    assert code == 0 and out.splitlines() == [
+        "--actor-num-nodes", "2", "--tensor-model-parallel-size", "2",
+        "--use-tp-pp-dp-mapping", "--colocate", "--rollout-external-engine-addrs", "'a b'", "c"]
+    y.write_text("tp: 3\ngpus_per_node: 4\n")
+    code, out, err = cli(["flags", str(y)], capsys)
+    assert code == 1 and out == "" and "dense-grid-divisibility" in err
+    assert cli(["flags", str(tmp_path / "none.yaml")], capsys)[0] == 2
+    y.write_text("engine_groups: [[a, b, 1, 2]]\n")
+    code, _, err = cli(["flags", str(y)], capsys)
+    assert code == 2 and "no train.py flag" in err
