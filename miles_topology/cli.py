@@ -56,7 +56,8 @@ examples:
   miles-topology flags run.topology.yaml         # the layout as train.py flags
   # in a launch script (an invalid layout stops it before ray job submit):
   TOPOLOGY_FLAGS="$(miles-topology flags "${SCRIPT_DIR}/run.topology.yaml")" || exit 1
-  eval "TOPOLOGY_ARGS=(${TOPOLOGY_FLAGS})"       # then: python3 train.py "${TOPOLOGY_ARGS[@]}" ...""",
+  eval "TOPOLOGY_ARGS=(${TOPOLOGY_FLAGS})"
+  python3 train.py "${TOPOLOGY_ARGS[@]}" ...""",
     "schema": """\
 examples:
   miles-topology schema > topology.schema.json

@@ -26,7 +26,11 @@ from .errors import InputError
 COMMAND = ("miles-topology", "flags")
 # Files a migration is about to write, read in place of the disk (absolute path -> text), so
 # that the reader sees the result before anything is written.
-STAGED: ContextVar[Mapping[Path, str]] = ContextVar("staged_files", default={})
+STAGED: ContextVar[Mapping[Path, str] | None] = ContextVar("staged_files", default=None)
+
+
+def staged(path: Path) -> str | None:
+    return (STAGED.get() or {}).get(Path(path.absolute()))
 
 
 def flag_words(fields: Mapping) -> list[str]:
@@ -59,14 +63,14 @@ def flag_words(fields: Mapping) -> list[str]:
 def load(path: str | Path, env: Mapping[str, str] | None = None) -> dict:
     """The YAML's fields, a staged text in place of the file; `env` resolves ${oc.env:...}."""
     p = Path(path)
-    staged = STAGED.get().get(Path(p.absolute()))
-    if staged is None:
+    body = staged(p)
+    if body is None:
         return load_fields(p, env=env)
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         stand_in = Path(tmp, p.name)
-        stand_in.write_text(staged)
+        stand_in.write_text(body)
         return load_fields(stand_in, env=env)
 
 
@@ -88,9 +92,9 @@ def text(path: str | Path, env: Mapping[str, str] | None = None) -> str:
 def env_names(path: str | Path) -> list[str]:
     """The environment variables the YAML reads (${oc.env:NAME,...})."""
     p = Path(path)
-    staged = STAGED.get().get(Path(p.absolute()))
     try:
-        body = staged if staged is not None else p.read_text()
+        body = staged(p)
+        body = body if body is not None else p.read_text()
     except OSError:
         return []
     return list(dict.fromkeys(m.group(1) for m in ENV_REF.finditer(body)))

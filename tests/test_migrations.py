@@ -634,7 +634,7 @@ sys.path.insert(0, ROOT)
 try:  # the real flag surface of miles' train.py (surface.py: miles, Megatron-LM, SGLang)
     from miles_topology.surface import parser
     surface = parser()
-except ImportError:  # not on this branch yet: the flags of the original scripts, no more
+except (ImportError, OSError):  # not here yet: the flags of the original scripts, no more
     import argparse
     from miles_topology.flags import TOPOLOGY, is_switch
     surface = argparse.ArgumentParser(allow_abbrev=False, add_help=False)

@@ -88,7 +88,7 @@ class Reading:
 def read(state: State) -> Reading:
     """The script as the steps left it, read like `check` does; the files the steps mean to
     write stand in for the ones on disk, and ${oc.env:VAR} reads what the script exports."""
-    token = STAGED.set({**STAGED.get(), **state.files})  # the YAML as the steps mean it
+    token = STAGED.set({**(STAGED.get() or {}), **state.files})  # the YAML as the steps mean it
     try:
         script = read_script(state.path, state.env, text=state.text)
     except ScriptReadError as e:

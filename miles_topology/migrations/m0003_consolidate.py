@@ -126,10 +126,13 @@ def movable(state: State, r: Reading, existing) -> dict[str, list[FlagValue]]:
     Refuses when a flag whose value comes from a variable cannot move (the layout would be
     half in the script, half in the YAML)."""
     found: dict[str, list[FlagValue]] = {}
+    ours = own_array(state)
     for fv in r.script.argv:
         if field_of(fv.flag) in MOVES:
             if existing is not None and fv.span is None:  # expanded from the YAML itself
                 continue
+            if ours and fv.span is not None and ours[0] <= fv.span.start < ours[1]:
+                continue  # already in the TOPOLOGY_ARGS array of --inline
             found.setdefault(field_of(fv.flag), []).append(fv)
     pinned = any(fv.flag == EP_MOE for fv in r.script.argv)  # it reads the engine size
     ours = topology_form(r, existing) == "topology"
@@ -166,6 +169,12 @@ def from_variable(state: State, fv: FlagValue) -> bool:
     if last is None or last.file != state.file or (last is fv.span and not fv.joined):
         return False
     return literal(snippet(state, last)) is None
+
+
+def own_array(state: State) -> tuple[int, int] | None:
+    """Where the ``TOPOLOGY_ARGS=(...)`` array that --inline wrote is (its own lines)."""
+    m = re.search(rf"^[ \t]*{ARRAY}=\(\r?\n.*?^[ \t]*\)", state.text, re.M | re.S)
+    return (m.start(), m.end()) if m else None
 
 
 def topology_form(r: Reading, existing) -> str:
@@ -382,6 +391,15 @@ def load_fields_of(path: Path, body: str, r: Reading) -> dict:
 
 def inline(state: State, r: Reading, moving: dict, edits: list[Edit], notes: dict) -> None:
     site = r.script.site
+    body_of = own_array(state)
+    if body_of is not None:  # flags given again next to the array: they join it
+        end = state.text.count("\n", 0, body_of[1]) + 1
+        body = ["   " + " ".join(snippet(state, s) for s in words(fvs[-1]))
+                for fvs in moving.values()]
+        edits.append(insert_lines(state.text, end, body))
+        state.done.append(f"moved {', '.join(flag_of(f) for f in moving)}, given again, "
+                          f"into {ARRAY}")
+        return
     if ARRAY in site.variables or re.search(rf"\b{ARRAY}\b", state.text):
         raise Refused(f"{ARRAY} is already used in the script.")
     body = ["   " + " ".join(snippet(state, s) for s in words(fvs[-1])) +
