@@ -72,6 +72,89 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
         raise InputError(f"{path}: no such file")
     child_env = {**os.environ, **(env or {})}
     t0 = time.perf_counter()
+    got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd, timeout_s,
+                   memory_mb)
+    return _interpret(path, got.records, got.err, got.status, {**child_env, **got.sandbox},
+                      timeout_s, memory_mb, time.perf_counter() - t0)
+
+
+@dataclass
+class ProgramRun:
+    """What a Python program printed when run in the sandbox (``$(python3 helper.py ARG)``)."""
+
+    status: int | str  # exit code, or "timeout" / "memory" / "refused" / "unavailable"
+    stdout: str  # what it printed (at most STDOUT_MAX bytes)
+    stderr: str  # the tail
+    error: str | None  # one line: why it gave no output (missing module, exception, ...)
+    records: list = field(default_factory=list)  # the Recorded actions it tried (not run)
+
+
+STDOUT_MAX = 1 << 20
+
+
+def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
+                cwd: str | None = None, timeout_s: float = 10) -> ProgramRun:
+    """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
+    is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
+    MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Status
+    "unavailable": there is no such file or no program given; "refused": the sandbox cannot
+    run it here (the error says why)."""
+    words = list(args)
+    while words and words[0].startswith("-") and words[0] not in ("-c", "-m", "-"):
+        words.pop(0)  # -u, -B, -O...: nothing the result depends on
+    if not words or words[0] == "-" or (words[0] in ("-c", "-m") and len(words) < 2):
+        return ProgramRun("unavailable", "", "", "no program given (python3 reading stdin)")
+    if words[0] == "-c":
+        mode, target, rest = "code", words[1], words[2:]
+    elif words[0] == "-m":
+        mode, target, rest = "module", words[1], words[2:]
+    else:
+        mode, target, rest = "path", words[0], words[1:]
+        full = os.path.join(cwd, target) if cwd and not os.path.isabs(target) else target
+        if not os.path.isfile(full):
+            return ProgramRun("unavailable", "", "", f"{target}: no such file")
+        target = os.path.abspath(full)
+    got = _execute(mode, target, rest, {**os.environ, **(env or {})}, cwd, timeout_s,
+                   MEMORY_MB)
+    calls = [r for r in got.records if "kind" in r]
+    records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
+    end = got.records[-1] if got.records and "end" in got.records[-1] else None
+    status: int | str
+    error = None
+    if got.status in ("timeout", -signal.SIGXCPU):
+        status, error = "timeout", f"did not finish within {timeout_s:g} s"
+    elif end is None:
+        status = got.status
+        error = f"killed by signal {-got.status}" if isinstance(got.status, int) and \
+            got.status < 0 else f"exited with status {got.status}{_tail(got.err)}"
+    elif end["end"] == "memory":
+        status, error = "memory", f"ran out of memory (limit {MEMORY_MB} MiB)"
+    elif end["end"] == "refused":
+        status, error = "refused", end.get("why")
+    elif end["end"] in ("missing", "error"):
+        status, error = 1, _at(end)
+    elif end["end"] == "exit":
+        code = end.get("code")
+        status = code if isinstance(code, int) else 0 if code is None else 1
+        if isinstance(code, str):
+            error = code
+    else:
+        status = 0
+    return ProgramRun(status, got.stdout, got.err, error, records)
+
+
+@dataclass
+class _Ran:
+    records: list
+    err: str  # the tail of stderr
+    status: int | str  # the child's exit status, or "timeout"
+    stdout: str
+    sandbox: dict  # HOME, TMPDIR, PWD... as the child had them
+
+
+def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s: float,
+             memory_mb: int) -> _Ran:
+    """Run `target` (a file, code or a module name, by `mode`) in a fresh temporary folder."""
     with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
         work = Path(tmp, "work")
         work.mkdir()
@@ -79,20 +162,19 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
         # the real HOME) are there as they are for the real launcher
         sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
         sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
-        records, err, status = _run(path, launcher_args, child_env, sandbox, Path(tmp), work,
-                                    timeout_s, memory_mb)
-    return _interpret(path, records, err, status, {**child_env, **sandbox}, timeout_s,
-                      memory_mb, time.perf_counter() - t0)
+        records, err, status, out = _run(mode, target, args, env, sandbox, Path(tmp), work,
+                                         timeout_s, memory_mb)
+    return _Ran(records, err, status, out, sandbox)
 
 
-def _run(path, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
+def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
          memory_mb: int):
     record = tmp / "record.jsonl"
     record.touch()
     cfg = tmp / "config.json"
     pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     cfg.write_text(json.dumps({
-        "launcher": os.path.abspath(path), "args": list(args), "work": str(work),
+        "mode": mode, "launcher": target, "args": list(args), "work": str(work),
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
         "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
         "env": sandbox}))
@@ -113,7 +195,9 @@ def _run(path, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float
         except ValueError:
             continue  # a line cut off by the kill
     err = (tmp / "stderr").read_bytes()[-4096:].decode(errors="replace")
-    return records, err, status
+    with open(tmp / "stdout", "rb") as f:
+        out = f.read(STDOUT_MAX).decode(errors="replace")
+    return records, err, status, out
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -445,13 +445,19 @@ def main() -> None:
     limits(cfg)
     _out = os.open(cfg["record"], os.O_WRONLY | os.O_APPEND)
     WORK = os.path.realpath(cfg["work"])
-    HERE = os.path.dirname(os.path.realpath(cfg["launcher"]))
     os.chdir(cfg.get("cwd") or WORK)
+    HERE = os.path.dirname(os.path.realpath(cfg["launcher"])) if cfg.get("mode", "path") == \
+        "path" else os.path.realpath(os.getcwd())
     os.environ.update(cfg["env"])  # HOME, TMPDIR... in the sandbox's folder
     if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
         del sys.path[0]  # this file's folder, which python put first
-    sys.path[:0] = [os.path.dirname(os.path.abspath(cfg["launcher"]))] + cfg["pythonpath"]
-    sys.argv = [cfg["launcher"], *cfg["args"]]
+    mode = cfg.get("mode", "path")  # as `python FILE`, `python -c CODE`, `python -m MODULE`
+    # sys.path[0] as python sets it: the script's folder, or the current one for -c and -m
+    first = os.path.dirname(os.path.abspath(cfg["launcher"])) if mode == "path" else \
+        ("" if mode == "code" else os.getcwd())
+    sys.path[:0] = [first] + cfg["pythonpath"]
+    sys.argv = [cfg["launcher"] if mode == "path" else "-c" if mode == "code" else
+                cfg["launcher"], *cfg["args"]]
     _BASE_ENV = dict(os.environ)
     install()
     sys.addaudithook(hook)
@@ -459,7 +465,12 @@ def main() -> None:
     try:
         import runpy
 
-        runpy.run_path(cfg["launcher"], run_name="__main__")
+        if mode == "code":
+            exec(compile(cfg["launcher"], "<string>", "exec"), {"__name__": "__main__"})
+        elif mode == "module":
+            runpy.run_module(cfg["launcher"], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(cfg["launcher"], run_name="__main__")
     except SystemExit as e:
         code = e.code
         end = {"end": "exit", "code": code if isinstance(code, int) or code is None
