@@ -421,13 +421,14 @@ class Expander:
     def topology_flags(self, path: str, cwd: str | None) -> tuple[str | None, str]:
         """``$(miles-topology flags FILE.yaml)``: the YAML's flags, read with the variables
         exported here (what that command sees); None and why when that is not known."""
+        sh = getattr(self, "sh", self)  # the shell state (apart from the reader, or in it)
         if not path.startswith("/"):
-            if (cwd or self.cwd) is None:
+            if (cwd or sh.cwd) is None:
                 return None, "a relative topology path depends on where the script is run"
-            path = os.path.join(cwd or self.cwd, path)
+            path = os.path.join(cwd or sh.cwd, path)
         env = {}
-        for k, v in self.vars.items():
-            if (k in self.exported or k in self.inherited or self.allexport) and not v.array:
+        for k, v in sh.vars.items():
+            if (k in sh.exported or k in sh.inherited or sh.allexport) and not v.array:
                 f = v.items[0] if v.items else None
                 env[k] = None if f is None or f.unk or f.cond else f.value
         unknown = [k for k in env_names(path) if k in env and env[k] is None]
