@@ -132,12 +132,80 @@ def first_read(state: State) -> Reading:
     if s.site.branch is not None:
         raise Refused(f"the launch command at {s.site.command} runs inside the branch at "
                       f"{s.site.branch}; other branches may launch differently.")
-    unknown = [u for u in s.unresolved if u.flag is None or field_of(u.flag) in MOVES]
+    unknown = [u for u in s.unresolved if (u.flag is None or field_of(u.flag) in MOVES)
+               and not layout_free(u, s, state)]
     if unknown:
         shown = "; ".join(f"{u.flag or u.expression} at {u.source}: {u.why}" for u in unknown)
         raise Refused(f"parallel-layout values known only at run time: {shown}. Pass "
                       "--env KEY=VALUE to resolve them.")
     return r
+
+
+_ARRAY_SET = re.compile(r"^([A-Za-z_]\w*)\+?=\(\.\.\.\)$")
+
+
+def layout_free(u, script: ScriptRead, state: State) -> bool:
+    """Whether an unknown word list is known to hold no layout flag, so that moving the
+    layout cannot change what it overrides: an array set only in branches decided at run
+    time (``if [ -n "$WANDB_API_KEY" ]; then WANDB_ARGS=(...); else WANDB_ARGS=(); fi``),
+    every assignment of it, in every file the read went through, of known words none of
+    which is a layout flag (a quoted expansion only as the value of a flag before it)."""
+    m = _ARRAY_SET.match(u.expression)
+    if u.flag is not None or m is None or "'if'" not in u.why and "'case" not in u.why:
+        return False
+    name = m.group(1)
+    files = {state.file, *(k[0] for k in script.uses),
+             *(os.path.abspath(x.path) for x in (u.source, *(fv.source for fv in script.argv))
+               if x.path != "<env>")}
+    found = False
+    for f in files:
+        try:
+            text = state.text if f == state.file else Path(f).read_text()
+        except (OSError, UnicodeDecodeError):
+            return False
+        if re.search(rf"\b(read|mapfile|readarray|declare|local|eval)\b[^\n]*\b{name}\b", text):
+            return False
+        try:
+            nodes, _ = syntax.parse(text.encode())
+        except syntax.ShellSyntaxError:
+            return False
+        for a in _assigns(nodes, name):
+            if a.array is None or not _no_layout(a.array):
+                return False
+            found = True
+    return found
+
+
+def _assigns(x, name: str):
+    if type(x) is syntax.Assign:
+        if x.name == name:
+            yield x
+        return
+    if isinstance(x, list | tuple):
+        for y in x:
+            yield from _assigns(y, name)
+    elif hasattr(x, "__slots__") and type(x) not in (syntax.Lit, syntax.Param):
+        for slot in x.__slots__:
+            yield from _assigns(getattr(x, slot, None), name)
+
+
+def _no_layout(words: list) -> bool:
+    prev = None
+    for w in words:
+        lit = w.literal()
+        if lit is not None:
+            flag = lit.split("=", 1)[0]
+            if flag == TOPOLOGY or field_of(flag) in MOVES:
+                return False
+        else:
+            one = all(type(p) is syntax.Lit or p.quoted and type(p) is not syntax.Sub and
+                      not (type(p) is syntax.Param and (p.name in "@*" or p.index in ("@", "*")))
+                      for p in w.parts)
+            if not one or prev is None or not prev.startswith("--") or is_switch(prev) or \
+                    "=" in prev:
+                return False
+        prev = lit
+    return True
 
 
 def key(topo: Topology) -> dict:

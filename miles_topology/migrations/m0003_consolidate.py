@@ -234,7 +234,57 @@ def comments(state: State, moving: dict, edits: list[Edit], where: str) -> dict[
                               if words(f[-1])[-1].line == last.line)
             edits.append(insert(last.end + m.end(1), f" (miles-topology {ID}: {flags} moved "
                                                      f"to {where})"))
+    above(state, moving, edits, where, out)
     return out
+
+
+def above(state: State, moving: dict, edits: list[Edit], where: str, out: dict) -> None:
+    """Comment lines heading a group of lines (up to a blank line, a comment or the
+    array's end) whose flags all move: they move along, with the group's first field; when
+    only some of the group's lines go, the comment stays with a note naming what moved."""
+    gone = [(e.start, e.end) for e in edits if e.text is None]
+    lines = state.text.split("\n")
+    starts = [0]
+    for x in lines[:-1]:
+        starts.append(starts[-1] + len(x) + 1)
+    fields_at: dict[int, list[str]] = {}
+    for name, fvs in moving.items():
+        for fv in fvs:
+            for span in words(fv):
+                fields_at.setdefault(span.line, []).append(name)
+
+    def emptied(k: int) -> bool:  # 0-based line index
+        left = "".join(c for i, c in enumerate(lines[k], starts[k])
+                       if not any(a <= i < b for a, b in gone))
+        return (k + 1) in fields_at and left.strip(" \t\r\\") == ""
+
+    def comment(k: int) -> bool:
+        return lines[k].lstrip().startswith("#") and not (k == 0 and lines[k].startswith("#!"))
+
+    k = 0
+    while k < len(lines):
+        if not comment(k):
+            k += 1
+            continue
+        head = k
+        while k < len(lines) and comment(k):
+            k += 1
+        group = []
+        while k < len(lines) and lines[k].strip(" \t\r") not in ("", ")") and not comment(k):
+            group.append(k)
+            k += 1
+        moved = [j for j in group if emptied(j)]
+        if not moved or not group or not emptied(group[0]):
+            continue
+        names = list(dict.fromkeys(n for j in moved for n in fields_at[j + 1]))
+        if len(moved) == len(group):
+            text = " ".join(lines[j].strip(" \t\r").lstrip("#").strip() for j in range(head, group[0]))
+            out[names[0]] = f"{text}; {out[names[0]]}" if out.get(names[0]) else text
+            edits.append(Edit(starts[head], starts[group[0]] - 1, None))
+        else:
+            end = starts[group[0]] - 1 - (1 if lines[group[0] - 1].endswith("\r") else 0)
+            flags = ", ".join(flag_of(n) for n in names)
+            edits.append(insert(end, f" (miles-topology {ID}: {flags} moved to {where})"))
 
 
 def delete_text(start: int, end: int) -> Edit:
