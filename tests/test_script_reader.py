@@ -510,7 +510,9 @@ def test_unicode_fixture_migrates_exactly(tmp_path):
     assert "0003" in out.applied
     new = out.new
     assert "# Qwen3-4B — modèle dense, réglé à la main (UTF-8: é, —, 中文)" in new
-    assert "   # taille TP → 2\n" in new and "--tensor-model-parallel-size" not in new
+    assert "--tensor-model-parallel-size" not in new
+    (yaml,) = out.files.values()  # the comment heading the moved lines moved along
+    assert "tp: 2  # --tensor-model-parallel-size; taille TP → 2\n" in yaml
     assert "   --sequence-parallel" not in new  # moved whole, nothing left half-cut
     from miles_topology.yamlflags import STAGED
 

@@ -278,7 +278,8 @@ def above(state: State, moving: dict, edits: list[Edit], where: str, out: dict) 
             continue
         names = list(dict.fromkeys(n for j in moved for n in fields_at[j + 1]))
         if len(moved) == len(group):
-            text = " ".join(lines[j].strip(" \t\r").lstrip("#").strip() for j in range(head, group[0]))
+            text = " ".join(lines[j].strip(" \t\r").lstrip("#").strip()
+                            for j in range(head, group[0]))
             out[names[0]] = f"{text}; {out[names[0]]}" if out.get(names[0]) else text
             edits.append(Edit(starts[head], starts[group[0]] - 1, None))
         else:
