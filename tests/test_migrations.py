@@ -1018,3 +1018,15 @@ def test_scripts_in_miles_and_slime_styles_migrate_and_launch_the_same(name, tmp
     assert cli(["migrate", "--check", str(path)], capsys)[0] == 0
     code, _, err = cli(["migrate", "--write", str(path)], capsys)
     assert code == 0 and "up to date" in err
+
+
+def test_a_yaml_valid_only_with_flags_left_behind_is_refused(tmp_path):
+    """`miles-topology flags` validates the YAML alone: half a layout would stop the job."""
+    run = write_script(tmp_path, HEAD + 'source "$D/models/m.sh"\n'
+                       "python3 train.py --actor-num-nodes 1 --tensor-model-parallel-size 3 "
+                       "--colocate ${MODEL_ARGS[@]}\n",
+                       "MODEL_ARGS=(--num-layers 6 --actor-num-gpus-per-node 6)\n")
+    with pytest.raises(Refused, match=r"not valid on its own \(\[dense-grid-divisibility\].*"
+                                      r"--actor-num-gpus-per-node .* sourced file"):
+        migrate(run)
+    assert migrate(run, inline=True).applied == ["0003"]  # one array: nothing validated apart

@@ -134,10 +134,17 @@ def first_read(state: State) -> Reading:
                       f"{s.site.branch}; other branches may launch differently.")
     unknown = [u for u in s.unresolved if (u.flag is None or field_of(u.flag) in MOVES)
                and not layout_free(u, s, state)]
-    if unknown:
-        shown = "; ".join(f"{u.flag or u.expression} at {u.source}: {u.why}" for u in unknown)
+    values = [u for u in unknown if u.flag is not None]
+    if values:
+        shown = "; ".join(f"{u.flag} at {u.source}: {u.why}" for u in values)
         raise Refused(f"parallel-layout values known only at run time: {shown}. Pass "
                       "--env KEY=VALUE to resolve them.")
+    if unknown:
+        shown = "; ".join(f"{u.expression} at {u.source}: {u.why}" for u in unknown)
+        raise Refused(f"words known only at run time reach the launch ({shown}); they may "
+                      "hold layout flags, which would then override the moved ones or be "
+                      "overridden by them. Write those words out in the script (or pass "
+                      "--env KEY=VALUE for what they are built from), then migrate again.")
     return r
 
 

@@ -361,6 +361,8 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit], notes: di
         raise Refused(f"{path} exists and is not what this migration would write; move it "
                       "away first.")
     state.files[Path(os.path.abspath(path))] = text
+    if not ours:
+        alone(state, r, path, text)
     ref, how_ref, top = reference(state, r, path.name)
     if top:
         edits.append(insert_lines(state.text, 2 if state.text.startswith("#!") else 1, top))
@@ -393,6 +395,25 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit], notes: di
     for extra in derived.values():
         state.done.extend(f"computed {x.split('  #')[0].removeprefix('export ')} where the flag "
                           "was" for x in extra)
+
+
+def alone(state: State, r: Reading, path: Path, text: str) -> None:
+    """`miles-topology flags` validates the YAML on its own when the script runs: refuse a
+    YAML that is valid only with layout flags that stay in the script."""
+    from ..errors import TopologyError
+    from ..yamlflags import STAGED, load, validate
+
+    token = STAGED.set({Path(os.path.abspath(path)): text})
+    try:
+        validate(load(path, r.script.site.environ()))
+    except TopologyError as e:
+        kept = "; ".join(state.kept) or "flags that stay in the script"
+        raise Refused(f"the layout that can move is not valid on its own "
+                      f"([{e.problems[0].code}] {e.problems[0].message}), and `miles-topology "
+                      f"flags` would stop the script; it needs {kept}. Move those by hand "
+                      "first (or use --inline).") from None
+    finally:
+        STAGED.reset(token)
 
 
 def merge(state: State, r: Reading, moving: dict, edits: list[Edit], notes: dict,
