@@ -1030,3 +1030,28 @@ def test_a_yaml_valid_only_with_flags_left_behind_is_refused(tmp_path):
                                       r"--actor-num-gpus-per-node .* sourced file"):
         migrate(run)
     assert migrate(run, inline=True).applied == ["0003"]  # one array: nothing validated apart
+
+
+def test_our_launcher_keeps_reading_the_yaml_with_topology(tmp_path, capsys):
+    """python -m miles.train accepts --topology FILE (miles/train.py): it gets that form."""
+    d = tmp_path / "s"
+    shutil.copytree(SCRIPTS, d)
+    path = d / "run-python-m-miles-train.sh"
+    assert cli(["migrate", "--write", str(path)], capsys)[0] == 0
+    text = path.read_text()
+    assert '-m miles.train --topology "${HERE}/run-python-m-miles-train.topology.yaml"' in text
+    assert "miles-topology flags" not in text
+    assert read(State(path, text, {})).topology == read(
+        State(SCRIPTS / path.name, (SCRIPTS / path.name).read_text(), {})).topology
+
+
+def test_inline_then_a_flag_given_again_joins_the_array(tmp_path):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    write(migrate(run, inline=True))
+    run.write_text(run.read_text().replace("   --save /root/ckpt",
+                                           "   --context-parallel-size 2 --save /root/ckpt"))
+    out = migrate(run, inline=True)
+    assert out.applied == ["0003"] and "   --context-parallel-size 2\n)" in out.new
+    write(out)
+    assert migrate(run, inline=True).applied == []
+    assert read(State(run, run.read_text(), {})).topology.cp == 2
