@@ -15,6 +15,7 @@ topology stops the script before ``ray job submit``.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -30,7 +31,7 @@ STAGED: ContextVar[Mapping[Path, str] | None] = ContextVar("staged_files", defau
 
 
 def staged(path: Path) -> str | None:
-    return (STAGED.get() or {}).get(Path(path.absolute()))
+    return (STAGED.get() or {}).get(Path(os.path.abspath(path)))
 
 
 def flag_words(fields: Mapping) -> list[str]:

@@ -400,7 +400,7 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit], notes: di
 def alone(state: State, r: Reading, path: Path, text: str) -> None:
     """`miles-topology flags` validates the YAML on its own when the script runs: refuse a
     YAML that is valid only with layout flags that stay in the script."""
-    from ..errors import TopologyError
+    from ..errors import InputError, TopologyError
     from ..yamlflags import STAGED, load, validate
 
     token = STAGED.set({Path(os.path.abspath(path)): text})
@@ -412,6 +412,9 @@ def alone(state: State, r: Reading, path: Path, text: str) -> None:
                       f"([{e.problems[0].code}] {e.problems[0].message}), and `miles-topology "
                       f"flags` would stop the script; it needs {kept}. Move those by hand "
                       "first (or use --inline).") from None
+    except InputError as e:
+        raise Refused(f"the topology file it would write does not read back: {e}", 2) \
+            from None
     finally:
         STAGED.reset(token)
 
