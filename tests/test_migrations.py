@@ -1055,3 +1055,23 @@ def test_inline_then_a_flag_given_again_joins_the_array(tmp_path):
     write(out)
     assert migrate(run, inline=True).applied == []
     assert read(State(run, run.read_text(), {})).topology.cp == 2
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_the_bash_comparison_catches_a_changed_launch(tmp_path, capsys):
+    """same_launch fails on a non-layout flag changed, or a layout value changed."""
+    (tmp_path / "job").mkdir()
+    run = staged(step_dir(STEPS[2]), tmp_path / "job")
+    bin_, log = stand_ins(tmp_path, flag_words(run.read_text(),
+                                               (run.parent / "models" / "moe.sh").read_text()))
+    before = launched(run, tmp_path, bin_, log)
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    run.write_text(run.read_text().replace("--global-batch-size 256", "--global-batch-size 128"))
+    with pytest.raises(AssertionError):
+        same_launch(before, launched(run, tmp_path, bin_, log), {})
+    run.write_text(run.read_text().replace("--global-batch-size 128", "--global-batch-size 256"))
+    same_launch(before, launched(run, tmp_path, bin_, log), {})
+    yaml = run.with_name("run.topology.yaml")
+    yaml.write_text(yaml.read_text().replace("engine_size: 8", "engine_size: 4"))
+    with pytest.raises(AssertionError):
+        same_launch(before, launched(run, tmp_path, bin_, log), {})
