@@ -1075,3 +1075,32 @@ def test_the_bash_comparison_catches_a_changed_launch(tmp_path, capsys):
     yaml.write_text(yaml.read_text().replace("engine_size: 8", "engine_size: 4"))
     with pytest.raises(AssertionError):
         same_launch(before, launched(run, tmp_path, bin_, log), {})
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_model_helper_idiom(tmp_path, capsys):
+    """miles' `read -ra MODEL_ARGS <<< "$(python3 .../model_args_utils.py NAME)"`: migrated
+    and launching the same when the reader knows the helper's output (the bash reader
+    issue, through the sandbox); refused, saying what to do, while it does not."""
+    d = tmp_path / "checkout"
+    shutil.copytree(STEP_FIXTURES / "upstream-helper", d)
+    path = d / "scripts" / "run-dense-4B.sh"
+    original = path.read_text()
+    known = not [u for u in read_script_of(path).unresolved if u.flag is None]
+    bin_, log = stand_ins(tmp_path, flag_words(original, "--num-layers --hidden-size "
+                                               "--ffn-hidden-size --num-attention-heads "
+                                               "--group-query-attention --num-query-groups "
+                                               "--vocab-size --swiglu"))
+    before = launched(path, d, bin_, log)
+    code, _, err = cli(["migrate", "--write", str(path)], capsys)
+    if not known:
+        assert code == 1 and "Write those words out" in err and path.read_text() == original
+        return
+    assert code == 0, err
+    same_launch(before, launched(path, d, bin_, log), {})
+
+
+def read_script_of(path: Path):
+    from miles_topology.shell import read_script
+
+    return read_script(path, {})
