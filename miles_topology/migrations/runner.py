@@ -5,7 +5,8 @@ the same Topology, the same other flags, the same launch. Writes are atomic (a t
 file in the same folder, then os.replace on the file a symbolic link points to), the topology
 YAML before the script that names it; the script keeps its mode and owner, and its previous
 text goes to a new SCRIPT.bak (SCRIPT.bak.1, ... when that exists). Read-only files are
-refused.
+refused. The script is read again just before it is replaced: when an editor saved it in
+the meantime, nothing is written (what was created is removed) and the edit stays.
 """
 
 from __future__ import annotations
