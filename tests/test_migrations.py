@@ -796,6 +796,10 @@ def test_an_invalid_layout_stops_the_script_before_ray_job_submit(tmp_path, caps
     got = subprocess.run([BASH, str(run)], capture_output=True, text=True,
                          env={"PATH": f"{bin_}:/usr/bin:/bin"})
     assert got.returncode == 1 and "dense-grid-divisibility" in got.stderr
+    # and `check` of the script says so, with tp 3 read from the YAML (not the defaults)
+    code, out, _ = cli(["check", "--format", "json", str(run)], capsys)
+    assert code == 1 and "dense-grid-divisibility" in {e["code"] for e in
+                                                      json.loads(out)["errors"]}
     assert not log.exists()  # neither ray nor python3 ran
     # without set -e too: the explicit `|| exit 1` stops it
     run.write_text(run.read_text().replace("set -ex\n", ""))

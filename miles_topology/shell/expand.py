@@ -9,10 +9,11 @@ import fnmatch
 import os
 import re
 
-from ..errors import InputError, TopologyError
+from ..errors import InputError
 from ..yamlflags import COMMAND, env_names
 from ..yamlflags import text as flags_text
 from . import syntax
+from .model import Unresolved
 from .syntax import Arith, Lit, Param, Sub
 from .values import (
     INT_LIMIT,
@@ -435,8 +436,9 @@ class Expander:
         if unknown:
             return None, f"{path} reads {', '.join(unknown)}, known only at run time"
         try:
-            return flags_text(path, {k: v for k, v in env.items() if v is not None}), ""
-        except (InputError, TopologyError) as e:
+            return flags_text(path, {k: v for k, v in env.items() if v is not None},
+                              check=False), ""
+        except InputError as e:
             return None, f"miles-topology flags {path} fails: {str(e).splitlines()[0]}"
 
     def substitute(self, sub: Sub) -> Field:
@@ -532,7 +534,8 @@ class Expander:
                 pass
             elif tuple(vals[:2]) == COMMAND and len(vals) == 3:  # our own, see yamlflags.py
                 got, why = self.topology_flags(vals[2], cwd)
-                if got is None:
+                if got is None:  # visible: the eval of it would otherwise drop it quietly
+                    self.unresolved.append(Unresolved(None, sub.text, self.src(sub.line), why))
                     return self.unknown(sub, why)
                 out.append(got)
             else:
