@@ -83,14 +83,16 @@ def validate(fields: Mapping) -> None:
     Topology(**fields)
 
 
-def text(path: str | Path, env: Mapping[str, str] | None = None, check: bool = True) -> str:
+def text(path: str | Path, env: Mapping[str, str] | None = None, check: bool = True,
+         sep: str = "\n") -> str:
     """What `miles-topology flags FILE` prints: one shell-quoted word per line. The script
-    reader asks with `check` off: the launch's check judges the layout with the script's
-    other flags, and reports the problems the command would stop on."""
+    reader asks with `check` off (the launch's check judges the layout with the script's
+    other flags, and reports the problems the command would stop on) and `sep` " " (one
+    line, so that the words point at the line that reads them)."""
     fields = load(path, env)
     if check:
         validate(fields)
-    return "".join(shlex.quote(w) + "\n" for w in flag_words(fields))
+    return "".join(shlex.quote(w) + sep for w in flag_words(fields)).rstrip(" ")
 
 
 def env_names(path: str | Path) -> list[str]:

@@ -437,7 +437,7 @@ class Expander:
             return None, f"{path} reads {', '.join(unknown)}, known only at run time"
         try:
             return flags_text(path, {k: v for k, v in env.items() if v is not None},
-                              check=False), ""
+                              check=False, sep=" "), ""
         except InputError as e:
             return None, f"miles-topology flags {path} fails: {str(e).splitlines()[0]}"
 
