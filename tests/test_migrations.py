@@ -398,7 +398,7 @@ ADDED = re.compile(r"^\s*(# miles-topology-migration: \d{4}|# miles-topology \d{
                    r"|MILES_TOPOLOGY_DIR\w*=.*  # this script's folder, where \S+ is"
                    r'|TOPOLOGY_FLAGS\w*="\$\(miles-topology flags "[^"\n]*\.topology\.yaml"\)"'
                    r" \|\| exit 1  # .*"
-                   r'|eval "TOPOLOGY_ARGS\w*=\(\$\{TOPOLOGY_FLAGS\w*\}\)")$')
+                   r'|eval "TOPOLOGY_ARGS\w*=\(\$\{TOPOLOGY_FLAGS\w*\}\)"  # .*)$')
 TOPOLOGY_REF = re.compile(r' --topology "[^"\n]*\.topology\.yaml"| "\$\{TOPOLOGY_ARGS\w*\[@\]\}"'
                           r'| --runtime-env-json="\{\\"env_vars\\": \{[^\n]*?\}\}"'
                           r"| \(miles-topology \d{4}: [^\n]* moved to [^\n]*\)")
@@ -910,22 +910,34 @@ def test_a_line_appended_while_write_runs_is_kept(tmp_path, capsys, monkeypatch)
     assert run.read_text().endswith("echo appended by an editor\n")
 
 
-def test_crlf_script_stays_crlf_and_added_words_carry_no_cr(tmp_path):
-    text = ("#!/bin/bash\n" + 'D="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null '
-            '&& pwd)"\nPERF_ARGS=(\n   --tensor-model-parallel-size 2   # TP within a node\n'
-            "   --micro-batch-size 1\n)\npython3 train.py --actor-num-gpus-per-node 4 "
-            '--colocate "${PERF_ARGS[@]}"\n').replace("\n", "\r\n")
+def test_crlf_script_stays_crlf_and_added_words_carry_no_cr(tmp_path, capsys):
+    """Every line of this CRLF script ends in a comment, so bash reads no CR in its words;
+    the lines migrate adds end in comments too (a CR after a word would join it)."""
+    text = ('#!/bin/bash  # launcher\n'
+            'D="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"  # here\n'
+            "python3 train.py --actor-num-gpus-per-node 4 --tensor-model-parallel-size 2 "
+            "--colocate --save /root/ckpt  # the job\n").replace("\n", "\r\n")
     run = write_script(tmp_path, text)
     out = migrate(run)
     assert out.new.count("\r\n") == out.new.count("\n") and "\r" not in out.new.replace(
         "\r\n", "")
-    assert "PERF_ARGS=(\r\n   --micro-batch-size 1\r\n)" in out.new
+    assert all(x.rstrip("\r").split("  # ")[-1] for x in out.new.split("\n")[:-1])
+    assert 'python3 train.py "${TOPOLOGY_ARGS[@]}" --save /root/ckpt  # the job\r\n' in out.new
     (yaml,) = out.files.values()
-    assert "\r" not in yaml and "tp: 2  # --tensor-model-parallel-size; TP within a node" in yaml
-    write(out)
+    assert "\r" not in yaml and "tp: 2  # --tensor-model-parallel-size" in yaml
+    if BASH:
+        bin_, log = stand_ins(tmp_path / "b" if (tmp_path / "b").mkdir() is None else None,
+                              flag_words(text))
+        before = launched(run, tmp_path, bin_, log)
+        write(out)
+        after = launched(run, tmp_path, bin_, log)
+        assert not [w for w in after["argv"] if "\r" in w]
+        same_launch(before, after, {})
+    else:
+        write(out)
     r = read(State(run, run.read_text(), {}))
     assert not [w for w in r.script.flags() if "\r" in w]
-    assert r.topology.tp == 2 and r.topology.gpus_per_node == 4
+    assert (r.topology.tp, r.topology.gpus_per_node, r.topology.colocate) == (2, 4, True)
 
 
 def test_a_layout_flag_added_back_is_pending_and_moves_into_the_yaml(tmp_path, capsys):

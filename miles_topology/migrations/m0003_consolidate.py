@@ -382,7 +382,7 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit], notes: di
         flags_var, array = fresh(FLAGS_VAR, taken), fresh(ARRAY, taken)
         launch_lines += [f'{flags_var}="$(miles-topology flags {ref})" || exit 1  # the '
                          f"layout, checked (exit 1 when invalid)",
-                         f'eval "{array}=(${{{flags_var}}})"']
+                         f'eval "{array}=(${{{flags_var}}})"  # its words, quotes removed']
         edits.append(insert(site.entry.end, f' "${{{array}[@]}}"'))
         said = f"expanded into flags by `miles-topology flags {ref}`{how_ref}"
     for line, extra in derived.items():
