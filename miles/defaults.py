@@ -1,4 +1,4 @@
-"""The embedded default job (DESIGN.md section 6): what `python -m miles.train` runs bare.
+"""The embedded default job: what `python -m miles.train` runs bare.
 
 Two layers, so a user's flags are never silently overridden:
 - model facts fill in one by one, wherever the user did not give them;
@@ -10,9 +10,9 @@ A setting counts as given whether it came as a flag or from the `--topology` YAM
 
 from __future__ import annotations
 
-from miles_topology.config import load_fields
 from miles_topology.flags import parse_flags
 from miles_topology.model import fields_in
+from miles_topology.sources import load_fields
 
 # field -> flags added when the field is not given (model facts and the GRPO group size)
 MODEL: dict[str, list[str]] = {

@@ -30,7 +30,7 @@ def stages(topo: Topology) -> list[str]:
         return ["pipeline stages: layers unknown (no --num-layers)"]
     out = [f"pipeline stages ({topo.layers} layers, vpp {topo.chunks}):"]
     for p in range(topo.pp):
-        ids = [i for v in range(topo.chunks) for i in topo.stage_layers(p, v)]
+        ids = topo.pipeline_layers(p)
         moe = [i for i in ids if topo.moe_pattern and topo.moe_pattern[i]]
         out.append(f"  pp{p}: layers {spans(ids)}" + (f"; MoE {spans(moe)}" if moe else ""))
     return out
@@ -87,7 +87,7 @@ def plan_text(topo: Topology, added: list[str] | None = None) -> str:
         lines = ["miles job plan (dry run: nothing started)", "", header(topo), "",
                  f"per-GPU plan not listed: {big}; the sizes above are validated "
                  "(`miles-topology check` gives the same verdict).",
-                 f"ray: {topo.nodes_needed} node(s) of {topo.node_size} GPUs, "
+                 f"ray: {topo.nodes_needed} node(s) of {topo.node_gpus_used} GPUs, "
                  f"{topo.placement_gpus} placement bundles"]
     else:
         need = need_per_node(topo)

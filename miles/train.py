@@ -34,6 +34,11 @@ and starts nothing. Exit codes: 0 ok, 1 invalid configuration, 2 unreadable inpu
 3 the job ran but train and rollout disagreed (R3 not exact)."""
 
 
+# The reference backend's own flags (miles/backend/job.py `options`, which reads them from
+# the passthrough): not miles' surface, so not unknown flags here.
+BACKEND_FLAGS = ("--fault", "--no-replay", "--sync-skew-s", "--prompts")
+
+
 class UsageError(Exception):
     pass
 
@@ -116,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         full, added = with_defaults(rest)
-        read = read_flags(full)
+        read = read_flags(full, own=BACKEND_FLAGS)
     except TopologyError as e:
         report(e.problems, e.warnings)
         return 1

@@ -3,6 +3,8 @@
 Importing this package stays light: no torch, ray, megatron or numpy.
 """
 
+# checks registers the rules the model runs; sources attaches Topology.from_* (see both)
+from . import checks, sources  # noqa: F401
 from .errors import Problem, TopologyError
 from .model import Topology
 

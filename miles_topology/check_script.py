@@ -18,7 +18,7 @@ from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
 from .sources import read_flags
 
-# checks that read whether the model is MoE (checks.py, Topology.is_moe) beyond their flags
+# checks that read whether the model is MoE (checks/, Topology.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
 MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
 
@@ -28,10 +28,10 @@ def model_flags() -> set[str]:
     return {flag_of(name) for name in fields_in("model")}
 
 
-def read(path: str, env: dict[str, str]) -> ScriptRead:
+def read(path: str, env: dict[str, str], args: Sequence[str] | None = None) -> ScriptRead:
     """Read a script or raise InputError (exit 2) saying why."""
     try:
-        found = read_script(path, env)
+        found = read_script(path, env, positional=args)
     except ScriptReadError as e:
         raise InputError(str(e)) from None
     except OSError as e:
@@ -125,8 +125,10 @@ def values_report(found: ScriptRead) -> dict:
     return out
 
 
-def check_script(path: str, env: dict[str, str]) -> Verdict:
-    found = read(path, env)
+def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = None
+                 ) -> Verdict:
+    """`args`: the script's positional arguments (``check SCRIPT.sh -- ARGS``)."""
+    found = read(path, env, args)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
     unresolved = [  # one entry per unknown, though the launch may use it more than once
@@ -138,6 +140,8 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
     unknown = {u["flag"] for u in unresolved if u["flag"]}
     facts, why = unknown_facts(found)
     skip_unknown(v, unknown, facts)
+    if found.gaps and _sizes_after(found, max(found.gaps)) is False:
+        v.summary = None  # words known only at run time may set a size: none is printed
     notes = [_note(n) for n in found.notes]
     v.errors = [p for p in notes if p.severity == "error"] + v.errors
     v.warnings = [p for p in notes if p.severity == "warning"] + v.warnings
@@ -155,6 +159,13 @@ def check_script(path: str, env: dict[str, str]) -> Verdict:
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def _sizes_after(found: ScriptRead, gap: int) -> bool:
+    """Whether every flag of the summary is given, known, after argv position `gap` (an
+    unresolved word list that may hold any flag: the last occurrence wins)."""
+    given = {field_of(fv.flag) for fv in found.argv[gap:] if fv.value is not None}
+    return set(summary_fields()) <= given
 
 
 def env_unresolved(environ, yaml: str) -> list[dict]:

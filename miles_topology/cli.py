@@ -10,25 +10,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from . import __version__
-from .errors import InputError, Location, Problem
+from .errors import InputError, Location, NoTrainingLaunch, Problem
 from .report import FORMATS, Verdict, exit_code, render, text_one, verdict_of
 
 USAGE = """\
-miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...]
-                     (SCRIPT.sh... | TOPOLOGY.yaml... | -- FLAGS...)
-miles-topology show  [--svg FILE] [--env KEY=VALUE ...] (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
+miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--quiet]
+                     [--select CODES] [--ignore CODES] [--severity error|warning|note]
+                     [--color auto|always|never] [--batch]
+                     (SCRIPT.sh... [-- SCRIPT ARGS] | TOPOLOGY.yaml... | -- FLAGS...)
+miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
+                     (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
+miles-topology rule [CODE]
 miles-topology --version"""
 
 EXIT = """\
 exit codes: 0 valid (warnings allowed), 1 invalid configuration, 2 unreadable input or usage
-error. Problem codes: docs/problem-codes.md."""
+error. Problem codes: docs/problem-codes.md (`miles-topology rule CODE`). Settings:
+[tool.miles-topology] in pyproject.toml (select, ignore, severity); directives in the
+checked files: # miles-topology: disable=CODE[,CODE] / disable-file=CODE[,CODE]."""
 
 EXAMPLES = {
     "check": """\
@@ -37,12 +45,15 @@ examples:
   miles-topology check scripts/*.sh --format github        # annotations in a GitHub workflow
   miles-topology check run.sh --env NNODES=4 --format json
   miles-topology check run.topology.yaml
+  miles-topology check --batch --quiet scripts/*.sh         # what the pre-commit hook runs
+  miles-topology check run.sh --ignore sp-ignored --severity warning
   miles-topology check -- --actor-num-nodes 2 --actor-num-gpus-per-node 8 \\
       --expert-model-parallel-size 8 --num-experts 64 --colocate""",
     "show": """\
 examples:
   miles-topology show examples/moe-2x4.topology.yaml
   miles-topology show run.sh --svg map.svg
+  miles-topology show run.sh --svg ep.svg --color-by ep   # which GPUs exchange tokens
   miles-topology show -- --actor-num-nodes 2 --actor-num-gpus-per-node 4 \\
       --expert-model-parallel-size 2 --num-experts 8 --colocate""",
     "migrate": """\
@@ -58,6 +69,10 @@ examples:
   TOPOLOGY_FLAGS="$(miles-topology flags "${SCRIPT_DIR}/run.topology.yaml")" || exit 1
   eval "TOPOLOGY_ARGS=(${TOPOLOGY_FLAGS})"
   python3 train.py "${TOPOLOGY_ARGS[@]}" ...""",
+    "rule": """\
+examples:
+  miles-topology rule unknown-flag     # what it means and how to turn it off
+  miles-topology rule                  # every code""",
     "schema": """\
 examples:
   miles-topology schema > topology.schema.json
@@ -72,6 +87,7 @@ HELP = {
     "flags": "validate a topology YAML and print it as train.py flags, one shell-quoted "
              "word per line",
     "schema": "print the JSON Schema of the topology YAML",
+    "rule": "print a problem code's page (every code without one)",
 }
 
 
@@ -85,10 +101,21 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+
+def keys(text: str) -> str:
+    """A message about a topology YAML speaks of its keys: each topology flag in it becomes
+    the field's key (`--expert-model-parallel-size 8` -> `ep 8`)."""
+    from .flags import field_of
+
+    return FLAG.sub(lambda m: field_of(m.group()) or m.group(), text)
+
+
 def _yaml_verdict(path: str) -> Verdict:
-    from .config import key_lines
     from .flags import field_of
     from .model import Topology
+    from .sources import key_lines
 
     v = verdict_of(path, lambda: Topology.from_yaml(path))
     lines = key_lines(path)
@@ -96,19 +123,21 @@ def _yaml_verdict(path: str) -> Verdict:
     def at(p: Problem) -> Problem:
         names = [field_of(f) or f for f in p.flags]
         line = next((lines[n] for n in names if n in lines), 0)
+        p = replace(p, message=keys(p.message), fix=keys(p.fix),
+                    flags=tuple(field_of(f) or f for f in p.flags))
         return p.at(Location(path, line)) if line else p
 
     v.errors, v.warnings = [at(p) for p in v.errors], [at(p) for p in v.warnings]
     return v
 
 
-def _one(path: str, env: dict[str, str]) -> Verdict:
+def _one(path: str, env: dict[str, str], trust: bool = False) -> Verdict:
     if path.endswith((".yaml", ".yml")):
         return _yaml_verdict(path)
     if path.endswith(".py"):
         from .pylaunch import check_python
 
-        return check_python(path, [], env)
+        return check_python(path, [], env, trust)
     from .check_script import check_script
 
     return check_script(path, env)
@@ -134,14 +163,21 @@ def _expand(paths: list[str]) -> tuple[list[str], bool]:
     return out, len(out) > 1 or any(os.path.isdir(p) for p in paths)
 
 
-def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> list[Verdict]:
-    """One verdict per input (a folder: each of its inputs). With several inputs an
-    unreadable one is an entry of its own; a single unreadable input raises InputError."""
-    paths, batch = _expand(paths)
+def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
+            batch: bool = False, trust: bool = False) -> list[Verdict]:
+    """One verdict per input (a folder: each of its inputs). In a batch (several inputs, a
+    folder, or `--batch`) an unreadable input is an entry of its own and one with no
+    training launch has nothing to check; a single named input raises InputError."""
+    paths, many = _expand(paths)
+    batch = batch or many
     if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
         from .pylaunch import check_python
 
-        return [check_python(paths[0], flags or [], env)]
+        return [check_python(paths[0], flags or [], env, trust)]
+    if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
+        from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+
+        return [check_script(paths[0], env, flags)]
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")
@@ -151,11 +187,13 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str]) -> l
     if not paths:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
     if not batch:
-        return [_one(paths[0], env)]
+        return [_one(paths[0], env, trust)]
     out = []
     for p in paths:
         try:
-            out.append(_one(p, env))
+            out.append(_one(p, env, trust))
+        except NoTrainingLaunch as e:  # a setup or data-prep script beside the launchers
+            out.append(Verdict(p, nothing=str(e).removeprefix(f"{p}: ")))
         except InputError as e:
             out.append(Verdict(p, unreadable=str(e)))
     return out
@@ -168,10 +206,51 @@ def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+def _color(choice: str) -> bool:
+    """--color auto: on a terminal, unless NO_COLOR is set (FORCE_COLOR forces it)."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def _settings(args):
+    from .selection import settings
+
+    start = next((p for p in args.inputs if os.path.exists(p)), os.getcwd())
+    return settings(start, args.select, args.ignore, args.severity)
+
+
 def cmd_check(args, flags) -> int:
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
-    render(verdicts, args.format, sys.stdout)
+    from .selection import apply
+
+    chosen = _settings(args)
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), args.batch,
+                       args.trust_launcher)
+    apply(verdicts, chosen)
+    render(verdicts, args.format, sys.stdout, quiet=args.quiet, color=_color(args.color))
     return exit_code(verdicts)
+
+
+def cmd_rule(args, flags) -> int:
+    import difflib
+
+    from .codes import CODES, page
+
+    if args.code is None:
+        width = max(map(len, CODES))
+        for code, (kind, _) in CODES.items():
+            print(f"{code.ljust(width)}  {kind}")
+        return 0
+    if args.code not in CODES:
+        near = difflib.get_close_matches(args.code, CODES, n=1)
+        hint = f"; did you mean {near[0]}?" if near else " (`miles-topology rule` lists them)"
+        raise InputError(f"{args.code!r} is not a problem code{hint}")
+    print(page(args.code), end="")
+    return 0
 
 
 def cmd_show(args, flags) -> int:
@@ -180,12 +259,12 @@ def cmd_show(args, flags) -> int:
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
     code = exit_code(verdicts)
     for v in verdicts:
-        if v.topology is None:
+        if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, sys.stdout)
             continue
         if args.svg:
             try:
-                Path(args.svg).write_text(svg_map(v.topology))
+                Path(args.svg).write_text(svg_map(v.topology, args.color_by))
             except OSError as e:
                 raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
         print(f"{v.path}:")
@@ -220,7 +299,7 @@ def cmd_flags(args, flags) -> int:
 
 
 def cmd_schema(args, flags) -> int:
-    from .config import schema
+    from .sources import schema
 
     print(json.dumps(schema(), indent=2))
     return 0
@@ -244,7 +323,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
     sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    for name in ("check", "show", "migrate", "flags", "schema"):
+    for name in ("check", "show", "migrate", "flags", "schema", "rule"):
         p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
                            description=HELP[name],
                            epilog=EXAMPLES[name] + "\n\n" + EXIT,
@@ -254,6 +333,9 @@ def parser() -> argparse.ArgumentParser:
         if name == "flags":
             p.add_argument("yaml", metavar="TOPOLOGY.yaml", help="the topology YAML to expand")
             continue
+        if name == "rule":
+            p.add_argument("code", nargs="?", metavar="CODE", help="a problem code")
+            continue
         what = "launch scripts to rewrite" if name == "migrate" else \
             "launch scripts (.sh), Python launchers (.py), topology files (.yaml) or folders " \
             "of them; or `-- FLAGS...` after the options"
@@ -261,11 +343,35 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
         if name == "check":
+            p.add_argument("--trust-launcher", action="store_true",
+                           help="run Python launchers with in-process recorders only, where "
+                                "the kernel cannot isolate them (docs/sandbox.md)")
             p.add_argument("--format", choices=FORMATS, default="text", metavar="FORMAT",
                            help="text (default), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")
+            p.add_argument("-q", "--quiet", action="store_true",
+                           help="text: print only the inputs with a problem, and only the "
+                                "problems")
+            p.add_argument("--select", action="append", metavar="CODES",
+                           help="report only these codes (comma-separated, repeatable)")
+            p.add_argument("--ignore", action="append", metavar="CODES",
+                           help="do not report these codes (an ignored error passes)")
+            p.add_argument("--severity", choices=("error", "warning", "note"),
+                           metavar="LEVEL", help="the lowest level reported: error, "
+                                                 "warning or note (default: note)")
+            p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                           metavar="WHEN", help="colour the text report: auto (on a "
+                                                "terminal, unless NO_COLOR), always, never")
+            p.add_argument("--batch", action="store_true",
+                           help="judge the inputs as a batch even when there is one: a file "
+                                "with no training launch has nothing to check and passes "
+                                "(pre-commit)")
         if name == "show":
             p.add_argument("--svg", metavar="FILE", help="also draw the map into FILE as SVG")
+            p.add_argument("--color-by", choices=("engine", "ep", "pp", "dp"),
+                           default="engine", metavar="ROLE",
+                           help="SVG: colour the GPUs by rollout engine (default), EP group, "
+                                "pipeline stage (pp) or data-parallel replica (dp)")
         if name == "migrate":
             p.add_argument("--write", action="store_true",
                            help="apply the steps (atomically; keeps SCRIPT.bak)")
@@ -283,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(head)
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
-               "flags": cmd_flags, "schema": cmd_schema}[args.cmd]
+               "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule}[args.cmd]
         code = run(args, flags)
         sys.stdout.flush()
         return code

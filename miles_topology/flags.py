@@ -2,19 +2,23 @@
 
 Each field's own flag is declared with the field (model.py, `fact`); this module adds the
 other spellings (aliases), the renamed flags with what replaces them, and `--topology`.
-Flags it does not know pass through. Tokens are strings, or objects with a `.text` (the
+Other flags of miles' surface (surface.py) pass through; a flag miles' parser does not
+define is an `unknown-flag` error. Tokens are strings, or objects with a `.text` (the
 script reader's words, which also know where they are written): `Parsed.origin` keeps the
 token that set each field so a problem can point at its file and line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any, Literal, get_args, get_origin
 
 from .errors import InputError, Location, Problem
+from .model import Topology, flag_of  # noqa: F401  (the fields and their flags; re-exported)
 
 TOPOLOGY = "--topology"  # a topology YAML, read under the other topology flags
 
@@ -60,18 +64,12 @@ class Spec:
     values: tuple | None = None  # a switch: (value off, value on); a str: the allowed values
 
 
-def _model() -> Any:
-    from .model import Topology  # the model declares the fields and their flags
-
-    return Topology
-
-
 @lru_cache(maxsize=1)
 def table() -> dict[str, Spec]:
     """Every flag of ours (own flags, aliases, renamed spellings) -> how it reads."""
     specs: dict[str, Spec] = {}
     by_field: dict[str, Spec] = {}
-    for name, info in _model().model_fields.items():
+    for name, info in Topology.model_fields.items():
         extra = info.json_schema_extra or {}
         if extra.get("switch"):
             spec = Spec(name, "switch", tuple(extra["switch"]))
@@ -102,12 +100,6 @@ def _choices(annotation: Any) -> tuple | None:
     return None
 
 
-def __getattr__(name: str) -> Any:
-    if name == "FLAGS":  # flag -> Spec, built from the model on first use
-        return table()
-    raise AttributeError(name)
-
-
 def known(flag: str) -> bool:
     """A flag of ours (including `--topology`)."""
     return flag == TOPOLOGY or flag in table()
@@ -125,14 +117,6 @@ def is_switch(flag: str) -> bool:
     return spec is not None and spec.kind == "switch"
 
 
-@cache
-def flag_of(name: str) -> str:
-    """The user-facing flag of a model field (what messages quote); else the name itself."""
-    info = _model().model_fields.get(name)
-    flag = (info.json_schema_extra or {}).get("flag") if info is not None else None
-    return flag or name
-
-
 @dataclass
 class Parsed:
     """Fields read from argv, the flags that set them, and what is not ours."""
@@ -142,7 +126,6 @@ class Parsed:
     origin: dict[str, Any] = field(default_factory=dict)  # field -> the token that set it
     passthrough: list = field(default_factory=list)  # tokens as given
     topology: str | None = None  # the `--topology` file
-    topology_token: Any = None
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
 
@@ -168,50 +151,46 @@ SHORT: dict[str, str] = {
 }
 
 
-def _distance(a: str, b: str) -> int:
-    """Levenshtein distance, capped at 3 with an early exit: cheap for unrelated names."""
-    if abs(len(a) - len(b)) > 2:
-        return 3
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
-        if min(row) > 2:
-            return 3
-    return min(row[-1], 3)
+@lru_cache(maxsize=1)
+def _spellings() -> tuple[str, ...]:
+    """Every flag a suggestion may name: miles' whole surface and our own spellings."""
+    from . import surface
+
+    return tuple(sorted(surface.names() | set(table()) | {TOPOLOGY}))
+
+
+def _grams(name: str) -> set[str]:
+    body = name.lstrip("-")
+    return {body[i:i + 3] for i in range(len(body) - 2)}
 
 
 @lru_cache(maxsize=1)
-def _by_length() -> dict[int, list[tuple[str, frozenset]]]:
-    """Known flags by length, each with its set of characters (the cheap bound below)."""
-    out: dict[int, list[tuple[str, frozenset]]] = {}
-    for f in table():
-        out.setdefault(len(f), []).append((f, frozenset(f)))
-    return out
+def _gram_index() -> dict[str, tuple[str, ...]]:
+    """Trigram -> the spellings holding it: the shortlist for a suggestion."""
+    index: dict[str, list[str]] = {}
+    for flag in _spellings():
+        for g in _grams(flag):
+            index.setdefault(g, []).append(flag)
+    return {g: tuple(names) for g, names in index.items()}
 
 
 @lru_cache(maxsize=4096)
 def suggest(name: str) -> str | None:
-    """The known layout flag an unknown flag most likely means, or None.
-
-    Cached per spelling (a script repeats its unknown flags, a batch repeats scripts); only
-    flags within 2 characters of its length are compared, and one edit changes the set of
-    characters by at most 2, so a set difference over 4 rules a flag out before the full
-    edit distance is computed.
-    """
+    """The flag an unknown spelling most likely means, or None: difflib's closest match
+    (ratio >= 0.8) among the 24 spellings of miles' whole surface that share the most
+    trigrams with it (a near miss shares most of them; comparing all 2200 spellings costs
+    6-40 ms a name). Cached per spelling: scripts and batches repeat them."""
     if name in SHORT:
         return SHORT[name]
-    if not name.startswith("--") or len(name) < 8:
+    if not name.startswith("--"):
         return None
-    letters = frozenset(name)
-    by_length = _by_length()
-    best = (3, "")
-    for n in range(len(name) - 2, len(name) + 3):
-        for f, chars in by_length.get(n, ()):
-            if len(letters ^ chars) <= 4:
-                best = min(best, (_distance(name, f), f))
-    return best[1] if best[0] <= 2 else None
+    index = _gram_index()
+    shared: Counter[str] = Counter()
+    for g in _grams(name):
+        shared.update(index.get(g, ()))
+    shortlist = [flag for flag, _ in shared.most_common(24)]
+    got = difflib.get_close_matches(name, shortlist, n=1, cutoff=0.8)
+    return got[0] if got else None
 
 
 def where(token: Any) -> Location | None:
@@ -220,13 +199,33 @@ def where(token: Any) -> Location | None:
     return Location(src.path, src.line) if src is not None and src.line > 0 else None
 
 
-def _typo(name: str, new: str, token: Any) -> Problem:
+def _unknown(name: str, token: Any) -> Problem:
+    """A flag miles' train.py does not define: its argparse parser exits at start-up
+    ("unrecognized arguments"; Megatron's parser has allow_abbrev=False, so no prefix of a
+    flag is taken either)."""
+    from .surface import slime_only
+
+    near = suggest(name)
+    hint = f"; did you mean {near}?" if near else "."
+    if name in slime_only():
+        hint = f" (a flag of slime, which miles grew from; miles does not have it){hint}"
     return Problem(
         "unknown-flag",
-        f"{name} is not a flag miles knows (its parser refuses or ignores it); did you mean "
-        f"{new}?",
-        f"write {new}", (name,), "warning", where(token),
+        f"{name} is not a flag of miles' train.py (miles, Megatron-LM or SGLang as "
+        f"--sglang-*): its parser refuses it at start-up{hint}",
+        f"write {near}" if near else f"remove {name}, or check its spelling against "
+        "`python train.py --help`", (name,), "error", where(token),
     )
+
+
+def _upstream_deprecated(name: str, f: Any, token: Any) -> Problem:
+    """A spelling upstream still accepts but has renamed (it warns) or ignores."""
+    if f.renamed_to:
+        text, fix = f"{name} is deprecated upstream; it now reads {f.renamed_to}.", \
+            f"replace {name} with {f.renamed_to}"
+    else:
+        text, fix = f"{name} is deprecated upstream and has no effect.", f"remove {name}"
+    return Problem("deprecated-flag", text, fix, (name,), "warning", where(token))
 
 
 def _repeated(name: str, first: object, last: object, token: Any) -> Problem:
@@ -242,16 +241,23 @@ def _repeated(name: str, first: object, last: object, token: Any) -> Problem:
 
 
 def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, name: str,
-                eq: str, inline: str) -> None:
-    """A flag that is not ours: a near miss of ours warns; a repeat with another value warns."""
-    near = suggest(name)
-    if near is not None:
-        out.warnings.append(_typo(name, near, argv[i - 1]))
+                eq: str, inline: str, own: Collection[str] = ()) -> None:
+    """A flag that is not ours: one miles does not define is an error (did-you-mean over
+    the whole surface), a deprecated one warns, a repeat with another value warns. `own`:
+    the caller's own flags (a launcher's), which it reads from the passthrough itself."""
+    from . import surface
+
+    if not (_is_flag(name) or name in SHORT) or name in own:
+        return  # a value such as -1
+    f = surface.flag(name)
+    if f is None:
+        out.errors.append(_unknown(name, argv[i - 1]))
         return
-    if not _is_flag(name):
-        return
+    if f.renamed_to or f.removed:
+        out.warnings.append(_upstream_deprecated(name, f, argv[i - 1]))
     nxt = text_of(argv[i]) if i < len(argv) else None
-    value = inline if eq else (nxt if nxt is not None and not nxt.startswith("-") else None)
+    value = inline if eq else (nxt if f.takes_value and nxt is not None
+                               and not nxt.startswith("--") else None)
     if value is None:
         return
     if seen.get(name, value) != value:
@@ -259,9 +265,9 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
     seen[name] = value
 
 
-def parse_flags(argv: Sequence[Any]) -> Parsed:
+def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
     """Read topology flags from argv (argparse semantics: the last occurrence wins; a repeat
-    with another value and a near miss of a known flag are reported as warnings)."""
+    with another value warns, a flag miles' parser does not define is an error)."""
     specs = table()
     out = Parsed()
     likes: list[tuple[Rename, str, Any]] = []
@@ -276,7 +282,7 @@ def parse_flags(argv: Sequence[Any]) -> Parsed:
         if not _is_flag(text) or not (name in specs or name == TOPOLOGY):
             out.passthrough.append(token)
             if text.startswith("-") and len(text) > 1:
-                _other_flag(out, seen, argv, i, name, eq, inline)
+                _other_flag(out, seen, argv, i, name, eq, inline, own)
             continue
         value: str | None = inline if eq else None
         spec = specs.get(name)
@@ -308,7 +314,7 @@ def parse_flags(argv: Sequence[Any]) -> Parsed:
                 out.errors.append(_bad_value(name, None, "it needs a value"))
                 continue
         if name == TOPOLOGY:
-            out.topology, out.topology_token = value, token
+            out.topology = value
             continue
         if spec.kind == "int":
             try:
@@ -332,7 +338,7 @@ def parse_flags(argv: Sequence[Any]) -> Parsed:
         _set(out, spec.field, parsed, name, token)
     for r, name, token in likes:  # e.g. --sglang-enable-ep-moe: engine EP = engine size
         if r.field not in out.fields:
-            like = out.fields.get(r.like, _model().model_fields[r.like].default)
+            like = out.fields.get(r.like, Topology.model_fields[r.like].default)
             _set(out, r.field, like, name, token)
     return out
 

@@ -1,50 +1,19 @@
-"""`Topology.from_namespace(args)`: validate the job miles really runs, from its parsed arguments.
-
-miles parses its command line with argparse (Megatron's parser plus miles' and the prefixed
-SGLang arguments), then `miles_validate_args` and SGLang's `validate_args` rewrite some of them
-(the critic sizes under PPO, the rollout GPUs under --colocate, sglang_tp_size, sglang_dp_size,
-the global batch from --num-steps-per-rollout). Reading the namespace after that step checks
-the values miles will use. An attribute is the flag's argparse dest (`--actor-num-nodes` ->
-`actor_num_nodes`); aliases are read when the main name is absent or None; a few attributes
-that Megatron's own validation fills in are read first (`ATTRS`).
-"""
+"""Old home of `Topology.from_namespace`'s reader, now in sources.py. Kept so old imports
+work: each name warns (DeprecationWarning) and is the one in sources.py."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from .flags import RENAMED, table
+from . import sources as _sources
 
-# field -> attributes read before the flag's own dest (Megatron's validated names)
-ATTRS: dict[str, tuple[str, ...]] = {
-    "vpp": ("virtual_pipeline_model_parallel_size",),
-}
-# field -> the parser default that means "not given" (the model infers from its absence)
-UNGIVEN: dict[str, object] = {"node_gpus": 8}
+_MOVED = ("ATTRS", "UNGIVEN", "dest", "fields_from")
 
 
-def dest(flag: str) -> str:
-    """argparse's attribute name for a flag."""
-    return flag.lstrip("-").replace("-", "_")
-
-
-def fields_from(args: Any) -> dict[str, Any]:
-    """Model fields read from a parsed-argument namespace (None and absent values skipped)."""
-    out: dict[str, Any] = {}
-    for flag, spec in table().items():
-        if flag in RENAMED or spec.field in out or not spec.field:
-            continue
-        for attr in (*ATTRS.get(spec.field, ()), dest(flag)):
-            value = getattr(args, attr, None)
-            if value is None or UNGIVEN.get(spec.field, object()) == value:
-                continue
-            if spec.kind == "switch":
-                value = spec.values[bool(value)] if spec.values else bool(value)
-            elif spec.kind == "list":
-                value = tuple(str(v) for v in (value if isinstance(value, list | tuple)
-                                               else [value]))
-            elif isinstance(value, list):
-                value = tuple(value)
-            out[spec.field] = value
-            break
-    return out
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        warnings.warn(f"miles_topology.namespace.{name} moved to miles_topology.sources.{name}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(_sources, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import IO, TYPE_CHECKING
 
-from .codes import CODES
+from .codes import CODES, page_uri
 from .errors import Problem, TopologyError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ class Verdict:
     summary: dict | None = None
     extra: dict = field(default_factory=dict)  # script reports: values, unresolved, notes
     unreadable: str | None = None
+    nothing: str | None = None  # in a batch: why this input has nothing to check (passes)
 
     @property
     def ok(self) -> bool:
@@ -51,6 +53,8 @@ class Verdict:
             d = {"path": self.path, **d}
             if self.unreadable is not None:
                 d["unreadable"] = self.unreadable
+            if self.nothing is not None:
+                d["nothing_to_check"] = self.nothing
             d.update(self.extra)
         return d
 
@@ -76,8 +80,13 @@ def exit_code(verdicts: list[Verdict]) -> int:
     return 0 if all(v.ok for v in verdicts) else 1
 
 
-def render(verdicts: list[Verdict], fmt: str, out: IO[str]) -> None:
-    {"text": _text, "json": _json, "github": _github, "sarif": _sarif}[fmt](verdicts, out)
+def render(verdicts: list[Verdict], fmt: str, out: IO[str], *, quiet: bool = False,
+           color: bool = False) -> None:
+    """Write the verdicts in one format; `quiet` and `color` shape the text format only."""
+    if fmt == "text":
+        _text(verdicts, out, quiet, color)
+    else:
+        {"json": _json, "github": _github, "sarif": _sarif}[fmt](verdicts, out)
 
 
 def _problems(v: Verdict):
@@ -90,10 +99,27 @@ def _problems(v: Verdict):
 # ---------------------------------------------------------------- text
 
 
-def _text(verdicts: list[Verdict], out: IO[str]) -> None:
+# ANSI SGR colours of the text format on a terminal (no dependency: the core stays light)
+COLORS = {"error": "31", "warning": "33", "skipped": "36", "note": "36", "INVALID": "1;31",
+          "UNREADABLE": "1;31", "OK": "32", "nothing": "2"}
+
+
+def paint(text: str, what: str, color: bool) -> str:
+    return f"\033[{COLORS[what]}m{text}\033[0m" if color and what in COLORS else text
+
+
+def _text(verdicts: list[Verdict], out: IO[str], quiet: bool = False,
+          color: bool = False) -> None:
+    """A report per input; `quiet`: only inputs with a problem, without values and map,
+    and no batch table (what a pre-commit hook prints)."""
     for v in verdicts:
-        text_one(v, out)
-    if len(verdicts) == 1 and verdicts[0].topology is not None and verdicts[0].extra:
+        if quiet and v.unreadable is None and not any(True for _ in _problems(v)):
+            continue
+        text_one(v, out, quiet, color)
+    if quiet:
+        return
+    if len(verdicts) == 1 and verdicts[0].topology is not None and verdicts[0].extra and \
+            verdicts[0].summary is not None:  # no map of sizes that depend on unknowns
         from .show import text_map
 
         print("\n" + text_map(verdicts[0].topology), file=out)
@@ -101,12 +127,16 @@ def _text(verdicts: list[Verdict], out: IO[str]) -> None:
         _table(verdicts, out)
 
 
-def text_one(v: Verdict, out: IO[str]) -> None:
+def text_one(v: Verdict, out: IO[str], quiet: bool = False, color: bool = False) -> None:
     if v.unreadable is not None:
-        print(f"{v.path}: UNREADABLE: {v.unreadable}", file=out)
+        print(f"{v.path}: {paint('UNREADABLE', 'UNREADABLE', color)}: {v.unreadable}", file=out)
+        return
+    if v.nothing is not None:
+        print(f"{v.path}: {paint('nothing to check', 'nothing', color)} ({v.nothing})",
+              file=out)
         return
     s = v.summary
-    state = "OK" if v.ok else "INVALID"
+    state = paint("OK" if v.ok else "INVALID", "OK" if v.ok else "INVALID", color)
     if v.ok and v.extra.get("unresolved"):
         n = len(v.extra["unresolved"])
         state = f"OK as far as known ({n} unresolved: pass --env KEY=VALUE)"
@@ -120,10 +150,13 @@ def text_one(v: Verdict, out: IO[str]) -> None:
             f" | {s['num_engines']} engine(s) x {s['engine_size']} GPU"
         )
     print(f"{v.path}: {state}{sizes}", file=out)
-    for line in v.extra.get("report_lines", []):
+    for line in [] if quiet else v.extra.get("report_lines", []):
         print(f"  {line}", file=out)
     for kind, p in _problems(v):
-        for line in p.lines(kind):
+        first, *rest = p.lines(kind)
+        word, _, tail = first.partition(" ")
+        print(f"  {paint(word, kind, color)} {tail}", file=out)
+        for line in rest:
             print(f"  {line}", file=out)
 
 
@@ -132,7 +165,8 @@ def _table(verdicts: list[Verdict], out: IO[str]) -> None:
     for v in verdicts:
         s = v.summary or {}
         codes = [p.code for p in v.errors] + [f"({p.code})" for p in v.skipped]
-        state = "UNREADABLE" if v.unreadable is not None else "ok" if v.ok else "INVALID"
+        state = "UNREADABLE" if v.unreadable is not None else "nothing to check" \
+            if v.nothing is not None else "ok" if v.ok else "INVALID"
         rows.append((v.path, state, str(s.get("world_size", "?")), str(s.get("dp", "?")),
                      str(s.get("edp", "?")), " ".join(codes) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -141,14 +175,44 @@ def _table(verdicts: list[Verdict], out: IO[str]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1], file=out)
     bad = sum(not v.ok and v.unreadable is None for v in verdicts)
     lost = sum(v.unreadable is not None for v in verdicts)
+    idle = sum(v.nothing is not None for v in verdicts)
     tail = f", {lost} unreadable" if lost else ""
-    print(f"\n{len(verdicts)} inputs: {len(verdicts) - bad - lost} valid, {bad} invalid{tail}",
-          file=out)
+    tail += f", {idle} with nothing to check" if idle else ""
+    valid = len(verdicts) - bad - lost - idle
+    print(f"\n{len(verdicts)} inputs: {valid} valid, {bad} invalid{tail}", file=out)
 
 
 def _json(verdicts: list[Verdict], out: IO[str]) -> None:
     data = [v.as_dict() for v in verdicts]
     print(json.dumps(data[0] if len(data) == 1 else data, indent=2), file=out)
+
+
+@lru_cache(maxsize=64)
+def _lines_of(path: str) -> tuple[str, ...]:
+    try:
+        with open(path, errors="replace") as f:
+            return tuple(f.read().splitlines())
+    except OSError:
+        return ()
+
+
+def column(p: Problem) -> int | None:
+    """The 1-based column of a located problem: where its first flag (or, in a topology
+    YAML, the field's key) is written on that line; else the line's first character."""
+    from .flags import field_of
+
+    lines = _lines_of(p.location.path) if p.location else ()
+    if not lines or p.location.line > len(lines):
+        return None
+    text = lines[p.location.line - 1]
+    for want in [*p.flags, *(field_of(f) for f in p.flags if field_of(f))]:
+        at = text.find(want)
+        while at >= 0:
+            end = at + len(want)
+            if end == len(text) or not (text[end].isalnum() or text[end] in "-_"):
+                return at + 1
+            at = text.find(want, at + 1)
+    return len(text) - len(text.lstrip()) + 1
 
 
 # ---------------------------------------------------------------- GitHub workflow commands
@@ -176,6 +240,9 @@ def _github(verdicts: list[Verdict], out: IO[str]) -> None:
                 props.append(f"file={_escape(path, True)}")
             if p.location is not None and p.location.line > 0:
                 props.append(f"line={p.location.line}")
+                col = column(p)
+                if col is not None:
+                    props.append(f"col={col}")
             props.append(f"title={_escape(p.code, True)}")
             text = f"{p.message} Fix: {p.fix}" + (" (skipped: depends on an unresolved value)"
                                                   if kind == "skipped" else "")
@@ -208,6 +275,9 @@ def _sarif(verdicts: list[Verdict], out: IO[str]) -> None:
                 loc: dict = {"artifactLocation": {"uri": path}}
                 if p.location is not None and p.location.line > 0:
                     loc["region"] = {"startLine": p.location.line}
+                    col = column(p)
+                    if col is not None:
+                        loc["region"]["startColumn"] = col
                 result["locations"] = [{"physicalLocation": loc}]
             if p.flags:
                 result["properties"] = {"flags": list(p.flags)}
@@ -219,6 +289,10 @@ def _sarif(verdicts: list[Verdict], out: IO[str]) -> None:
         driver_rules.append({
             "id": code,
             "shortDescription": {"text": when},
+            "fullDescription": {"text": when},
+            "helpUri": page_uri(code),
+            "help": {"text": f"{when}. Suppress one report with "
+                             f"`# miles-topology: disable={code}` on its line."},
             "defaultConfiguration": {"level": level},
         })
     log = {

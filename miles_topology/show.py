@@ -29,7 +29,7 @@ def rank_label(topo: Topology, rank: int) -> list[str]:
 
 
 def engine_of_gpu(topo: Topology) -> dict[tuple[int, int], int]:
-    return {g: e for e in range(topo.all_engines) for g in topo.engine_gpus(e)}
+    return {g: e for e in range(topo.placement_group.engines) for g in topo.engine_gpus(e)}
 
 
 def cells(topo: Topology) -> dict[tuple[int, int], list[str]]:
@@ -45,15 +45,15 @@ def cells(topo: Topology) -> dict[tuple[int, int], list[str]]:
 def placement_line(topo: Topology) -> str:
     """miles' one packed placement group, as positions: who holds which run of bundles."""
     parts = [f"actor 0-{topo.world_size - 1}"] if not topo.rollout_only else []
-    for g in topo.engine_group_list:
+    for g in topo.placement_group.groups:
         if g.gpus:
             model = "rollout" if g.model == "default" else g.model
             name = model if g.kind == "regular" else f"{model} {g.kind}"
             parts.append(f"{name} {g.start}-{g.start + g.gpus - 1}"
                          f" ({g.engines} x {g.engine_size})")
     return (f"placement group: {topo.placement_gpus} GPU bundles packed over "
-            f"{topo.nodes_needed} node(s) of {topo.node_size} (position i = node i // "
-            f"{topo.node_size}, GPU i % {topo.node_size}): " + "; ".join(parts))
+            f"{topo.nodes_needed} node(s) of {topo.node_gpus_used} (position i = node i // "
+            f"{topo.node_gpus_used}, GPU i % {topo.node_gpus_used}): " + "; ".join(parts))
 
 
 def header(topo: Topology) -> str:
@@ -103,39 +103,192 @@ def text_map(topo: Topology) -> str:
     return "\n".join(out)
 
 
-def svg_map(topo: Topology) -> str:
-    """The same map as an SVG: one row of GPU boxes per node, engines tinted per engine."""
+# SVG geometry. Text is DejaVu Sans Mono (the monospace font Debian and most desktops
+# have) at 12 px: 0.602 em a character, counted here as 7.3 px so a line never runs past
+# the width it was given.
+FONT, CHAR, LINE, INSET, GAP = 12, 7.3, 16, 8, 10
+FOLD_OVER = 4  # more nodes than this: consecutive nodes laid out alike are drawn once
+PALETTE = ["#bbdefb", "#f8bbd0", "#c8e6c9", "#ffe0b2", "#d1c4e9", "#b2ebf2", "#f0f4c3",
+           "#ffccbc", "#cfd8dc", "#dcedc8"]
+UNUSED = "#f5f5f5"
+COLOR_BY = {
+    "engine": "rollout engine",
+    "ep": "EP group: the GPUs that exchange tokens in one all-to-all (same etp, edp, pp)",
+    "pp": "pipeline stage (pp)",
+    "dp": "data-parallel replica (dp)",
+}
+
+
+def _colour(i: int) -> str:
+    """A light fill per value: the palette, then hues a golden angle apart."""
+    if i < len(PALETTE):
+        return PALETTE[i]
+    import colorsys
+
+    r, g, b = colorsys.hls_to_rgb((i * 0.618034) % 1.0, 0.82, 0.6)
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
+
+def _roles(topo: Topology, color_by: str) -> tuple[dict[tuple[int, int], int], dict[int, str]]:
+    """(node, GPU) -> the value it is coloured by, and each value's legend label."""
+    if color_by == "engine":
+        at = engine_of_gpu(topo)
+        names = {e: f"{'eval ' if e >= topo.num_engines else ''}engine {e}" for e in at.values()}
+        return at, names
+    at, names, index = {}, {}, {}
+    for r in range(topo.world_size):
+        d, x = topo.coord(r), topo.coord(r, expert=True)
+        if color_by == "ep":
+            key = (x["etp"], x["edp"], x["pp"])
+            label = f"EP group etp{key[0]} edp{key[1]} pp{key[2]}"
+        else:
+            key = d[color_by]
+            label = f"{color_by} {key}"
+        value = index.setdefault(key, len(index))
+        at[topo.placement(r)] = value
+        names[value] = label
+    return at, names
+
+
+def _signature(topo: Topology, node: int, ranks: dict, per_node: int) -> tuple:
+    """What a node's map shows, up to the numbers that advance from node to node (ranks,
+    dp/edp, engine numbers): equal signatures are drawn once when folded."""
+    here = [ranks.get((node, g)) for g in range(per_node)]
+    base = min((r for r in here if r is not None), default=0)
+    engines = engine_of_gpu(topo)
+    first = min((engines[(node, g)] for g in range(per_node) if (node, g) in engines),
+                default=0)
+    out = []
+    for g, r in enumerate(here):
+        cell: tuple = ()
+        if r is not None:
+            d, x = topo.coord(r), topo.coord(r, expert=True)
+            cell = (r - base, d["tp"], d["cp"], d["pp"], x["etp"], x["ep"],
+                    topo.local_experts(r) if topo.experts else ())
+        e = engines.get((node, g))
+        out.append((cell, None if e is None else (e - first, e >= topo.num_engines)))
+    return tuple(out)
+
+
+def _rows(topo: Topology, nodes: list[int], per_node: int, fold: bool
+          ) -> list[tuple[int, int, int]]:
+    """(node, how many nodes the row stands for, step between them) per drawn row.
+
+    Nodes repeat with a period (an EP group over 4 nodes repeats every 4 nodes): the
+    period that draws the fewest rows is chosen, and each run of equal blocks of that many
+    nodes is drawn once."""
+    if not fold or len(nodes) <= FOLD_OVER:
+        return [(n, 1, 1) for n in nodes]
+    ranks = {topo.placement(r): r for r in range(topo.world_size)}
+    sigs = [_signature(topo, n, ranks, per_node) for n in nodes]
+    best: list[tuple[int, int, int]] | None = None
+    for period in range(1, min(len(nodes) // 2, 64) + 1):
+        full = len(nodes) - len(nodes) % period
+        blocks = [tuple(sigs[i:i + period]) for i in range(0, full, period)]
+        rows: list[tuple[int, int, int]] = []
+        i = 0
+        while i < len(blocks):
+            k = 1
+            while i + k < len(blocks) and blocks[i + k] == blocks[i]:
+                k += 1
+            rows += [(nodes[i * period + j], k, period) for j in range(period)]
+            i += k
+        rows += [(n, 1, 1) for n in nodes[full:]]
+        if best is None or len(rows) < len(best):
+            best = rows
+    return best
+
+
+def _text(x: float, y: float, text: str, fill: str = "#000", weight: str = "") -> str:
+    bold = ' font-weight="bold"' if weight else ""
+    return f'<text x="{x:.1f}" y="{y:.1f}" fill="{fill}"{bold}>{escape(text)}</text>'
+
+
+def _width(text: str) -> float:
+    return len(text) * CHAR
+
+
+def svg_map(topo: Topology, color_by: str = "engine", fold: bool = True) -> str:
+    """The map as an SVG a person reads at a glance: a wrapped header, one row of GPU boxes
+    per node (more than FOLD_OVER nodes: consecutive nodes laid out alike are drawn once,
+    marked "x N"), each box coloured by the role asked for (`color_by`: engine, ep, pp or
+    dp), and a legend. Every text is placed in room measured for it, so none overlaps."""
+    import textwrap
+
     if too_big(topo):
         raise InputError(f"no SVG: {too_big(topo)}")
+    if color_by not in COLOR_BY:
+        raise InputError(f"--color-by {color_by}: give one of {', '.join(COLOR_BY)}")
     grid = cells(topo)
     nodes = sorted({n for n, _ in grid})
     per_node = max(g for _, g in grid) + 1
-    engine = engine_of_gpu(topo)
-    w, h, pad, top = 150, 96, 10, 70
-    width = pad * 2 + 80 + per_node * (w + pad)
-    height = top + len(nodes) * (h + pad) + pad
-    palette = ["#e3f2fd", "#fce4ec", "#e8f5e9", "#fff3e0", "#ede7f6", "#e0f7fa", "#f9fbe7"]
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        'font-family="monospace" font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-    ]
-    for i, line in enumerate(header(topo).splitlines()):
-        parts.append(f'<text x="{pad}" y="{16 + 14 * i}">{escape(line)}</text>')
-    for row, n in enumerate(nodes):
-        y = top + row * (h + pad)
-        parts.append(f'<text x="{pad}" y="{y + h // 2}">node {n}</text>')
+    role, names = _roles(topo, color_by)
+    rows = _rows(topo, nodes, per_node, fold)
+    depth = max(len(lines) for lines in grid.values()) + 1  # + the "gpu N" line
+    box_w = max(100.0, max(_width(t) for lines in grid.values() for t in lines) + 2 * INSET)
+    box_h = depth * LINE + 2 * INSET
+    labels = [(f"node {n}" if k == 1 else f"nodes {n}-{n + (k - 1) * step}",
+               "" if k == 1 else f"x {k}" if step == 1 else f"every {step}, x {k}")
+              for n, k, step in rows]
+    label_w = max(_width(t) for pair in labels for t in pair) + 2 * GAP
+    content_w = label_w + per_node * (box_w + GAP)
+    width = max(content_w, 60 * CHAR) + 2 * GAP
+    chars = int((width - 2 * GAP) // CHAR)
+    parts: list[str] = []
+    y = GAP + FONT
+    for line in header(topo).splitlines():  # wrapped to the picture, never drawn over
+        for piece in textwrap.wrap(line, chars, subsequent_indent="  ") or [""]:
+            parts.append(_text(GAP, y, piece))
+            y += LINE
+    y += GAP
+    for (n, _, _), (name, times) in zip(rows, labels):
+        parts.append(_text(GAP, y + box_h / 2, name, weight="bold"))
+        if times:
+            parts.append(_text(GAP, y + box_h / 2 + LINE, times, fill="#b71c1c", weight="b"))
         for g in range(per_node):
-            x = pad + 80 + g * (w + pad)
+            x = GAP + label_w + g * (box_w + GAP)
             lines = grid.get((n, g))
-            fill = palette[engine[(n, g)] % len(palette)] if (n, g) in engine else "#f5f5f5"
+            fill = _colour(role[(n, g)]) if (n, g) in role else UNUSED
             stroke = "#333" if lines else "#ccc"
-            parts.append(
-                f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" '
-                f'stroke="{stroke}"/>'
-            )
-            parts.append(f'<text x="{x + 6}" y="{y + 14}" fill="#666">gpu {g}</text>')
+            parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{box_w:.1f}" height="{box_h}" '
+                         f'rx="6" fill="{fill}" stroke="{stroke}"/>')
+            parts.append(_text(x + INSET, y + INSET + FONT, f"gpu {g}", fill="#555"))
             for i, line in enumerate(lines or []):
-                parts.append(f'<text x="{x + 6}" y="{y + 30 + 13 * i}">{escape(line)}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+                parts.append(_text(x + INSET, y + INSET + FONT + LINE * (i + 1), line))
+        y += box_h + GAP
+    # legend: what the colours mean, then one swatch per value (and the unused GPUs)
+    y += GAP
+    for piece in textwrap.wrap(f"colour: {COLOR_BY[color_by]}", chars):
+        parts.append(_text(GAP, y + FONT, piece, weight="b"))
+        y += LINE
+    drawn = {role[(n, g)] for n, _, _ in rows for g in range(per_node) if (n, g) in role}
+    entries = [(_colour(v), names[v]) for v in sorted(drawn)]
+    if len(drawn) < len(names):  # the folded nodes hold the others, in the same pattern
+        entries.append(("none", f"+ {len(names) - len(drawn)} more in the folded nodes"))
+    if any((n, g) not in role for n, _, _ in rows for g in range(per_node)):
+        entries.append((UNUSED, "not coloured: no " + ("engine" if color_by == "engine"
+                                                       else "train rank")))
+    entry_w = max(_width(t) for _, t in entries) + FONT + 3 * GAP
+    cols = max(1, int((width - 2 * GAP) // entry_w))
+    for i, (fill, text) in enumerate(entries):
+        ex = GAP + (i % cols) * entry_w
+        ey = y + (i // cols) * LINE + 4
+        parts.append(f'<rect x="{ex:.1f}" y="{ey:.1f}" width="{FONT}" height="{FONT}" '
+                     f'fill="{fill}" stroke="#333"/>')
+        parts.append(_text(ex + FONT + GAP / 2, ey + FONT - 2, text))
+    y += ((len(entries) - 1) // cols + 1) * LINE + 4
+    if any(k > 1 for _, k, _ in rows):
+        y += GAP
+        note = ("x N: the row stands for N nodes laid out alike (every S-th node when "
+                "marked \"every S\"), drawn once; their rank, dp, edp and engine numbers "
+                "advance from node to node")
+        for piece in textwrap.wrap(note, chars):
+            parts.append(_text(GAP, y + FONT, piece))
+            y += LINE
+    height = y + GAP
+    return "\n".join([
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="DejaVu Sans Mono, monospace" '
+        f'font-size="{FONT}">',
+        f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>',
+        *parts, "</svg>"])

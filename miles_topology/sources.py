@@ -1,16 +1,39 @@
-"""Build a Topology from command-line flags, optionally on top of a `--topology` YAML."""
+"""Where a Topology comes from and goes to: flags, a topology YAML, miles' parsed arguments.
+
+The model (model.py) is the floor of the core and imports none of this; reading and writing
+live here, one level above it. So that `Topology.from_flags`, `from_yaml`, `from_namespace`
+and `topo.to_yaml()` stay where users look for them without the model importing upward, this
+module attaches them to the class when it is imported (the package `__init__` imports it, so
+they are there before any user code runs; model.py declares them as class variables).
+
+- flags: `read_flags` (a `--topology` YAML under the other topology flags).
+- YAML (omegaconf): flat short field names, interpolation, dotlist overrides; `to_yaml`, and
+  the JSON Schema editors validate it against (`schema`).
+- namespace: miles parses its command line with argparse (Megatron's parser plus miles' and
+  the prefixed SGLang arguments), then `miles_validate_args` and SGLang's `validate_args`
+  rewrite some of them (the critic sizes under PPO, the rollout GPUs under --colocate,
+  sglang_tp_size, sglang_dp_size, the global batch from --num-steps-per-rollout). Reading the
+  namespace after that step checks the values miles will use. An attribute is the flag's
+  argparse dest (`--actor-num-nodes` -> `actor_num_nodes`); aliases are read when the main
+  name is absent or None; a few attributes that Megatron's own validation fills in are read
+  first (`ATTRS`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .checks import MEGATRON_ONLY_FLAGS, fsdp_undefined_flags
-from .config import load_fields
-from .errors import Problem, TopologyError
-from .flags import TOPOLOGY, Parsed, flag_of, parse_flags
-from .model import Topology
+from .env import PartialEnv
+from .errors import InputError, Problem, TopologyError
+from .flags import RENAMED, TOPOLOGY, Parsed, parse_flags, table
+from .model import GROUPS, Topology, facts, fields_in, flag_of
+
+# ---- flags ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -20,20 +43,22 @@ class FlagRead:
     parsed: Parsed  # which token set each field (`Parsed.origin`)
 
 
-def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None) -> FlagRead:
+def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
+               own: Collection[str] = ()) -> FlagRead:
     """Topology flags -> Topology (all problems in one TopologyError); others pass through.
 
-    `env`, when given, resolves `${oc.env:...}` in a `--topology` YAML (see config.py).
+    `env`, when given, resolves `${oc.env:...}` in a `--topology` YAML (see `load_fields`);
+    `own`: flags outside miles' surface that the caller reads itself (a launcher's).
     """
-    parsed = parse_flags(argv)
+    parsed = parse_flags(argv, own)
     yaml_path = parsed.topology
     fields = dict(parsed.fields)
     errors, warnings = list(parsed.errors), list(parsed.warnings)
     if fields.get("train_only") and fields.get("rollout_only"):
+        both = (flag_of("train_only"), flag_of("rollout_only"))
         errors.append(Problem(
-            "flag-conflict", "--debug-train-only and --debug-rollout-only exclude each other.",
-            "keep at most one of --debug-train-only and --debug-rollout-only",
-            ("--debug-train-only", "--debug-rollout-only")))
+            "flag-conflict", "{} and {} exclude each other.".format(*both),
+            "keep at most one of {} and {}".format(*both), both))
     if yaml_path is not None:
         base = load_fields(yaml_path, env=env)
         for name, value in fields.items():
@@ -70,4 +95,232 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None) -> Fla
 
 
 def from_flags(argv: list[str]) -> Topology:
+    """The Topology of a miles command line, e.g. ["--actor-num-nodes", "2", ...]."""
     return read_flags(argv).topology
+
+
+# ---- topology YAML ----------------------------------------------------------------------
+
+# Where editors find the JSON Schema of a topology YAML (`miles-topology schema` prints it).
+SCHEMA_URL = ("https://raw.githubusercontent.com/radixark/miles-topology/main/docs/"
+              "topology.schema.json")
+ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^{}]*))?\}")
+
+
+class _Unknown(Exception):
+    pass
+
+
+def load_fields(
+    path: str | Path, overrides: list[str] | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Read a topology YAML into plain field values, interpolations resolved.
+
+    With `env`, `${oc.env:VAR,default}` reads `env` (what a launch script exports) instead
+    of this process's environment, so reading a script's topology file is reproducible.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    path = Path(path)
+    try:
+        cfg = OmegaConf.load(path)
+        if env is not None:
+            raw = OmegaConf.to_container(cfg, resolve=False)
+            if isinstance(env, PartialEnv) and isinstance(raw, dict):
+                raw = _known_fields(raw, env, path)
+            cfg = OmegaConf.create(_substitute_env(raw, env, path))
+        if overrides:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OmegaConfBaseException, YAMLError, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{path}: cannot read the topology YAML: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a topology YAML must be a mapping of field: value")
+    return data
+
+
+def _known_fields(raw: dict, env: PartialEnv, path: Path) -> dict:
+    out = {}
+    for key, value in raw.items():
+        try:
+            out[key] = _substitute_env(value, env, path)
+        except _Unknown:
+            env.dropped.append(str(key))
+    return out
+
+
+def _substitute_env(data: Any, env: Mapping[str, str], path: Path) -> Any:
+    if isinstance(data, dict):
+        return {k: _substitute_env(v, env, path) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_substitute_env(v, env, path) for v in data]
+    if not isinstance(data, str):
+        return data
+
+    def value(m: re.Match) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if isinstance(env, PartialEnv):
+            raise _Unknown(name)
+        if default is None:
+            raise InputError(f"{path}: ${{oc.env:{name}}} is not set and has no default; "
+                             f"pass --env {name}=VALUE")
+        return default.strip().strip("'\"")
+
+    return ENV_REF.sub(value, data)
+
+
+def from_yaml(path: str | Path, overrides: list[str] | None = None) -> Topology:
+    """The Topology of a topology YAML, with omegaconf dotlist overrides (e.g. ["tp=2"])."""
+    return Topology(**load_fields(path, overrides))
+
+
+def to_yaml(topo: Topology) -> str:
+    """The fields that differ from their defaults, by group; an implied etp stays implied."""
+    lines = [schema_comment()]
+    for group in GROUPS:
+        body = []
+        for name in fields_in(group):
+            info = type(topo).model_fields[name]
+            value = getattr(topo, name)
+            if info.default_factory is not None and name not in topo.model_fields_set:
+                continue  # inferred from other fields, so it stays inferred
+            if info.default_factory is None and value == info.default:
+                continue
+            body.append(f"{name}: {yaml_value(value)}")
+        if body:
+            lines += [f"# {group}"] + body
+    return "\n".join(lines) + "\n"
+
+
+def yaml_value(value: Any) -> str:
+    if isinstance(value, tuple):  # nested tuples (engine groups) as nested flow lists
+        return "[" + ", ".join(map(yaml_value, value)) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def schema_comment() -> str:
+    """The first line of a topology YAML we write: editors validate the file against it."""
+    return f"# yaml-language-server: $schema={SCHEMA_URL}"
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of a topology YAML: the model's input fields (derived sizes excluded),
+    each described by its docstring and its flag; any value may also be an omegaconf
+    interpolation."""
+    free = {spec.field for spec in table().values() if spec.kind == "str"}  # parsed from text
+    out = Topology.model_json_schema()
+    for name, prop in out["properties"].items():
+        f = facts(name)
+        for key in ("group", "flag", "summary", "switch"):
+            prop.pop(key, None)
+        shown = f["flag"] or "no flag (YAML only)"
+        doc = " ".join(Topology.model_fields[name].description.split())
+        prop["description"] = f"{doc} ({shown}; group {f['group']})"
+        body = {k: prop.pop(k) for k in list(prop) if k not in ("title", "description",
+                                                                  "default")}
+        text = {"type": "string"} if name in free else {"type": "string", "pattern": r"\$\{"}
+        prop["anyOf"] = [body, text]
+    out["title"] = "miles-topology topology YAML"
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return out
+
+
+def key_lines(path: str | Path) -> dict[str, int]:
+    """Top-level key -> its 1-based line in a YAML file (for problems' locations)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:", line)  # a flag-like key too
+        if m:
+            out.setdefault(m.group(1), n)
+    return out
+
+
+# ---- miles' parsed arguments (argparse namespace) ----------------------------------------
+
+# field -> attributes read before the flag's own dest (Megatron's validated names)
+ATTRS: dict[str, tuple[str, ...]] = {
+    "vpp": ("virtual_pipeline_model_parallel_size",),
+}
+# field -> the parser default that means "not given" (the model infers from its absence)
+UNGIVEN: dict[str, object] = {"node_gpus": 8}
+
+
+def dest(flag: str) -> str:
+    """argparse's attribute name for a flag: its dest in miles' surface (an alias shares
+    the main flag's: --sglang-ep -> sglang_ep_size), else the flag's own name."""
+    from .surface import flag as upstream
+
+    f = upstream(flag)
+    return f.dest if f is not None else flag.lstrip("-").replace("-", "_")
+
+
+_NONE = object()
+
+
+def upstream_default(flag: str) -> object:
+    """The default miles' parser gives the flag (surface.json), or a marker when unknown."""
+    from .surface import flag as upstream
+
+    f = upstream(flag)
+    if f is None or f.default is None or f.default == "==SUPPRESS==":
+        return _NONE
+    return f.default
+
+
+def fields_from(args: Any) -> dict[str, Any]:
+    """Model fields read from a parsed-argument namespace (None and absent values skipped)."""
+    out: dict[str, Any] = {}
+    for flag, spec in table().items():
+        if flag in RENAMED or spec.field in out or not spec.field:
+            continue
+        for attr in (*ATTRS.get(spec.field, ()), dest(flag)):
+            value = getattr(args, attr, None)
+            if value is None or UNGIVEN.get(spec.field, object()) == value:
+                continue
+            if attr == dest(flag) and value == upstream_default(flag):
+                # the parser's default: nothing was given. sglang_tp_size holds SGLang's 1
+                # until sglang_utils' validate_args overwrites it (after miles_validate_args)
+                continue
+            if spec.kind == "switch":
+                value = spec.values[bool(value)] if spec.values else bool(value)
+            elif spec.kind == "list":
+                value = tuple(str(v) for v in (value if isinstance(value, list | tuple)
+                                               else [value]))
+            elif isinstance(value, list):
+                value = tuple(value)
+            out[spec.field] = value
+            break
+    return out
+
+
+def from_namespace(args: Any, log: Any = None) -> Topology:
+    """The Topology of miles' parsed arguments (after its own validation rewrote them): one
+    line in miles' argument parsing validates the real job. `log`, e.g. `logger.warning`,
+    gets each warning's text."""
+    topo = Topology(**fields_from(args))
+    for w in topo.warnings if log is not None else ():
+        log(str(w))
+    return topo
+
+
+# ---- the model's doors (see the module docstring) ---------------------------------------
+
+Topology.from_flags = staticmethod(from_flags)
+Topology.from_yaml = staticmethod(from_yaml)
+Topology.from_namespace = staticmethod(from_namespace)
+Topology.to_yaml = to_yaml

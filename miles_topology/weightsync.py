@@ -2,7 +2,8 @@
 
 An engine may post-process its weights (scale swizzling, repacking) only after every
 rank that sends to it has finished uploading; that set follows from expert ownership
-and engine placement, so it is derived here and nowhere else (see reference/r3.md).
+and engine placement, so it is derived here and nowhere else (README, "What caused the
+reported R3 spikes").
 
 Every engine needs the whole model: each pipeline stage's dense shards (one per TP rank)
 and its experts (one per ETP x EP coordinate). Replicas (DP, CP, expert-DP) hold the same
@@ -73,18 +74,18 @@ class EngineSync:
 def engine_sources(topo: Topology, engine: int) -> dict[Key, int]:
     """Shard key -> the train rank that sends it to `engine`.
 
-    Replicas are looked up through per-node indexes (train rank r sits at position r of the
-    placement group, so the rank on a GPU is arithmetic), never by scanning every holder:
+    Replicas are looked up through per-node indexes (the rank on a GPU is arithmetic:
+    `Placement.rank_at`), never by scanning every holder:
     the whole plan stays linear in GPUs.
     """
     gpus = topo.engine_gpus(engine)
     nodes = sorted({n for n, _ in gpus})
     keys_of, by_node = _index(topo)
     on_gpu: dict[Key, list[int]] = {}
-    for r in sorted(n * topo.node_size + g for n, g in gpus):
-        if r < topo.world_size:
-            for key in keys_of[r]:
-                on_gpu.setdefault(key, []).append(r)
+    ranks = (topo.placement_group.rank_at(gpu) for gpu in gpus)
+    for r in sorted(r for r in ranks if r is not None):
+        for key in keys_of[r]:
+            on_gpu.setdefault(key, []).append(r)
     out: dict[Key, int] = {}
     for key, holders in _holders(topo).items():
         pick = on_gpu.get(key)
@@ -107,7 +108,7 @@ def sync_groups(topo: Topology) -> dict[int, tuple[int, ...]]:
 def engine_sync(topo: Topology, engine: int) -> EngineSync:
     """The full sync plan of one engine: every shard of the model and its sender."""
     sources = engine_sources(topo, engine)
-    sends = tuple((rank, _shard(topo, key, rank)) for key, rank in sorted(sources.items()))
+    sends = tuple((rank, _shard(topo, key)) for key, rank in sorted(sources.items()))
     return EngineSync(engine, tuple(sorted(set(sources.values()))), sends)
 
 
@@ -121,7 +122,7 @@ def rank_sends(plan: Iterable[EngineSync], rank: int) -> dict[int, tuple[Shard, 
     return {s.engine: s.of(rank) for s in plan if rank in s.senders}
 
 
-def _shard(topo: Topology, key: Key, rank: int) -> Shard:
+def _shard(topo: Topology, key: Key) -> Shard:
     """The shard of `key`; every holder of a key holds the same shard, so it is built once
     per key (its experts are those of the key's EP rank: `Topology.local_experts`)."""
     return _shards(topo)[key]
@@ -133,7 +134,7 @@ def _shards(topo: Topology) -> dict[Key, Shard]:
     moe: dict[int, tuple[int, ...]] = {}
     if topo.layers is not None:
         for p in range(topo.pp):
-            dense[p] = tuple(x for v in range(topo.chunks) for x in topo.stage_layers(p, v))
+            dense[p] = topo.pipeline_layers(p)
             moe[p] = topo.replay_layers(p)
     out: dict[Key, Shard] = {}
     for key in _holders(topo):

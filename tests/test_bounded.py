@@ -89,3 +89,74 @@ def test_dry_run_and_show_of_a_huge_job_print_sizes_not_a_traceback(capsys):
     assert "layers is more than" in timed(lambda: plan_text(layers))
     assert timed(lambda: main(["--dry-run", "--actor-num-nodes", str(HUGE), "--colocate"])) == 0
     assert "per-GPU plan not listed" in capsys.readouterr().out
+
+
+# -- the script reader: bounded memory on any input, measured on a child process
+
+RSS_MB = 300
+
+
+def _words_file(path):
+    with open(path, "w") as f:  # 40 MB of words
+        line = "xxxxxxx " * 100 + "\n"
+        for _ in range((40 << 20) // len(line) + 1):
+            f.write(line)
+
+
+SCRIPTS = {
+    "command-of-a-million-words": (lambda p: p.write_text(
+        "python3 train.py --colocate " + " ".join(f"w{i}" for i in range(10**6)) + "\n"), 2),
+    "forty-mb-of-words": (_words_file, 2),
+    "200k-launch-lines": (lambda p: p.write_text("".join(
+        f"python3 train.py --tensor-model-parallel-size {i % 8 + 1}\n"
+        for i in range(200_000))), 2),
+    "command-just-under-the-bound": (lambda p: p.write_text(
+        "python3 train.py --colocate " + " ".join(f"w{i}" for i in range(45_000)) + "\n"), 0),
+    "brace-sequences-held": (lambda p: p.write_text("".join(
+        f"A{i}=({{1..100000}})\n" for i in range(2000)) +
+        "python3 train.py --actor-num-nodes 1 --colocate\n"), 2),
+    "big-array-launched-in-a-loop": (lambda p: p.write_text(
+        'A=({1..100000})\nfor i in {1..10000}; do python3 train.py "${A[@]}"; done\n'), 2),
+    "megabyte-values-by-eval": (lambda p: p.write_text(
+        'X=$(printf "%01000000d" 0)\nfor i in {1..5000}; do eval "V$i=\\"\\$X\\""; done\n'
+        "python3 train.py --actor-num-nodes 1 --colocate\n"), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_script_reader_memory_is_bounded(name, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    make, want = SCRIPTS[name]
+    path = tmp_path / "run.sh"
+    make(path)
+    err = tmp_path / "err"
+    with open(err, "w") as e:
+        child = subprocess.Popen([sys.executable, "-m", "miles_topology", "check",
+                                  "--format", "json", str(path)], stdout=subprocess.DEVNULL,
+                                 stderr=e, cwd=os.path.dirname(os.path.dirname(__file__)))
+        start = time.perf_counter()
+        _, status, usage = os.wait4(child.pid, 0)
+    took = time.perf_counter() - start
+    rc = os.waitstatus_to_exitcode(status)
+    assert usage.ru_maxrss < RSS_MB * 1024, f"{name}: peak RSS {usage.ru_maxrss >> 10} MB"
+    assert took < 120, f"{name}: {took:.0f} s"
+    assert rc == want if want is not None else rc in (0, 2)
+    if rc == 2:  # the same clear message: one line with a fix, no traceback
+        lines = err.read_text().strip().splitlines()
+        assert len(lines) == 1 and "Fix:" in lines[0] and "Traceback" not in lines[0]
+
+
+def test_script_reader_time_is_linear_in_words(tmp_path):
+    from miles_topology.shell import read_script
+
+    def cost(n: int) -> float:
+        path = tmp_path / f"run{n}.sh"
+        path.write_text("python3 train.py " + " ".join(f"--f{i} {i}" for i in range(n)) + "\n")
+        start = time.perf_counter()
+        assert len(read_script(path).argv) == n
+        return time.perf_counter() - start
+    small, big = cost(2_000), cost(20_000)
+    assert big < 25 * small  # 10x the words; quadratic would be ~100x

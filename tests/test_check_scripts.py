@@ -142,7 +142,7 @@ def test_missing_model_file_skips_model_checks(tmp_path):
                       '--colocate "${MODEL_ARGS[@]}" --use-rollout-routing-replay\n')
     v = check_script(str(script), {})
     assert v.ok and [p.code for p in v.skipped] == ["r3-requires-moe"]
-    assert v.summary["world_size"] == 8
+    assert v.summary is None  # MODEL_ARGS may hold any flag: sizes are not printed
     assert "absent.sh" in v.extra["unknown_model_facts"]["why"]
 
 
@@ -221,3 +221,168 @@ def test_an_unknown_used_twice_is_reported_once():
         (None, "read -ra MODEL_ARGS")]
     line = next(x for x in v.extra["report_lines"] if x.startswith("unresolved"))
     assert line.startswith("unresolved read -ra MODEL_ARGS  at ")
+
+
+# -- ground truth: each idiom run under bash, with stand-ins that print what they launch
+
+IDIOMS = HERE / "idioms"
+# fixture -> (positional arguments it is run with, flags bash gives that the reader must
+# leave unresolved instead: a value only a real run decides)
+IDIOM_RUNS = {
+    "local-scope.sh": ([], set()),
+    "set-positional.sh": ([], set()),
+    "args-case.sh": (["--tp", "2", "--nodes", "2", "--junk"], set()),
+    "args-getopts.sh": (["-t", "4", "-p2", "--", "--seq-length", "8"], set()),
+    "read-heredoc.sh": ([], set()),
+    "brace.sh": ([], set()),
+    "written-source.sh": ([], set()),
+    "arith-default.sh": ([], set()),
+    "pipeline-count.sh": ([], set()),
+    "depth-cap.sh": ([], {"--tensor-model-parallel-size"}),
+    "crlf.sh": ([], set()),
+    "pipe-test.sh": ([], set()),
+}
+_STAND_IN = """#!/bin/bash
+# stand-in for {name}: a training launch prints its argv (one JSON line), anything else runs
+LOG_ARGV='import json, os, sys
+open(os.environ["ARGV_LOG"], "a").write(json.dumps(sys.argv[1:]) + "\\n")'
+for a in "$@"; do
+  case "$a" in
+    train.py|*/train.py|train_async.py|*/train_async.py)
+      exec {py} -c "$LOG_ARGV" "$@" ;;
+  esac
+done
+{tail}
+"""
+
+
+def bash_launch(script: Path, args: list[str], tmp: Path) -> list[str]:
+    """The argv after the entry script of the last training launch bash really runs."""
+    bin_ = tmp / "bin"
+    bin_.mkdir(exist_ok=True)
+    for name, tail in (("python3", f'exec {sys.executable} "$@"'), ("python", 'exec python3 "$@"'),
+                       ("ray", "exit 0")):
+        p = bin_ / name
+        p.write_text(_STAND_IN.format(name=name, py=sys.executable, tail=tail))
+        p.chmod(0o755)
+    log = tmp / "argv.jsonl"
+    log.write_text("")
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "ARGV_LOG": str(log), "HOME": str(tmp)}
+    subprocess.run(["bash", str(script), *args], env=env, cwd=tmp, timeout=60,
+                   capture_output=True)
+    launches = [json.loads(x) for x in log.read_text().splitlines()]
+    assert launches, f"{script.name}: bash ran no training launch"
+    argv = launches[-1]
+    k = next(i for i, a in enumerate(argv) if a.endswith(("train.py", "train_async.py")))
+    return argv[k + 1:]
+
+
+def flag_values(argv: list[str]) -> dict[str, str]:
+    """flag -> value as the launch's argv gives it (the last one wins; "" for a switch)."""
+    out: dict[str, str] = {}
+    flag = None
+    for word in argv:
+        if word.startswith("--"):
+            flag, eq, value = word.partition("=")
+            out[flag] = value if eq else ""
+            if eq:
+                flag = None
+        elif flag is not None:
+            out[flag] = f"{out[flag]} {word}" if out[flag] else word
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(IDIOM_RUNS))
+def test_idiom_reads_as_bash_runs_it(name, tmp_path, capsys):
+    args, unknown = IDIOM_RUNS[name]
+    truth = flag_values(bash_launch(IDIOMS / name, args, tmp_path))
+    main(["check", "--format", "json", str(IDIOMS / name), "--", *args])
+    data = json.loads(capsys.readouterr().out)
+    got = {f: v["value"] for f, v in data["values"].items()}
+    want = {f: (None if f in unknown else v) for f, v in truth.items() if f in got or
+            f in unknown}
+    assert got == want
+    from miles_topology.shell import read_script
+    read = read_script(IDIOMS / name, positional=args)
+    whole = {fv.flag: fv.value for fv in read.argv}
+    assert whole == {f: (None if f in unknown else v) for f, v in truth.items()}
+
+
+CHECKOUT = HERE / "miles-checkout"
+HELPER_RUN = CHECKOUT / "scripts" / "run-qwen3-30B-A3B-r3.sh"
+
+
+def test_helper_output_reads_as_bash_runs_it(tmp_path):
+    # the stand-in python3 runs the real helper: ground truth for what the launch gets
+    truth = flag_values(bash_launch(HELPER_RUN, [], tmp_path))
+    from miles_topology.shell import read_script
+    read = read_script(HELPER_RUN)
+    assert {fv.flag: fv.value for fv in read.argv} == truth
+    assert truth["--num-experts"] == "128" and truth["--actor-num-gpus-per-node"] == "12"
+
+
+def test_helper_known_runs_the_moe_checks():
+    v = check_script(str(HELPER_RUN), {})
+    assert "experts-not-divisible-by-ep" in {p.code for p in v.errors}
+    assert v.extra["unknown_model_facts"] is None and not v.skipped
+
+
+def test_helper_not_found_skips_the_moe_checks_with_its_error(tmp_path):
+    script = tmp_path / "run.sh"  # the same script outside a miles checkout
+    script.write_text(HELPER_RUN.read_text())
+    v = check_script(str(script), {})
+    assert "r3-requires-moe" in {p.code for p in v.skipped}  # R3 on a model not known MoE
+    assert not v.errors
+    gap = [u for u in v.extra["unresolved"] if u["flag"] is None]
+    assert gap and "model_args_utils.py" in gap[0]["why"] and "no such file" in gap[0]["why"]
+    assert "no such file" in v.extra["unknown_model_facts"]["why"]
+
+
+def test_a_failing_helper_leaves_the_value_unresolved_with_its_error(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text('TP="$(python3 -c "import sys; sys.exit(\'no model qwen9\')")"\n'
+                      "python3 train.py --tensor-model-parallel-size $TP\n")
+    read = __import__("miles_topology.shell", fromlist=["x"]).read_script(script)
+    assert read.argv[0].value is None
+    assert "no model qwen9" in read.unresolved[0].why
+
+
+def test_absolute_source_falls_back_to_the_same_tail_in_the_checkout(tmp_path):
+    script = CHECKOUT / "scripts" / "run-glm-abs-source.sh"
+    v = check_script(str(script), {})
+    assert v.extra["values"]["--num-layers"]["value"] == "8"
+    assert v.extra["values"]["--num-layers"]["source"].endswith("scripts/models/glm4-mini.sh:2")
+    moved = [p for p in v.warnings if p.code == "sourced-from-checkout"]
+    assert len(moved) == 1 and "/root/slime/scripts/models/glm4-mini.sh" in moved[0].message
+    alone = tmp_path / "run.sh"  # no checkout around it: not found, and it says where it looked
+    alone.write_text(script.read_text())
+    v = check_script(str(alone), {})
+    why = [u["why"] for u in v.extra["unresolved"] if u["flag"] is None]
+    assert why and "nor does its path's tail" in why[0] and "relative to the script" not in why[0]
+
+
+def test_no_sizes_printed_that_depend_on_an_unresolved_value(tmp_path, capsys):
+    # bash counts 4 GPUs here; the reader cannot (nvidia-smi): no world size, no GPU map
+    script = tmp_path / "run.sh"
+    script.write_text("NUM_GPUS=$(nvidia-smi -L | wc -l)\n"
+                      "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node $NUM_GPUS"
+                      " --colocate\n")
+    for cmd in ("check", "show"):
+        assert main([cmd, str(script)]) == 0
+        out = capsys.readouterr().out
+        assert "world" not in out and "gpu 0" not in out and "unresolved" in out
+    extra = tmp_path / "extra.sh"  # unknown words after a switch may hold any flag
+    extra.write_text("EXTRA=$(cat /etc/extra_args)\npython3 train.py --actor-num-nodes 1 "
+                     "--actor-num-gpus-per-node 8 --colocate $EXTRA\n")
+    v = check_script(str(extra), {})
+    assert v.summary is None and v.extra["values"]["--colocate"]["value"] == ""
+
+
+def test_a_helper_that_probes_the_machine_is_not_run(tmp_path):
+    # run here it would count this machine's GPUs (0), not the cluster's: unresolved
+    script = tmp_path / "run.sh"
+    script.write_text('NUM_GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")\n'
+                      "python3 train.py --actor-num-gpus-per-node $NUM_GPUS --colocate\n")
+    v = check_script(str(script), {})
+    assert v.extra["values"]["--actor-num-gpus-per-node"]["value"] is None
+    assert "probes the machine" in v.extra["unresolved"][0]["why"]

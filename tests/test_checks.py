@@ -188,8 +188,8 @@ def _emitted_codes(extra=()):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    files = {p.resolve() for d in ("miles_topology",)
-             for p in (root / d).rglob("*.py")} | set(extra)
+    files = {p.resolve() for d in ("miles_topology", "miles")
+             for p in (root / d).rglob("*.py") if "fixtures" not in p.parts} | set(extra)
     makers = {"Problem", "Note", "_err", "_warn", "_skip", "_problem", "_note"}
     found = {}
     for path in files:
@@ -209,13 +209,109 @@ def _emitted_codes(extra=()):
 
 
 def test_every_code_the_package_can_emit_is_registered():
-    from miles_topology.codes import CODES, KINDS
+    from miles_topology.codes import CODES
 
     found = _emitted_codes()
     assert len(found) >= 30  # the scan sees the checks, flags, model and script reader
+    assert found["gpu-budget-exceeded"] and "flag-conflict" in found  # miles/ray, flags.py
     missing = {c: f for c, f in found.items() if c not in CODES}
-    assert not missing, f"add these to miles_topology/codes.py: {missing}"
-    assert all(kind in KINDS and when for kind, when in CODES.values())
+    assert not missing, f"declare these (a rule's codes=, or codes.declare): {missing}"
+    kinds = ("error", "warning", "note", "skipped")
+    assert all(kind in kinds and when for kind, when in CODES.values())
+
+
+def _rule_codes(path):
+    """(rule name, codes its body reports, codes its decorator declares or uses) per rule."""
+    import ast
+
+    out = []
+    for node in ast.parse(path.read_text()).body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        deco = [d for d in node.decorator_list if isinstance(d, ast.Call)
+                and getattr(d.func, "id", None) == "rule"]
+        if not deco:
+            continue
+        said = set()
+        for kw in deco[0].keywords:
+            if kw.arg == "codes":
+                said |= {k.value for k in kw.value.keys}
+            if kw.arg == "uses":
+                said |= {e.value for e in kw.value.elts}
+        body = {c.args[0].value for c in ast.walk(node) if isinstance(c, ast.Call)
+                and getattr(c.func, "id", None) in ("_err", "_warn", "_skip", "Problem")
+                and c.args and isinstance(c.args[0], ast.Constant)}
+        out.append((node.name, body, said))
+    return out
+
+
+def test_each_rule_declares_every_code_it_reports():
+    from pathlib import Path
+
+    from miles_topology.checks import ORDER
+
+    rules = [r for p in (Path(__file__).resolve().parents[1] / "miles_topology" / "checks")
+             .glob("*.py") for r in _rule_codes(p)]
+    assert sorted(name for name, _, _ in rules) == sorted(ORDER)
+    bad = {name: body - said for name, body, said in rules if body - said}
+    assert not bad, f"add to the rule's @rule(codes=...) or uses=: {bad}"
+
+
+def test_rules_are_not_named_like_topology_members():
+    from miles_topology.codes import RULES
+    from miles_topology.placement import Placement
+
+    assert len(RULES) >= 20
+    assert not [f.__name__ for f in RULES
+                if hasattr(Topology, f.__name__) or hasattr(Placement, f.__name__)]
+
+
+def test_a_rule_reporting_an_undeclared_code_is_caught(tmp_path):
+    new = tmp_path / "rule.py"
+    new.write_text("@rule(source='s', codes={'a-code': ('error', 'w')})\n"
+                   "def r(topo):\n    yield _err('a-code', 'm', 'f')\n"
+                   "    yield _warn('other-code', 'm', 'f')\n")
+    [(name, body, said)] = _rule_codes(new)
+    assert body - said == {"other-code"}
+
+
+def test_a_code_declared_twice_is_refused():
+    from miles_topology.codes import declare
+
+    with pytest.raises(ValueError, match="declared twice"):
+        declare("a test", {"dense-grid-divisibility": ("error", "again")})
+    with pytest.raises(ValueError, match="kind"):
+        declare("a test", {"made-up-code-x": ("fatal", "w")})
+
+
+def _hand_flags(path):
+    """Fields' own flags spelled by hand in a module's strings (docstrings and comments
+    aside; an alias, quoted as such, is not a field's flag)."""
+    import ast
+    import re
+
+    from miles_topology.model import flag_of
+
+    own = {flag_of(n) for n in Topology.model_fields} - set(Topology.model_fields)
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.FunctionDef | ast.ClassDef) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return {m for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in docs
+            and isinstance(n.value, str)
+            for m in re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*[a-z0-9]", n.value) if m in own}
+
+
+def test_rule_messages_quote_flags_through_the_field_table(tmp_path):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "miles_topology" / "checks"
+    spelled = {p.name: _hand_flags(p) for p in root.glob("*.py") if _hand_flags(p)}
+    assert not spelled, f"quote these as F.<field> (checks/base.py): {spelled}"
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""Doc: --tensor-model-parallel-size is fine here."""\n'
+                   'MSG = "try --tensor-model-parallel-size 2 or --not-ours"\n')
+    assert _hand_flags(bad) == {"--tensor-model-parallel-size"}
 
 
 def test_registry_catches_an_unregistered_code(tmp_path):

@@ -86,7 +86,7 @@ def test_show_map_and_svg(tmp_path, capsys):
     assert "node 1" in text and "etp0 ep1 edp0" in text and "e4-7" in text
     assert "engine 3" in text
     body = svg.read_text()
-    assert body.startswith("<svg") and body.count("<rect") == 1 + 8 and "engine 3" in body
+    assert body.startswith("<svg") and body.count('rx="6"') == 8 and "engine 3" in body
 
 
 def test_import_stays_light_and_check_is_fast():
@@ -157,7 +157,7 @@ def test_schema_validates_every_example_and_rejects_a_bad_one(tmp_path, capsys):
 
 def test_written_yaml_carries_the_schema_comment(tmp_path):
     from miles_topology import Topology
-    from miles_topology.config import schema_comment
+    from miles_topology.sources import schema_comment
 
     topo = Topology(nodes=1, gpus_per_node=8, tp=2, colocate=True)
     assert topo.to_yaml().splitlines()[0] == schema_comment()
@@ -170,8 +170,11 @@ def test_github_format_points_at_the_file_and_line(capsys):
     lines = capsys.readouterr().out.splitlines()
     line = next(x for x in lines if "title=expert-grid-divisibility" in x)
     # --expert-model-parallel-size 16 is written on line 8 of the fixture
-    want = next(i for i, t in enumerate(open(path), 1) if "--expert-model-parallel-size" in t)
-    assert line.startswith(f"::error file={path},line={want},title=expert-grid-divisibility::")
+    want, col = next((i, t.index("--expert-model-parallel-size") + 1)
+                     for i, t in enumerate(open(path), 1) if "--expert-model-parallel-size" in t)
+    assert col == 4  # the flag, after the array's indentation
+    assert line.startswith(
+        f"::error file={path},line={want},col={col},title=expert-grid-divisibility::")
     assert "%25" in line and "\n" not in line  # '%' escaped as GitHub requires
 
 
@@ -180,7 +183,7 @@ def test_github_format_for_yaml_points_at_the_key(tmp_path, capsys):
     path.write_text("nodes: 1\ngpus_per_node: 8\ncolocate: true\ntp: 3\n")
     assert main(["check", "--format", "github", str(path)]) == 1
     out = capsys.readouterr().out
-    assert f"::error file={path},line=4,title=dense-grid-divisibility::" in out
+    assert f"::error file={path},line=4,col=1,title=dense-grid-divisibility::" in out
 
 
 def test_sarif_format_is_2_1_0_with_rules_and_regions(capsys):

@@ -168,7 +168,7 @@ def test_rank_order_switch_off_keeps_the_default():
 
 
 def test_explicit_etp_round_trips_through_yaml(tmp_path):
-    from miles_topology.config import to_yaml
+    from miles_topology.sources import to_yaml
 
     for given in (dict(etp=2), dict(etp=1), {}):
         topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, ep=2, experts=8, colocate=True,
@@ -249,7 +249,7 @@ def test_parse_flags_keeps_the_token_objects_that_set_each_field():
     assert parsed.origin["tp"] is words[0] and parsed.origin["colocate"] is words[4]
     assert parsed.origin["engine_ep"].line == 6
     assert parsed.passthrough == [words[2], words[3]]
-    assert parsed.topology == "t.yaml" and parsed.topology_token is words[6]
+    assert parsed.topology == "t.yaml"  # (its token, test-only, is no longer kept)
     assert parse_flags(["--topology=x.yaml"]).topology == "x.yaml"
 
 
@@ -273,25 +273,40 @@ def test_the_topology_option_is_parsed_only_in_flags_py():
     assert found == ["miles_topology/flags.py"]
 
 
-def test_typo_suggestion_is_bounded_and_cached(monkeypatch):
-    """An unknown flag is compared in full only with flags that could be 2 edits away, and a
-    spelling seen before is not compared again (a check repeats its unknown flags)."""
+def test_unknown_flag_is_an_error_with_did_you_mean_and_cached(monkeypatch):
+    """miles' parser refuses a flag it does not define; the suggestion comes from difflib
+    over the whole surface, once per spelling (a check repeats its unknown flags)."""
+    import difflib
+
     from miles_topology import flags
 
     calls = []
-    real = flags._distance
-    monkeypatch.setattr(flags, "_distance", lambda a, b: calls.append(b) or real(a, b))
-    getattr(flags.suggest, "cache_clear", lambda: None)()  # a fresh cache
-    argv = ["--colocate", "--model-opt-17", "3", "--tensor-model-paralel-size", "2",
-            "--opt-12-7", "5"]
+    real = difflib.get_close_matches
+    monkeypatch.setattr(difflib, "get_close_matches",
+                        lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    flags.suggest.cache_clear()
+    argv = ["--colocate", "--sglang-mem-fraction-statik", "0.7",
+            "--tensor-model-paralel-size", "2", "--opt-12-7", "5", "--lr", "1e-6"]
     first = flags.parse_flags(argv)
-    assert [w.code for w in first.warnings] == ["unknown-flag"]
-    assert "did you mean --tensor-model-parallel-size?" in first.warnings[0].message
-    assert 0 < len(calls) <= 8 < len(flags.table()) // 4  # only near candidates
-    calls.clear()
+    assert [p.code for p in first.errors] == ["unknown-flag"] * 3 and first.warnings == []
+    got = [p.message for p in first.errors]
+    assert "did you mean --sglang-mem-fraction-static?" in got[0]  # an SGLang flag
+    assert "did you mean --tensor-model-parallel-size?" in got[1]
+    assert "did you mean" not in got[2]  # nothing close: no guess
+    assert all(p.severity == "error" for p in first.errors)
+    assert len(calls) == 3
     again = flags.parse_flags(argv)
-    assert [w.message for w in again.warnings] == [w.message for w in first.warnings]
-    assert calls == []
+    assert [p.message for p in again.errors] == got and len(calls) == 3
+
+
+def test_deprecated_upstream_spellings_warn_and_pass():
+    from miles_topology.flags import parse_flags
+
+    got = parse_flags(["--sglang-cuda-graph-bs", "4", "--sglang-prefill-round-robin-balance"])
+    assert got.errors == []
+    assert [p.code for p in got.warnings] == ["deprecated-flag"] * 2
+    assert "now reads --sglang-cuda-graph-bs-decode" in got.warnings[0].message
+    assert "has no effect" in got.warnings[1].message
 
 
 def test_repeat_and_typo_point_at_the_token_that_wrote_them():
@@ -301,6 +316,74 @@ def test_repeat_and_typo_point_at_the_token_that_wrote_them():
     words = [("--lr", 3), ("1e-6", 3), ("--tensor-model-paralel-size", 4), ("2", 4),
              ("--lr", 9), ("2e-6", 9), ("--colocate", 9)]
     got = parse_flags([Token(t, Source("run.sh", line)) for t, line in words])
-    where = {p.code: str(p.location) for p in got.warnings}
+    where = {p.code: str(p.location) for p in got.warnings + got.errors}
     assert where == {"unknown-flag": "run.sh:4", "flag-given-twice": "run.sh:9"}
-    assert parse_flags([t for t, _ in words]).warnings[0].location is None  # plain strings
+    assert parse_flags([t for t, _ in words]).errors[0].location is None  # plain strings
+
+
+def test_the_trigram_shortlist_finds_what_full_difflib_finds():
+    """suggest() compares only 24 shortlisted spellings: on near misses of the surface's
+    flags (a letter dropped, doubled or swapped) it agrees with difflib over all of them."""
+    import difflib
+
+    from miles_topology import flags
+
+    every = flags._spellings()
+    cases = []
+    for k, f in enumerate(every[::41]):
+        i = 2 + (k * 7) % max(1, len(f) - 3)
+        cases += [f[:i] + f[i + 1:], f[:i] + f[i] + f[i:], f[:i] + f[i + 1] + f[i] + f[i + 2:]]
+    for typo in cases:
+        if typo in every:
+            continue
+        full = difflib.get_close_matches(typo, every, n=1, cutoff=0.8)
+        assert flags.suggest(typo) == (full[0] if full else None), typo
+
+
+def test_old_loader_paths_warn_and_still_work():
+    """config.py and namespace.py moved into sources.py: old imports work with a warning;
+    PartialEnv (now env.py) is still importable from config without one."""
+    import warnings
+
+    from miles_topology import config, env, namespace, sources
+
+    with pytest.warns(DeprecationWarning, match="sources.to_yaml"):
+        assert config.to_yaml is sources.to_yaml
+    with pytest.warns(DeprecationWarning, match="sources.fields_from"):
+        assert namespace.fields_from is sources.fields_from
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from miles_topology.config import PartialEnv
+    assert PartialEnv is env.PartialEnv
+    with pytest.raises(AttributeError):
+        config.no_such_name  # noqa: B018
+
+
+def _undocumented():
+    """Public Topology names without a doc: fields without a description, derived members
+    without a docstring."""
+    import inspect
+
+    from pydantic import BaseModel
+
+    out = [n for n, f in Topology.model_fields.items() if not (f.description or "").strip()]
+    for name, obj in vars(Topology).items():
+        if name.startswith("_") or name in Topology.model_fields or hasattr(BaseModel, name):
+            continue
+        fn = getattr(obj, "wrapped_property", obj)  # a computed field's property
+        fn = getattr(fn, "fget", None) or getattr(fn, "func", None) or fn
+        if callable(fn) and not inspect.getdoc(fn):
+            out.append(name)
+    return out
+
+
+def test_every_public_name_is_documented_and_the_schema_says_it():
+    from miles_topology.sources import schema
+
+    assert _undocumented() == []
+    props = schema()["properties"]
+    assert props["tp"]["description"] == (
+        "Tensor-parallel size of the trainer, in GPUs, e.g. 4. "
+        "(--tensor-model-parallel-size; group layout)")
+    assert all(Topology.model_fields[n].description.split()[0] in p["description"]
+               for n, p in props.items())

@@ -184,9 +184,10 @@ def test_full_job_runs_on_a_local_cluster(tmp_path):
     assert metrics.exists()
 
 
-def test_launcher_reports_the_same_flag_warnings_as_check(capsys):
-    """Typos and repeats (issue 10) come from flags.py, so the launcher agrees with check."""
+def test_launcher_reports_the_same_flag_problems_as_check(capsys):
+    """Typos and repeats (issue 10) come from flags.py, so the launcher agrees with check:
+    a flag miles' parser refuses stops it (exit 1), a repeat warns."""
     assert train.main(["--dry-run", "--colocate", "-pp", "2", "--num-experts", "8", "--num-experts",
-                 "4", "--num-layers", "4", "--num-attention-heads", "4"]) == 0
-    out = capsys.readouterr().out
-    assert "warning [unknown-flag] -pp" in out and "warning [flag-given-twice] --num-experts" in out
+                 "4", "--num-layers", "4", "--num-attention-heads", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "error [unknown-flag] -pp" in err and "warning [flag-given-twice] --num-experts" in err

@@ -50,3 +50,50 @@ def test_eval_engines_are_shown_after_rollout_engines():
     text = text_map(topo)
     assert "eval 12-15 (1 x 4)" in text and "eval engine 2" in text
     assert len(slots(topo)) == 16
+
+
+def test_the_placement_group_is_built_once_and_inverts_every_slot():
+    """`Placement` is the one home of the slot inverse: the rank on a GPU and the ranks of a
+    node agree with `placement(rank)` on a shape where the actor's GPUs per node (4) are
+    not the node's (8), the case a restated `node * gpus_per_node + gpu` gets wrong."""
+    topo = Topology.from_flags(["--actor-num-nodes", "3", "--actor-num-gpus-per-node", "4",
+                                "--num-gpus-per-node", "8", "--rollout-num-gpus", "4"])
+    pg = topo.placement_group
+    assert pg is topo.placement_group  # built once per topology
+    for r in range(topo.world_size):
+        assert pg.rank_at(topo.placement(r)) == r and pg.position(pg.slot(r)) == r
+    assert [pg.rank_at((1, g)) for g in (3, 4)] == [11, None]  # GPU 4 of node 1 is rollout's
+    assert [list(pg.ranks_on(n)) for n in range(3)] == [list(range(8)), [8, 9, 10, 11], []]
+    assert sum(len(pg.ranks_on(n)) for n in range(pg.nodes)) == topo.world_size
+    wrong = {(r // 4, r % 4) for r in range(topo.world_size)}  # the actor-shape inverse
+    assert wrong != {topo.placement(r) for r in range(topo.world_size)}
+    assert pg.slots() == slots(topo) and pg.engines == topo.num_engines == 4
+
+
+def test_renamed_placement_names_warn_and_agree():
+    import pytest
+
+    topo = Topology.from_flags(SHAPE_A + ["--eval-num-gpus", "2"])
+    with pytest.warns(DeprecationWarning, match="placement_group.groups"):
+        assert topo.engine_group_list == topo.placement_group.groups
+    with pytest.warns(DeprecationWarning, match="placement_group.engines"):
+        assert topo.all_engines == topo.placement_group.engines == 5
+    with pytest.warns(DeprecationWarning, match="placement_group.slot"):
+        assert topo.slot(9) == topo.placement_group.slot(9) == (1, 1)
+
+
+def test_pipeline_layers_are_a_ranks_virtual_stages_in_order():
+    topo = Topology.from_flags(["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "2",
+                                "--pipeline-model-parallel-size", "2", "--num-layers", "8",
+                                "--num-virtual-stages-per-pipeline-rank", "2", "--colocate"])
+    assert topo.pipeline_layers(0) == (0, 1, 4, 5) and topo.pipeline_layers(1) == (2, 3, 6, 7)
+
+
+def test_renamed_node_and_rollout_sizes_warn_and_agree():
+    import pytest
+
+    topo = Topology.from_flags(SHAPE_A)
+    with pytest.warns(DeprecationWarning, match="node_gpus_used"):
+        assert topo.node_size == topo.node_gpus_used == 8
+    with pytest.warns(DeprecationWarning, match="rollout_gpus_used"):
+        assert topo.rollout_gpu_count == topo.rollout_gpus_used == 12

@@ -89,15 +89,15 @@ def test_placement_is_a_bijection_onto_the_gpus(topo):
     assert len(set(spots)) == topo.world_size
     assert set(spots) == {(n, g) for n in range(topo.nodes) for g in range(topo.gpus_per_node)}
     engine_spots = [s for e in range(topo.num_engines) for s in topo.engine_gpus(e)]
-    assert len(set(engine_spots)) == len(engine_spots) == topo.rollout_gpu_count
+    assert len(set(engine_spots)) == len(engine_spots) == topo.rollout_gpus_used
     for e in range(topo.num_engines):
         gpus = topo.engine_gpus(e)
         # engine e holds positions offset + e*size .. of the packed placement group
         first = topo.rollout_offset + e * topo.engine_size
-        assert gpus == tuple(divmod(i, topo.node_size)
+        assert gpus == tuple(divmod(i, topo.node_gpus_used)
                              for i in range(first, first + topo.engine_size))
         # an engine fits in one node or spans whole nodes
-        assert len({n for n, _ in gpus}) == 1 or topo.engine_size % topo.node_size == 0
+        assert len({n for n, _ in gpus}) == 1 or topo.engine_size % topo.node_gpus_used == 0
     if topo.colocate:
         assert set(engine_spots) == set(spots)
     else:
@@ -109,7 +109,7 @@ def test_placement_is_a_bijection_onto_the_gpus(topo):
 def test_yaml_round_trip_keeps_the_topology_and_what_was_given(topo, explicit_etp):
     import tempfile
 
-    from miles_topology.config import to_yaml
+    from miles_topology.sources import to_yaml
 
     if explicit_etp:
         topo = topo.model_copy(update={"etp": topo.etp})

@@ -13,12 +13,17 @@ from mutation import mutated
 from miles_topology.shell import ScriptRead, ScriptReadError, read_script
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
-TEXTS = [p.read_text() for p in sorted(FIXTURES.glob("*.sh"))]
+TEXTS = [p.read_text() for p in sorted(FIXTURES.glob("*.sh")) + sorted(
+    (FIXTURES / "idioms").glob("*.sh"))]
 NASTY = ["'", '"', "{", "}", "(", ")", "$((", "$(", "${", "`", "\\", "\\\n", "\n", "#", ";", ";;",
          "|", "&&", "<<EOF\n", "[[", "]]", "fi", "done", "esac", "then", "=(", "$", "!", "*", "\0",
          "$((1/0))", "${X:-${Y:?", "if true; then", "case x in", "\t", " ", "<<<", " <<< \"$X\"",
          "read -ra A <<< ", "mapfile -t A < <(echo --a 1)\n", "eval \"A=(--b 2)\"\n",
-         "${A[@]} \\\n", "é", "\\ \n", "X=\"$X$X\"\n"]
+         "${A[@]} \\\n", "é", "\\ \n", "X=\"$X$X\"\n", "{1..3}", "{a,b}", "{0..9..2}",
+         "\r", "\r\n", "set -- --a 1\n", "shift\n", "local X=1\n", "$#", "\"$@\"",
+         "while getopts 'a:' o; do X=$OPTARG; done\n", "read -r -d '' X <<'EOF'\n",
+         "cat > /tmp/f.$$ <<EOF\n", "source /tmp/f.$$\n", "echo --c 3 > f\n",
+         "$(echo 0,1 | tr ',' '\\n' | wc -l)", "${X:-$((A - B))}", "f() { f; }; f\n"]
 
 
 MUTATED = mutated(TEXTS, NASTY, 1, 6)

@@ -19,7 +19,7 @@ def _argv(f: surface.Flag) -> list[str]:
 def test_pinned_upstream_commits():
     commits = surface.COMMITS
     assert set(commits) == {"radixark/miles", "radixark/Megatron-LM", "sgl-project/sglang",
-                            "sgl-project/sglang-router"}
+                            "sgl-project/sglang-router", "THUDM/slime"}
     assert len(commits["radixark/miles"]) == 40 and len(commits["radixark/Megatron-LM"]) == 40
     assert "sglang-0.5.16" in commits["sgl-project/sglang"]
 
@@ -29,11 +29,12 @@ def test_every_flag_of_the_surface_is_accepted(backend):
     p = surface.parser(backend=backend)
     names = surface.backend_names(backend)
     assert len(names) > (2000 if backend == "megatron" else 1400)
-    for name in sorted(names - {"-h", "--help"}):
-        f = surface.flag(name)
-        ns, rest = p.parse_known_args(_argv(f))
-        assert rest == [], name
-        assert hasattr(ns, f.dest), name
+    flags = [surface.flag(n) for n in sorted(names - {"-h", "--help"})]
+    ns, rest = p.parse_known_args([word for f in flags for word in _argv(f)])  # all at once
+    assert rest == []
+    assert all(hasattr(ns, f.dest) for f in flags)
+    for f in flags[::97]:  # and one by one, a sample: nothing relies on its neighbours
+        assert p.parse_known_args(_argv(f))[1] == [], f.name
 
 
 def test_a_misspelt_flag_is_refused(capsys):
@@ -64,3 +65,33 @@ def test_upstream_facts_the_checker_relies_on():
     assert f("--rollout-num-gpus-per-node") is None  # renamed before miles HEAD
     ns = surface.parser().parse_args(["--colocate", "--sglang-ep", "4"])
     assert ns.colocate is True and ns.sglang_ep_size == "4" and ns.sglang_tp_size == 1
+
+
+def test_check_accepts_every_flag_of_the_surface():
+    """No spelling of miles' surface is an unknown-flag for `check` and the launcher."""
+    from miles_topology.flags import parse_flags
+
+    refused = []
+    for name in sorted(surface.names()):
+        f = surface.flag(name)
+        got = parse_flags(_argv(f))
+        refused += [p.flags for p in got.errors if p.code == "unknown-flag"]
+    assert refused == []
+
+
+def test_a_flag_only_slime_has_says_so():
+    from miles_topology.flags import parse_flags
+
+    assert "--update-weight-mode" in surface.slime_only()
+    assert not surface.slime_only() & surface.names()
+    (p,) = parse_flags(["--update-weight-mode", "disk"]).errors
+    assert p.code == "unknown-flag" and "a flag of slime" in p.message
+
+
+def test_check_refuses_a_misspelt_flag_with_did_you_mean(capsys):
+    from miles_topology.cli import main
+
+    assert main(["check", "--", "--tensor-model-paralel-size", "2", "--colocate"]) == 1
+    out = capsys.readouterr().out
+    assert "error [unknown-flag] --tensor-model-paralel-size" in out
+    assert "did you mean --tensor-model-parallel-size?" in out

@@ -219,7 +219,7 @@ def test_transfer_mode_rules():
 def test_eval_engines_follow_the_rollout_engines():
     topo = Topology.from_flags(DISAGG + ["--eval-num-gpus", "4", "--eval-num-gpus-per-engine", "2"])
     # PG = 4 actor + 8 rollout + 4 eval; eval engines at positions 12, 14
-    assert topo.num_engines == 2 and topo.all_engines == 4 and topo.nodes_needed == 2
+    assert topo.num_engines == 2 and topo.placement_group.engines == 4 and topo.nodes_needed == 2
     assert topo.engine_gpus(2) == ((1, 4), (1, 5)) and topo.engine_gpus(3) == ((1, 6), (1, 7))
     assert codes(refused(DISAGG + ["--eval-num-gpus", "5", "--eval-num-gpus-per-engine", "2"])
                  .problems) == ["eval-gpus-not-multiple-of-engine"]
@@ -228,7 +228,7 @@ def test_eval_engines_follow_the_rollout_engines():
 
 def test_prefill_servers_need_a_decode_engine():
     topo = Topology.from_flags(DISAGG + ["--prefill-num-servers", "1"])
-    assert [g.kind for g in topo.engine_group_list] == ["prefill", "decode"]
+    assert [g.kind for g in topo.placement_group.groups] == ["prefill", "decode"]
     e = refused(DISAGG + ["--prefill-num-servers", "2"])
     assert codes(e.problems) == ["engine-groups-invalid"]
 
@@ -278,7 +278,7 @@ def test_sglang_config_eval_model_and_train_only(tmp_path):
                 "      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 4}\n"
                 "  - name: eval\n    server_groups:\n"
                 "      - {worker_type: regular, num_gpus: 4, num_gpus_per_engine: 4}\n")
-    assert Topology.from_flags(argv + [named]).all_engines == 3
+    assert Topology.from_flags(argv + [named]).placement_group.engines == 3
     # --debug-train-only: rollout_num_gpus = 0; without eval GPUs the file is not read at all
     train_only = ["--debug-train-only", "--colocate", "--actor-num-gpus-per-node", "4"]
     topo = Topology.from_flags(train_only + ["--sglang-config", str(tmp_path / "absent.yaml")])
@@ -347,13 +347,14 @@ def test_mtp_layers_and_rollout_only_shape():
 # ---- typos and repeats (flags.py, used by `check` and the launcher alike) -----------------
 
 
-def test_near_miss_and_short_alias_warn_with_did_you_mean():
-    topo = Topology.from_flags(["--colocate", "--expert-model-paralel-size", "2", "-tp", "2"])
-    typos = [w for w in topo.warnings if w.code == "unknown-flag"]
-    assert [w.flags for w in typos] == [("--expert-model-paralel-size",), ("-tp",)]
+def test_near_miss_and_short_alias_are_errors_with_did_you_mean():
+    with pytest.raises(TopologyError) as e:
+        Topology.from_flags(["--colocate", "--expert-model-paralel-size", "2", "-tp", "2"])
+    typos = [p for p in e.value.problems if p.code == "unknown-flag"]
+    assert [p.flags for p in typos] == [("--expert-model-paralel-size",), ("-tp",)]
     assert "did you mean --expert-model-parallel-size?" in typos[0].message
     assert "did you mean --tensor-model-parallel-size?" in typos[1].message
-    assert topo.ep == 1  # not applied: the flag was not recognised
+    assert e.value.summary["ep"] == 1  # not applied: the flag was not recognised
     # real miles flags far from the table are not flagged
     assert "unknown-flag" not in codes(Topology.from_flags(FSDP_R3).warnings)
 
@@ -444,7 +445,7 @@ def test_eval_engines_default_to_one_gpu_each():
     # miles eval_num_gpus_per_engine defaults to 1, not --rollout-num-gpus-per-engine; 2 eval
     # GPUs with engines of 4 are two 1-GPU eval engines (2 % 1 == 0), at positions 12 and 13
     topo = Topology.from_flags(DISAGG + ["--eval-num-gpus", "2"])
-    assert topo.all_engines - topo.num_engines == 2
+    assert topo.placement_group.engines - topo.num_engines == 2
     assert topo.engine_gpus(2) == ((1, 4),) and topo.engine_gpus(3) == ((1, 5),)
 
 
@@ -486,9 +487,9 @@ def test_rollout_only_switches_colocate_off():
     # takes the actor's 2 x 8 = 16 GPUs; with --rollout-num-gpus 4 the actor shape becomes
     # min(8, 4) = 4 GPUs x 4 // 4 = 1 node; either way colocate ends up False
     topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--actor-num-nodes", "2"])
-    assert not topo.colocate and topo.rollout_gpu_count == 16 and topo.placement_gpus == 16
+    assert not topo.colocate and topo.rollout_gpus_used == 16 and topo.placement_gpus == 16
     topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--rollout-num-gpus", "4"])
-    assert (topo.nodes, topo.gpus_per_node, topo.rollout_gpu_count) == (1, 4, 4)
+    assert (topo.nodes, topo.gpus_per_node, topo.rollout_gpus_used) == (1, 4, 4)
     assert "colocate-ignores-rollout-gpus" not in codes(topo.warnings)
 
 

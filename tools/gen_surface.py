@@ -18,13 +18,15 @@ Sources, pinned (the commits are written into the JSON):
                  miles' Dockerfile starts from; the sgl-project/sglang git history is too
                  large to mirror here, and the wheel holds the same python sources)
   sglang-router  `pip download --no-deps sglang-router==0.3.2` (miles requires >=0.2.3)
+  slime          fetch github:THUDM/slime (optional): the flags only slime has, so that
+                 check says so for a slime script
 
 Regenerate:
   .venv/bin/python tools/gen_surface.py \\
       --miles /work/.mirror/radixark+miles/repo \\
       --megatron /work/.mirror/radixark+Megatron-LM/repo --megatron-rev miles-main \\
       --sglang sglang-0.5.16-*.whl --router sglang_router-0.3.2-*.whl \\
-      > miles_topology/surface.json
+      --slime /work/.mirror/THUDM+slime/repo > miles_topology/surface.json
 """
 
 from __future__ import annotations
@@ -517,7 +519,7 @@ class Walker:
                 if isinstance(factory, tuple) and factory[0] == "factory":
                     self.factory(*factory[1:])
                 return UNKNOWN
-            if isinstance(f.value, ast.Name) and f.attr == "add_cli_args":  # Class.add_cli_args
+            if isinstance(f.value, ast.Name) and f.attr == "add_cli_args" and self.only is None:
                 got = self._callee(f.value.id, scope)
                 if got is not None and got[0] == "class":
                     mod, cls = got[1], got[2]
@@ -560,7 +562,15 @@ class Walker:
             self.call(mod, fn, args, kwargs, parent)
         return UNKNOWN
 
+    only: str | None = None  # read no function outside this module (slime: its own flags)
+
     def _callee(self, name: str, scope: Scope):
+        got = self._find(name, scope)
+        if self.only is not None and got is not None and got[1].name != self.only:
+            return None
+        return got
+
+    def _find(self, name: str, scope: Scope):
         s: Scope | None = scope
         while s is not None:
             v = s.local.get(name)
@@ -759,6 +769,22 @@ def record(a: Arg) -> dict:
     return out
 
 
+def slime_only(slime: Tree, known: set[str]) -> list[str]:
+    """The flags slime (THUDM/slime, the project miles grew from) defines itself
+    (slime/utils/arguments.py `get_slime_extra_args_provider`) that miles does not: a slime
+    script brought to miles fails on them."""
+    TREES["slime"] = slime
+    mod = Module.load("slime.utils.arguments")
+    provider = mod.defs["get_slime_extra_args_provider"]
+    inner = next(n for n in provider.body if isinstance(n, ast.FunctionDef))
+    parser = Parser()
+    w = Walker(parser, "slime")
+    w.only = mod.name
+    w.call(mod, inner, [UNKNOWN], {"add_custom_arguments": None},
+           Scope(mod, {"add_custom_arguments": None}))
+    return sorted({n for a in parser.args for n in a.names if n.startswith("--")} - known)
+
+
 def surface(miles: Tree, megatron: Tree, sglang: Tree, router: Tree) -> dict:
     TREES.update(miles=miles, megatron=megatron, sglang=sglang, sglang_router=router)
     parser = Parser()
@@ -796,13 +822,20 @@ def main() -> int:
     p.add_argument("--megatron-rev", default="miles-main")
     p.add_argument("--sglang", required=True, help="the sglang wheel")
     p.add_argument("--router", required=True, help="the sglang-router wheel")
+    p.add_argument("--slime", help="bare git dir of THUDM/slime (its own flags, to say so)")
     a = p.parse_args()
     data = surface(Tree(a.miles, a.miles_rev), Tree(a.megatron, a.megatron_rev),
                    Tree(a.sglang), Tree(a.router))
-    lists = ("arguments", "fsdp_arguments")
+    if a.slime:
+        slime = Tree(a.slime)
+        known = {n for key in ("arguments", "fsdp_arguments") for r in data[key]
+                 for n in r["names"]}
+        data["slime_only"] = slime_only(slime, known)
+        data["commits"]["THUDM/slime"] = slime.pin
+    lists = ("arguments", "fsdp_arguments", "slime_only")
     head = {k: v for k, v in data.items() if k not in lists}
     parts = [json.dumps(head, indent=2, sort_keys=True)[:-2]]
-    for key in lists:  # one argument a line: diffs of a regeneration stay readable
+    for key in (k for k in lists if k in data):  # one a line: regenerations diff well
         rows = ",\n".join("    " + json.dumps(r, sort_keys=True) for r in data[key])
         parts.append(f'  "{key}": [\n{rows}\n  ]')
     sys.stdout.write(",\n".join(parts) + "\n}\n")

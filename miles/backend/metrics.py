@@ -43,12 +43,6 @@ def failures(m: dict) -> list[str]:
     return bad
 
 
-def exact(m: dict) -> bool:
-    """Did a step's train and rollout agree: log-probs at rounding, every route replayed,
-    every engine updated behind its senders and serving the same weights?"""
-    return not failures(m)
-
-
 def logprob_diff(engine_lp: dict, plens: dict, parts: list, what: str, only=None) -> float:
     """max |train - rollout| over response tokens of samples `only` (default all), each once."""
     seen: set[tuple[int, int]] = set()

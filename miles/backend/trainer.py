@@ -99,7 +99,7 @@ class Trainer:
         c, x = topo.coord(rank), topo.coord(rank, expert=True)
         self.c, self.x = c, x
         self.stages = [topo.stage_layers(c["pp"], v) for v in range(topo.chunks)]
-        layers = tuple(i for s in self.stages for i in s)
+        layers = topo.pipeline_layers(c["pp"])
         self.dense = {n: weight(spec, n, seed).requires_grad_() for n in dense_names(spec, layers)}
         # Experts held: the Topology's block, or the old rank % gpus_per_node rule as a fault.
         self.owned = faults.owned(topo, rank)
@@ -401,7 +401,7 @@ class Trainer:
         group = self.world.senders[-1 - block]
         src = block * topo.engine_size
         dense = [(n, -1, 0, 0, 1, self.dense[n].detach().numpy().copy())
-                 for n in dense_names(self.spec, tuple(i for st in self.stages for i in st))]
+                 for n in dense_names(self.spec, topo.pipeline_layers(self.c["pp"]))]
         buckets = [dense] + [self._gathered_experts(layer) for layer in self.moe]
         for i, bucket in enumerate(buckets):  # one update_weights_from_tensor per bucket
             out = [None] * topo.engine_size if self.rank == src else None

@@ -177,11 +177,11 @@ def start_cluster(topo: Topology, address: str | None = None, wait_s: float = 60
 
                 raise TopologyError([Problem(
                     "gpu-budget-exceeded",
-                    f"this job needs {topo.nodes_needed} nodes of {topo.node_size} GPUs; a local "
-                    f"cluster is built for at most {LOCAL_MAX_NODES}.",
+                    f"this job needs {topo.nodes_needed} nodes of {topo.node_gpus_used} GPUs; "
+                    f"a local cluster is built for at most {LOCAL_MAX_NODES}.",
                     "point RAY_ADDRESS at a Ray cluster of that size, or shrink the job",
                     ("--actor-num-nodes", "--rollout-num-gpus"))], list(topo.warnings))
-            local = start_local(topo.nodes_needed, topo.node_size)
+            local = start_local(topo.nodes_needed, topo.node_gpus_used)
             address = local.address
         ray.init(address=address, logging_level="warning")
         owns_conn = True
@@ -285,8 +285,7 @@ def _nodes() -> list[Node]:
 
 def _ranks_on_node(topo: Topology, node: int) -> int:
     """Train ranks on `node`: ranks take the first positions of the packed placement group."""
-    first = node * topo.node_size
-    return max(0, min(topo.world_size, first + topo.node_size) - first)
+    return len(topo.placement_group.ranks_on(node))
 
 
 def _per_node(needed: list[Slot]) -> str:

@@ -10,14 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from miles_topology import Problem, Topology
+from miles_topology.model import flag_of
 
 Slot = tuple[int, int]
+# what sizes the placement group: the flags a gpu-budget-exceeded problem names
+_BUDGET = tuple(flag_of(f) for f in ("nodes", "gpus_per_node", "rollout_gpus", "node_gpus"))
+_SHRINK = (f"fewer {flag_of('nodes')} or {flag_of('rollout_gpus')}, or {flag_of('colocate')}")
 
 
 def slots(topo: Topology) -> list[Slot]:
-    """Every (node, GPU) of miles' one packed placement group, in its sorted order: position i
-    is `topo.slot(i)` (miles/ray/placement_group.py; see miles_topology/placement.py)."""
-    return [topo.slot(i) for i in range(topo.placement_gpus)]
+    """Every (node, GPU) of miles' one packed placement group, in its sorted order
+    (miles/ray/placement_group.py; see miles_topology/placement.py `Placement`)."""
+    return topo.placement_group.slots()
 
 
 def need_per_node(topo: Topology) -> list[int]:
@@ -39,14 +43,12 @@ def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
     if topo.nodes_needed > max(len(have), 1 << 12):  # decided without listing every node
         return [Problem(
             "gpu-budget-exceeded",
-            f"this job needs {topo.nodes_needed} node(s) of {topo.node_size} GPUs "
+            f"this job needs {topo.nodes_needed} node(s) of {topo.node_gpus_used} GPUs "
             f"({topo.gpu_budget}) but the Ray cluster has {len(have)} node(s) with GPUs "
             f"{list(have)}.",
-            f"give the cluster {topo.nodes_needed} nodes of {topo.node_size} GPUs (or point "
-            "RAY_ADDRESS at one), or shrink the job: fewer --actor-num-nodes or "
-            "--rollout-num-gpus, or --colocate",
-            ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus",
-             "--num-gpus-per-node"),
+            f"give the cluster {topo.nodes_needed} nodes of {topo.node_gpus_used} GPUs (or point "
+            f"RAY_ADDRESS at one), or shrink the job: {_SHRINK}",
+            _BUDGET,
         )]
     need = need_per_node(topo)
     short = [n for n, k in enumerate(need) if n >= len(have) or have[n] < k]
@@ -61,9 +63,8 @@ def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
         f"this job needs {len(need)} node(s) with GPUs {need} = {want} GPUs ({topo.gpu_budget}) "
         f"but the Ray cluster has {len(have)} node(s) with GPUs {list(have)} = {got}: {where}.",
         f"give the cluster {len(need)} nodes of {max(need)} GPUs (or point RAY_ADDRESS at one), "
-        "or shrink the job: fewer --actor-num-nodes or --rollout-num-gpus, or --colocate",
-        ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus",
-         "--num-gpus-per-node"),
+        f"or shrink the job: {_SHRINK}",
+        _BUDGET,
     )]
 
 

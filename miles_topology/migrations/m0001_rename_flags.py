@@ -1,4 +1,4 @@
-"""0001: write renamed flags under their new names (reference/flags.md, "Renamed flags").
+"""0001: write renamed flags under their new names (flags.RENAMED).
 
 The launcher still accepts the old spellings with a `deprecated-flag` warning; this step
 makes the warning go away without changing what the job does:

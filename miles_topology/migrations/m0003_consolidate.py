@@ -33,9 +33,9 @@ import os
 import re
 from pathlib import Path
 
-from ..config import schema_comment
 from ..flags import TOPOLOGY, flag_of, is_switch, parse_flags
 from ..shell import FlagValue
+from ..sources import schema_comment
 from .common import (
     EP_MOE,
     MOVES,

@@ -4,14 +4,18 @@ and take the training command it would have started.
 Since miles writes its launchers in Python (a dataclass + typer CLI, a helper building one
 flag string, then ``execute_train(...)`` running ``ray job submit ... -- python3 train.py
 ...`` through subprocess), the flags exist only once the launcher runs. `read_python_launcher`
-runs it in a fresh interpreter (``child.py``) with a temporary folder as cwd, HOME and TMPDIR,
-resource limits and a wall-clock timeout; every command it starts is recorded, not run.
+runs it in a fresh interpreter (``child.py``) isolated by the kernel (``isolate.py``: user,
+network, PID, IPC and mount namespaces, Landlock, seccomp; docs/sandbox.md) with a temporary
+folder as cwd, HOME and TMPDIR, resource limits and a wall-clock timeout; every command it
+starts is recorded, not run. Where the kernel cannot isolate it, it is not run (InputError
+naming the facility) unless the caller trusts it (``--trust-launcher``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -28,9 +32,22 @@ CHILD = Path(__file__).with_name("child.py")
 UNKNOWN_ENV = ("ray job submit's runtime env is not one this check reads (a --runtime-env "
                "file, or not JSON), and the entrypoint sees only the runtime env")
 MEMORY_MB = 2048
+DENY_VAR = "MILES_TOPOLOGY_SANDBOX_DENY"  # for tests: a facility to treat as missing
+TRUSTED = ("run with --trust-launcher: in-process recorders only, not isolated by the "
+           "kernel; the launcher could have acted on this machine")
+_THREADS = "the launcher started more threads than the sandbox allows (a thread bomb?); stopped"
+
 # What the import name does not say: the name to pip install.
 PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2":
              "opencv-python", "dateutil": "python-dateutil", "google": "protobuf"}
+
+
+def refusal(end: dict) -> str:
+    """The one line saying why the launcher was not run, and how to proceed."""
+    return (f"not run: the kernel here cannot isolate a launcher, it lacks "
+            f"{end.get('missing')}. `check` runs Python launchers only in a sandbox the "
+            "kernel enforces; to run this one anyway with in-process recorders only (which "
+            "the launcher can get around), give --trust-launcher if you trust its code")
 
 
 @dataclass
@@ -62,20 +79,25 @@ class PythonLaunch:
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
                          = None, timeout_s: float = 10, memory_mb: int = MEMORY_MB,
-                         cwd: str | None = None) -> PythonLaunch:
+                         cwd: str | None = None, trust: bool = False) -> PythonLaunch:
     """Run the launcher at `path` with `launcher_args` in the sandbox and return its training
     launch. `env` adds to the current environment (as `--env KEY=VALUE` does for scripts).
     The launcher runs in the sandbox's temporary folder, or in `cwd` when given (for a launcher
     that reads files relative to where it is started; its writes there are redirected all the
-    same). Raises InputError when there is no launch, or when the launcher cannot run to it."""
+    same). `trust`: run it with the in-process recorders only, not isolated by the kernel
+    (--trust-launcher). Raises InputError when there is no launch, when the launcher cannot
+    run to it, or when the kernel here cannot isolate it."""
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
     child_env = {**os.environ, **(env or {})}
     t0 = time.perf_counter()
     got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd, timeout_s,
-                   memory_mb)
-    return _interpret(path, got.records, got.err, got.status, {**child_env, **got.sandbox},
-                      timeout_s, memory_mb, time.perf_counter() - t0)
+                   memory_mb, trust)
+    launch = _interpret(path, got.records, got.err, got.status, {**child_env, **got.sandbox},
+                        timeout_s, memory_mb, time.perf_counter() - t0)
+    if trust:
+        launch.notes.insert(0, TRUSTED)
+    return launch
 
 
 @dataclass
@@ -93,7 +115,8 @@ STDOUT_MAX = 1 << 20
 
 
 def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
-                cwd: str | None = None, timeout_s: float = 10) -> ProgramRun:
+                cwd: str | None = None, timeout_s: float = 10, trust: bool = False
+                ) -> ProgramRun:
     """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
     is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
     MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Status
@@ -115,7 +138,7 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
         target = os.path.abspath(full)
     got = _execute(mode, target, rest, {**os.environ, **(env or {})}, cwd, timeout_s,
-                   MEMORY_MB)
+                   MEMORY_MB, trust)
     calls = [r for r in got.records if "kind" in r]
     records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
     end = got.records[-1] if got.records and "end" in got.records[-1] else None
@@ -129,8 +152,10 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             got.status < 0 else f"exited with status {got.status}{_tail(got.err)}"
     elif end["end"] == "memory":
         status, error = "memory", f"ran out of memory (limit {MEMORY_MB} MiB)"
+    elif end["end"] == "threads":
+        status, error = "refused", _THREADS
     elif end["end"] == "refused":
-        status, error = "refused", end.get("why")
+        status, error = "refused", refusal(end)
     elif end["end"] in ("missing", "error"):
         status, error = 1, _at(end)
     elif end["end"] == "exit":
@@ -153,7 +178,7 @@ class _Ran:
 
 
 def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s: float,
-             memory_mb: int) -> _Ran:
+             memory_mb: int, trust: bool) -> _Ran:
     """Run `target` (a file, code or a module name, by `mode`) in a fresh temporary folder."""
     with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
         work = Path(tmp, "work")
@@ -163,12 +188,15 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
         sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
         sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
         records, err, status, out = _run(mode, target, args, env, sandbox, Path(tmp), work,
-                                         timeout_s, memory_mb)
+                                         timeout_s, memory_mb, trust)
     return _Ran(records, err, status, out, sandbox)
 
 
 def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
-         memory_mb: int):
+         memory_mb: int, trust: bool):
+    if sys.platform != "linux" and not trust:
+        return [{"end": "refused", "missing": f"Linux (namespaces, Landlock, seccomp); this "
+                 f"is {sys.platform}"}], "", 0, ""
     record = tmp / "record.jsonl"
     record.touch()
     cfg = tmp / "config.json"
@@ -177,15 +205,17 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
         "mode": mode, "launcher": target, "args": list(args), "work": str(work),
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
         "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
-        "env": sandbox}))
+        "env": sandbox, "trust": trust, "deny": os.environ.get(DENY_VAR, "")}))
     with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
-        # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc
-        proc = subprocess.Popen([sys.executable, "-E", "-B", str(CHILD), str(cfg)], cwd=work,
+        # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc;
+        # -S: no site-packages (nor their .pth files) until the child is isolated
+        proc = subprocess.Popen([sys.executable, "-E", "-B", "-S", str(CHILD), str(cfg)],
+                                cwd=work,
                                 env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
                                 start_new_session=True)
-        try:
-            status = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        if _ended(proc, timeout_s):
+            status = proc.wait()
+        else:
             _kill(proc)
             status = "timeout"
     records = []
@@ -200,13 +230,40 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
     return records, err, status, out
 
 
+def _ended(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether the child ends within `timeout_s`, seen at once (Popen.wait(timeout) polls,
+    sleeping up to 50 ms between looks)."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLIN)
+        return bool(poll.poll(timeout_s * 1000))
+    finally:
+        os.close(fd)
+
+
 def _kill(proc: subprocess.Popen) -> None:
-    """Kill the child and anything in its session (it cannot start any, but be sure)."""
+    """Kill the child's process group (its supervisor and the sandboxed process, which may
+    not leave the group) and wait until the group is gone, not only the supervisor."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
     proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.005)
 
 
 def _where(src) -> tuple[str, int] | None:
@@ -245,6 +302,10 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
                              f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
                              + _tail(err))
         notes.append(f"the launcher was {why} after its training launch was recorded")
+    elif end["end"] == "refused":
+        raise InputError(f"{path}: {refusal(end)}")
+    elif end["end"] == "threads":
+        raise InputError(f"{path}: {_THREADS}")
     elif end["end"] == "memory":
         if found is None:
             raise InputError(f"{path}: the launcher ran out of memory (limit {memory_mb} MiB) "
@@ -257,7 +318,7 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
     elif end["end"] == "error":
         if found is None:
             raise InputError(f"{path}: the launcher failed before it launched training: "
-                             f"{_at(end)}{_hint(calls)}")
+                             f"{_at(end)}{_limit(end)}{_hint(calls)}")
         notes.append(f"the launcher failed after its training launch: {_at(end)}")
     elif end["end"] == "exit" and end.get("code") not in (None, 0) and found is None:
         raise InputError(f"{path}: the launcher exited with status {end['code']} before it "
@@ -290,6 +351,21 @@ def _at(end: dict) -> str:
     return f"{at}{end.get('error')}"
 
 
+# what the sandbox's bounds look like from inside, as the launcher saw them fail
+_LIMITS = {"[Errno 27]": "the sandbox bounds each file it writes, its output included, to "
+                          "16 MiB",
+           "[Errno 28]": "the sandbox's work folder holds 256 MiB",
+           "[Errno 1]": "the sandbox refuses that: docs/sandbox.md",
+           "can't start new thread": "the sandbox bounds memory, thread stacks included, and "
+                                     "threads"}
+
+
+def _limit(end: dict) -> str:
+    """Name the sandbox's bound behind a failure, where it is one."""
+    why = next((v for k, v in _LIMITS.items() if k in (end.get("error") or "")), None)
+    return f" ({why})" if why else ""
+
+
 def _hint(calls: list[dict]) -> str:
     """When a launcher fails on a command's output, say that the sandbox gave it none."""
     if not calls or not calls[-1].get("captured"):
@@ -305,7 +381,8 @@ def _tail(err: str) -> str:
     return f": {lines[-1]}" if lines else ""
 
 
-def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None):
+def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
+                 trust: bool = False):
     """`check LAUNCHER.py [-- ARGS]`: the Verdict on the training launch the launcher issues.
     A ``--topology`` YAML is resolved with the environment the entry really gets: under
     ray job submit only the runtime env, else the launcher's own plus what the command sets."""
@@ -316,7 +393,7 @@ def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | N
     from ..report import verdict_of
     from ..sources import read_flags
 
-    got = read_python_launcher(path, launcher_args, env)
+    got = read_python_launcher(path, launcher_args, env, trust=trust)
     base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
     environ = {**base, **got.env} if got.env_known else PartialEnv(got.env, why=UNKNOWN_ENV)
     v = verdict_of(path, lambda: read_flags(got.argv, environ).topology)

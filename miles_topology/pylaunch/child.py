@@ -1,17 +1,18 @@
-"""Run one Python launcher so that nothing it does leaves the process.
+"""Run one Python launcher (or ``python3 -c`` / ``-m`` program) and record what it does.
 
-This file runs as ``python -E -B child.py CONFIG.json`` and imports nothing of miles_topology.
-Before the launcher runs, every way to start a program, signal one, reach the network or
-change files outside the work folder is replaced by a recorder that answers "done" (exit 0,
-empty output; a file opened for writing outside the work folder is opened under
-WORK/outside/ instead, so that lock files and logs work), and a PEP 578 audit hook refuses
-whatever slips past the recorders (a saved reference to the real function, a C extension).
-Each recorded command is one JSON line in the record file, written as it happens, so a
-launcher that hangs or crashes later still leaves what it did; the last line says how the
-launcher ended.
+This file runs as ``python -E -B -S child.py CONFIG.json`` and imports nothing of miles_topology.
+First it isolates itself (``isolate.enter``: namespaces, Landlock, seccomp), with only the
+standard library imported and the launcher's folder not on ``sys.path``; that, the kernel's,
+is what keeps the machine safe (docs/sandbox.md). Then, for recording only, every way to start
+a program, signal one, reach the network or change files outside the work folder is replaced by
+a recorder that answers "done" (exit 0, empty output; a file opened for writing outside the work
+folder is opened under WORK/outside/ instead, so that lock files and logs work), and a PEP 578
+audit hook notes and refuses what slips past the recorders. Each recorded command is one JSON
+line in the record file, written as it happens, so a launcher that hangs or crashes later still
+leaves what it did; the last line says how the launcher ended.
 
-This guards a machine against a launcher's side effects (``pkill``, ``rm -rf``, ``ray
-start``, a download): it is not a jail for hostile code that reads memory through ctypes.
+With ``trust`` (``check --trust-launcher``) the isolation is skipped: the recorders and the hook
+are all there is, and they are no boundary for code that means harm.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ WORK = ""
 HERE = ""  # the launcher's folder: frames of files there are the launcher's own
 _BASE_ENV: dict[str, str] = {}
 _FAKE_PID = 0x3FFFFF00
+_ISOLATED = False  # whether the kernel sandbox holds (not --trust-launcher)
+FSIZE = 16 << 20  # the most any file it writes may hold, its stdout and stderr included
 
 
 class SandboxRefused(PermissionError):
@@ -199,12 +202,17 @@ def _kill(name):
     return kill
 
 
+# the kernel sandbox refuses changes of mode, owner and times (seccomp: Landlock does not
+# cover them); in the throwaway work folder they mean nothing, so they are taken as done
+_METADATA = ("os.chmod", "os.chown", "os.lchown", "os.utime")
+
+
 def _guard(name, real, nargs=1):
     """Run `real` inside the work folder; elsewhere record the call and report success."""
     def guarded(*args, **kwargs):
         paths = args[:nargs]
         if all(inside(p) for p in paths) and kwargs.get("dir_fd") is None:
-            return real(*args, **kwargs)
+            return None if name in _METADATA and _ISOLATED else real(*args, **kwargs)
         record(name, [os.path.abspath(os.fsdecode(p)) for p in paths], None)
         return None
 
@@ -414,9 +422,13 @@ def hook(event: str, args: tuple) -> None:
 def limits(cfg: dict) -> None:
     mem = int(cfg["memory_mb"]) << 20
     cpu = max(1, int(cfg["cpu_s"]))
-    for what, soft, hard in ((resource.RLIMIT_AS, mem, mem), (resource.RLIMIT_CPU, cpu, cpu + 2),
+    # RLIMIT_DATA counts private writable memory (heap, anonymous maps), not mapped
+    # libraries: RLIMIT_AS at 2 GiB breaks `import torch` (libtorch_cpu.so: failed to map
+    # segment), RLIMIT_DATA at 1 GiB does not (measured: 218 MiB resident after the import).
+    # Shared memory, which it does not count, the supervisor bounds (isolate._supervise).
+    for what, soft, hard in ((resource.RLIMIT_DATA, mem, mem), (resource.RLIMIT_CPU, cpu, cpu + 2),
                              (resource.RLIMIT_NOFILE, 256, 256),
-                             (resource.RLIMIT_FSIZE, 64 << 20, 64 << 20),
+                             (resource.RLIMIT_FSIZE, FSIZE, FSIZE),
                              (resource.RLIMIT_CORE, 0, 0)):
         try:
             resource.setrlimit(what, (soft, hard))
@@ -439,18 +451,35 @@ def _last_line(exc: BaseException) -> dict:
 
 
 def main() -> None:
-    global _out, WORK, HERE, _BASE_ENV
+    global _out, WORK, HERE, _BASE_ENV, _ISOLATED
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
     limits(cfg)
     _out = os.open(cfg["record"], os.O_WRONLY | os.O_APPEND)
     WORK = os.path.realpath(cfg["work"])
+    if not cfg.get("trust"):
+        # isolation first: so far only the standard library is imported, sys.path holds it
+        # and this folder (python -S: not even site-packages), not the launcher's folder
+        import isolate
+
+        try:
+            isolate.enter(WORK, int(cfg["memory_mb"]), cfg.get("deny") or "", emit)
+        except isolate.Missing as e:
+            emit({"end": "refused", "missing": str(e)})
+            REAL_EXIT(0)
+        _ISOLATED = True
+    if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+        del sys.path[0]  # this file's folder, which python put first
+    import site
+
+    site.main()  # site-packages and their .pth files, with the real HOME's user site
     os.chdir(cfg.get("cwd") or WORK)
     HERE = os.path.dirname(os.path.realpath(cfg["launcher"])) if cfg.get("mode", "path") == \
         "path" else os.path.realpath(os.getcwd())
     os.environ.update(cfg["env"])  # HOME, TMPDIR... in the sandbox's folder
-    if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
-        del sys.path[0]  # this file's folder, which python put first
+    _BASE_ENV = dict(os.environ)
+    install()  # imports subprocess, shutil, socket: before the launcher's folder is on sys.path
+    import runpy  # the same: a runpy.py beside the launcher is not ours to run
     mode = cfg.get("mode", "path")  # as `python FILE`, `python -c CODE`, `python -m MODULE`
     # sys.path[0] as python sets it: the script's folder, or the current one for -c and -m
     first = os.path.dirname(os.path.abspath(cfg["launcher"])) if mode == "path" else \
@@ -458,13 +487,9 @@ def main() -> None:
     sys.path[:0] = [first] + cfg["pythonpath"]
     sys.argv = [cfg["launcher"] if mode == "path" else "-c" if mode == "code" else
                 cfg["launcher"], *cfg["args"]]
-    _BASE_ENV = dict(os.environ)
-    install()
     sys.addaudithook(hook)
     end: dict = {"end": "ok"}
     try:
-        import runpy
-
         if mode == "code":
             exec(compile(cfg["launcher"], "<string>", "exec"), {"__name__": "__main__"})
         elif mode == "module":

@@ -10,13 +10,16 @@ import os
 import re
 
 from ..errors import InputError
+from ..textfilters import FILTERS, run_pipeline
 from ..yamlflags import COMMAND, env_names
 from ..yamlflags import text as flags_text
-from . import syntax
+from . import builtins, syntax
 from .model import Unresolved
 from .syntax import Arith, Lit, Param, Sub
 from .values import (
     INT_LIMIT,
+    MAX_ITEMS,
+    MAX_VALUE,
     OWN,
     ArithError,
     Field,
@@ -24,6 +27,7 @@ from .values import (
     Var,
     arith,
     arith_targets,
+    brace,
     dirname,
     glob_re,
     printf,
@@ -31,6 +35,10 @@ from .values import (
 )
 
 _BLANK = re.compile(r"[ \t\n]")
+_HOLD = 0xE100  # private-use characters that hold a word's parts during brace expansion
+_HELD = re.compile("[\ue100-\uf8ff]")
+_HELD_SPLIT = re.compile("([\ue100-\uf8ff])")
+_NAME_CHARS = re.compile(r"\w+", re.A)
 _IFS_JOIN = "\"${A[*]}\" joins the words with the first character of IFS, which is only " \
     "known at run time"
 
@@ -41,6 +49,12 @@ class Expander:
     def expand(self, word, cond: Unk | None = None) -> list[Field]:
         """A word as the fields bash would pass (word splitting, "${A[@]}", no globbing)."""
         parts = word.parts
+        t = word.text
+        if "{" in t and ("," in t or ".." in t) and any(
+                type(p) is Lit and not p.quoted and "{" in p.text for p in parts):
+            got = self.braces(word, cond)
+            if got is not None:
+                return got
         if len(parts) == 1 and type(parts[0]) is Lit:  # the common case: plain text
             f = Field(parts[0].text, self.src(parts[0].line), None, word.text, False, cond)
             if word.start >= 0 and self.where:
@@ -64,6 +78,51 @@ class Expander:
                     return []
             return self.split(word, cond, [(part, items, is_list)])
         return self.split(word, cond, None)
+
+    def braces(self, word, cond: Unk | None) -> list[Field] | None:
+        """Brace expansion, done first as in bash: on the word's unquoted text, with each
+        expansion and quoted part held in place by a private character. None when the word
+        has no brace to expand. The words it gives are not the file's text (no span)."""
+        parts = word.parts
+        if len(parts) > 4096:
+            return None
+        buf = []
+        for k, p in enumerate(parts):
+            if type(p) is Lit and not p.quoted:
+                if _HELD.search(p.text):
+                    return None
+                buf.append(p.text)
+            else:
+                buf.append(chr(_HOLD + k))
+        text = "".join(buf)
+        got = brace(text)
+        if got is None:
+            return [self.unknown(word, f"brace expansion gives more than {MAX_ITEMS} words",
+                                 extra=True)]
+        if got == [text]:
+            return None
+        out: list[Field] = []
+        for t in got:
+            new: list = []
+            for piece in _HELD_SPLIT.split(t):
+                if not piece:
+                    continue
+                if len(piece) == 1 and _HELD.match(piece):
+                    new.append(parts[ord(piece) - _HOLD])
+                elif new and type(new[-1]) is Param and new[-1].text == "$" + new[-1].name \
+                        and _NAME_CHARS.match(piece) and not new[-1].name.isdigit():
+                    # $X{a,b} is $Xa $Xb: the name goes on into the text after it
+                    q = new.pop()
+                    more = _NAME_CHARS.match(piece).group()
+                    new.append(Param(q.name + more, None, None, None, None, False, q.quoted,
+                                     q.text + more, q.line))
+                    if piece[len(more):]:
+                        new.append(Lit(piece[len(more):], False, word.line))
+                else:
+                    new.append(Lit(piece, False, word.line))
+            if new:  # an empty alternative gives no word
+                out.extend(self.expand(syntax.Word(new, word.line, word.text), cond))
+        return out
 
     def split(self, word, cond: Unk | None, done) -> list[Field]:
         """The general case: parts joined, unquoted results split on blanks."""
@@ -190,7 +249,7 @@ class Expander:
     def ifs_sep(self) -> str | None:
         """What joins the words of "${A[*]}" / "$*": the first character of IFS (a blank
         when IFS is unset), or None when IFS is unknown."""
-        var = self.vars.get("IFS")
+        var = self.sh.vars.get("IFS")
         if var is None or not var.items:
             return " "
         f = var.items[0]
@@ -216,7 +275,7 @@ class Expander:
     def lookup(self, name: str, index, part) -> tuple[list[Field] | None, bool]:
         """(fields, is_list) of a parameter, or (None, False) when it is unset."""
         if name in ("@", "*"):
-            frame = self.frames[-1]
+            frame = self.sh.frames[-1]
             if frame is None:
                 why = ("positional arguments passed when the script is run (none assumed; "
                        "pass --env 1=VALUE ...)")
@@ -225,22 +284,24 @@ class Expander:
         if name.isdigit():
             if name == "0":
                 return [Field(self.main_abs, self.src(part.line), text=part.text)], False
-            frame = self.frames[-1]
+            frame = self.sh.frames[-1]
             if frame is None:
                 why = f"positional argument ${name}: pass --env {name}=VALUE"
                 return [self.unknown(part, why)], False
             k = int(name) - 1
             self.read_position(k + 1)
             return ([frame[k]], False) if k < len(frame) else (None, False)
-        if name == "#" and self.frames[-1] is not None:
+        if name == "#" and self.sh.frames[-1] is not None:
             self.read_position(INT_LIMIT)
-            return [Field(str(len(self.frames[-1])), self.src(part.line))], False
+            return [Field(str(len(self.sh.frames[-1])), self.src(part.line))], False
+        if name == "$" and self.pid_token:  # naming a file: the same in each use
+            return [Field("$$", self.src(part.line), text=part.text)], False
         if name in "#?$!-":
             return [self.unknown(part, f"${name} is only known when the script runs")], False
         if name == "BASH_SOURCE" and (index is None or getattr(index, "text", "").strip() == "0"):
             # the file being read, absolute, so the dirname idioms locate model files
             return [Field(self.stack[-1][0], self.src(part.line), text=part.text)], False
-        var = self.vars.get(name)
+        var = self.sh.vars.get(name)
         if var is None:
             return None, False
         if index is None:
@@ -308,7 +369,7 @@ class Expander:
             if items is None or (empty and op[0] == ":"):
                 got = self.join(p.arg)
                 if op in (":=", "="):
-                    self.vars[name] = Var([Field(got.value, got.src, got.unk, got.text)], False)
+                    self.sh.vars[name] = Var([Field(got.value, got.src, got.unk, got.text)], False)
                 return [Field(got.value, got.src, got.unk, p.text, cond=got.cond)], False
             return items, is_list
         if op in (":?", "?"):
@@ -413,7 +474,7 @@ class Expander:
         except ArithError as e:
             field = self.unknown(part, f"arithmetic {part.text}: {e}")
             for name in arith_targets(got.value):  # $((i++)): not followed, so i is unknown
-                self.vars[name] = Var([Field(None, field.src, Unk(
+                self.sh.vars[name] = Var([Field(None, field.src, Unk(
                     part.text, field.src, f"{name} is assigned in {part.text}, which is not "
                     "followed"), part.text)], False)
             return field
@@ -444,16 +505,25 @@ class Expander:
     def substitute(self, sub: Sub) -> Field:
         """Only the idioms that locate files (dirname, basename, cd && pwd, realpath) and
         echo/printf, after ``IFS=...`` (the substitution is a subshell: it stays there)."""
-        saved = self.vars.get("IFS")
+        saved = self.sh.vars.get("IFS")
         try:
             return self._substitute(sub)
         finally:
             if saved is None:
-                self.vars.pop("IFS", None)
+                self.sh.vars.pop("IFS", None)
             else:
-                self.vars["IFS"] = saved
+                self.sh.vars["IFS"] = saved
 
     def _substitute(self, sub: Sub) -> Field:
+        if len(sub.body) == 1 and (type(sub.body[0]) is syntax.Pipe and not sub.body[0].neg or
+                                   _filter(sub.body[0])):
+            cmds = sub.body[0].cmds if type(sub.body[0]) is syntax.Pipe else sub.body
+            got = self.filtered(cmds, sub)
+            if got.unk is None:
+                got.value = got.value.rstrip("\n")
+            return got
+        if len(sub.body) == 1 and _python(sub.body[0]):
+            return self.helper(sub.body[0], sub)
         cwd, out = None, []
         cmds = []
         for node in sub.body:
@@ -471,7 +541,7 @@ class Expander:
                         self.unknown(sub, "IFS is set to an array")
                     if got.unk:
                         return Field(None, got.src, got.unk, sub.text)
-                    self.vars["IFS"] = Var([Field(got.value, got.src, text=a.text)], False)
+                    self.sh.vars["IFS"] = Var([Field(got.value, got.src, text=a.text)], False)
                     ifs = True
                 continue
             if type(node) is not syntax.Simple or node.assigns or not node.words:
@@ -542,3 +612,146 @@ class Expander:
                 return self.unknown(sub, f"command substitution runs '{name}' when the script "
                                          "runs")
         return Field("\n".join(out).rstrip("\n"), self.src(sub.line), text=sub.text)
+
+    def filtered(self, cmds: list, at) -> Field:
+        """What a pipeline of text filters prints over known text (textfilters.py: echo,
+        printf, tr, wc, cut, grep ...; ``cat FILE`` of a file the script wrote), never run;
+        unknown when a command is not such a filter or a word is not known."""
+        argvs: list[list[str]] = []
+        text = ""
+        for k, c in enumerate(cmds):
+            if type(c) is not syntax.Simple or c.assigns or c.prefix or not c.words or \
+                    (k and c.stdin is not None):
+                return self.unknown(at, "command substitution runs a pipeline with more than "
+                                        "text filters when the script runs")
+            args = [f for w in c.words for f in self.expand(w)]
+            bad = next((f for f in args if f.unk or f.cond), None)
+            if bad is not None:
+                unk = bad.unk or Unk(at.text, bad.cond.src, f"it includes a value added "
+                                     f"{bad.cond.why}")
+                return Field(None, unk.src, unk, at.text)
+            argv = [f.value for f in args]
+            if k == 0 and c.stdin is not None:
+                got = builtins.stdin(self, c, argv[0] if argv else "")
+                if got.unk:
+                    return Field(None, got.src, got.unk, at.text)
+                text = got.value
+            if k == 0 and argv and argv[0] == "cat" and len(argv) > 1:
+                files = [self.written_text(a) for a in argv[1:]]
+                if any(f is None for f in files):
+                    return self.unknown(at, f"'{' '.join(argv)}' reads a file only known when "
+                                            "the script runs")
+                text, argv = "".join(files), ["cat"]
+            argvs.append(argv)
+        ran = run_pipeline(argvs, text)
+        if ran is None:
+            names = " | ".join(a[0] for a in argvs if a)
+            return self.unknown(at, f"'{names}' is not a text filter modelled here; its "
+                                    "output is only known when the script runs")
+        self.filter_status = ran.status
+        return Field(ran.stdout, self.src(at.line), text=at.text)
+
+    def path_of(self, word) -> str | None:
+        """A file name as a word gives it, ``$$`` (the shell's pid, the same all through
+        the script) kept as written; None when it is not known."""
+        self.pid_token = True
+        try:
+            got = self.join(word)
+        finally:
+            self.pid_token = False
+        return None if got.unk or got.cond else got.value
+
+    def helper(self, node, sub: Sub) -> Field:
+        """``$(python3 .../model_args_utils.py NAME)``, ``$(python3 -c ...)``: a Python
+        program run in the launcher sandbox (pylaunch.run_program), with the variables this
+        shell exports; what it prints is known text. One that fails leaves the value
+        unknown with its error."""
+        args = [f for w in node.words for f in self.expand(w)]
+        bad = next((f for f in args if f.unk or f.cond), None)
+        if bad is not None:
+            unk = bad.unk or Unk(sub.text, bad.cond.src, f"it includes a value added "
+                                 f"{bad.cond.why}")
+            return Field(None, unk.src, unk, sub.text)
+        argv = [f.value for f in args[1:]]
+        env = self.exports()
+        cwd = self.sh.cwd or os.path.dirname(self.main_abs)
+        probe = _probe(argv, cwd)
+        if probe:  # run here it would answer for this machine, not the cluster's
+            return self.unknown(sub, f"the helper probes the machine it runs on ('{probe}'); "
+                                     "what it prints there is only known when the script runs")
+        key = (tuple(argv), tuple(sorted(env.items())), cwd)
+        got = self.helpers.get(key)
+        if got is None:
+            from ..pylaunch import run_program  # the sandbox: only when a script needs it
+
+            got = self.helpers[key] = run_program(argv, env=env, cwd=cwd)
+        shown = " ".join(["python3", *argv])
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        if got.status != 0 or got.error:
+            why = got.error or f"exited with status {got.status}"
+            return self.unknown(sub, f"the helper '{shown}' gave no output: {why}")
+        if len(got.stdout) > MAX_VALUE:
+            return self.unknown(sub, f"the helper '{shown}' printed more than "
+                                     f"{MAX_VALUE >> 20} MB")
+        return Field(got.stdout.rstrip("\n"), self.src(sub.line), text=sub.text)
+
+    def exports(self) -> dict[str, str]:
+        """The known variables a child process gets (export, declare -x, set -a, --env)."""
+        names = set(self.sh.vars) if self.sh.allexport else self.sh.exported | self.sh.inherited
+        out = {}
+        for name in names:
+            var = self.sh.vars.get(name)
+            if var is not None and not var.array and var.items and var.items[0].value \
+                    is not None and var.items[0].cond is None:
+                out[name] = var.items[0].value
+        return out
+
+    def written_text(self, path: str) -> str | None:
+        """The text of a file this script wrote (``cat > F <<EOF``, ``echo ... > F``)."""
+        return self.sh.written.get(self.file_key(path))
+
+    def file_key(self, path: str) -> str:
+        if not path.startswith("/") and self.sh.cwd:
+            path = os.path.join(self.sh.cwd, path)
+        return os.path.normpath(path)
+
+
+_PROBES = re.compile(r"\b(torch|cuda|nvidia[-_]smi|pynvml|GPUtil|psutil|subprocess|popen|"
+                     r"gethostname|cpu_count|platform|socket|os\.system|sched_getaffinity)\b")
+
+
+def _probe(argv: list[str], cwd: str) -> str | None:
+    """What in a helper's code (``-c CODE``, or the FILE itself) asks the machine about its
+    GPUs, CPUs or name; None when it asks nothing (its imports are not read)."""
+    words = [a for a in argv if not (a.startswith("-") and a not in ("-c", "-m"))]
+    if words[:1] == ["-c"] and len(words) > 1:
+        text = words[1]
+    elif words[:1] == ["-m"]:
+        text = words[1] if len(words) > 1 else ""
+    elif words:
+        path = words[0] if os.path.isabs(words[0]) else os.path.join(cwd, words[0])
+        try:
+            with open(path, "rb") as f:
+                text = f.read(1 << 20).decode("utf-8", "replace")
+        except OSError:
+            return None  # not there: run_program says so
+    else:
+        return None
+    m = _PROBES.search(text)
+    return m.group() if m else None
+
+
+def _python(node) -> bool:
+    """``python3 ...`` / ``python ...`` alone in a command substitution."""
+    if type(node) is not syntax.Simple or node.assigns or node.prefix or not node.words or \
+            node.stdin is not None:
+        return False
+    head = node.words[0].literal() or ""
+    return os.path.basename(head) in ("python3", "python") and len(node.words) > 1
+
+
+def _filter(node) -> bool:
+    """A lone command of textfilters' (not echo/printf: their output is read above)."""
+    return type(node) is syntax.Simple and bool(node.words) and \
+        node.words[0].literal() in FILTERS and node.words[0].literal() not in ("echo", "printf")

@@ -10,17 +10,21 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..textfilters import FILTERS
 from . import launch as launches
 from . import syntax
+from .builtins import BUILTINS, getopts_next
 from .expand import Expander
 from .model import Note, ScriptReadError, Source, Unresolved
 from .provenance import Provenance
+from .state import Shell
 from .values import (
-    INT_LIMIT,
+    MAX_CALL_DEPTH,
     MAX_ITEMS,
+    MAX_SOURCE_DEPTH,
     MAX_VALUE,
     ArithError,
     Field,
@@ -28,17 +32,29 @@ from .values import (
     Var,
     arith,
     arith_targets,
-    printf,
 )
 
-MAX_SOURCE_DEPTH = 16
-MAX_CALL_DEPTH = 32
-MAX_STEPS = 1_000_000  # commands run in all (function calls can fan out)
+MAX_STEPS = 300_000  # commands run in all (function calls can fan out)
+MAX_WORDS = 50_000  # words of text parsed in one read (real launch scripts: a few thousand)
+MAX_HELD = 48 << 20  # characters (and 64 per word) the variables may hold in all
+MAX_RECORDS = 1000  # notes and unknowns kept
+MAX_KEPT = 8  # launches whose words are kept (the last one found is the one read)
+MAX_EXPANDED = 2_000_000  # words of the commands run, in all
+_WORD = re.compile(rb"\S+")
 MAX_FILE = 50 << 20  # bytes; bigger files are refused before they are read
 MAX_LOOP_STEPS = 10_000  # iterations stepped through in one outermost loop, nested ones too
 MAX_LOOP_COMMANDS = 100_000  # commands run while stepping through one outermost loop
 MAX_READ_LOOP_STEPS = 100_000  # iterations stepped through in one read, all loops together
 _STEP, _UNSTEPPED, _BARRIER = "step", "unstepped", None  # frames of `Reader.loops`
+
+
+class _Capped(list):
+    """A list that keeps its first MAX_RECORDS entries (a script that makes a million
+    unknowns reports the first thousand, in bounded memory)."""
+
+    def append(self, item):
+        if len(self) < MAX_RECORDS:
+            super().append(item)
 
 
 class _Jump(Exception):
@@ -62,47 +78,46 @@ class _Unsteppable(Exception):
 class Reader(Expander, Provenance):
     """One read of one script: the shell state, the launches found, and what stayed unknown."""
 
-    def __init__(self, path: Path, env: Mapping[str, str]):
+    def __init__(self, path: Path, env: Mapping[str, str],
+                 positional: Sequence[str] | None = None):
         self.main_abs = os.path.abspath(path)
         self.main_disp = str(path)
         self.env = {str(k): str(v) for k, v in env.items()}
-        self.vars: dict[str, Var] = {}
         env_src = Source("<env>", 0)
-        for k, v in self.env.items():
-            if not k.isdigit():
-                self.vars[k] = Var([Field(v, env_src, text=f"--env {k}={v}")], False)
         args = []
         while str(len(args) + 1) in self.env:
             v = self.env[str(len(args) + 1)]
             args.append(Field(v, env_src, text=f"--env {len(args) + 1}={v}"))
-        self.frames: list[list[Field] | None] = [args if args else None]
-        self.funcs: dict[str, list] = {}
+        if positional is not None:
+            args = [Field(v, Source("<args>", 0), text=v) for v in positional]
+        self.sh = Shell(args if args or positional is not None else None,
+                        {k for k in self.env if not k.isdigit()})
+        for k, v in self.env.items():
+            if not k.isdigit():
+                self.sh.vars[k] = Var([Field(v, env_src, text=f"--env {k}={v}")], False)
         self.cache: dict[str, list] = {}
         self.stack: list[tuple[str, str]] = []  # (abs, display) of the files being run
-        self.prev_end: dict[str, int] = {}
-        self.cwd: str | None = None
         self.launches: list[launches.Launch] = []
-        self.notes: list[Note] = []
-        self.unresolved: list[Unresolved] = []
+        self.notes: list[Note] = _Capped()
+        self.unresolved: list[Unresolved] = _Capped()
         self.calls = 0
         self.steps = 0
+        self.words = 0  # words parsed (count_words)
+        self.expanded = 0  # words of the commands run
+        self.held = 0  # what the variables hold (hold)
         self.sources: dict[tuple[str, int], Source] = {}
         self.missing: list[str] = []  # sourced files that were not found
-        self.assoc: set[str] = set()  # declared associative (declare -A)
         self.why_unknown = ""
-        # for rewriting: the text of each file, where each word came from, and the shell state
+        self.helpers: dict[tuple, object] = {}  # Python helpers run, by argv, env and cwd
+        self.filter_status = 0  # exit status of the last text pipeline evaluated
+        self.pid_token = False  # $$ reads as itself (while naming a file the script writes)
+        # for rewriting: the text of each file, where each word came from
         self.text: str | None = None  # the main script's text, when given instead of its file
         self.newlines: dict[str, list[int]] = {}
         self.where: list[str] = []  # absolute file of the code being run (function bodies too)
-        self.func_file: dict[str, str] = {}
         self.stmt_line = 0
         self.branch: list[Source] = []
         self.uses: dict[tuple, set[Source]] = {}
-        self.exported: set[str] = set()  # by export / declare -x
-        self.inherited = {k for k in self.env if not k.isdigit()}  # from --env, not set here
-        self.allexport = False
-        # per function call: [words shifted off, highest argument position read by index]
-        self.positions: list[list[int]] = []
         # loops around the command being run, innermost last: _STEP (stepped through),
         # _UNSTEPPED (run once for an unknown count), _BARRIER (a function, subshell or
         # file that `break` does not reach out of)
@@ -144,13 +159,36 @@ class Reader(Expander, Provenance):
         if b"\0" in data:
             raise ScriptReadError(f"{disp}:1: not a text file (it contains NUL bytes). "
                                   "Fix: pass the bash launch script.")
+        self.count_words(data, disp)
         text = data.decode("utf-8", "surrogateescape")
         self.newlines[abs_path] = [m.start() for m in re.finditer("\n", text)]
-        body = self.parse(data, disp)
+        body = self.parse(data, disp, counted=True)
         self.cache[abs_path] = body
         return body
 
-    def parse(self, data: bytes, disp: str, located: bool = True, line: int = 1) -> list:
+    def count_words(self, data: bytes, disp: str):
+        """All the text a read parses (files, sourced files, eval strings, written files)
+        holds at most MAX_WORDS words: memory and time stay bounded on any input."""
+        left = MAX_WORDS - self.words
+        if len(data) <= 1 << 20:
+            n = len(data.split())  # at C speed
+        else:  # counted without a list of them
+            n = 0
+            for _ in _WORD.finditer(data):
+                n += 1
+                if n > left:
+                    break
+        if n > left:
+            raise ScriptReadError(
+                f"{disp}:0: the script (with the files it sources and the text it runs) "
+                f"has more than {MAX_WORDS} words, more than a launch script is read "
+                "for. Fix: pass the bash launch script itself, or cut it down.")
+        self.words += n
+
+    def parse(self, data: bytes, disp: str, located: bool = True, line: int = 1,
+              counted: bool = False) -> list:
+        if not counted:
+            self.count_words(data, disp)
         try:
             body, notes = syntax.parse(data, located, line)
         except syntax.ShellSyntaxError as e:
@@ -210,8 +248,8 @@ class Reader(Expander, Provenance):
             finally:
                 self.branch.pop()
         elif t is syntax.Func:
-            self.funcs[n.name] = [n.body]
-            self.func_file[n.name] = self.where[-1]
+            self.sh.funcs[n.name] = [n.body]
+            self.sh.func_file[n.name] = self.where[-1]
         elif t is syntax.Group:
             if n.subshell:
                 saved = self.copy_vars()
@@ -220,7 +258,7 @@ class Reader(Expander, Provenance):
                     self.run(n.body, cond)
                 finally:
                     self.loops.pop()
-                self.vars = saved
+                self.sh.vars = saved
             else:
                 self.run(n.body, cond)
         elif t is syntax.ArithCmd:
@@ -246,8 +284,8 @@ class Reader(Expander, Provenance):
             self.case(n, cond)
         else:
             reason = ""
-            if cond is None and n.kind == "for" and (n.words is not None or
-                                                     n.header is not None):
+            if cond is None and (n.kind == "for" and (n.words is not None or
+                                                      n.header is not None) or n.cond):
                 reason = self.step(n)
                 if reason is None:
                     return
@@ -255,7 +293,7 @@ class Reader(Expander, Provenance):
                   "only at run time" + reason
             inner = cond or Unk(n.kind, self.src(n.line), why)
             if n.var:
-                self.vars[n.var] = Var([Field(None, inner.src, Unk(f"${n.var}", inner.src,
+                self.sh.vars[n.var] = Var([Field(None, inner.src, Unk(f"${n.var}", inner.src,
                                                                    f"loop variable {n.var}"))],
                                        False)
             src = self.src(n.line)
@@ -286,8 +324,10 @@ class Reader(Expander, Provenance):
         try:
             if n.header is not None:
                 self.step_c(n)
-            else:
+            elif n.words is not None:
                 self.step_words(n)
+            else:
+                self.step_while(n)
             return None
         except _Unsteppable as e:
             if e.whole and not outer:
@@ -308,7 +348,7 @@ class Reader(Expander, Provenance):
         for f in fields:
             self.tick(n)
             if n.var:
-                self.inherited.discard(n.var)
+                self.sh.inherited.discard(n.var)
                 self.set(n.var, f.value, None, src, None, f.text, f.text)
             if self.iteration(n) == "break":
                 return
@@ -324,10 +364,25 @@ class Reader(Expander, Provenance):
             if update is not None:
                 self.arith_step(update, n)
 
-    def iteration(self, n: syntax.Loop) -> str | None:
+    def step_while(self, n: syntax.Loop):
+        """``while``/``until`` whose test is decided by known values each time round (the
+        ``while [[ $# -gt 0 ]]; do case "$1" ...`` and ``while getopts`` loops)."""
+        body = n.body[len(n.cond):]
+        while True:
+            status = self.status(n.cond, None)
+            if status is None:
+                raise _Unsteppable(f"its test is decided at run time{self.why_unknown}")
+            self.run(n.cond, None)
+            if status == (n.kind == "until"):
+                return
+            self.tick(n)
+            if self.iteration(n, body) == "break":
+                return
+
+    def iteration(self, n: syntax.Loop, body: list | None = None) -> str | None:
         """Run the body once: "break" when a ``break`` ends this loop."""
         try:
-            self.run(n.body, None)
+            self.run(n.body if body is None else body, None)
         except _Jump as e:
             if e.n > 1:
                 raise _Jump(e.kind, e.n - 1) from None
@@ -360,7 +415,7 @@ class Reader(Expander, Provenance):
             raise _Unsteppable(f"((... {word.text} ...)): {e}") from None
 
     def arith_set(self, name: str, v: int, src: Source, cond: Unk | None, text: str):
-        self.inherited.discard(name)
+        self.sh.inherited.discard(name)
         self.set(name, str(v), None, src, cond, text, text)
 
     def arith_cmd(self, n: syntax.ArithCmd, cond: Unk | None):
@@ -380,7 +435,7 @@ class Reader(Expander, Provenance):
             except ArithError as e:
                 why = str(e)
         for name in arith_targets(n.expr.text if got.unk else got.value):
-            self.inherited.discard(name)
+            self.sh.inherited.discard(name)
             self.set(name, None, Unk(n.text, src, f"{name} is set by {n.text}, which is only "
                                      f"known at run time ({why})"), src, cond, n.text, n.text)
 
@@ -415,23 +470,16 @@ class Reader(Expander, Provenance):
         raise _Jump(kind, len(targets))
 
     def snapshot(self) -> tuple:
-        """The shell state a loop may change, to undo a loop that cannot be stepped through."""
-        return (self.copy_vars(),
-                dict(self.funcs), dict(self.func_file), len(self.launches), len(self.notes),
-                len(self.unresolved), len(self.missing), {k: set(v) for k, v in self.uses.items()},
-                set(self.exported), set(self.assoc), set(self.inherited), self.cwd,
-                self.allexport, dict(self.prev_end), list(self.frames),
-                [list(p) for p in self.positions])
+        """The state a loop may change, to undo a loop that cannot be stepped through."""
+        return (self.sh.snapshot(), len(self.launches), len(self.notes), len(self.unresolved),
+                len(self.missing), {k: set(v) for k, v in self.uses.items()})
 
-    def copy_vars(self) -> dict[str, Var]:
-        """The variables, to put back after a subshell, a here-document script or a loop
-        that cannot be stepped through (associative arrays keep their keys)."""
-        return {k: Var(list(v.items), v.array, v.keys) for k, v in self.vars.items()}
+    def copy_vars(self):
+        return self.sh.copy_vars()
 
     def restore(self, saved: tuple):
-        (self.vars, self.funcs, self.func_file, launches, notes, unresolved, missing,
-         self.uses, self.exported, self.assoc, self.inherited, self.cwd, self.allexport,
-         self.prev_end, self.frames, self.positions) = saved
+        shell, launches, notes, unresolved, missing, self.uses = saved
+        self.sh.restore(shell)
         del self.launches[launches:], self.notes[notes:], self.unresolved[unresolved:]
         del self.missing[missing:]
 
@@ -504,7 +552,15 @@ class Reader(Expander, Provenance):
             return None
         node = nodes[0]
         if type(node) is syntax.Pipe:
-            got = self._status(node.cmds[-1:], cond)
+            if len(node.cmds) > 1 and all(type(c) is syntax.Simple and c.words and
+                                          c.words[0].literal() in FILTERS for c in node.cmds):
+                # `echo "$M" | grep -q moe` over known text: the status of the last filter
+                out = self.filtered(node.cmds, node.cmds[0].words[0])
+                got = None if out.unk else self.filter_status == 0
+                if out.unk:
+                    self.why_unknown = f" ({out.unk.why})"
+            else:
+                got = self._status(node.cmds[-1:], cond)
             return None if got is None else (not got if node.neg else got)
         if type(node) is syntax.AndOr:
             got = self._status([node.items[0][1]], cond)
@@ -522,6 +578,12 @@ class Reader(Expander, Provenance):
         head = words[0].text
         if head in ("true", ":"):
             return True
+        if head == "getopts":
+            fields = [f for w in words for f in self.expand(w)]
+            got = getopts_next(self, fields)
+            if got is None:
+                self.why_unknown = " (getopts over words only known at run time)"
+            return None if got is None else got[0]
         if head == "false":
             return False
         if head == "[[":
@@ -565,9 +627,9 @@ class Reader(Expander, Provenance):
     def assign(self, a: syntax.Assign, cond: Unk | None):
         src = self.src(a.line)
         name = a.name
-        self.inherited.discard(name)  # --env gave it, but the script sets it itself
+        self.sh.inherited.discard(name)  # --env gave it, but the script sets it itself
         if a.array is not None:
-            if any(type(w) is tuple for w in a.array) or name in self.assoc:
+            if any(type(w) is tuple for w in a.array) or name in self.sh.assoc:
                 return self.keyed(a, src, cond)
             items: list[Field] = []
             for w in a.array:
@@ -576,10 +638,11 @@ class Reader(Expander, Provenance):
                     if not (f.extra and f.unk and items and items[-1].extra and items[-1].unk):
                         items.append(f)
             if a.append:
-                old = self.vars.get(name)
+                old = self.sh.vars.get(name)
                 if cond:
                     items = [Field(f.value, f.src, f.unk, f.text, f.extra, f.cond or cond, f.span)
                              for f in items]
+                self.hold(0, None, items)
                 if old is not None and old.array:
                     old.items.extend(items)  # in place: n appends cost O(n), not O(n^2)
                     items = old.items
@@ -589,25 +652,26 @@ class Reader(Expander, Provenance):
                     items = [Field(None, src, Unk(a.text + "(...)", src, f"{name} grows past "
                                                   f"{MAX_ITEMS} words; not followed"),
                                    a.text, True)]
-                self.vars[name] = old if old is not None and old.items is items \
+                self.sh.vars[name] = old if old is not None and old.items is items \
                     else Var(items, True)
             elif cond:
-                self.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src, cond.why),
+                self.sh.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src, cond.why),
                                              a.text, True)], True)
             elif len(items) > MAX_ITEMS:
-                self.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src,
+                self.sh.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src,
                                                             f"{name} has more than {MAX_ITEMS} "
                                                             "words; not followed"),
                                              a.text, True)], True)
             else:
-                self.vars[name] = Var(items, True)
+                self.hold(0, self.sh.vars.get(name), items)
+                self.sh.vars[name] = Var(items, True)
             return
         got = self.join(a.value)
-        if a.index is not None and name in self.assoc:
+        if a.index is not None and name in self.sh.assoc:
             return self.keyed(syntax.Assign(name, None, True, None, [(a.index, a.value)],
                                             a.line, a.text), src, cond)
         if a.index is not None:
-            old = self.vars.get(name)
+            old = self.sh.vars.get(name)
             items = list(old.items) if old else []
             try:
                 k = int(a.index)
@@ -615,14 +679,15 @@ class Reader(Expander, Provenance):
                 k = -1
             if cond or got.unk or k < 0 or k > len(items):
                 why = cond.why if cond else "array element set at an index known at run time"
-                self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
+                self.sh.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)],
+                                         True)
                 return
             f = Field(got.value, src, None, a.value.text)
             items[k:k + 1] = [f]
-            self.vars[name] = Var(items, True)
+            self.sh.vars[name] = Var(items, True)
             return
         value, unk = got.value, got.unk
-        old = self.vars.get(name)
+        old = self.sh.vars.get(name)
         if a.append and not unk:
             if old is not None and old.items and old.items[0].unk:
                 unk = old.items[0].unk
@@ -634,8 +699,8 @@ class Reader(Expander, Provenance):
         """``A=([0]=x [3]=y z)`` (indexed: values in index order) and associative arrays
         (``declare -A M=([k]=v)``, ``M[k]=v``)."""
         name = a.name
-        old = self.vars.get(name) if a.append else None
-        assoc = name in self.assoc or any(type(w) is tuple and not w[0].strip().isdigit()
+        old = self.sh.vars.get(name) if a.append else None
+        assoc = name in self.sh.assoc or any(type(w) is tuple and not w[0].strip().isdigit()
                                           for w in a.array)
         got: dict = {}
         if old is not None and not any(f.unk for f in old.items):
@@ -647,8 +712,8 @@ class Reader(Expander, Provenance):
                 key = self.join(syntax.parse_word(w[0]) or syntax.Word([], a.line, w[0]))
                 if key.unk or cond:
                     why = cond.why if cond else f"a key of {name} is only known at run time"
-                    self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)],
-                                          True)
+                    self.sh.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text,
+                                                    True)], True)
                     return
                 k = key.value if assoc else int(key.value.strip())
                 got[k] = self.join(w[1])
@@ -659,17 +724,19 @@ class Reader(Expander, Provenance):
                     nxt += 1
         if cond or any(f.unk for f in got.values()):
             why = cond.why if cond else "an element is only known at run time"
-            self.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
+            self.sh.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text, True)], True)
         elif assoc:
-            self.vars[name] = Var(list(got.values()), True, [str(k) for k in got])
+            self.hold(0, self.sh.vars.get(name), list(got.values()))
+            self.sh.vars[name] = Var(list(got.values()), True, [str(k) for k in got])
         else:
-            self.vars[name] = Var([got[k] for k in sorted(got)], True)
+            self.hold(0, self.sh.vars.get(name), list(got.values()))
+            self.sh.vars[name] = Var([got[k] for k in sorted(got)], True)
 
     def set(self, name: str, value: str | None, unk: Unk | None, src: Source,
             cond: Unk | None, expr: str, text: str):
         """Set a string variable; under a run-time condition it becomes unknown (unless
         unchanged), and an unknown value is taken from ``env`` when it has the name."""
-        old = self.vars.get(name)
+        old = self.sh.vars.get(name)
         if value is not None and not unk and len(value) > MAX_VALUE:
             unk = Unk(expr, src, f"{name} grows past {MAX_VALUE >> 20} MB; its value is not "
                       "followed")
@@ -680,22 +747,30 @@ class Reader(Expander, Provenance):
                 unk = Unk(expr, src, f"{name} is assigned {cond.why}")
         if unk is not None and name in self.env:
             v = self.env[name]
-            self.vars[name] = Var([Field(v, Source("<env>", 0), text=f"--env {name}={v}")], False)
+            self.sh.vars[name] = Var([Field(v, Source("<env>", 0), text=f"--env {name}={v}")],
+                                     False)
             return
-        self.vars[name] = Var([Field(None if unk else value, src, unk, text)], False)
+        self.hold(len(value) if value is not None and not unk else 0, old)
+        self.sh.vars[name] = Var([Field(None if unk else value, src, unk, text)], False)
 
-    def printf_v(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``printf -v NAME FORMAT ARGS``: only %s, %d and %% are formatted statically."""
-        name, src = fields[2].value, self.src(n.line)
-        self.inherited.discard(name)
-        expr = " ".join(f.text if f.unk else f.value for f in fields)
-        bad = next((f.unk for f in fields[3:] if f.unk), None)
-        value = None
-        if bad is None and len(fields) > 3:
-            value = printf(fields[3].value, [f.value for f in fields[4:]])
-        if value is None and bad is None:
-            bad = Unk(expr, src, f"{name} is formatted by printf at run time")
-        self.set(name, value, bad, src, cond, expr, expr)
+    def hold(self, size: int, old: Var | None = None, items: list[Field] | None = None):
+        """Count what a variable now holds (a string's characters; 64 per array word and
+        their characters), less what `old` held: past MAX_HELD the read stops (exit 2)."""
+        if items is not None:
+            size += 64 * len(items)
+            if len(items) == 1:
+                size += len(items[0].value or "")
+            else:
+                size += sum([len(f.value) for f in items if f.value])
+        if old is not None and old.items:
+            f = old.items[0]
+            size -= 64 * len(old.items) if old.array else len(f.value) if f.value else 0
+        self.held += size
+        if self.held > MAX_HELD:
+            raise ScriptReadError(
+                f"{self.src(self.stmt_line)}: the script's variables grow past "
+                f"{MAX_HELD >> 20} M characters, more than a launch script is read for. "
+                "Fix: pass the bash launch script itself, or cut it down.")
 
     def simple(self, n: syntax.Simple, cond: Unk | None):
         words = n.words
@@ -707,25 +782,33 @@ class Reader(Expander, Provenance):
                                   f"{MAX_STEPS} commands (recursion without end?). "
                                   "Fix: simplify the script.")
         if not words or head in syntax.DECLARE:
-            if head in ("declare", "typeset", "local") and any(
-                    w.text.startswith("-") and "A" in w.text for w in words[1:]):
-                self.assoc |= {a.name for a in n.assigns} | {w.text for w in words[1:]}
+            if head in ("declare", "typeset", "local"):
+                self.declare(n, head)
             for a in n.assigns:
                 self.assign(a, cond)
             self.export(n, head)
+        sh = self.sh
+        file = self.stack[-1][1]
         if not words:
-            self.prev_end[self.file] = n.end
+            sh.prev_end[file] = n.end
             return
         fields: list[Field] = []
         for w in words:
             fields.extend(self.expand(w))
-        if fields and fields[0].value not in self.funcs:  # a call's words are used inside it
-            here = self.src(n.line)
+            if len(fields) > MAX_ITEMS:
+                self.too_many(n, f"a command of more than {MAX_ITEMS} words")
+        self.expanded += len(fields)
+        if self.expanded > MAX_EXPANDED:
+            self.too_many(n, f"its commands have more than {MAX_EXPANDED} words in all")
+        funcs = sh.funcs
+        if fields and fields[0].value not in funcs:  # a call's words are used inside it
+            here = None
             for f in fields:
                 if f.span is not None:
+                    here = here or self.src(n.line)
                     self.uses.setdefault(f.span[:3], set()).add(here)
-        prev = self.prev_end.get(self.file)
-        self.prev_end[self.file] = n.end
+        prev = sh.prev_end.get(file)
+        sh.prev_end[file] = n.end
         if not fields:
             return
         first = fields[0]
@@ -737,157 +820,132 @@ class Reader(Expander, Provenance):
             return
         if name is None:
             return
-        if name in ("source", "."):
-            self.source(fields[1:], n, cond)
-        elif name == "set":
-            for f in fields[1:]:
-                v = f.value or ""
-                if v[:1] in "-+" and v[1:2] != "-" and "a" in v:
-                    self.allexport = v[0] == "-"
-            if [f.value for f in fields[1:3]] in (["-o", "allexport"], ["+o", "allexport"]):
-                self.allexport = fields[1].value == "-o"
-        elif name == "unset":
-            for f in fields[1:]:
-                if f.value and not f.value.startswith("-"):
-                    self.vars.pop(f.value, None)
-        elif name == "cd":
-            rest = [f for f in fields[1:] if not (f.value or "-").startswith("-")]
-            target = rest[0].value if rest else None
-            if target and target.startswith("/") and not cond:
-                self.cwd = os.path.normpath(target)
+        if n.stdout is not None:
+            self.write(fields, n, cond)
+        if name in funcs:  # bash: functions before built-ins
+            if self.calls < MAX_CALL_DEPTH:
+                self.call(name, fields, n, cond)
             else:
-                self.cwd = None
-        elif name == "printf" and len(fields) > 2 and fields[1].value == "-v" and fields[2].value:
-            self.printf_v(fields, n, cond)
-        elif name == "shift":
-            frame = self.frames[-1]
-            k = fields[1].value if len(fields) > 1 else "1"
-            if frame is not None and k is not None and k.isdigit():
-                self.frames[-1] = frame[int(k):]
-                if self.positions:
-                    self.positions[-1][0] += int(k)
-            else:
-                self.read_position(INT_LIMIT)
-        elif name in ("read", "mapfile", "readarray"):
-            self.read(name, fields, n, cond)
-        elif name in ("break", "continue") and name not in self.funcs:
-            self.jump(name, fields, n, cond)
-        elif name == "eval":
-            self.eval(fields, n, cond)
-        elif name in self.funcs and self.calls < MAX_CALL_DEPTH:
-            self.calls += 1
-            self.frames.append(fields[1:])
-            self.where.append(self.func_file.get(name, self.where[-1]))
-            self.positions.append([0, 0])
-            self.loops.append(_BARRIER)
-            try:
-                self.run(self.funcs[name], cond)
-            finally:
-                self.loops.pop()
-                self.frames.pop()
-                self.where.pop()
-                self.calls -= 1
-                self.pin(fields[1:], self.positions.pop()[1], n)
-        else:
-            got = launches.find(fields, self.src(n.line), cond)
-            if got:
-                self.launches.append(got._replace(site=self.site(fields, got, n)))
-            elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
-                    [f.value for f in fields]):
-                self.heredoc_script(n.stdin, cond)
-
-    # -- builtins that set variables from text
-
-    def stdin(self, n: syntax.Simple, what: str) -> Field:
-        """The text a command reads: a here-string's word (plus a newline), the output of
-        ``< <(...)`` when it is known, else unknown."""
-        src = self.src(n.line)
-        got = n.stdin
-        if type(got) is syntax.Word:
-            f = self.join(got)
-            return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
-        if type(got) is syntax.Sub:
-            f = self.substitute(got)
-            return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
-        why = "standard input, only known when the script runs" if got is None or \
-            type(got) is syntax.Heredoc else \
-            "a file, only known when the script runs"
-        return Field(None, src, Unk(what, src, f"{what} reads {why}"), what)
-
-    def read(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``read [-r] [-a A] NAMES`` and ``mapfile/readarray [-t] [-d D] A`` over known text."""
-        takes = "adnNptui" if name == "read" else "dnOsuCc"
-        array, delim, names = None, "\n", []
-        it = iter(fields[1:])
-        for f in it:
-            v = f.value
-            if v is None:
-                continue
-            if v.startswith("-") and len(v) > 1:
-                for k, c in enumerate(v[1:], 1):
-                    if c in takes:
-                        arg = v[k + 1:] or (next(it, None) or Field("", f.src)).value or ""
-                        if c == "a":
-                            array = arg
-                        elif c == "d":
-                            delim = (arg or "\0")[:1]
-                        break
-                continue
-            names.append(v)
-        if name != "read":
-            array, names = (names[-1] if names else "MAPFILE"), []
-        elif array is None and not names:
-            names = ["REPLY"]
-        if array is not None and not syntax.NAME.fullmatch(array):
-            array = None
-        names = [x for x in names if syntax.NAME.fullmatch(x)]
-        what = " ".join(f.value or f.text for f in fields)
-        src = self.src(n.line)
-        got = self.stdin(n, what)
-        ifs = next((a for a in n.prefix if a.name == "IFS"), None)
-        ifs_v = self.join(ifs.value).value if ifs is not None else \
-            (self.vars["IFS"].items[0].value if "IFS" in self.vars and self.vars["IFS"].items
-             else " \t\n")
-        unk = got.unk or cond or (None if ifs_v is not None else Unk(what, src, "IFS unknown"))
-        if unk is not None or any(f.value is None for f in fields[1:]):
-            unk = unk or next(f.unk for f in fields[1:] if f.value is None)
-            for v, is_array in [(array, True)] * (array is not None) + [(x, False) for x in names]:
-                why = f"{v} is read from text only known when the script runs ({unk.why})"
-                self.vars[v] = Var([Field(None, src, Unk(what, src, why), f"${{{v}[@]}}",
-                                          extra=is_array)], is_array)
+                self.too_deep(name, n)
             return
-        text = got.value
-        if name != "read":
-            lines = text.split(delim)
-            if lines and lines[-1] == "":
-                lines.pop()
-            keep = "-t" not in [f.value for f in fields]
-            items = [Field(x + (delim if keep else ""), src, text=what) for x in lines]
-            self.vars[array] = Var(items[:MAX_ITEMS], True)
-            return
-        line = text.split(delim, 1)[0]
-        words = _split(line, ifs_v)
-        if array is not None:
-            self.vars[array] = Var([Field(w, src, text=what) for w in words[:MAX_ITEMS]], True)
-        for k, v in enumerate(names):
-            last = k == len(names) - 1
-            value = " ".join(words[k:]) if last else (words[k] if k < len(words) else "")
-            self.set(v, value, None, src, cond, what, what)
+        handler = BUILTINS.get(name)
+        if handler is None or handler(self, fields, n, cond) is False:
+            self.command(fields, n, cond)
 
-    def eval(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``eval "A=(...)"``: a known string is parsed and run here; its words are not the
-        file's text, so they carry no span."""
-        if any(f.unk for f in fields[1:]) or self.calls >= MAX_CALL_DEPTH:
+    def too_many(self, n: syntax.Simple, what: str):
+        raise ScriptReadError(f"{self.src(n.line)}: {what}, more than a launch script is read "
+                              "for. Fix: pass the bash launch script itself, or cut it down.")
+
+    def declare(self, n: syntax.Simple, head: str):
+        """``local``/``declare``/``typeset``: in a function the names are its own (unless
+        ``-g``); ``-A`` makes them associative."""
+        opts = "".join(w.text[1:] for w in n.words[1:] if w.text.startswith("-"))
+        names = [a.name for a in n.assigns] + [
+            w.text for w in n.words[1:] if syntax.NAME.fullmatch(w.text)]
+        if self.sh.scopes and "g" not in opts:
+            given = {a.name for a in n.assigns}
+            for name in names:
+                self.sh.make_local(name)
+                if name not in given:  # `local X`: unset here until assigned
+                    self.sh.vars.pop(name, None)
+        if "A" in opts:
+            self.sh.assoc |= set(names)
+
+    def write(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``cat > F <<EOF``, ``echo ... > F``, ``printf ... >> F``: the file's text, when the
+        command is a text filter over known text (else the file is known to be written, its
+        text not)."""
+        word, append = n.stdout
+        path = self.path_of(word)
+        if path is None:
             return
-        code = " ".join(f.value for f in fields[1:])
-        if not code.strip():
+        key = self.file_key(path)
+        text = None
+        if cond is None and fields[0].value in FILTERS and not n.prefix:
+            got = self.filtered([syntax.Simple([], n.words, n.line, n.end, -1, n.stdin)], word)
+            text = got.value
+        if append and text is not None:
+            old = self.sh.written.get(key, "" if key not in self.sh.written and
+                                      not os.path.exists(key) else None)
+            text = None if old is None else old + text
+        if text is not None and len(text) > MAX_VALUE:
+            text = None
+        self.sh.written[key] = text
+
+    def run_written(self, key: str, n: syntax.Simple, cond: Unk | None):
+        """``source F`` of a file the script wrote: its text is read as a sourced file's
+        (its words are not the file's own text on disk, so they carry no span)."""
+        text = self.sh.written[key]
+        where = self.src(n.line)
+        if text is None:
+            self.unresolved.append(Unresolved(
+                None, n.words[1].text, where, f"sourced file '{key}' is written by the script "
+                "with text only known when it runs; the flags it defines are unknown"))
             return
-        body = self.parse(code.encode("utf-8", "surrogateescape"), self.file, False, n.line)
-        self.calls += 1
+        if len(self.stack) >= MAX_SOURCE_DEPTH or any(key == s for s, _ in self.stack):
+            self.notes.append(Note("source-cycle", f"'{key}' is sourced again while it is "
+                                   "being read; the nested read is skipped",
+                                   "source each model file once", where))
+            return
+        try:
+            body = self.parse(text.encode("utf-8", "surrogateescape"), key, False)
+        except ScriptReadError as e:
+            raise ScriptReadError(f"{where}: the file it sources, which the script writes, "
+                                  f"is not valid bash: {e}") from None
+        self.stack.append((key, key))
+        self.where.append(self.where[-1])
+        self.loops.append(_BARRIER)
         try:
             self.run(body, cond)
         finally:
+            self.stack.pop()
+            self.where.pop()
+            self.loops.pop()
+
+    def too_deep(self, name: str, n: syntax.Simple, body: list | None = None):
+        """A call (or an eval's `body`) past the depth cap is not followed: what it (and the
+        functions it calls) may set is unknown from here on."""
+        src = self.src(n.line)
+        why = f"it may be set by '{name}' called at {src} more than {MAX_CALL_DEPTH} calls " \
+              "deep, which is not followed"
+        for var in sorted(_sets(self.sh.funcs[name] if body is None else body,
+                                self.sh.funcs)):
+            self.sh.inherited.discard(var)
+            old = self.sh.vars.get(var)
+            array = old is not None and old.array
+            self.sh.vars[var] = Var([Field(None, src, Unk(name, src, f"{var}: {why}"), name,
+                                           array)], array)
+
+    def call(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """A function call: its own positional parameters and local variables."""
+        sh = self.sh
+        self.calls += 1
+        sh.frames.append(fields[1:])
+        self.where.append(sh.func_file.get(name, self.where[-1]))
+        sh.positions.append([0, 0])
+        sh.scopes.append({})
+        self.loops.append(_BARRIER)
+        try:
+            self.run(sh.funcs[name], cond)
+        finally:
+            self.loops.pop()
+            sh.frames.pop()
+            sh.leave()
+            self.where.pop()
             self.calls -= 1
+            self.pin(fields[1:], sh.positions.pop()[1], n)
+
+    def command(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """Any other command: a launch, or a shell reading a here-document script."""
+        got = launches.find(fields, self.src(n.line), cond)
+        if got:
+            self.launches.append(got._replace(site=self.site(fields, got, n)))
+            if len(self.launches) > MAX_KEPT:  # the last one is read: older words dropped
+                k = len(self.launches) - MAX_KEPT - 1
+                self.launches[k] = self.launches[k]._replace(argv=None, site=None)
+        elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
+                [f.value for f in fields]):
+            self.heredoc_script(n.stdin, cond)
 
     def heredoc_script(self, doc: syntax.Heredoc, cond: Unk | None):
         """``bash -s <<'EOF'`` (also behind ``docker run IMAGE``, ``ssh HOST``): the
@@ -911,7 +969,7 @@ class Reader(Expander, Provenance):
         finally:
             self.loops.pop()
             self.calls -= 1
-            self.vars = saved
+            self.sh.vars = saved
 
     def orphan(self, n: syntax.Simple, fields: list[Field], prev: int | None):
         flags = [f.value or f.text for f in fields if (f.value or f.text).startswith("-")]
@@ -926,46 +984,49 @@ class Reader(Expander, Provenance):
             f"end {above} with ' \\'",
             self.src(n.line)))
 
-    def source(self, args: list[Field], n: syntax.Simple, cond: Unk | None):
-        if not args:
-            return
-        f = args[0]
-        where = self.src(n.line)
-        if f.value is None:
-            self.unresolved.append(Unresolved(None, f.text, f.unk.src,
-                                              f"cannot tell which file is sourced: {f.unk.why}"))
-            return
-        tried = []
-        if f.value.startswith("/"):
-            tried.append(os.path.normpath(f.value))
-        else:
-            if self.cwd:
-                tried.append(os.path.join(self.cwd, f.value))
-            here = os.path.dirname(self.stack[-1][0])
-            tried.append(os.path.join(here, f.value))
-            d = os.path.dirname(self.main_abs)
-            while True:
-                cand = os.path.join(d, f.value)
-                if cand not in tried:
-                    tried.append(cand)
-                up = os.path.dirname(d)
-                if up == d:
-                    break
-                d = up
-        found = next((os.path.normpath(p) for p in tried if os.path.isfile(p)), None)
-        if found is None:
-            self.missing.append(f"'{f.value}' (sourced at {where})")
-            self.unresolved.append(Unresolved(
-                None, n.words[1].text if len(n.words) > 1 else f.text, where,
-                f"sourced file '{f.value}' not found (looked for it relative to the script "
-                "and the directories above it); the flags it defines are unknown"))
-            return
-        if len(self.stack) >= MAX_SOURCE_DEPTH or any(found == s for s, _ in self.stack):
-            self.notes.append(Note("source-cycle", f"'{f.value}' is sourced again while it is "
-                                   "being read; the nested read is skipped",
-                                   "source each model file once", where))
-            return
-        self.run_file(found, cond)
+
+def _sets(body: list, funcs: dict[str, list]) -> set[str]:
+    """The variables commands may assign, the functions they call included (read from
+    their text, not run)."""
+    out: set[str] = set()
+    seen, todo = set(), list(body)
+    while todo:
+        node = todo.pop()
+        t = type(node)
+        if t is list:
+            todo.extend(node)
+        elif t is syntax.Simple:
+            out.update(a.name for a in node.assigns)
+            words = [w.literal() for w in node.words]
+            head = words[0] if words else None
+            if head in funcs and head not in seen:
+                seen.add(head)
+                todo.extend(funcs[head])
+            if head in ("read", "mapfile", "readarray", "getopts", "printf", "declare",
+                        "local", "export", "typeset"):
+                out.update(w for w in words[1:] if w and syntax.NAME.fullmatch(w))
+                out.update(("OPTARG", "OPTIND", "MAPFILE", "REPLY"))
+            for w in node.words:
+                out.update(arith_targets(w.text))
+        elif t is syntax.AndOr:
+            todo.extend(c for _, c in node.items)
+        elif t is syntax.Pipe:
+            todo.extend(node.cmds)
+        elif t is syntax.If:
+            for test, body in node.branches:
+                todo.extend(test + body)
+            todo.extend(node.orelse or ())
+        elif t is syntax.Case:
+            for _, body in node.arms:
+                todo.extend(body)
+        elif t is syntax.Loop:
+            out.update((node.var,) if node.var else ())
+            todo.extend(node.body)
+        elif t is syntax.Group:
+            todo.extend(node.body)
+        elif t is syntax.ArithCmd:
+            out.update(arith_targets(node.expr.text))
+    return out
 
 
 def _line(node) -> int:
@@ -1016,18 +1077,3 @@ def _array_first(n: syntax.Simple) -> bool:
     return type(p) is syntax.Param and p.index in ("@", "*") and p.op is None
 
 
-def _split(text: str, ifs: str) -> list[str]:
-    """Field splitting by IFS: IFS white space runs and each other IFS character delimit."""
-    ws = "".join(c for c in ifs if c in " \t\n")
-    other = "".join(c for c in ifs if c not in " \t\n")
-    if not ifs:
-        return [text] if text else []
-    if not other:
-        return re.split(f"[{re.escape(ws)}]+", text.strip(ws)) if text.strip(ws) else []
-    text = text.strip(ws)
-    if not text:
-        return []
-    out = [x.strip(ws) for x in re.split(f"[{re.escape(ws)}]*[{re.escape(other)}]", text)]
-    if out and out[-1] == "":
-        out.pop()
-    return out

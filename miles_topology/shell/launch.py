@@ -230,8 +230,8 @@ def argv_of(fields: list, unresolved: list[Unresolved], span=lambda t: None,
     while i < n:
         f = fields[i]
         i += 1
-        if f.unk is not None and f.extra and gaps is not None:
-            gaps.append(len(out))
+        if f.unk is not None and gaps is not None and (f.extra or f.cond is None):
+            gaps.append(len(out))  # unknown words not a flag's value: they may hold any flag
         if f.cond is not None:
             flag = f.value.partition("=")[0] if _is_flag(f) else None
             text = [f.value or f.text]
@@ -256,7 +256,8 @@ def argv_of(fields: list, unresolved: list[Unresolved], span=lambda t: None,
             continue
         vals: list[Field] = []
         while i < n and not _is_flag(fields[i]) and not fields[i].extra \
-                and fields[i].cond is None:
+                and fields[i].cond is None and not (  # an unknown word after a switch
+                    fields[i].unk is not None and known(flag) and is_switch(flag)):
             vals.append(fields[i])
             i += 1
         if not vals and i < n and fields[i].extra and known(flag) and not is_switch(flag):

@@ -26,8 +26,8 @@ class Provenance:
 
     def read_position(self, k: int):
         """The function being run read argument k (1-based, counting shifted ones)."""
-        if self.positions and len(self.frames) > 1:
-            at = self.positions[-1]
+        if self.sh.positions and len(self.sh.frames) > 1:
+            at = self.sh.positions[-1]
             at[1] = max(at[1], min(INT_LIMIT, at[0] + k))
 
     def pin(self, args: list[Field], highest: int, n: syntax.Simple):
@@ -45,11 +45,11 @@ class Provenance:
             names = {a.name for a in n.assigns} | {
                 w.text for w in n.words[1:] if syntax.NAME.fullmatch(w.text)}
             if "n" in opts and head == "export":
-                self.exported -= names
+                self.sh.exported -= names
             else:
-                self.exported |= names
-        elif self.allexport and not n.words:
-            self.exported |= {a.name for a in n.assigns}
+                self.sh.exported |= names
+        elif self.sh.allexport and not n.words:
+            self.sh.exported |= {a.name for a in n.assigns}
 
     def site(self, fields: list[Field], launch: Launch, n: syntax.Simple) -> LaunchSite:
         k = len(fields) - len(launch.argv) - 1
@@ -57,10 +57,10 @@ class Provenance:
         statement = None
         if n.start >= 0:
             statement = self.span((self.where[-1], n.start, n.start, n.line, branch))
-        variables = {name: v.items[0].value for name, v in self.vars.items()
+        variables = {name: v.items[0].value for name, v in self.sh.vars.items()
                      if not v.array and v.items}
-        exported = frozenset((set(variables) if self.allexport else self.exported)
-                             | self.inherited)
+        exported = frozenset((set(variables) if self.sh.allexport else self.sh.exported)
+                             | self.sh.inherited)
         return LaunchSite(statement, self.span(fields[k].span) if 0 <= k else None, branch,
                           variables, exported, launch.src, launch.launcher == "ray job submit",
                           launch.job_env)

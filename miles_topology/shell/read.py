@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import NoTrainingLaunch
-from .interpret import Reader
+from .interpret import MAX_KEPT, Reader
 from .launch import argv_of
 from .model import FlagValue, Note, ScriptRead, ScriptReadError, Source
 
 
 def read_script(path: str | Path, env: Mapping[str, str] | None = None,
-                text: str | None = None) -> ScriptRead:
+                text: str | None = None, positional: Sequence[str] | None = None) -> ScriptRead:
     """Read a launch script statically: the flags after its entry script, with sources.
 
     `text`, when given, is read as the script's content in place of the file's (a rewrite
     checks its result this way before writing it); files it sources are read from disk.
+    `positional` are the script's arguments ($1 ...; ``check SCRIPT.sh -- ARGS``); without
+    them ``--env 1=VALUE`` gives some, else they are unknown.
     Only a training launch counts (see launch.py); other commands found are listed in
     `others`, and `entry` is None when there is no training launch.
     """
-    r = Reader(Path(path), env or {})
+    r = Reader(Path(path), env or {}, positional)
     r.text = text
     abs_path = r.main_abs
     if text is None and not os.path.isfile(abs_path):
@@ -68,6 +70,10 @@ def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
                           f"python ... train.py') was found{found}",
                           "check that the launch command is not inside a function that is "
                           "never called", Source(str(path), 1)))
+    elif launch.argv is None:  # its words were dropped (MAX_KEPT) in a loop undone
+        raise ScriptReadError(f"{launch.src}: the launch read is one of more than "
+                              f"{MAX_KEPT} launch commands run in a loop; its words were not kept. "
+                              "Fix: launch once, after the loop.")
     else:
         argv = argv_of(launch.argv, unresolved, r.span, gaps)
         if len(pool) > 1:

@@ -33,6 +33,8 @@ _STATEMENTS = frozenset((
 _REDIRECTS = frozenset(("file_redirect", "herestring_redirect", "heredoc_redirect"))
 
 _PARSER = None
+_CR = "\ue000"  # a CR while parsing: a word character to tree-sitter, as to bash
+_CR_BYTES = _CR.encode()
 
 
 def _parser():
@@ -129,11 +131,12 @@ class Simple:
     text); `line`/`end`: its first and last line; `stdin`: what a ``<<<`` word, ``< <(...)``
     or ``< FILE`` feeds it (a Word, a Sub, or the string "file"), else None."""
 
-    __slots__ = ("assigns", "words", "line", "end", "start", "stdin", "prefix")
+    __slots__ = ("assigns", "words", "line", "end", "start", "stdin", "prefix", "stdout")
 
-    def __init__(self, assigns, words, line, end, start=-1, stdin=None, prefix=()):
+    def __init__(self, assigns, words, line, end, start=-1, stdin=None, prefix=(), stdout=None):
         self.assigns, self.words, self.line, self.end = assigns, words, line, end
         self.start, self.stdin, self.prefix = start, stdin, prefix
+        self.stdout = stdout  # (Word, append) of a `> FILE` / `>> FILE`, else None
 
 
 class Heredoc:
@@ -242,6 +245,7 @@ class _Conv:
 
     def __init__(self, data: bytes, located: bool, base: int):
         self.data = data
+        self.crlf = _CR_BYTES in data
         self.located = located
         self.base = base
         self.depth = 0
@@ -268,10 +272,12 @@ class _Conv:
         return b - (self.extra[k - 1] if k else 0)
 
     def text(self, n) -> str:
-        return self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+        got = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+        return got.replace(_CR, "\r") if self.crlf else got
 
     def gap(self, a: int, b: int) -> str:
-        return self.data[a:b].decode("utf-8", "replace")
+        got = self.data[a:b].decode("utf-8", "replace")
+        return got.replace(_CR, "\r") if self.crlf else got
 
     def line(self, n) -> int:
         return n.start_point[0] + self.base
@@ -298,7 +304,7 @@ class _Conv:
         finally:
             self.depth -= 1
 
-    def s_command(self, n, stdin=None):
+    def s_command(self, n, stdin=None, stdout=None):
         assigns, words, prefix = [], [], []
         prev = None  # the node of the last word
         for c in n.children:
@@ -314,6 +320,7 @@ class _Conv:
                     words.append(w)
             elif t in _REDIRECTS:
                 stdin = self.redirect(c) or stdin
+                stdout = self.to_file(c) or stdout
             elif t == "subscript":  # A[i]=v parsed as part of a command: not one we model
                 continue
             elif c.is_named and t != "comment":
@@ -333,7 +340,8 @@ class _Conv:
         if words:  # X=1 cmd: the assignments are the command's environment only
             prefix, assigns = assigns + prefix, []
         return Simple(assigns, words, self.line(n), n.end_point[0] + self.base,
-                      self.char(n.start_byte) if self.located else -1, stdin, tuple(prefix))
+                      self.char(n.start_byte) if self.located else -1, stdin, tuple(prefix),
+                      stdout)
 
     def s_declaration_command(self, n):
         assigns, words = [], []
@@ -362,10 +370,11 @@ class _Conv:
                       self.char(n.start_byte) if self.located else -1)
 
     def s_redirected_statement(self, n):
-        body, stdin = None, None
+        body, stdin, stdout = None, None, None
         for c in n.children:
             if c.type in _REDIRECTS:
                 stdin = self.redirect(c) or stdin
+                stdout = self.to_file(c) or stdout
             elif c.type in _STATEMENTS and body is None:
                 body = c
         if body is None:
@@ -373,13 +382,26 @@ class _Conv:
         if body.type == "command":
             self.enter(body)
             try:
-                return self.s_command(body, stdin)
+                return self.s_command(body, stdin, stdout)
             finally:
                 self.depth -= 1
         got = self.stmt(body)
         if type(got) is Simple and stdin is not None and got.stdin is None:
             got.stdin = stdin
+        if type(got) is Simple and stdout is not None and got.stdout is None:
+            got.stdout = stdout
         return got
+
+    def to_file(self, n):
+        """(Word, append) when `n` sends standard output to a file (``>``, ``>>``, ``>|``)."""
+        if n.type != "file_redirect" or any(c.type == "file_descriptor" and self.text(c) != "1"
+                                            for c in n.children):
+            return None
+        op = next((c.type for c in n.children if not c.is_named), None)
+        dest = [c for c in n.children if c.is_named and c.type != "file_descriptor"]
+        if op not in (">", ">>", ">|") or not dest:
+            return None
+        return self.word(dest[-1]), op == ">>"
 
     def redirect(self, n):
         kids = n.children
@@ -414,6 +436,9 @@ class _Conv:
 
     def s_pipeline(self, n):
         cmds = self.stmts(n.children)
+        if len(cmds) > 1 and type(cmds[0]) is Pipe and cmds[0].neg and len(cmds[0].cmds) == 1:
+            # tree-sitter reads `! a | b` as (! a) | b; bash negates the whole pipeline
+            return Pipe(cmds[0].cmds + cmds[1:], neg=True)
         return cmds[0] if len(cmds) == 1 else Pipe(cmds)
 
     def s_negated_command(self, n):
@@ -641,6 +666,8 @@ class _Conv:
         a, b = n.start_byte, n.end_byte
         text = parts[0].text if len(parts) == 1 and n.type == "word" and \
             len(parts[0].text) == b - a else self.data[a:b].decode("utf-8", "replace")
+        if self.crlf:
+            text = text.replace(_CR, "\r")
         line = parts[0].line if parts else self.line(n)
         if not self.located:
             return Word(parts, line, text)
@@ -653,6 +680,8 @@ class _Conv:
         line = n.start_point[0] + self.base
         if t == "word" or t == "number":
             text = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+            if self.crlf:
+                text = text.replace(_CR, "\r")
             out.append(Lit(_unescape(text) if "\\" in text else text, quoted, line))
         elif t == "string" or t == "translated_string":
             kids = [c for c in n.children if c.type not in ('"', '$"')]
@@ -689,6 +718,15 @@ class _Conv:
             self.enter(n)
             try:
                 out.append(self.expansion(n, quoted))
+            finally:
+                self.depth -= 1
+        elif t == "command_substitution" and _misread_arith(n, self.text(n)):
+            # tree-sitter-bash 0.25.1 reads ``${X:-$((A - B))}`` as $( (A - B) ); bash reads
+            # ``$((`` as arithmetic whenever it can
+            self.enter(n)
+            try:
+                out.append(Arith(self.region(n, n.start_byte + 3, n.end_byte - 2, True),
+                                 quoted, self.text(n), line))
             finally:
                 self.depth -= 1
         elif t == "command_substitution":
@@ -893,6 +931,10 @@ def _cached(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
 
 
 def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
+    cr = data.find(b"\r")
+    if cr >= 0:
+        cr_line = data.count(b"\n", 0, cr) + base_line
+        data = _hold_cr(data)
     tree = _parser().parse(data)
     root = tree.root_node
     conv = _Conv(data, located, base_line)
@@ -901,7 +943,39 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     body = conv.stmts(root.children)
     if b"\\" in data:
         _space_notes(root, conv)
+    if cr >= 0:
+        line = cr_line
+        conv.notes.append((
+            "crlf-line-ends", line, f"line {line} ends in CR LF (a Windows line end): bash "
+            "keeps the CR in the last word of each line ('--colocate\\r'), and a '\\' before "
+            "it no longer continues the line", "convert the file to LF line ends (dos2unix)"))
     return body, conv.notes
+
+
+def _hold_cr(data: bytes) -> bytes:
+    """Bash keeps a CR in the word; tree-sitter would take it for a blank, so each CR is held
+    as a private character, except inside here-documents (tree-sitter matches a CR LF
+    delimiter line itself, and the body's text keeps its CRs either way)."""
+    keep, todo = [], [_parser().parse(data).root_node]
+    while todo:
+        node = todo.pop()
+        if node.type == "heredoc_redirect":
+            end = data.find(b"\n", node.end_byte)  # the delimiter line's own CR too
+            keep.append((node.start_byte, len(data) if end < 0 else end))
+        else:
+            todo.extend(node.children)
+    out, pos = [], 0
+    for a, b in sorted(keep):
+        out += [data[pos:a].replace(b"\r", _CR_BYTES), data[a:b]]
+        pos = b
+    out.append(data[pos:].replace(b"\r", _CR_BYTES))
+    return b"".join(out)
+
+
+def _misread_arith(n, text: str) -> bool:
+    named = [c for c in n.children if c.is_named]
+    return text.startswith("$((") and text.endswith("))") and len(named) == 1 and \
+        named[0].type == "subshell"
 
 
 def parse_word(text: str) -> Word | None:

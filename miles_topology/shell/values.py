@@ -13,6 +13,8 @@ from .model import Source
 
 MAX_VALUE = 1 << 20  # characters in one string value; longer becomes unknown
 MAX_ITEMS = 1 << 17  # words in one array; more becomes an unknown number of words
+MAX_SOURCE_DEPTH = 16  # files being sourced inside each other
+MAX_CALL_DEPTH = 32  # function calls (and eval / here-document scripts) inside each other
 
 
 class Unk(NamedTuple):
@@ -321,3 +323,80 @@ def printf(fmt: str, args: list[str]) -> str | None:
                 out.append(piece)
         if not specs or k >= len(args):
             return "".join(out)
+
+
+_SEQ = re.compile(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?|([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?")
+
+
+def brace(text: str, limit: int = MAX_ITEMS) -> list[str] | None:
+    """Bash brace expansion of unquoted text: ``a{b,c}d``, ``{1..3}``, ``{01..10..2}``,
+    ``{a..e}``, nested, left to right; a brace with neither ``,`` nor a sequence stays as
+    written. None when it would give more than `limit` words."""
+    out: list[str] = []
+    todo = [(text, 0)]
+    while todo:
+        word, i = todo.pop()
+        got = _brace_once(word, i)
+        if got is None:
+            out.append(word)
+            if len(out) > limit:
+                return None
+            continue
+        if len(got) > limit:
+            return None
+        todo.extend(reversed(got))
+    return out
+
+
+def _brace_once(text: str, i: int) -> list[tuple[str, int]] | None:
+    """The words from the first expandable brace at or after `i` (with where to go on), or
+    None when there is none."""
+    while True:
+        i = text.find("{", i)
+        if i < 0:
+            return None
+        depth, commas, j = 0, [], -1
+        for k in range(i, len(text)):
+            c = text[k]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    j = k
+                    break
+            elif c == "," and depth == 1:
+                commas.append(k)
+        if j < 0:
+            return None
+        pre, body, post = text[:i], text[i + 1:j], text[j + 1:]
+        if commas:
+            alts, start = [], i + 1
+            for c in [*commas, j]:
+                alts.append(text[start:c])
+                start = c + 1
+            return [(pre + a + post, i) for a in alts]
+        seq = _sequence(body)
+        if seq is not None:
+            return [(pre + v + post, i + len(v)) for v in seq]
+        i += 1
+
+
+def _sequence(body: str) -> list[str] | None:
+    m = _SEQ.fullmatch(body)
+    if m is None:
+        return None
+    a, b, step, ca, cb, cstep = m.groups()
+    inc = abs(int(step or cstep or 1)) or 1
+    if a is not None:
+        x, y = int(a), int(b)
+        if abs(y - x) // inc > MAX_ITEMS:
+            return ["\0"] * (MAX_ITEMS + 1)  # more than followed: the caller gives up
+        width = max(len(a), len(b)) if (a.lstrip("-")[:1] == "0" and len(a.lstrip("-")) > 1 or
+                                        b.lstrip("-")[:1] == "0" and len(b.lstrip("-")) > 1) \
+            else 0
+        vals = range(x, y + 1, inc) if x <= y else range(x, y - 1, -inc)
+        return [f"{v:0{width}d}" if width else str(v) for v in vals]
+    x, y = ord(ca), ord(cb)
+    vals = range(x, y + 1, inc) if x <= y else range(x, y - 1, -inc)
+    return [chr(v) for v in vals]

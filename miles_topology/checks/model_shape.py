@@ -1,0 +1,307 @@
+"""The model's shape against the grid: experts over EP, heads over TP, layers over PP and
+the virtual pipeline, the MoE layer pattern, sequence parallel with MoE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..codes import rule
+from ..errors import Problem
+from ..model import Topology, flag_of
+from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
+
+
+@rule(
+    source="Megatron-LM training/arguments.py validate_args (expert parallelism check)",
+    codes={
+        "experts-not-divisible-by-ep": ("error", "num_experts % ep != 0"),
+        "ep-requires-moe": (
+            "error", f"expert parallel > 1 with the model shape given but no `{F.experts}` "
+            "(Megatron asserts num_experts is set)"),
+    },
+)
+def experts_by_ep(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args ("Expert parallelism check"): num_experts
+    % expert_model_parallel_size == 0 is asserted."""
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
+    if topo.experts is None and topo.ep > 1 and topo.layers is not None:
+        # validate_args: "num_experts must be non None to use expert model parallelism"; only
+        # when the model shape is on the command line (else it may come from a model script)
+        yield _err(
+            "ep-requires-moe",
+            f"{F.ep} {topo.ep} on a model without experts ({F.layers} "
+            f"is given, {F.experts} is not): Megatron asserts num_experts is set for EP > 1.",
+            f"add {F.experts} N, or set {F.ep} 1",
+            "ep", "experts",
+        )
+        return
+    if topo.experts is None or topo.experts % topo.ep == 0:
+        return
+    eps = [e for e in _divisors(topo.experts) if topo.world_size % (topo.etp * e * topo.pp) == 0]
+    yield _err(
+        "experts-not-divisible-by-ep",
+        f"{topo.experts} experts cannot be split evenly over ep = {topo.ep} expert-parallel "
+        f"ranks ({topo.experts}/{topo.ep} = {topo.experts / topo.ep:.2f}); each EP rank must own "
+        "the same number of experts.",
+        f"try {F.ep} {_or(_nearest(eps, topo.ep))}"
+        if eps
+        else f"use a number of experts divisible by {topo.ep}",
+        "ep", "experts",
+    )
+
+
+@rule(
+    source="megatron/core/models/gpt/gpt_layer_specs.py get_gpt_decoder_block_spec",
+    codes={
+        "moe-layer-freq-length": (
+            "error", f"a list `{F.moe_layer_freq}` whose length is not `{F.layers}` "
+            "(megatron-core asserts one entry per layer when it builds the layer specs)"),
+    },
+)
+def moe_pattern_length(topo: Topology) -> Iterator[Problem]:
+    """megatron/core/models/gpt/gpt_layer_specs.py get_gpt_decoder_block_spec: a list
+    --moe-layer-freq must have one entry per layer (asserted while building the layer specs,
+    before training starts). FSDP builds no Megatron layer specs."""
+    freq = topo.moe_layer_freq
+    if topo.train_backend == "fsdp" or topo.experts is None or topo.layers is None \
+            or isinstance(freq, int) or len(freq) == topo.layers:
+        return
+    yield _err(
+        "moe-layer-freq-length",
+        f"{F.moe_layer_freq} lists {len(freq)} layers but {F.layers} is {topo.layers}: "
+        "megatron-core asserts one entry per layer when it builds the layer specs.",
+        f"give {F.moe_layer_freq} {topo.layers} entries (e.g. [0]*k+[1]*({topo.layers}-k), "
+        f"k dense layers first), or set {F.layers} {len(freq)}",
+        "moe_layer_freq", "layers",
+    )
+
+
+@rule(
+    source="megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__",
+    codes={
+        "heads-not-divisible-by-tp": (
+            "error", "attention heads % tp != 0, or query groups neither a multiple nor a "
+            "divisor of tp"),
+    },
+)
+def heads_by_tp(topo: Topology) -> Iterator[Problem]:
+    """megatron-core TransformerConfig.__post_init__ (0.16): num_attention_heads % tp == 0, and
+    num_query_groups a multiple OR a divisor of tp (fewer KV groups than TP ranks are
+    replicated: Attention.__init__ gives each rank one group), else ValueError."""
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
+    for name, count in (("heads", topo.heads), ("query_groups", topo.query_groups)):
+        if count is None or count % topo.tp == 0:
+            continue
+        if name == "query_groups" and topo.tp % count == 0:
+            continue  # KV groups replicated over tp / count ranks each
+        what = "attention heads" if name == "heads" else "query groups"
+        tps = [t for t in _divisors(count) if topo.world_size % (t * topo.cp * topo.pp) == 0]
+        if name == "query_groups":  # multiples of the group count are valid too
+            tps += [count * k for k in (2, 4, 8) if topo.world_size % (count * k * topo.cp
+                                                                     * topo.pp) == 0]
+        rule = (f"each TP rank needs whole {what}" if name == "heads" else
+                "query groups must be a multiple or a divisor of tp")
+        yield _err(
+            "heads-not-divisible-by-tp",
+            f"{count} {what} cannot be split over tp = {topo.tp} "
+            f"({count}/{topo.tp} = {count / topo.tp:.2f}); {rule}.",
+            f"try {F.tp} {_or(_nearest(tps, topo.tp))}",
+            "tp", name,
+        )
+
+
+@rule(
+    source=("Megatron-LM training/arguments.py validate_args; megatron-core "
+            "TransformerConfig.__post_init__, transformer_block.get_num_layers_to_build; miles "
+            "utils/arguments.py parse_args_and_get_parser"),
+    codes={
+        "layers-not-divisible-by-pp": (
+            "error", "layers cannot be split over pp (and vpp) as given"),
+    },
+)
+def layers_by_pp(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args (layers % pp without uneven stages; per
+    stage % layers per virtual stage), megatron-core TransformerConfig.__post_init__ (uneven
+    stages) and transformer_block.get_num_layers_to_build (per stage % vpp); miles
+    utils/arguments.py parse_args_and_get_parser asserts no first/last stage sizes with pp 1."""
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
+    if topo.layers is None or (topo.pp == 1 and topo.vpp is None and topo.vpp_layers is None
+                               and topo.first_stage_layers is None
+                               and topo.last_stage_layers is None):
+        return
+    if topo.pp == 1:
+        if topo.first_stage_layers is not None or topo.last_stage_layers is not None:
+            yield _err(
+                "layers-not-divisible-by-pp",
+                "uneven first/last pipeline stages were given with pp = 1, where there is "
+                "only one stage.",
+                f"drop {F.first_stage_layers}/{F.last_stage_layers}, "
+                f"or set {F.pp} 2 or more",
+                "first_stage_layers", "last_stage_layers", "pp",
+            )
+        return  # vpp with pp == 1 is vpp-requires-pp
+    counts = topo.stage_counts
+    if counts is None:
+        if topo.first_stage_layers is None and topo.last_stage_layers is None:
+            pps = [
+                p for p in _divisors(topo.layers)
+                if topo.world_size % (topo.tp * topo.cp * p) == 0
+            ]
+            yield _err(
+                "layers-not-divisible-by-pp",
+                f"{topo.layers} layers cannot be split evenly over pp = {topo.pp} stages "
+                f"({topo.layers}/{topo.pp} = {topo.layers / topo.pp:.2f}).",
+                f"try {F.pp} {_or(_nearest(pps, topo.pp))}, or give "
+                f"{F.first_stage_layers}/{F.last_stage_layers}",
+                "layers", "pp",
+            )
+        else:
+            given = [x for x in (topo.first_stage_layers, topo.last_stage_layers) if x is not None]
+            middle = topo.pp - len(given)
+            rest = topo.layers - sum(given)
+            yield _err(
+                "layers-not-divisible-by-pp",
+                f"after the uneven stages ({' + '.join(map(str, given))} layers), {rest} layers "
+                f"remain for {middle} middle stage(s), which cannot be split evenly.",
+                "choose first/last stage sizes so that the remaining layers divide by the "
+                "number of remaining stages",
+                "layers", "pp", "first_stage_layers", "last_stage_layers",
+            )
+        return
+    if 0 in counts:
+        # megatron-core TransformerConfig.__post_init__ (uneven PP): first/last stage sizes must
+        # be > 0 and middle stages need layers, else ValueError
+        yield _err(
+            "layers-not-divisible-by-pp",
+            f"stage layer counts {list(counts)} leave a pipeline stage without layers; "
+            "Megatron refuses an empty first, last or middle stage.",
+            f"choose {F.first_stage_layers}/{F.last_stage_layers} "
+            "that leave every stage at least one layer",
+            "layers", "pp", "first_stage_layers", "last_stage_layers",
+        )
+        return
+    if topo.vpp_layers is not None and topo.layers % (topo.pp * topo.vpp_layers):
+        yield _err(
+            "layers-not-divisible-by-pp",
+            f"{topo.layers} layers do not split into pp = {topo.pp} stages of chunks of "
+            f"{topo.vpp_layers} layers ({topo.layers}/({topo.pp}*{topo.vpp_layers}) = "
+            f"{topo.layers / (topo.pp * topo.vpp_layers):.2f}).",
+            f"try {F.vpp_layers} "
+            + _or([d for d in _divisors(topo.layers // topo.pp) if d < topo.layers // topo.pp][-2:]
+                  or [topo.layers // topo.pp]),
+            "layers", "pp", "vpp_layers",
+        )
+        return
+    bad = [c for c in counts if c % topo.chunks]
+    if bad:
+        yield _err(
+            "layers-not-divisible-by-pp",
+            f"stage layer counts {list(counts)} do not split into vpp = {topo.chunks} virtual "
+            f"stages each ({bad[0]}/{topo.chunks} = {bad[0] / topo.chunks:.2f}).",
+            f"try {F.vpp} "
+            + _or([v for v in _divisors(min(counts)) if all(c % v == 0 for c in counts)][-2:]),
+            "layers", "pp", "vpp",
+        )
+
+
+@rule(
+    source=("Megatron-LM training/arguments.py validate_args; megatron/core/parallel_state.py "
+            "initialize_model_parallel"),
+    codes={
+        "vpp-requires-pp": ("error", "virtual pipeline given with pp == 1"),
+    },
+    uses=("layers-not-divisible-by-pp",),
+)
+def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args: at most one way to give the virtual
+    pipeline; --num-layers-per-virtual-pipeline-stage not with uneven first/last stages; a
+    virtual size of 1 becomes None (no interleaving, accepted with any pp); a larger one needs
+    pp > 1 (also parallel_state.initialize_model_parallel raises RuntimeError)."""
+    if topo.vpp is not None and topo.vpp_layers is not None:
+        yield _err(
+            "vpp-requires-pp",
+            f"both {F.vpp} and "
+            f"{F.vpp_layers} were given: Megatron accepts only one.",
+            f"keep {F.vpp}, drop the other",
+            "vpp", "vpp_layers",
+        )
+        return
+    if topo.vpp_layers is not None and (topo.first_stage_layers is not None
+                                        or topo.last_stage_layers is not None):
+        yield _err(
+            "vpp-requires-pp",
+            f"{F.vpp_layers} cannot be combined with uneven first/last "
+            f"pipeline stages: Megatron asserts {F.vpp} instead.",
+            f"use {F.vpp} N",
+            "vpp_layers", "first_stage_layers", "last_stage_layers",
+        )
+        return
+    if topo.pp != 1:
+        return
+    if topo.vpp == 1:
+        return  # validate_args: a virtual size of 1 is no virtual pipeline
+    if topo.vpp_layers is not None:
+        if topo.layers is None:
+            yield _skip(
+                "vpp-requires-pp",
+                f"{F.vpp_layers} with pp = 1: whether it makes more than "
+                f"one virtual stage (refused) depends on {F.layers}, which is not given.",
+                f"give {F.layers}, or drop {F.vpp_layers}",
+                "vpp_layers", "layers",
+            )
+            return
+        if topo.layers % topo.vpp_layers == 0 and topo.layers // topo.vpp_layers == 1:
+            return  # one chunk per stage: no virtual pipeline
+        if topo.layers % topo.vpp_layers:
+            yield _err(
+                "layers-not-divisible-by-pp",
+                f"{topo.layers} layers do not split into chunks of {topo.vpp_layers} layers "
+                f"({topo.layers}/{topo.vpp_layers} = {topo.layers / topo.vpp_layers:.2f}); "
+                "Megatron asserts layers per stage % layers per virtual stage == 0.",
+                f"drop {F.vpp_layers} (pp = 1 has no virtual pipeline)",
+                "layers", "vpp_layers",
+            )
+            return
+    if topo.vpp is not None or topo.vpp_layers is not None:
+        given = "vpp_layers" if topo.vpp_layers is not None else "vpp"
+        yield _err(
+            "vpp-requires-pp",
+            "a virtual pipeline was given but pp = 1: interleaving needs at least two "
+            "pipeline stages.",
+            f"drop {flag_of(given)}, or set {F.pp} 2 or more",
+            given, "pp",
+        )
+
+
+@rule(
+    source="megatron/core/transformer/moe/moe_layer.py MoELayer.forward; Megatron-LM validate_args",
+    codes={
+        "moe-tp-requires-sp": ("error", f"MoE model with TP > 1 and no `{F.sp}`"),
+        "sp-ignored": ("warning", f"`{F.sp}` with TP 1"),
+    },
+)
+def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
+    """megatron/core/transformer/moe/moe_layer.py MoELayer.forward raises ValueError in training
+    when TP > 1 without sequence parallel (ModelParallelConfig only warns); Megatron-LM
+    validate_args turns SP off with a warning when tp == 1."""
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
+    if topo.is_moe and topo.tp > 1 and not topo.sp:
+        yield _err(
+            "moe-tp-requires-sp",
+            f"an MoE model with tp = {topo.tp} trains only with sequence parallel on "
+            "(Megatron refuses MoE with TP > 1 and no SP).",
+            f"add {F.sp}",
+            "sp", "tp",
+        )
+    if topo.sp and topo.tp == 1:
+        yield _warn(
+            "sp-ignored",
+            f"{F.sp} has no effect with tp = 1; Megatron drops it.",
+            f"remove {F.sp}, or raise {F.tp}",
+            "sp", "tp",
+        )

@@ -1,0 +1,156 @@
+"""The train grid: Megatron's dense and expert grids divide the world, their pipeline
+groups agree, TP groups stay in a node, and an implied expert TP is said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..codes import rule
+from ..errors import Problem
+from ..model import Topology
+from .base import F, _divisors, _err, _nearest, _or, _warn, _with_nodes
+
+
+@rule(
+    source=("Megatron-LM training/arguments.py validate_args; megatron/core/parallel_state.py "
+            "initialize_model_parallel"),
+    codes={
+        "dense-grid-divisibility": ("error", "world size not divisible by tp*cp*pp"),
+    },
+)
+def dense_grid_divides(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM training/arguments.py validate_args asserts world % (tp*pp*cp) == 0;
+    megatron/core/parallel_state.py initialize_model_parallel raises RuntimeError too."""
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
+    world, m = topo.world_size, topo.dense_model_size
+    if world % m == 0:
+        return
+    fixes = []
+    tps = [t for t in _divisors(world) if world % (t * topo.cp * topo.pp) == 0]
+    if tps:
+        fixes.append(f"{F.tp} {_or(_nearest(tps, topo.tp))}")
+    pps = [p for p in _divisors(world) if world % (topo.tp * topo.cp * p) == 0]
+    if pps and topo.pp > 1:
+        fixes.append(f"{F.pp} {_or(_nearest(pps, topo.pp))}")
+    yield _err(
+        "dense-grid-divisibility",
+        f"world size {topo.nodes} node(s) x {topo.gpus_per_node} GPUs = {world} is not divisible "
+        f"by tp*cp*pp = {topo.tp}*{topo.cp}*{topo.pp} = {m} ({world}/{m} = {world / m:.2f}); "
+        "Megatron needs world % (tp*cp*pp) == 0.",
+        _with_nodes("try " + ", or ".join(fixes), topo),
+        "tp", "cp", "pp", "nodes", "gpus_per_node",
+    )
+
+
+@rule(
+    source="megatron/core/parallel_state.py initialize_model_parallel",
+    codes={
+        "expert-grid-divisibility": ("error", "world size not divisible by etp*ep*pp"),
+    },
+)
+def expert_grid_divides(topo: Topology) -> Iterator[Problem]:
+    """megatron/core/parallel_state.py initialize_model_parallel: RuntimeError unless world %
+    (etp*ep*pp) == 0 (expert_tensor_model_pipeline_parallel size)."""
+    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+        return
+    world, m = topo.world_size, topo.expert_model_size
+    if world % m == 0:
+        return
+    eps = [
+        e
+        for e in _divisors(world)
+        if world % (topo.etp * e * topo.pp) == 0 and (topo.experts is None or topo.experts % e == 0)
+    ]
+    fixes = [f"{F.ep} {_or(_nearest(eps, topo.ep))}"] if eps else []
+    if topo.etp > 1:
+        etps = [t for t in _divisors(world) if world % (t * topo.ep * topo.pp) == 0]
+        if etps:
+            fixes.append(f"{F.etp} {_or(_nearest(etps, topo.etp))}")
+    fix = "try " + ", or ".join(fixes) if fixes else "change the sizes"
+    yield _err(
+        "expert-grid-divisibility",
+        f"world size {topo.nodes} node(s) x {topo.gpus_per_node} GPUs = {world} is not divisible "
+        f"by etp*ep*pp = {topo.etp}*{topo.ep}*{topo.pp} = {m} ({world}/{m} = {world / m:.2f}); "
+        "Megatron needs world % (etp*ep*pp) == 0 for the expert grid.",
+        _with_nodes(fix, topo),
+        "ep", "etp", "pp", "nodes", "gpus_per_node",
+    )
+
+
+@rule(
+    source="megatron/core/parallel_state.py initialize_model_parallel",
+    codes={
+        "order-requires-equal-dp": (
+            "error", f"`{F.order}` with pp > 1 and dense dp != expert dp "
+            "(megatron-core refuses it)"),
+    },
+)
+def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
+    """Megatron builds one set of pipeline groups for both grids; with pp not last in the
+    order that holds only when the dense and expert data-parallel sizes are equal
+    (megatron/core/parallel_state.py initialize_model_parallel asserts it)."""
+    if topo.order.endswith("pp") or topo.pp == 1 or not topo.forms_grid or topo.dp == topo.edp:
+        return
+    yield _err(
+        "order-requires-equal-dp",
+        f"order {topo.order} ({F.order}) with pp = {topo.pp} needs the same "
+        f"data-parallel size on both grids, but dense dp = {topo.world_size}/(tp*cp*pp) = "
+        f"{topo.dp} and expert dp = {topo.world_size}/(etp*ep*pp) = {topo.edp} "
+        f"(tp*cp = {topo.tp * topo.cp}, etp*ep = {topo.etp * topo.ep}).",
+        f"drop {F.order}, or make etp*ep equal tp*cp (e.g. "
+        f"{F.etp} {max(1, topo.tp * topo.cp // topo.ep)} with "
+        f"{F.ep} {min(topo.ep, topo.tp * topo.cp)})",
+        "order", "ep", "etp", "tp", "cp", "pp",
+    )
+
+
+@rule(
+    source="Megatron-LM training/arguments.py validate_args (etp = tp when not given)",
+    codes={
+        "etp-implied": ("warning", "expert TP not given and tp > 1, so Megatron uses etp = tp"),
+    },
+)
+def etp_stated(topo: Topology) -> Iterator[Problem]:
+    """Megatron-LM validate_args sets expert_tensor_parallel_size = tp when not given."""
+    if topo.etp_implied and topo.tp > 1 and topo.is_moe:
+        yield _warn(
+            "etp-implied",
+            f"{F.etp} not given and tp = {topo.tp}, so Megatron uses "
+            f"etp = tp = {topo.tp}: each expert is split over {topo.tp} GPUs.",
+            f"state it: {F.etp} {topo.tp} to keep this, or "
+            f"{F.etp} 1 for whole experts per GPU",
+            "etp", "tp",
+        )
+
+
+@rule(
+    source="none upstream: a performance warning (miles ray/actor_group.py: rank r, bundle r)",
+    codes={
+        "tp-group-crosses-nodes": ("warning", "a TP (or ETP) group spans more than one node"),
+    },
+)
+def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
+    """TP groups are runs of tp consecutive ranks (tp is the fastest axis in every order), and
+    rank r sits at position r of the placement group: decided by arithmetic, not by groups.
+    Nothing upstream refuses it: a performance warning (TP traffic then crosses the network)."""
+    if topo.world_size % topo.dense_model_size or topo.world_size % topo.expert_model_size:
+        return
+    node = topo.node_gpus_used
+    for name, size, expert in (("TP", topo.tp, False), ("ETP", topo.etp, True)):
+        if size <= 1:
+            continue
+        if size > node:
+            spans = -(-size // node)
+        elif node % size and ((node - 1) // size + 1) * size <= topo.world_size:
+            spans = 2  # the group holding the node's last GPU runs into the next node
+        else:
+            continue
+        yield _warn(
+            "tp-group-crosses-nodes",
+            f"a {name} group of {size} ranks spans {spans} nodes of {node} GPUs; {name} "
+            "traffic then crosses the network.",
+            f"keep {name} <= GPUs per node ({node}) and a divisor of it",
+            "etp" if expert else "tp", "gpus_per_node",
+        )

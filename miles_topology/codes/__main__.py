@@ -1,0 +1,5 @@
+"""`python -m miles_topology.codes > docs/problem-codes.md`: the registry as markdown."""
+
+from miles_topology.codes import markdown
+
+print(markdown(), end="")

@@ -1,0 +1,16 @@
+"""`PartialEnv`: an environment known only in part, shared by the script reader and the YAML
+loader (sources.py), so neither has to import the other."""
+
+from __future__ import annotations
+
+
+class PartialEnv(dict):
+    """An environment known only in part (a ray job's runtime env the script does not spell
+    out): a name not in it is unknown, not unset. `sources.load_fields` leaves out every
+    top-level field whose value reads an unknown name and lists it in `dropped`, so that a
+    check skips what needs it instead of taking a default."""
+
+    def __init__(self, known=(), why: str = ""):
+        super().__init__(known)
+        self.why = why
+        self.dropped: list[str] = []

@@ -1,0 +1,165 @@
+"""Which problems a run reports, as linters decide it: inline directives in the checked files,
+`--select`/`--ignore`/`--severity`, and the `[tool.miles-topology]` table of pyproject.toml.
+
+Directives, in a comment of a launch script, Python launcher or topology YAML:
+  `# miles-topology: disable=CODE[,CODE]` on a problem's line or the line before it;
+  `# miles-topology: disable-file=CODE[,CODE]` anywhere: every report of those codes in that
+  file (`all` stands for every code).
+A dropped error no longer fails the run, as with ruff's `noqa`; inputs that cannot be read
+still exit 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .codes import CODES
+from .errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from .report import Verdict
+
+DIRECTIVE = re.compile(r"#\s*miles-topology:\s*(disable|disable-file)\s*=\s*([\w, -]+)")
+LEVELS = ("error", "warning", "note")  # what --severity takes; a skipped check is a note
+KEYS = ("select", "ignore", "severity")  # of [tool.miles-topology]
+TABLE = "miles-topology"
+
+
+@dataclass(frozen=True)
+class Settings:
+    select: frozenset[str] | None = None  # None: every code
+    ignore: frozenset[str] = frozenset()
+    severity: str = "note"  # the lowest level reported
+    source: str | None = None  # the pyproject.toml the settings came from
+
+    def reports(self, p: Problem, level: str) -> bool:
+        if self.select is not None and p.code not in self.select or p.code in self.ignore:
+            return False
+        return LEVELS.index(level) <= LEVELS.index(self.severity)
+
+
+def codes(values: list[str] | tuple[str, ...], where: str) -> frozenset[str]:
+    """Problem codes given as a list or comma-separated, each one a code of the registry."""
+    out = set()
+    for item in values:
+        for code in (c.strip() for c in str(item).split(",")):
+            if not code:
+                continue
+            if code not in CODES and code != "all":
+                near = difflib.get_close_matches(code, CODES, n=1)
+                hint = f"; did you mean {near[0]}?" if near else \
+                    " (`miles-topology rule` lists the codes)"
+                raise InputError(f"{where}: {code!r} is not a problem code{hint}")
+            out.add(code)
+    return frozenset(CODES) if "all" in out else frozenset(out)
+
+
+def level(value: str, where: str) -> str:
+    if value not in LEVELS:
+        raise InputError(f"{where}: severity {value!r}: give one of {', '.join(LEVELS)}")
+    return value
+
+
+def find_pyproject(start: str) -> Path | None:
+    """The closest pyproject.toml with a [tool.miles-topology] table, from `start` (a file
+    or folder) upward."""
+    here = Path(start).resolve()
+    here = here if here.is_dir() else here.parent
+    for folder in (here, *here.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file() and TABLE in _read_toml(candidate).get("tool", {}):
+            return candidate
+    return None
+
+
+def _read_toml(path: Path) -> dict:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise InputError(f"{path}: cannot read as TOML: {e}") from None
+
+
+def settings(start: str, select: list[str] | None, ignore: list[str] | None,
+             severity: str | None) -> Settings:
+    """The pyproject table found from `start`, with the command-line options over it."""
+    found = find_pyproject(start)
+    table = _read_toml(found)["tool"][TABLE] if found else {}
+    where = f"{found} [tool.{TABLE}]" if found else ""
+    for key in table:
+        if key not in KEYS:
+            near = difflib.get_close_matches(key, KEYS, n=1)
+            hint = f"; did you mean {near[0]}?" if near else f" (keys: {', '.join(KEYS)})"
+            raise InputError(f"{where}: unknown key {key!r}{hint}")
+    got = Settings(source=str(found) if found else None)
+    for key in ("select", "ignore"):
+        value = table.get(key)
+        if value is not None and not isinstance(value, list):
+            raise InputError(f"{where}: {key} must be a list of codes, e.g. {key} = "
+                             '["sp-ignored"]')
+    if table.get("select") is not None:
+        got = replace(got, select=codes(table["select"], where))
+    if table.get("ignore") is not None:
+        got = replace(got, ignore=codes(table["ignore"], where))
+    if table.get("severity") is not None:
+        got = replace(got, severity=level(str(table["severity"]), where))
+    if select:
+        got = replace(got, select=codes(select, "--select"))
+    if ignore:
+        got = replace(got, ignore=got.ignore | codes(ignore, "--ignore"))
+    if severity:
+        got = replace(got, severity=level(severity, "--severity"))
+    return got
+
+
+@lru_cache(maxsize=256)
+def directives(path: str) -> tuple[dict[int, frozenset[str]], frozenset[str]]:
+    """(line -> codes disabled there, codes disabled in the whole file) of one file."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return {}, frozenset()
+    lines: dict[int, frozenset[str]] = {}
+    whole: set[str] = set()
+    for n, line in enumerate(text.splitlines(), 1):
+        for kind, listed in DIRECTIVE.findall(line):
+            names = {c.strip() for c in listed.split(",") if c.strip()}
+            names = set(CODES) if "all" in names else names
+            if kind == "disable-file":
+                whole |= names
+            else:
+                lines[n] = lines.get(n, frozenset()) | frozenset(names)
+    return lines, frozenset(whole)
+
+
+def disabled(p: Problem, path: str | None) -> bool:
+    """Whether a directive turns this report off: in the file the problem is located in
+    (else the checked file), on its line or the line before, or for the whole file."""
+    where = p.location.path if p.location is not None else path
+    if where is None or not os.path.isfile(where):
+        return False
+    lines, whole = directives(where)
+    if p.code in whole:
+        return True
+    line = p.location.line if p.location is not None else 0
+    return line > 0 and any(p.code in lines.get(n, ()) for n in (line, line - 1))
+
+
+def apply(verdicts: list[Verdict], chosen: Settings) -> None:
+    """Drop, in place, what the settings and the files' directives turn off."""
+    for v in verdicts:
+        path = v.path if v.path != "flags" else None
+        v.errors = [p for p in v.errors if chosen.reports(p, "error") and not disabled(p, path)]
+        v.warnings = [p for p in v.warnings
+                      if chosen.reports(p, "warning") and not disabled(p, path)]
+        v.skipped = [p for p in v.skipped if chosen.reports(p, "note") and not disabled(p, path)]

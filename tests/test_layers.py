@@ -1,0 +1,151 @@
+"""The core reads bottom-up: the import graph of miles_topology has no cycle, and no module
+imports one of a higher layer (lazy imports inside functions count; imports only for type
+checkers, under `if TYPE_CHECKING:`, do not run and do not count)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "miles_topology"
+
+# bottom first; a subpackage is one unit. A unit may import its own layer or lower ones.
+LAYERS = (
+    ("errors", "grid", "layers", "env", "codes", "placement", "surface",
+     "textfilters"),  # records, data and arithmetic
+    ("model",),  # Topology: the floor of the core
+    ("checks", "flags"),  # the rules on it; the flag grammar
+    ("sources", "config", "namespace", "__init__"),  # reading and writing it; the package face
+    ("weightsync", "replay", "show", "report", "shell", "pylaunch", "check_script",
+     "migrations", "selection", "cli", "__main__"),  # what is built on a Topology
+)
+LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
+
+
+def _name(path: Path, root: Path = PKG) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:  # a subpackage; the package is __init__
+        parts.pop()
+    return ".".join(parts)
+
+
+def _runtime_imports(tree: ast.AST):
+    """Import nodes that run, skipping `if TYPE_CHECKING:` bodies."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for s in node.orelse for n in _runtime_imports(ast.Module([s], [])))
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        yield from _runtime_imports(node)
+
+
+def _targets(module: str, is_pkg: bool, node, modules) -> set[str]:
+    """The miles_topology modules an import statement loads (relative ones resolved; the
+    package itself is `__init__`)."""
+    if isinstance(node, ast.Import):
+        heads, names = [a.name for a in node.names], []
+    else:
+        if node.level:
+            base = [] if module == "__init__" else module.split(".")
+            base = base if is_pkg else base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            head = ".".join(["miles_topology", *base, *([node.module] if node.module else [])])
+        else:
+            head = node.module or ""
+        heads, names = [head], [a.name for a in node.names]
+    out = set()
+    for head in heads:
+        if head != "miles_topology" and not head.startswith("miles_topology."):
+            continue
+        rel = head[len("miles_topology."):]
+        subs = [f"{rel}.{n}".lstrip(".") for n in names if f"{rel}.{n}".lstrip(".") in modules]
+        out |= set(subs)
+        if not names or len(subs) < len(names):  # names an attribute of the module itself
+            out.add(rel or "__init__")
+    return out
+
+
+MODULES = {_name(p): p for p in PKG.rglob("*.py")
+           if "fixtures" not in p.parts}
+
+
+def graph(modules=MODULES) -> dict[str, set[str]]:
+    """Module -> the miles_topology modules it imports when it runs."""
+    out = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        is_pkg = path.name == "__init__.py"
+        out[name] = {t for node in _runtime_imports(tree)
+                     for t in _targets(name, is_pkg, node, modules)} - {name}
+    return out
+
+
+def _unit(module: str) -> str:
+    return module.split(".")[0]
+
+
+def upward(g: dict[str, set[str]]) -> list[str]:
+    return [f"{a} -> {b}" for a, targets in g.items() for b in sorted(targets)
+            if LAYER[_unit(b)] > LAYER[_unit(a)]]
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_unit_has_a_layer():
+    assert {_unit(m) for m in MODULES} <= set(LAYER), "add the new module to LAYERS"
+
+
+def test_no_import_runs_up_a_layer():
+    assert not upward(graph())
+
+
+def test_no_import_cycle():
+    assert not cycles(graph())
+
+
+def test_the_walk_sees_a_lazy_upward_import_and_a_cycle(tmp_path):
+    """The checks above fail on the defects they guard against: a function-level import of
+    a higher layer (what model.py's from_flags once did) and a two-module circle."""
+    (tmp_path / "model.py").write_text(
+        "def from_flags(argv):\n    from .sources import read_flags\n    return read_flags\n")
+    (tmp_path / "sources.py").write_text("from .model import Topology\n")
+    (tmp_path / "grid.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .model import T\n")
+    g = graph({_name(p, tmp_path): p for p in tmp_path.glob("*.py")})
+    assert "model -> sources" in upward(g) and g["grid"] == set()
+    assert cycles(g) == [["model", "sources"]]
+
+
+@pytest.mark.parametrize("module", ["model", "errors", "grid", "layers", "placement", "codes"])
+def test_the_floor_imports_nothing_above_the_model(module):
+    assert all(LAYER[_unit(t)] <= LAYER["model"] for t in graph()[module])
