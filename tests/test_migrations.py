@@ -1120,3 +1120,21 @@ def read_script_of(path: Path):
     from miles_topology.shell import read_script
 
     return read_script(path, {})
+
+
+def test_source_of_an_absolute_path_in_the_checkout_migrates(tmp_path):
+    """`source /root/miles/scripts/models/X.sh` read from the script's own checkout (the
+    bash reader) no longer blocks; its model flags stay where they are."""
+    (tmp_path / "scripts" / "models").mkdir(parents=True)
+    shutil.copy(STEP_FIXTURES / "upstream" / "models" / "dense-4B.sh",
+                tmp_path / "scripts" / "models")
+    run = write_script(tmp_path / "scripts", "#!/bin/bash\nset -ex\n"
+                       "source /root/miles/scripts/models/dense-4B.sh\ncd /root/miles\n"
+                       "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 4 "
+                       '--colocate --tensor-model-parallel-size 2 "${MODEL_ARGS[@]}"\n')
+    out = migrate(run)
+    assert out.applied == ["0003"] and "source /root/miles/scripts/models/dense-4B.sh" in out.new
+    back = read(State(run, out.new, {}, files=out.files)).topology
+    assert (back.tp, back.gpus_per_node, back.layers) == (2, 4, 36)  # 36: the model file's
+    (yaml,) = out.files.values()
+    assert "tp: 2  # --tensor-model-parallel-size" in yaml and "num-layers" not in yaml
