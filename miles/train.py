@@ -3,8 +3,11 @@
 Validation runs before torch, ray or megatron-core are imported, so a bad configuration
 is refused in well under a second with every problem listed. Exit codes: 0 done (or a
 dry run), 1 invalid configuration (or a cluster that cannot host it), 2 unreadable input
-or usage error, 3 the job ran but train and rollout disagreed. Bad input never ends in a
-traceback.
+or usage error, 3 the job ran but train and rollout disagreed, 4 a process of the job died
+(the line names it: rank r, engine e or the host of node n, how it ended, and the phase),
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Bad input, an interrupt or a dead
+process never ends in a traceback, and the job's processes and Ray's session folders are
+gone when the launcher exits (`miles.ray.reap`).
 
 Job flags owned here: --dry-run, --steps N, --seed N, --metrics-out FILE.jsonl, and
 --topology FILE.yaml (read with the other topology flags). Topology flags build the
@@ -31,7 +34,8 @@ usage: python -m miles.train [--dry-run] [--steps N] [--seed N] [--metrics-out F
 With no flags it runs the embedded miniature R3 job: 2 nodes x 4 logical GPUs, EP 2,
 colocated rollout. --dry-run prints the plan (grid, GPU map, engines, weight-sync groups)
 and starts nothing. Exit codes: 0 ok, 1 invalid configuration, 2 unreadable input/usage,
-3 the job ran but train and rollout disagreed (R3 not exact)."""
+3 the job ran but train and rollout disagreed (R3 not exact), 4 a process of the job
+died, 130 interrupted."""
 
 
 # The reference backend's own flags (miles/backend/job.py `options`, which reads them from
@@ -141,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
-    """Start the cluster the Topology needs and hand it to the backend; always clean up."""
+    """Start the cluster the Topology needs and hand it to the backend; always clean up:
+    an interrupt or a dead process of the job ends in one line and nothing left running."""
     import importlib.util
 
     try:
@@ -161,34 +166,80 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
         return 2
     import signal
 
-    from .ray import PlacementTimeout, start_cluster
-    from .startup import Phases
+    from .ray.reap import Scope
+    from .startup import Phases, mark
 
-    phases = Phases()
+    phases, scope = Phases(), None
+
+    def ending(signum: int) -> tuple[int, str] | None:
+        if signum == signal.SIGINT:
+            return 130, f"miles: interrupted during {phases.current}"
+        if signum == signal.SIGTERM:
+            return 143, f"miles: terminated (SIGTERM) during {phases.current}"
+        return None
+
+    handlers = signal.signal(signal.SIGTERM, _terminated), signal.getsignal(signal.SIGINT)
+    try:
+        scope = Scope(own_tmp=not os.environ.get("RAY_ADDRESS"))
+        scope.watch(ending)
+        code, line = _run(backend, topo, job, passthrough, phases)
+    except KeyboardInterrupt:
+        code, line = ending(signal.SIGINT)
+    except Terminated:
+        code, line = ending(signal.SIGTERM)
+    finally:  # a second Ctrl-C must not cut the clean-up short (it is bounded)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        left = scope.close() if scope else []
+    if left:  # what Ray's own shutdown left behind
+        mark(f"swept {len(left)}: {' '.join(sorted(left))}")
+    if scope:
+        scope.finish(line)
+        signal.set_wakeup_fd(-1)
+    elif line:
+        print(line, file=sys.stderr, flush=True)
+    signal.signal(signal.SIGTERM, handlers[0])
+    signal.signal(signal.SIGINT, handlers[1])
+    return code
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt (not an Exception: no handler of a job error
+    may take it for one) so the job unwinds and cleans up."""
+
+
+def _terminated(*_) -> None:
+    raise Terminated
+
+
+def _run(backend, topo: Topology, job: Job, passthrough: list[str], phases) -> tuple[int, str]:
+    """The job itself: (exit code, the line to end with, if any)."""
+    import signal
+
+    from miles.backend.exits import Died
+
+    from .ray import PlacementTimeout, start_cluster
+
     try:
         cluster = start_cluster(topo)
     except TopologyError as e:
         report(e.problems)
-        return 1
+        return 1, ""
     except PlacementTimeout as e:
-        print(f"miles: {e}", file=sys.stderr)
-        return 1
-    # SIGTERM unwinds like Ctrl-C so the cluster is shut down (set after start_cluster,
-    # whose local raylets install Ray's own handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        return 1, f"miles: {e}"
+    # set again after start_cluster: Ray's local nodes install their own SIGTERM handler
+    signal.signal(signal.SIGTERM, _terminated)
     phases("cluster")
     try:
         steps = backend.run_job(
             topo, cluster, steps=job.steps, metrics_out=job.metrics_out, seed=job.seed,
             extra=passthrough, phases=phases,
         )
-    except KeyboardInterrupt:
-        print("miles: interrupted", file=sys.stderr)
-        return 130
+    except Died as e:
+        return 4, f"miles: {e} during {phases.current}; the job stopped"
     except Exception as e:  # a guard in a worker stopped the job (Ray wraps its error)
         cause = getattr(e, "cause", None) or e
-        print(f"miles: the job stopped: {type(cause).__name__}: {cause}", file=sys.stderr)
-        return 3
+        return 3, f"miles: the job stopped: {type(cause).__name__}: {cause}"
     finally:
         cluster.shutdown()
     from miles.backend.metrics import failures
@@ -196,10 +247,14 @@ def run(topo: Topology, job: Job, passthrough: list[str]) -> int:
     bad = {("final" if m["final"] else m["step"]): failures(m) for m in steps if failures(m)}
     if bad:
         what = "; ".join(f"{k}: {', '.join(v)}" for k, v in bad.items())
-        print(f"miles: train and rollout disagree ({what}): R3 is not exact", file=sys.stderr)
-        return 3
-    return 0
+        return 3, f"miles: train and rollout disagree ({what}): R3 is not exact"
+    return 0, ""
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if "ray" in sys.modules:  # the job ran and cleaned up; Ray's C++ core, torn down under
+        sys.stdout.flush()  # it by an interrupt, can crash in interpreter finalisation
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -30,6 +30,7 @@ miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
+miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
 miles-topology --version"""
@@ -64,6 +65,13 @@ examples:
   miles-topology migrate --write run.sh          # apply it (keeps run.sh.bak)
   miles-topology migrate --check scripts/*.sh    # exit 1 while a step is pending (CI)
   miles-topology migrate --inline run.sh         # one TOPOLOGY_ARGS array, no YAML file""",
+    "flags": """\
+examples:
+  miles-topology flags run.topology.yaml         # the layout as train.py flags
+  # in a launch script (an invalid layout stops it before ray job submit):
+  TOPOLOGY_FLAGS="$(miles-topology flags "${SCRIPT_DIR}/run.topology.yaml")" || exit 1
+  eval "TOPOLOGY_ARGS=(${TOPOLOGY_FLAGS})"
+  python3 train.py "${TOPOLOGY_ARGS[@]}" ...""",
     "rule": """\
 examples:
   miles-topology rule unknown-flag     # what it means and how to turn it off
@@ -79,6 +87,8 @@ HELP = {
     "check": "validate launch scripts, topology YAML files or flags",
     "show": "print the rank / GPU / expert map (and draw it as SVG)",
     "migrate": "rewrite launch scripts: renamed flags, implied values, one topology file",
+    "flags": "validate a topology YAML and print it as train.py flags, one shell-quoted "
+             "word per line",
     "schema": "print the JSON Schema of the topology YAML",
     "rule": "print a problem code's page (every code without one)",
 }
@@ -286,6 +296,21 @@ def cmd_migrate(args, flags) -> int:
                         inline=args.inline)
 
 
+def cmd_flags(args, flags) -> int:
+    from .errors import TopologyError
+    from .yamlflags import text
+
+    if flags is not None:
+        raise InputError("flags takes one topology YAML, not `-- FLAGS...`")
+    try:
+        sys.stdout.write(text(args.yaml))
+    except TopologyError as e:
+        for p in e.problems:
+            print(f"{args.yaml}: error [{p.code}] {p.message} Fix: {p.fix}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_schema(args, flags) -> int:
     from .sources import schema
 
@@ -311,12 +336,15 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
     sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    for name in ("check", "show", "migrate", "schema", "rule"):
+    for name in ("check", "show", "migrate", "flags", "schema", "rule"):
         p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
                            description=HELP[name],
                            epilog=EXAMPLES[name] + "\n\n" + EXIT,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == "schema":
+            continue
+        if name == "flags":
+            p.add_argument("yaml", metavar="TOPOLOGY.yaml", help="the topology YAML to expand")
             continue
         if name == "rule":
             p.add_argument("code", nargs="?", metavar="CODE", help="a problem code")
@@ -386,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(head)
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
-               "schema": cmd_schema, "rule": cmd_rule}[args.cmd]
+               "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule}[args.cmd]
         code = run(args, flags)
         sys.stdout.flush()
         return code

@@ -15,7 +15,8 @@ LAYERS = (
      "textfilters"),  # records, data and arithmetic
     ("model",),  # Topology: the floor of the core
     ("checks", "flags"),  # the rules on it; the flag grammar
-    ("sources", "config", "namespace", "__init__"),  # reading and writing it; the package face
+    ("sources", "config", "yamlflags", "namespace",
+     "__init__"),  # reading and writing it (YAML as flags too); the package face
     ("weightsync", "replay", "show", "report", "shell", "pylaunch", "check_script",
      "migrations", "selection", "cli", "__main__"),  # what is built on a Topology
 )

@@ -19,6 +19,7 @@ from miles_topology.errors import TopologyError
 from miles_topology.migrations import common
 from miles_topology.migrations.common import (
     LAYOUT,
+    MOVES,
     Refused,
     State,
     field_of,
@@ -125,15 +126,16 @@ def test_each_step_is_a_no_op_on_its_own_result(tmp_path):
 def test_runner_applies_pending_steps_in_order_and_marks_the_script(tmp_path):
     run = staged(step_dir(STEPS[0]), tmp_path)
     out = migrate(run)
-    assert out.applied == ["0001", "0002", "0003"]
+    assert out.applied == ["0001", "0003"]  # 0002 finds nothing to do: not applied
     assert out.new.splitlines()[:2] == ["#!/bin/bash", "# miles-topology-migration: 0003"]
     write(out)
     again = migrate(run)
     assert again.applied == [] and again.new == out.new
-    # a script marked at 0002 only gets 0003
+    # the content decides, not the marker: a script marked 0003 with its layout still
+    # in flags gets 0003
     (tmp_path / "b").mkdir()
     run = staged(step_dir(STEPS[2]), tmp_path / "b")
-    run.write_text(common.mark(run.read_text(), "0002"))
+    run.write_text(common.mark(run.read_text(), "0003"))
     assert migrate(run).applied == ["0003"]
 
 
@@ -212,12 +214,16 @@ def test_every_kind_of_layout_flag_moves(tmp_path):
                        "   --rollout-num-gpus-per-engine 8 --sglang-dp-size 2 \\\n"
                        "   --sglang-enable-dp-attention --colocate=false --global-batch-size 8\n")
     out = migrate(run)
-    assert out.new.endswith('/run.topology.yaml" \\\n   --num-layers 16 \\\n'
-                            '   --global-batch-size 8\n')
+    assert out.new.endswith('python3 train.py "${TOPOLOGY_ARGS[@]}" \\\n   --num-layers 16 \\\n'
+                            '   --use-critic \\\n   --global-batch-size 8\n')  # not layout
     assert next(iter(out.files.values())).split("\n")[3:] == [
-        "nodes: 2", "gpus_per_node: 8", "use_critic: true", "critic_nodes: 1", "pp: 2",
-        "vpp_layers: 2", "order: tp-cp-ep-pp-dp", "colocate: false", "rollout_gpus: 8",
-        "engine_size: 8", "engine_dp: 2", "dp_attention: true", ""]
+        "nodes: 2  # --actor-num-nodes", "gpus_per_node: 8  # --actor-num-gpus-per-node",
+        "critic_nodes: 1  # --critic-num-nodes", "pp: 2  # --pipeline-model-parallel-size",
+        "vpp_layers: 2  # --num-layers-per-virtual-pipeline-stage",
+        "order: tp-cp-ep-pp-dp  # --use-tp-pp-dp-mapping", "colocate: false  # --colocate",
+        "rollout_gpus: 8  # --rollout-num-gpus", "engine_size: 8  # --rollout-num-gpus-per-engine",
+        "engine_dp: 2  # --sglang-dp-size", "dp_attention: true  # --sglang-enable-dp-attention",
+        ""]
 
 
 def test_flag_in_a_sourced_file_stays_with_a_reason(tmp_path):
@@ -228,8 +234,8 @@ def test_flag_in_a_sourced_file_stays_with_a_reason(tmp_path):
     out = migrate(run)
     assert any("--tensor-model-parallel-size" in k and "sourced file" in k for k in out.kept)
     (yaml,) = out.files.values()
-    assert "tp:" not in yaml and "gpus_per_node: 4" in yaml
-    assert '--topology "${D}/run.topology.yaml"' in out.new
+    assert "tp:" not in yaml and "gpus_per_node: 4  # --actor-num-gpus-per-node" in yaml
+    assert '"$(miles-topology flags "${D}/run.topology.yaml")" || exit 1' in out.new
 
 
 def test_words_shared_with_another_command_stay(tmp_path):
@@ -241,7 +247,7 @@ def test_words_shared_with_another_command_stay(tmp_path):
     assert "P=(--tensor-model-parallel-size 2)" in out.new
     assert out.new.startswith('# miles-topology-migration: 0003\nMILES_TOPOLOGY_DIR="$(cd -- '
                               '"$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"')
-    assert '--topology "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in out.new
+    assert 'miles-topology flags "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in out.new
 
 
 def test_flag_in_a_stepped_loop_is_renamed_in_place_and_not_moved(tmp_path):
@@ -254,7 +260,7 @@ def test_flag_in_a_stepped_loop_is_renamed_in_place_and_not_moved(tmp_path):
     assert "  ARGS+=(--num-gpus-per-node 8 --tensor-model-parallel-size 2)\n" in out.new
     assert any("--tensor-model-parallel-size" in k and "loop" in k for k in out.kept)
     (yaml,) = out.files.values()
-    assert "tp:" not in yaml and "gpus_per_node: 8" in yaml
+    assert "tp:" not in yaml and "gpus_per_node: 8  #" in yaml
 
 
 def test_value_changed_after_use_is_computed_where_the_flag_was(tmp_path):
@@ -262,7 +268,7 @@ def test_value_changed_after_use_is_computed_where_the_flag_was(tmp_path):
                        "python3 train.py --actor-num-gpus-per-node 4 --colocate ${P[@]}\n")
     out = migrate(run)
     assert "export TOPO_TP=$TP  # read by run.topology.yaml\nP=()" in out.new
-    assert "tp: ${oc.env:TOPO_TP,2}" in out.files[run.with_name("run.topology.yaml").absolute()]
+    assert "tp: ${oc.env:TOPO_TP,2}  #" in out.files[run.with_name("run.topology.yaml").absolute()]
 
 
 @pytest.mark.parametrize(("text", "code", "why"), [
@@ -295,8 +301,8 @@ def test_unresolved_layout_value_migrates_once_env_resolves_it(tmp_path):
     with pytest.raises(Refused, match="--env"):
         migrate(run)
     out = migrate(run, {"N": "4"})
-    assert "gpus_per_node: ${oc.env:N,4}" in next(iter(out.files.values()))
-    assert "export N  # read by run.topology.yaml\npython3 train.py --topology" in out.new
+    assert "gpus_per_node: ${oc.env:N,4}  #" in next(iter(out.files.values()))
+    assert "export N  # read by run.topology.yaml\nTOPOLOGY_FLAGS=" in out.new
 
 
 def test_not_utf8_and_missing_files_are_unreadable(tmp_path, capsys):
@@ -323,7 +329,7 @@ def test_default_shows_a_diff_and_writes_nothing(tmp_path, capsys):
     assert code == 0 and run.read_text() == original
     assert f"--- {run}\n+++ {run}\n" in out and "+++ " + str(tmp_path / "run.topology.yaml") in out
     assert "--- /dev/null" in out and "+nodes: ${oc.env:NNODES,2}" in out
-    assert "applied 0001, 0002, 0003" in err
+    assert "applied 0003" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "run.sh"]
 
 
@@ -389,9 +395,13 @@ def test_launcher_accepts_legacy_flags_the_topology_file_and_flags_conflict(tmp_
 
 ADDED = re.compile(r"^\s*(# miles-topology-migration: \d{4}|# miles-topology \d{4}: .*"
                    r"|export [A-Za-z_].*  # read by \S+\.topology\.yaml"
-                   r"|MILES_TOPOLOGY_DIR\w*=.*  # read by --topology)$")
-TOPOLOGY_REF = re.compile(r' --topology "[^"\n]*\.topology\.yaml"'
-                          r'| --runtime-env-json="\{\\"env_vars\\": \{[^\n]*?\}\}"')
+                   r"|MILES_TOPOLOGY_DIR\w*=.*  # this script's folder, where \S+ is"
+                   r'|TOPOLOGY_FLAGS\w*="\$\(miles-topology flags "[^"\n]*\.topology\.yaml"\)"'
+                   r" \|\| exit 1  # .*"
+                   r'|eval "TOPOLOGY_ARGS\w*=\(\$\{TOPOLOGY_FLAGS\w*\}\)"  # .*)$')
+TOPOLOGY_REF = re.compile(r' --topology "[^"\n]*\.topology\.yaml"| "\$\{TOPOLOGY_ARGS\w*\[@\]\}"'
+                          r'| --runtime-env-json="\{\\"env_vars\\": \{[^\n]*?\}\}"'
+                          r"| \(miles-topology \d{4}: [^\n]* moved to [^\n]*\)")
 # shell words, roughly: $((...)), ${...}, quoted strings and bare runs count as one each
 TOKEN = re.compile(r"\$\(\([^\n]*?\)\)|\$\{[^}\n]*\}|\"[^\"\n]*\"|'[^'\n]*'|[^\s()\"'$\\]+|\$\w*")
 
@@ -400,18 +410,34 @@ def layout_word(word: str) -> bool:
     return word.startswith("--") and field_of(word.split("=", 1)[0]) in LAYOUT
 
 
-def assert_only_layout_moved(old: str, new: str) -> None:
-    """Besides the marker, comments and exports it adds and the --topology reference, the
-    new script is the old one with layout flags (and their values) taken out."""
+NOTE = re.compile(r" \(miles-topology \d{4}: [^\n]* moved to [^\n]*\)")
+
+
+def moved_comment(line: str, yaml: str) -> str:
+    """The line without its trailing comment when that comment moved into the YAML."""
+    m = re.match(r"(.*?\S)[ \t]+#[ \t]*([^\n]*)$", line)
+    if m and "#" not in m.group(1) and f"; {m.group(2).strip()}" in yaml:
+        return m.group(1)
+    return line
+
+
+def assert_only_layout_moved(old: str, new: str, yaml: str = "") -> None:
+    """Besides the marker, comments and exports it adds and the topology reference, the
+    new script is the old one with layout flags (and their values) taken out; a comment
+    that goes is in the YAML."""
     kept = TOPOLOGY_REF.sub("", "\n".join(x for x in new.split("\n") if not ADDED.match(x)))
+    old = "\n".join(moved_comment(x, yaml) for x in old.split("\n")
+                    if not (x.lstrip().startswith("#") and yaml and
+                            x.strip().lstrip("#").strip() in yaml))
     a, b = Counter(TOKEN.findall(old)), Counter(TOKEN.findall(kept))
     assert not b - a, f"new words: {b - a}"
     gone = list((a - b).elements())
     flags = [w for w in gone if w.startswith("--")]
-    assert all(layout_word(w) for w in flags), flags
+    assert all(layout_word(w) and field_of(w.split("=", 1)[0]) in MOVES for w in flags), flags
     assert len(gone) - len(flags) <= len(flags)  # at most one value word per flag
     comments = [x for x in old.split("\n") if x.lstrip().startswith("#")]
-    assert all(c in new.split("\n") for c in comments)
+    noted = [NOTE.sub("", x) for x in new.split("\n")]
+    assert all(c in noted or c.strip().lstrip("#").strip() in yaml for c in comments)
 
 
 @pytest.mark.parametrize(("name", "case"), CASES, ids=[f"{n}[{k}]" for n, k in CASES])
@@ -448,13 +474,42 @@ def test_acceptance_on_checker_fixtures(name, case, tmp_path, capsys):
     new = State(path, path.read_text(), env)
     assert common.key(read(new).topology) == common.key(read(old).topology)
     assert cli(["migrate", "--check", str(path)], capsys)[0] == 0
-    assert_only_layout_moved((SCRIPTS / name).read_text(), path.read_text())
+    yaml = path.with_name(path.name.removesuffix(".sh") + ".topology.yaml")
+    assert_only_layout_moved((SCRIPTS / name).read_text(), path.read_text(),
+                             yaml.read_text() if yaml.exists() else "")
     if BASH:
         assert bash_ok(path)
+        ran_same(SCRIPTS / name, path, tmp_path, env)
     written = {p: p.read_bytes() for p in d.iterdir() if p.is_file()}
     code, _, err = cli(["migrate", "--write", *env_args(env), str(path)], capsys)
     assert code == 0 and "up to date" in err
     assert {p: p.read_bytes() for p in d.iterdir() if p.is_file()} == written
+
+
+def ran_same(original: Path, migrated: Path, tmp_path: Path, env: dict) -> None:
+    """Run both under bash with the stand-ins: the migrated one launches what the original
+    did. A script bash itself cannot run as given (it needs its --env values as the
+    environment, or files that do not exist here) is compared when the original runs."""
+    shell_env = {k: v for k, v in env.items() if not k.isdigit()}
+    texts = [p.read_text() for p in original.parent.rglob("*.sh")]
+    (tmp_path / "run").mkdir()
+    bin_, log = stand_ins(tmp_path / "run", flag_words(*texts))
+    try:
+        before = launched(original, original.parent, bin_, log, **shell_env)
+    except AssertionError:
+        return  # the original does not run under bash here either
+    meant = common.key(read(State(original, original.read_text(), env)).topology)
+    try:
+        if common.key(read_flags(before["argv"], env).topology) != meant:
+            return  # the --env values stand for command output bash does not reproduce here
+    except TopologyError:
+        return
+    after = launched(migrated, migrated.parent, bin_, log, **shell_env)
+    same_launch(before, after, env)
+    RAN.append(original.name)
+
+
+RAN: list[str] = []
 
 
 def test_step_modules_import_without_heavy_dependencies():
@@ -561,7 +616,7 @@ def test_check_pending_is_what_write_would_do(tmp_path, capsys):
     src = step_dir(STEPS[2])
     run = staged(src, tmp_path)
     code, out, _ = cli(["migrate", "--check", str(run)], capsys)
-    assert code == 1 and "pending 0001" in out and "0003" in out
+    assert code == 1 and "pending 0003" in out
     # a sourced model file has no launch of its own: nothing to migrate, not pending
     code, out, _ = cli(["migrate", "--check", str(tmp_path / "models" / "moe.sh")], capsys)
     assert code == 0 and "not migrated" in out and "no training launch" in out
@@ -579,34 +634,126 @@ def test_check_pending_is_what_write_would_do(tmp_path, capsys):
 # ---------------------------------------------------------------- the migrated script, run
 
 
-def fake_stack(tmp_path: Path) -> tuple[Path, Path]:
-    """A bin folder with `python3` standing for train.py (it reads its flags, --topology
-    included, with the environment it really got, and writes what it found to a JSON file)
-    and `ray` whose `job submit -- CMD` runs CMD with only the runtime env's variables, as a
-    ray job's entrypoint gets them (it does not inherit the submitting shell's exports)."""
+STAND_IN_TRAIN = """\
+import json, os, sys
+sys.path.insert(0, ROOT)
+try:  # the real flag surface of miles' train.py (surface.py: miles, Megatron-LM, SGLang)
+    from miles_topology.surface import parser
+    surface = parser()
+except (ImportError, OSError):  # not here yet: the flags of the original scripts, no more
+    import argparse
+    from miles_topology.flags import TOPOLOGY, is_switch
+    surface = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+    for flag in sorted(json.loads(open(KNOWN).read())):
+        if flag == TOPOLOGY:
+            continue
+        if is_switch(flag):
+            surface.add_argument(flag, action="store_true")
+        else:
+            surface.add_argument(flag, nargs="*")
+args = sys.argv[1:]
+ns = surface.parse_args(args)  # an unknown flag: "unrecognized arguments", exit 2
+with open(LOG, "a") as f:
+    f.write(json.dumps({"prog": "train.py", "argv": args, "parsed": vars(ns)}) + "\\n")
+"""
+
+STAND_IN_PY = """\
+import json, os, sys
+a = sys.argv[1:]
+with open(LOG, "a") as f:
+    f.write(json.dumps({"prog": "python3", "argv": a, "cwd": os.getcwd(),
+                        "env": dict(os.environ)}) + "\\n")
+i = 0
+while i < len(a) and a[i].startswith("-") and a[i] not in ("-c", "-m"):
+    i += 1
+script = a[i:]
+if script[:2] == ["-m", "miles.train"] or script and os.path.basename(script[0]) in (
+        "train.py", "train_async.py"):
+    rest = script[2:] if script[0] == "-m" else script[1:]
+    os.execv(REAL, [REAL, TRAIN, *rest])
+os.execv(REAL, [REAL, *a])  # a helper (model_args_utils.py, -c ...): the real thing
+"""
+
+STAND_IN_RAY = """\
+import json, os, sys
+a = sys.argv[1:]
+with open(LOG, "a") as f:
+    f.write(json.dumps({"prog": "ray", "argv": a, "env": dict(os.environ)}) + "\\n")
+if a[:2] == ["job", "submit"]:
+    cut = a.index("--")
+    env = {}
+    for k, w in enumerate(a[2:cut], 2):
+        if w.startswith("--runtime-env-json"):
+            got = w.split("=", 1)[1] if "=" in w else a[k + 1]
+            env = {k: str(v) for k, v in json.loads(got).get("env_vars", {}).items()}
+    # the entrypoint gets the cluster's environment and the runtime env, not the exports
+    os.execve(PY, [PY, *a[cut + 2:]] if a[cut + 1] == "python3" else a[cut + 1:],
+              {"PATH": os.environ["PATH"], **env})
+"""
+
+
+def stand_ins(tmp_path: Path, known: set[str] = frozenset()) -> tuple[Path, Path]:
+    """A bin folder for running launch scripts under bash: `ray` (`job submit -- CMD` runs
+    CMD with only the runtime env, as a job's entrypoint gets it), `python3` (runs train.py
+    as the stand-in below, anything else with the real Python), the real `miles-topology`,
+    and a `train.py` that parses its flags with miles' flag surface. Each records its argv
+    (and environment) in a JSON-lines log. `pkill`, `sleep`, `nvidia-smi` are inert."""
     import sys
 
-    bin_, out = tmp_path / "bin", tmp_path / "seen.json"
+    bin_, log = tmp_path / "bin", tmp_path / "log.jsonl"
     bin_.mkdir()
-    (bin_ / "train.py").write_text(
-        "import json, os, sys\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from miles_topology.sources import read_flags\n"
-        "t = read_flags(sys.argv[2:], dict(os.environ)).topology\n"
-        f"open({str(out)!r}, 'w').write(json.dumps({{'nodes': t.nodes, 'world': t.world_size,"
-        " 'dp': t.dp, 'edp': t.edp, 'ep': t.ep, 'cwd': os.getcwd()}))\n")
-    (bin_ / "ray.py").write_text(
-        "import json, os, sys\n"
-        "a = sys.argv[1:]\nassert a[:2] == ['job', 'submit'], a\n"
-        "cut = a.index('--')\nenv = {}\n"
-        "for w in a[2:cut]:\n"
-        "    if w.startswith('--runtime-env-json='):\n"
-        "        env = json.loads(w.split('=', 1)[1])['env_vars']\n"
-        f"os.execve({str(bin_ / 'python3')!r}, a[cut + 1:], {{'PATH': '/usr/bin:/bin', **env}})\n")
-    for name, target in (("python3", "train.py"), ("ray", "ray.py")):
-        (bin_ / name).write_text(f'#!/bin/bash\nexec {sys.executable} {bin_ / target} "$@"\n')
-        (bin_ / name).chmod(0o755)
-    return bin_, out
+    (tmp_path / "known.json").write_text(json.dumps(sorted(known)))
+    consts = {"ROOT": str(ROOT), "LOG": str(log), "REAL": sys.executable,
+              "TRAIN": str(bin_ / "train.py"), "PY": str(bin_ / "python3"),
+              "KNOWN": str(tmp_path / "known.json")}
+    head = "".join(f"{k} = {v!r}\n" for k, v in consts.items())
+    for name, body in (("train.py", STAND_IN_TRAIN), ("python3.py", STAND_IN_PY),
+                       ("ray.py", STAND_IN_RAY)):
+        (bin_ / name).write_text(head + body)
+    for name in ("python3", "ray"):
+        (bin_ / name).write_text(f'#!/bin/bash\nexec {sys.executable} {bin_ / name}.py "$@"\n')
+    (bin_ / "miles-topology").write_text(
+        f'#!/bin/bash\nPYTHONPATH={ROOT} exec {sys.executable} -m miles_topology "$@"\n')
+    for name in ("pkill", "killall", "sleep", "nvidia-smi"):
+        (bin_ / name).write_text("#!/bin/bash\nexit 0\n")
+    for p in bin_.iterdir():
+        p.chmod(0o755)
+    return bin_, log
+
+
+def launched(script: Path, cwd: Path, bin_: Path, log: Path, **env) -> dict:
+    """Run the script under bash with the stand-ins; what train.py got (argv, parsed)."""
+    log.unlink(missing_ok=True)
+    tmp = log.parent / "tmp"  # mktemp's files land here
+    tmp.mkdir(exist_ok=True)
+    got = subprocess.run([BASH, os.path.relpath(script, cwd)], cwd=cwd, capture_output=True,
+                         text=True, env={"PATH": f"{bin_}:/usr/bin:/bin", "HOME": str(cwd),
+                                         "TMPDIR": str(tmp), **env}, timeout=120)
+    records = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    trains = [r for r in records if r["prog"] == "train.py"]
+    assert got.returncode == 0 and len(trains) == 1, (got.returncode, got.stderr[-2000:])
+    return trains[0]
+
+
+def same_launch(a: dict, b: dict, env: dict) -> None:
+    """The same topology, and the same values for every flag that is not layout (a file
+    the script wrote for --sglang-config: the same text)."""
+    ta, tb = read_flags(a["argv"], env).topology, read_flags(b["argv"], env).topology
+    ka, kb = common.key(ta), common.key(tb)
+    if ka["sglang_config"] != kb["sglang_config"] and "/tmp/tmp." in ka["sglang_config"]:
+        ka["sglang_config"], kb["sglang_config"] = (Path(x).read_text() for x in (
+            ka["sglang_config"], kb["sglang_config"]))
+        a, b = ({**r, "parsed": {**r["parsed"], "sglang_config": t}} for r, t in
+                ((a, ka["sglang_config"]), (b, kb["sglang_config"])))
+    assert ka == kb
+    layout = {flag.lstrip("-").replace("-", "_") for flag in (*a["argv"], *b["argv"])
+              if flag.startswith("--") and field_of(flag.split("=", 1)[0]) in MOVES}
+    rest = [{k: v for k, v in r["parsed"].items() if k not in layout} for r in (a, b)]
+    assert rest[0] == rest[1]
+
+
+def flag_words(*texts: str) -> set[str]:
+    return {w.split("=", 1)[0] for t in texts for w in re.findall(r"--[a-z][\w-]*=?", t)}
 
 
 def run_bash(script: Path, cwd: Path, bin_: Path, **env) -> None:
@@ -616,21 +763,49 @@ def run_bash(script: Path, cwd: Path, bin_: Path, **env) -> None:
 
 @pytest.mark.skipif(BASH is None, reason="needs bash")
 def test_values_moved_to_yaml_reach_train_py_under_ray_job_submit(tmp_path, capsys):
-    bin_, seen = fake_stack(tmp_path)
     (tmp_path / "job").mkdir()
     run = staged(step_dir(STEPS[2]), tmp_path / "job")
-    run_bash(run, tmp_path, bin_, NNODES="4")
-    before = json.loads(seen.read_text())
-    assert before["nodes"] == 4  # NNODES=4 reaches the flag through the shell
+    bin_, log = stand_ins(tmp_path, flag_words(run.read_text(),
+                                               (run.parent / "models" / "moe.sh").read_text()))
+    before = launched(run, tmp_path, bin_, log, NNODES="4")
+    assert read_flags(before["argv"]).topology.nodes == 4  # NNODES=4 reaches the flag
     assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
-    assert "--runtime-env-json=" in run.read_text()
-    seen.unlink()
-    run_bash(run, tmp_path, bin_, NNODES="4")
-    assert json.loads(seen.read_text()) == before  # and through the YAML, under ray
-    # without the runtime env the YAML would fall back to the value at migration time
-    run.write_text(re.sub(r' --runtime-env-json="[^\n]*?\}\}"', "", run.read_text()))
-    run_bash(run, tmp_path, bin_, NNODES="4")
-    assert json.loads(seen.read_text())["nodes"] == 2
+    text = run.read_text()
+    assert "--runtime-env-json=" not in text and "--topology" not in text
+    after = launched(run, tmp_path, bin_, log, NNODES="4")
+    same_launch(before, after, {})  # and through the YAML, expanded on the submitting side
+    assert read_flags(after["argv"]).topology.nodes == 4
+    # upstream's parser refuses --topology: the form this step used to write does not run
+    bad = run.with_name("bad.sh")
+    bad.write_text(text.replace('"${TOPOLOGY_ARGS[@]}"', '--topology "${SCRIPT_DIR}/run'
+                                '.topology.yaml"'))
+    got = subprocess.run([BASH, str(bad)], capture_output=True, text=True,
+                         env={"PATH": f"{bin_}:/usr/bin:/bin"})
+    assert got.returncode == 2 and "unrecognized arguments: --topology" in got.stderr
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_an_invalid_layout_stops_the_script_before_ray_job_submit(tmp_path, capsys):
+    (tmp_path / "job").mkdir()
+    run = staged(step_dir(STEPS[2]), tmp_path / "job")
+    bin_, log = stand_ins(tmp_path, flag_words(run.read_text(),
+                                               (run.parent / "models" / "moe.sh").read_text()))
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    yaml = run.with_name("run.topology.yaml")
+    yaml.write_text(yaml.read_text().replace("tp: 2", "tp: 3"))
+    got = subprocess.run([BASH, str(run)], capture_output=True, text=True,
+                         env={"PATH": f"{bin_}:/usr/bin:/bin"})
+    assert got.returncode == 1 and "dense-grid-divisibility" in got.stderr
+    # and `check` of the script says so, with tp 3 read from the YAML (not the defaults)
+    code, out, _ = cli(["check", "--format", "json", str(run)], capsys)
+    assert code == 1 and "dense-grid-divisibility" in {e["code"] for e in
+                                                      json.loads(out)["errors"]}
+    assert not log.exists()  # neither ray nor python3 ran
+    # without set -e too: the explicit `|| exit 1` stops it
+    run.write_text(run.read_text().replace("set -ex\n", ""))
+    got = subprocess.run([BASH, str(run)], capture_output=True, text=True,
+                         env={"PATH": f"{bin_}:/usr/bin:/bin"})
+    assert got.returncode == 1 and not log.exists()
 
 
 @pytest.mark.skipif(BASH is None, reason="needs bash")
@@ -640,35 +815,42 @@ def test_values_moved_to_yaml_reach_train_py_under_ray_job_submit(tmp_path, caps
     'cd /tmp\nD="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n',  # set after a cd
 ])
 def test_topology_path_survives_a_cd_before_the_launch(tmp_path, capsys, folder):
-    bin_, seen = fake_stack(tmp_path)
     (tmp_path / "sub").mkdir()
     run = write_script(tmp_path / "sub", "#!/bin/bash\n" + folder + "cd /\n"
                        "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 4 "
                        "--tensor-model-parallel-size 2 --colocate\n")
+    bin_, log = stand_ins(tmp_path, flag_words(run.read_text()))
+    before = launched(run, tmp_path, bin_, log)  # run as `bash sub/run.sh` from tmp_path
     assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
     text = run.read_text()
-    assert '--topology "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in text
-    run_bash(run, tmp_path, bin_)  # run as `bash sub/run.sh` from tmp_path
-    got = json.loads(seen.read_text())
-    assert (got["world"], got["dp"], got["cwd"]) == (4, 2, "/")
+    assert 'miles-topology flags "${MILES_TOPOLOGY_DIR}/run.topology.yaml"' in text
+    after = launched(run, tmp_path, bin_, log)
+    same_launch(before, after, {})
+    assert read_flags(after["argv"]).topology.dp == 2
 
 
 def test_a_folder_variable_set_before_any_cd_is_used(tmp_path):
     run = write_script(tmp_path, HEAD + "cd /\npython3 train.py --actor-num-gpus-per-node 4 "
                        "--colocate\n")
-    assert '--topology "${D}/run.topology.yaml"' in migrate(run).new
+    assert 'miles-topology flags "${D}/run.topology.yaml"' in migrate(run).new
     assert "MILES_TOPOLOGY_DIR" not in migrate(run).new
 
 
-def test_ray_job_with_its_own_runtime_env_keeps_variable_values_in_the_script(tmp_path):
-    run = write_script(tmp_path, "#!/bin/bash\nN=${N:-2}\nray job submit --address=x "
-                       "--runtime-env-json='{\"env_vars\": {\"A\": \"1\"}}' -- python3 train.py "
-                       "--actor-num-nodes $N --actor-num-gpus-per-node 4 --colocate\n")
+def test_variable_values_move_with_their_variable_or_the_script_is_refused(tmp_path):
+    text = ("#!/bin/bash\nN=${N:-2}\nray job submit --address=x --runtime-env-json="
+            "'{\"env_vars\": {\"A\": \"1\"}}' -- python3 ENTRY "
+            "--actor-num-nodes $N --actor-num-gpus-per-node 4 --colocate\n")
+    # upstream train.py: the flags are expanded before ray job submit, from the exports
+    run = write_script(tmp_path, text.replace("ENTRY", "train.py"))
     out = migrate(run)
-    assert "--actor-num-nodes $N" in out.new and out.new.count("--runtime-env-json") == 1
-    assert any("--actor-num-nodes" in k and "does not inherit" in k for k in out.kept)
-    (yaml,) = out.files.values()
-    assert "gpus_per_node: 4" in yaml and "nodes" not in yaml.replace("gpus_per_node", "")
+    assert "--actor-num-nodes $N" not in out.new and "export N  # read by" in out.new
+    assert "nodes: ${oc.env:N,2}  # --actor-num-nodes" in next(iter(out.files.values()))
+    # our launcher reads the file in the job, which gets only its own runtime env: the
+    # value cannot follow N there, and leaving it behind would split the layout
+    run.write_text(text.replace("ENTRY", "-m miles.train"))
+    with pytest.raises(Refused, match=r"--actor-num-nodes .* cannot move with them: .*does "
+                                      r"not inherit"):
+        migrate(run)
 
 
 def test_not_a_launch_is_a_type_not_a_message(tmp_path, capsys):
@@ -689,3 +871,270 @@ def test_not_a_launch_is_a_type_not_a_message(tmp_path, capsys):
         migrate(conv, {}, False)
     code, out, _ = cli(["migrate", "--check", str(conv)], capsys)
     assert code == 0 and "not migrated" in out
+
+
+def test_acceptance_ran_the_migrated_scripts_under_bash():
+    """The bash comparison above is not vacuous: most migrated fixtures ran both ways."""
+    if BASH is None or not any(n for n, _ in CASES):
+        pytest.skip("needs bash")
+    if not RAN:
+        pytest.skip("run together with test_acceptance_on_checker_fixtures")
+    print(f"\nran under bash both ways: {len(RAN)}: {sorted(set(RAN))}")
+    assert {"run-qwen3-30B-A3B.sh", "run-qwen3-4B.sh", "vars-defaults.sh"} <= set(RAN), RAN
+
+
+# ---------------------------------------------------------------- bytes not asked for
+
+
+def test_a_line_appended_while_write_runs_is_kept(tmp_path, capsys, monkeypatch):
+    """An editor saves the script between the read and the replace: nothing is written,
+    the edit is kept, and no YAML or backup is left behind (fails without the re-read)."""
+    from miles_topology.migrations import runner
+
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    real = runner._atomic
+
+    def editor_saves(path, data, *a, **k):
+        if path.name.endswith(".bak"):  # after the YAML, before the script is replaced
+            with open(run, "a") as f:
+                f.write("echo appended by an editor\n")
+        return real(path, data, *a, **k)
+
+    monkeypatch.setattr(runner, "_atomic", editor_saves)
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "changed while it was being migrated" in err
+    assert run.read_text().endswith("echo appended by an editor\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "run.sh"]
+    monkeypatch.setattr(runner, "_atomic", real)
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0  # again: it goes through
+    assert run.read_text().endswith("echo appended by an editor\n")
+
+
+def test_crlf_script_stays_crlf_and_added_words_carry_no_cr(tmp_path, capsys):
+    """Every line of this CRLF script ends in a comment, so bash reads no CR in its words;
+    the lines migrate adds end in comments too (a CR after a word would join it)."""
+    text = ('#!/bin/bash  # launcher\n'
+            'D="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"  # here\n'
+            "python3 train.py --actor-num-gpus-per-node 4 --tensor-model-parallel-size 2 "
+            "--colocate --save /root/ckpt  # the job\n").replace("\n", "\r\n")
+    run = write_script(tmp_path, text)
+    out = migrate(run)
+    assert out.new.count("\r\n") == out.new.count("\n") and "\r" not in out.new.replace(
+        "\r\n", "")
+    assert all(x.rstrip("\r").split("  # ")[-1] for x in out.new.split("\n")[:-1])
+    assert 'python3 train.py "${TOPOLOGY_ARGS[@]}" --save /root/ckpt  # the job\r\n' in out.new
+    (yaml,) = out.files.values()
+    assert "\r" not in yaml and "tp: 2  # --tensor-model-parallel-size" in yaml
+    if BASH:
+        bin_, log = stand_ins(tmp_path / "b" if (tmp_path / "b").mkdir() is None else None,
+                              flag_words(text))
+        before = launched(run, tmp_path, bin_, log)
+        write(out)
+        after = launched(run, tmp_path, bin_, log)
+        assert not [w for w in after["argv"] if "\r" in w]
+        same_launch(before, after, {})
+    else:
+        write(out)
+    r = read(State(run, run.read_text(), {}))
+    assert not [w for w in r.script.flags() if "\r" in w]
+    assert (r.topology.tp, r.topology.gpus_per_node, r.topology.colocate) == (2, 4, True)
+
+
+def test_a_layout_flag_added_back_is_pending_and_moves_into_the_yaml(tmp_path, capsys):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    assert cli(["migrate", "--check", str(run)], capsys)[0] == 0
+    yaml = run.with_name("run.topology.yaml")
+    old_yaml = yaml.read_text()
+    # the marker still says 0003; the content says otherwise
+    run.write_text(run.read_text().replace("   --save /root/ckpt",
+                                           "   --context-parallel-size 2 \\\n   --save /root/ckpt"))
+    code, out, _ = cli(["migrate", "--check", str(run)], capsys)
+    assert code == 1 and "pending 0003" in out
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    assert "--context-parallel-size" not in run.read_text()
+    assert yaml.read_text() == old_yaml + "cp: 2  # --context-parallel-size\n"  # appended
+    assert read(State(run, run.read_text(), {})).topology.cp == 2
+    assert cli(["migrate", "--check", str(run)], capsys)[0] == 0
+    # a value the YAML sets otherwise: refused, both kept
+    run.write_text(run.read_text().replace("   --save", "   --pipeline-model-parallel-size 1 "
+                                           "--tensor-model-parallel-size 4 \\\n   --save"))
+    with pytest.raises(Refused, match="tp too; keep one"):
+        migrate(run)
+
+
+def test_yaml_values_are_quoted_by_the_yaml_library():
+    import yaml
+
+    from miles_topology.migrations.m0003_consolidate import yaml_lines
+
+    rows = [("sglang_config", "cfg: a.yaml", "--sglang-config"), ("order", "tp-cp-ep-pp-dp", "x"),
+            ("external_addrs", ("a:1", "b #2"), "y"), ("nodes", "${oc.env:N,2}", "z"),
+            ("a2a_backend", "yes", "w")]
+    text = "\n".join(yaml_lines(rows)) + "\n"
+    assert yaml.safe_load(text) == {"sglang_config": "cfg: a.yaml", "order": "tp-cp-ep-pp-dp",
+                                    "external_addrs": ["a:1", "b #2"], "nodes": "${oc.env:N,2}",
+                                    "a2a_backend": "yes"}
+    assert all(line.split("  # ")[1] for line in text.splitlines())
+    # what it used to write does not read back
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load("sglang_config: cfg: a.yaml\n")
+
+
+def test_flags_command_prints_the_layout_and_refuses_an_invalid_one(tmp_path, capsys):
+    y = tmp_path / "t.topology.yaml"
+    y.write_text("nodes: ${oc.env:TOPO_TEST_N,2}\ntp: 2\norder: tp-cp-ep-pp-dp\ncolocate: true\n"
+                 "sp: false\nexternal_addrs: ['a b', c]\n")
+    code, out, _ = cli(["flags", str(y)], capsys)
+    assert code == 0 and out.splitlines() == [
+        "--actor-num-nodes", "2", "--tensor-model-parallel-size", "2",
+        "--use-tp-pp-dp-mapping", "--colocate", "--rollout-external-engine-addrs", "'a b'", "c"]
+    y.write_text("tp: 3\ngpus_per_node: 4\n")
+    code, out, err = cli(["flags", str(y)], capsys)
+    assert code == 1 and out == "" and "dense-grid-divisibility" in err
+    assert cli(["flags", str(tmp_path / "none.yaml")], capsys)[0] == 2
+    y.write_text("engine_groups: [[a, b, 1, 2]]\n")
+    code, _, err = cli(["flags", str(y)], capsys)
+    assert code == 2 and "no train.py flag" in err
+
+
+# ---------------------------------------------------------------- scripts in upstream styles
+
+UPSTREAM = STEP_FIXTURES / "upstream"
+STYLES = sorted(p.name for p in UPSTREAM.glob("*.sh"))
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("name", STYLES)
+def test_scripts_in_miles_and_slime_styles_migrate_and_launch_the_same(name, tmp_path, capsys):
+    """Each script (slime's preamble, nvidia-smi probe, sourced model file, runtime-env JSON;
+    miles' wandb branches and a written --sglang-config file; variables and train_async.py)
+    is migrated, and run under bash with the stand-ins, the migrated script launches what
+    the original launched (train.py parsing with the real flag surface)."""
+    d = tmp_path / "scripts"
+    shutil.copytree(UPSTREAM, d)
+    path = d / name
+    texts = [p.read_text() for p in UPSTREAM.rglob("*.sh")]
+    bin_, log = stand_ins(tmp_path, flag_words(*texts))
+    before = launched(path, d, bin_, log)
+    code, out, err = cli(["migrate", "--write", str(path)], capsys)
+    assert code == 0, err
+    yaml = path.with_name(name.removesuffix(".sh") + ".topology.yaml")
+    assert yaml.exists() and "--topology" not in path.read_text()
+    after = launched(path, d, bin_, log)
+    same_launch(before, after, {})
+    code_only = re.sub(r"(^|[ \t])#[^\n]*", "", path.read_text(), flags=re.M)
+    moved = [f for f in flag_words(code_only) if field_of(f) in MOVES]
+    assert not moved, moved  # the whole layout moved, nothing half left behind
+    for flag in ("--advantage-estimator", "--use-rollout-routing-replay", "--sglang-config",
+                 "--global-batch-size", "--rollout-batch-size"):
+        assert (flag in (UPSTREAM / name).read_text()) == (flag in path.read_text()), flag
+    assert_only_layout_moved((UPSTREAM / name).read_text(), path.read_text(), yaml.read_text())
+    assert bash_ok(path)
+    assert cli(["migrate", "--check", str(path)], capsys)[0] == 0
+    code, _, err = cli(["migrate", "--write", str(path)], capsys)
+    assert code == 0 and "up to date" in err
+
+
+def test_a_yaml_valid_only_with_flags_left_behind_is_refused(tmp_path):
+    """`miles-topology flags` validates the YAML alone: half a layout would stop the job."""
+    run = write_script(tmp_path, HEAD + 'source "$D/models/m.sh"\n'
+                       "python3 train.py --actor-num-nodes 1 --tensor-model-parallel-size 3 "
+                       "--colocate ${MODEL_ARGS[@]}\n",
+                       "MODEL_ARGS=(--num-layers 6 --actor-num-gpus-per-node 6)\n")
+    with pytest.raises(Refused, match=r"not valid on its own \(\[dense-grid-divisibility\].*"
+                                      r"--actor-num-gpus-per-node .* sourced file"):
+        migrate(run)
+    assert migrate(run, inline=True).applied == ["0003"]  # one array: nothing validated apart
+
+
+def test_our_launcher_keeps_reading_the_yaml_with_topology(tmp_path, capsys):
+    """python -m miles.train accepts --topology FILE (miles/train.py): it gets that form."""
+    d = tmp_path / "s"
+    shutil.copytree(SCRIPTS, d)
+    path = d / "run-python-m-miles-train.sh"
+    assert cli(["migrate", "--write", str(path)], capsys)[0] == 0
+    text = path.read_text()
+    assert '-m miles.train --topology "${HERE}/run-python-m-miles-train.topology.yaml"' in text
+    assert "miles-topology flags" not in text
+    assert read(State(path, text, {})).topology == read(
+        State(SCRIPTS / path.name, (SCRIPTS / path.name).read_text(), {})).topology
+
+
+def test_inline_then_a_flag_given_again_joins_the_array(tmp_path):
+    run = staged(step_dir(STEPS[2]), tmp_path)
+    write(migrate(run, inline=True))
+    run.write_text(run.read_text().replace("   --save /root/ckpt",
+                                           "   --context-parallel-size 2 --save /root/ckpt"))
+    out = migrate(run, inline=True)
+    assert out.applied == ["0003"] and "   --context-parallel-size 2\n)" in out.new
+    write(out)
+    assert migrate(run, inline=True).applied == []
+    assert read(State(run, run.read_text(), {})).topology.cp == 2
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_the_bash_comparison_catches_a_changed_launch(tmp_path, capsys):
+    """same_launch fails on a non-layout flag changed, or a layout value changed."""
+    (tmp_path / "job").mkdir()
+    run = staged(step_dir(STEPS[2]), tmp_path / "job")
+    bin_, log = stand_ins(tmp_path, flag_words(run.read_text(),
+                                               (run.parent / "models" / "moe.sh").read_text()))
+    before = launched(run, tmp_path, bin_, log)
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    run.write_text(run.read_text().replace("--global-batch-size 256", "--global-batch-size 128"))
+    with pytest.raises(AssertionError):
+        same_launch(before, launched(run, tmp_path, bin_, log), {})
+    run.write_text(run.read_text().replace("--global-batch-size 128", "--global-batch-size 256"))
+    same_launch(before, launched(run, tmp_path, bin_, log), {})
+    yaml = run.with_name("run.topology.yaml")
+    yaml.write_text(yaml.read_text().replace("engine_size: 8", "engine_size: 4"))
+    with pytest.raises(AssertionError):
+        same_launch(before, launched(run, tmp_path, bin_, log), {})
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_model_helper_idiom(tmp_path, capsys):
+    """miles' `read -ra MODEL_ARGS <<< "$(python3 .../model_args_utils.py NAME)"`: migrated
+    and launching the same when the reader knows the helper's output (the bash reader
+    issue, through the sandbox); refused, saying what to do, while it does not."""
+    d = tmp_path / "checkout"
+    shutil.copytree(STEP_FIXTURES / "upstream-helper", d)
+    path = d / "scripts" / "run-dense-4B.sh"
+    original = path.read_text()
+    known = not [u for u in read_script_of(path).unresolved if u.flag is None]
+    bin_, log = stand_ins(tmp_path, flag_words(original, "--num-layers --hidden-size "
+                                               "--ffn-hidden-size --num-attention-heads "
+                                               "--group-query-attention --num-query-groups "
+                                               "--vocab-size --swiglu"))
+    before = launched(path, d, bin_, log)
+    code, _, err = cli(["migrate", "--write", str(path)], capsys)
+    if not known:
+        assert code == 1 and "Write those words out" in err and path.read_text() == original
+        return
+    assert code == 0, err
+    same_launch(before, launched(path, d, bin_, log), {})
+
+
+def read_script_of(path: Path):
+    from miles_topology.shell import read_script
+
+    return read_script(path, {})
+
+
+def test_source_of_an_absolute_path_in_the_checkout_migrates(tmp_path):
+    """`source /root/miles/scripts/models/X.sh` read from the script's own checkout (the
+    bash reader) no longer blocks; its model flags stay where they are."""
+    (tmp_path / "scripts" / "models").mkdir(parents=True)
+    shutil.copy(STEP_FIXTURES / "upstream" / "models" / "dense-4B.sh",
+                tmp_path / "scripts" / "models")
+    run = write_script(tmp_path / "scripts", "#!/bin/bash\nset -ex\n"
+                       "source /root/miles/scripts/models/dense-4B.sh\ncd /root/miles\n"
+                       "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 4 "
+                       '--colocate --tensor-model-parallel-size 2 "${MODEL_ARGS[@]}"\n')
+    out = migrate(run)
+    assert out.applied == ["0003"] and "source /root/miles/scripts/models/dense-4B.sh" in out.new
+    back = read(State(run, out.new, {}, files=out.files)).topology
+    assert (back.tp, back.gpus_per_node, back.layers) == (2, 4, 36)  # 36: the model file's
+    (yaml,) = out.files.values()
+    assert "tp: 2  # --tensor-model-parallel-size" in yaml and "num-layers" not in yaml

@@ -515,10 +515,19 @@ def test_unicode_fixture_migrates_exactly(tmp_path):
     assert "0003" in out.applied
     new = out.new
     assert "# Qwen3-4B — modèle dense, réglé à la main (UTF-8: é, —, 中文)" in new
-    assert "   # taille TP → 2\n" in new and "--tensor-model-parallel-size" not in new
+    assert "--tensor-model-parallel-size" not in new
+    (yaml,) = out.files.values()  # the comment heading the moved lines moved along
+    assert "tp: 2  # --tensor-model-parallel-size; taille TP → 2\n" in yaml
     assert "   --sequence-parallel" not in new  # moved whole, nothing left half-cut
-    after = read_script(run, text=new)
-    assert after.entry == "train.py" and any(fv.flag == "--topology" for fv in after.argv)
+    from miles_topology.yamlflags import STAGED
+
+    token = STAGED.set(out.files)  # the YAML it would write, expanded by `miles-topology flags`
+    try:
+        after = read_script(run, text=new)
+    finally:
+        STAGED.reset(token)
+    assert after.entry == "train.py"
+    assert any(fv.flag == "--tensor-model-parallel-size" and fv.span is None for fv in after.argv)
 
 
 def test_doubling_string_is_bounded(tmp_path):

@@ -130,6 +130,7 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
             for step in range(1, steps + 2):
                 t0 = time.monotonic()
                 final = step == steps + 1  # a rollout after the final sync, scored only
+                phase.enter("the final scoring" if final else f"step {step}")
                 m = _step(topo, step, seed, prompts, group, job, opts, faults, final)
                 m["step_time_s"] = round(time.monotonic() - t0, 3)
                 out.append(m)

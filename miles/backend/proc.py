@@ -54,10 +54,12 @@ def ready() -> None:
     """A no-op process: forking one shows the zygote has finished its preload."""
 
 
-def serve(conn, kind: str, env: dict[str, str], kwargs: dict, peers: int) -> None:
+def serve(conn, kind: str, env: dict[str, str], kwargs: dict, peers: int, name: str = ""
+          ) -> None:
     """Become `kind` ("trainer" or "engine") built with `kwargs`, then answer calls until
-    the host stops it or goes away."""
-    _die_with_parent()
+    the host stops it or goes away. `name` ("rank3", "engine0") becomes the process name
+    that ps and top show."""
+    _die_with_parent(name)
     gc.freeze()  # the zygote's objects: never scanned here, so their pages stay shared
     os.environ.update(env)
     t0 = time.monotonic()
@@ -94,13 +96,17 @@ def _error(e: BaseException) -> tuple[str, str, str]:
     return ("err", f"{type(e).__name__}: {e}", traceback.format_exc())
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(name: str = "") -> None:
     """Linux: be killed when the zygote exits (it exits when its host does), so a killed
-    host leaves no rank process behind, even one blocked in a collective."""
+    host leaves no rank process behind, even one blocked in a collective; and take the
+    role's name as the process name (/proc/PID/comm, at most 15 bytes)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
     import signal
 
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if name:
+        libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))

@@ -109,6 +109,12 @@ class Cluster:
         """Ray node id of Topology node `node`."""
         return self.nodes[node].id
 
+    @property
+    def local(self) -> bool:
+        """Whether this Cluster started its own local cluster (its processes are on this
+        machine, children of the launcher)."""
+        return self._local is not None
+
     def gpu_id(self, slot: Slot) -> str:
         """The GPU id Ray reserved for a (node, GPU) slot of the Topology."""
         return self.gpu[slot]
@@ -183,9 +189,11 @@ def start_cluster(topo: Topology, address: str | None = None, wait_s: float = 60
                     ("--actor-num-nodes", "--rollout-num-gpus"))], list(topo.warnings))
             local = start_local(topo.nodes_needed, topo.node_gpus_used)
             address = local.address
-        ray.init(address=address, logging_level="warning")
-        owns_conn = True
     try:
+        if not ray.is_initialized():
+            owns_conn = True  # set first: an interrupt inside ray.init leaves it half made
+            ray.init(address=address, logging_level="warning")
+            _quiet_worker_deaths()
         return _place(topo, wait_s, (local, owns_conn))
     except BaseException:
         if owns_conn:
@@ -193,6 +201,30 @@ def start_cluster(topo: Topology, address: str | None = None, wait_s: float = 60
         if local is not None:
             local.shutdown()
         raise
+
+
+def _quiet_worker_deaths() -> None:
+    """Drop Ray's "(raylet) A worker died or was killed ..." notice from the driver's output:
+    the backend reports a dead host itself, in one line that names its node and exit status
+    (`miles.backend.exits`). Ray prints the notices it pushes to the driver through
+    `ray._private.worker.print_to_stdstream`; other output is untouched."""
+    from ray._private import worker
+
+    show = worker.print_to_stdstream
+    if getattr(show, "miles_quiet", False):
+        return
+
+    def quiet(data, *args, **kwargs):
+        lines = [x for x in data.get("lines", ())
+                 if not (data.get("pid") == "raylet" and x.startswith(WORKER_DIED))]
+        if lines:
+            show({**data, "lines": lines}, *args, **kwargs)
+
+    quiet.miles_quiet = True
+    worker.print_to_stdstream = quiet
+
+
+WORKER_DIED = "A worker died or was killed while executing a task"
 
 
 def landing() -> dict[str, Any]:

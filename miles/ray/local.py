@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from miles.startup import mark
+
 NODE_RESOURCE = "miles_node_{}"
 OBJECT_STORE_MB = int(os.environ.get("MILES_RAY_OBJECT_STORE_MB", "100"))
 
@@ -29,6 +31,7 @@ def start_local(nodes: int, gpus: int, cpus: int = 1, timeout_s: float = 60.0):
             extra = dict(include_dashboard=False) if i == 0 else {}
             cluster.add_node(wait=False, resources={NODE_RESOURCE.format(i): 1}, **common, **extra)
         cluster.wait_for_nodes(timeout=timeout_s)
+        mark("cluster start-up: nodes up")
     except BaseException:
         cluster.shutdown()
         raise

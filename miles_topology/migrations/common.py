@@ -27,10 +27,18 @@ from ..shell import (
     syntax,
 )
 from ..sources import read_flags
+from ..yamlflags import STAGED
 
-# Fields of the parallel layout (cluster, train grid, rollout engines, replay): they move
-# into the topology file. Model shape, batch sizes and kernel options stay in the script.
+# Fields the topology flags set beyond the model shape and batch sizes.
 LAYOUT = fields_in("layout", "rollout", "replay")
+# Of them, the parallel layout proper (cluster, train and critic grids, rollout and eval
+# engines): only these move into the topology file. The algorithm (--advantage-estimator,
+# --use-critic, routing replay), the backend, --sglang-config, external engines, the weight
+# transfer mode, the MoE all-to-all kernel and debug modes stay where they are.
+MOVES = tuple(f for f in LAYOUT if f not in {
+    "cluster_nodes", "use_critic", "advantage_estimator", "train_backend", "fsdp_ignored",
+    "rollout_external", "external_addrs", "a2a_backend", "sglang_config", "engine_groups",
+    "transfer_mode", "train_only", "rollout_only", "routing_replay", "rollout_routing_replay"})
 # Notes that mean bash runs something other than what the script appears to say: fix first.
 BLOCKING = {"missing-line-continuation", "space-after-line-continuation",
             "several-launch-commands", "conditional-launch", "no-launch-command", "source-cycle"}
@@ -80,10 +88,13 @@ class Reading:
 def read(state: State) -> Reading:
     """The script as the steps left it, read like `check` does; the files the steps mean to
     write stand in for the ones on disk, and ${oc.env:VAR} reads what the script exports."""
+    token = STAGED.set({**(STAGED.get() or {}), **state.files})  # the YAML as the steps mean it
     try:
         script = read_script(state.path, state.env, text=state.text)
     except ScriptReadError as e:
         raise Refused(f"cannot read it: {e}", 2) from None
+    finally:
+        STAGED.reset(token)
     try:
         require_launch(script)
     except NoTrainingLaunch as e:
@@ -121,12 +132,87 @@ def first_read(state: State) -> Reading:
     if s.site.branch is not None:
         raise Refused(f"the launch command at {s.site.command} runs inside the branch at "
                       f"{s.site.branch}; other branches may launch differently.")
-    unknown = [u for u in s.unresolved if u.flag is None or field_of(u.flag) in LAYOUT]
-    if unknown:
-        shown = "; ".join(f"{u.flag or u.expression} at {u.source}: {u.why}" for u in unknown)
+    unknown = [u for u in s.unresolved if (u.flag is None or field_of(u.flag) in MOVES)
+               and not layout_free(u, s, state)]
+    values = [u for u in unknown if u.flag is not None]
+    if values:
+        shown = "; ".join(f"{u.flag} at {u.source}: {u.why}" for u in values)
         raise Refused(f"parallel-layout values known only at run time: {shown}. Pass "
                       "--env KEY=VALUE to resolve them.")
+    if unknown:
+        shown = "; ".join(f"{u.expression} at {u.source}: {u.why}" for u in unknown)
+        raise Refused(f"words known only at run time reach the launch ({shown}); they may "
+                      "hold layout flags, which would then override the moved ones or be "
+                      "overridden by them. Write those words out in the script (or pass "
+                      "--env KEY=VALUE for what they are built from), then migrate again.")
     return r
+
+
+_ARRAY_SET = re.compile(r"^([A-Za-z_]\w*)\+?=\(\.\.\.\)$")
+
+
+def layout_free(u, script: ScriptRead, state: State) -> bool:
+    """Whether an unknown word list is known to hold no layout flag, so that moving the
+    layout cannot change what it overrides: an array set only in branches decided at run
+    time (``if [ -n "$WANDB_API_KEY" ]; then WANDB_ARGS=(...); else WANDB_ARGS=(); fi``),
+    every assignment of it, in every file the read went through, of known words none of
+    which is a layout flag (a quoted expansion only as the value of a flag before it)."""
+    m = _ARRAY_SET.match(u.expression)
+    if u.flag is not None or m is None or "'if'" not in u.why and "'case" not in u.why:
+        return False
+    name = m.group(1)
+    files = {state.file, *(k[0] for k in script.uses),
+             *(os.path.abspath(x.path) for x in (u.source, *(fv.source for fv in script.argv))
+               if x.path != "<env>")}
+    found = False
+    for f in files:
+        try:
+            text = state.text if f == state.file else Path(f).read_text()
+        except (OSError, UnicodeDecodeError):
+            return False
+        if re.search(rf"\b(read|mapfile|readarray|declare|local|eval)\b[^\n]*\b{name}\b", text):
+            return False
+        try:
+            nodes, _ = syntax.parse(text.encode())
+        except syntax.ShellSyntaxError:
+            return False
+        for a in _assigns(nodes, name):
+            if a.array is None or not _no_layout(a.array):
+                return False
+            found = True
+    return found
+
+
+def _assigns(x, name: str):
+    if type(x) is syntax.Assign:
+        if x.name == name:
+            yield x
+        return
+    if isinstance(x, list | tuple):
+        for y in x:
+            yield from _assigns(y, name)
+    elif hasattr(x, "__slots__") and type(x) not in (syntax.Lit, syntax.Param):
+        for slot in x.__slots__:
+            yield from _assigns(getattr(x, slot, None), name)
+
+
+def _no_layout(words: list) -> bool:
+    prev = None
+    for w in words:
+        lit = w.literal()
+        if lit is not None:
+            flag = lit.split("=", 1)[0]
+            if flag == TOPOLOGY or field_of(flag) in MOVES:
+                return False
+        else:
+            one = all(type(p) is syntax.Lit or p.quoted and type(p) is not syntax.Sub and
+                      not (type(p) is syntax.Param and (p.name in "@*" or p.index in ("@", "*")))
+                      for p in w.parts)
+            if not one or prev is None or not prev.startswith("--") or is_switch(prev) or \
+                    "=" in prev:
+                return False
+        prev = lit
+    return True
 
 
 def key(topo: Topology) -> dict:
@@ -318,18 +404,29 @@ def _spread(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+_OPENS = re.compile(r"^[^#]*[+]?=\([ \t]*\r?$")  # `NAME=(` / `NAME+=(` ending its line
+
+
 def _tidy(text: str) -> str:
+    """Drop the lines the deletions emptied; an array whose first lines went does not start
+    with a blank line it did not have (the blank that separated them from the rest goes)."""
     lines = text.split("\n")
     out: list[str] = []
+    opened = False  # the lines just dropped were the first of an array
     for line in lines:
         if _SENT not in line:
+            if opened and not line.strip(" \t\r"):
+                continue
+            opened = False
             out.append(line)
             continue
         rest = line.replace(_SENT, "")
         body = rest.strip(" \t\r")
         if body not in ("", "\\"):
+            opened = False
             out.append(rest)
             continue
+        opened = opened or bool(out and _OPENS.match(out[-1]))
         if body == "" and out and _continues(out[-1]):  # it ended the command: so does above
             out[-1] = re.sub(r"[ \t]*\\(\r?)$", r"\1", out[-1])
     return "\n".join(out)

@@ -5,7 +5,8 @@ the same Topology, the same other flags, the same launch. Writes are atomic (a t
 file in the same folder, then os.replace on the file a symbolic link points to), the topology
 YAML before the script that names it; the script keeps its mode and owner, and its previous
 text goes to a new SCRIPT.bak (SCRIPT.bak.1, ... when that exists). Read-only files are
-refused.
+refused. The script is read again just before it is replaced: when an editor saved it in
+the meantime, nothing is written (what was created is removed) and the edit stays.
 """
 
 from __future__ import annotations
@@ -55,33 +56,36 @@ def load(path: Path) -> str:
         raise Refused("it is not UTF-8 text, so it cannot be edited byte for byte", 2) from None
 
 
-def pending(text: str) -> list:
-    return [s for s in STEPS if int(s.ID) > version(text)]
-
-
 def migrate(path: str | Path, env: dict[str, str] | None = None, inline: bool = False) -> Outcome:
-    """Run the pending steps on a script in memory; raises Refused, never writes."""
+    """Run every step on a script in memory; raises Refused, never writes. What is pending
+    is read from the content, not the marker: a step that changes nothing is not applied,
+    and a layout flag written again into a migrated script is moved again."""
     path = Path(path)
     text = load(path)
-    todo = pending(text)
     out = Outcome(path, text, text)
-    if not todo:
-        return out
     state = State(path, text, dict(env or {}), inline)
     before = current = first_read(state)
-    for step in todo:
+    for step in STEPS:
+        was = (state.text, dict(state.files))
         step.migrate(state, current)
-        if step is todo[-1]:
-            state.text = mark(state.text, step.ID)
-        try:
-            current = read(state)
-        except Refused as e:
-            raise Refused(f"step {step.ID} would leave a script that does not read back "
-                          f"({e.reason}); nothing was written.") from None
+        if (state.text, state.files) == was:
+            continue
+        current = reread(step.ID, state)
         verify(step.ID, before, current)
         out.applied.append(step.ID)
+    if out.applied and version(state.text) != int(LATEST):
+        state.text = mark(state.text, LATEST)
+        verify(LATEST, before, reread(LATEST, state))
     out.new, out.files, out.done, out.kept = state.text, state.files, state.done, state.kept
     return out
+
+
+def reread(step: str, state: State):
+    try:
+        return read(state)
+    except Refused as e:
+        raise Refused(f"step {step} would leave a script that does not read back "
+                      f"({e.reason}); nothing was written.") from None
 
 
 def target_of(out: Outcome) -> Path:
@@ -133,28 +137,50 @@ def write(out: Outcome) -> list[Path]:
     target = target_of(out)
     st = target.stat()
     owner = (st.st_uid, st.st_gid)
-    written, created = [], []
+    written, created, replaced = [], [], {}
     try:
+        unchanged(out, target)
         for p, text in out.files.items():
             if p.exists() and p.read_text() == text:
                 continue
             p = Path(os.path.realpath(p))  # a link stays a link here too
-            if not p.exists():
+            if p.exists():
+                replaced[p] = p.read_bytes()
+            else:
                 created.append(p)
             _atomic(p, text.encode(), 0o644, owner)
             written.append(p)
         bak = backup_path(target)
         _atomic(bak, out.old.encode(), stat.S_IMODE(st.st_mode), owner, exclusive=True)
         created.append(bak)
+        unchanged(out, target)  # just before the replace: an edit meanwhile is not lost
         _atomic(target, out.new.encode(), stat.S_IMODE(st.st_mode), owner)
         written += [target, bak]
-    except OSError as e:
+    except (OSError, Refused) as e:
         for p in created:
             with suppress(OSError):
                 p.unlink()
+        for p, data in replaced.items():
+            with suppress(OSError):
+                _atomic(p, data, 0o644, owner)
+        if isinstance(e, Refused):
+            raise
         raise Refused(f"cannot write ({e.strerror or e}); the script was left as it was") \
             from None
     return written
+
+
+def unchanged(out: Outcome, target: Path) -> None:
+    """Refuse when the script on disk is no longer the text that was migrated (an editor
+    saved it meanwhile): replacing it would lose that edit."""
+    try:
+        now = target.read_bytes()
+    except OSError as e:
+        raise Refused(f"cannot read it again before writing ({e.strerror or e}); nothing "
+                      "was written") from None
+    if now != out.old.encode():
+        raise Refused("it changed while it was being migrated (saved by an editor?); "
+                      "nothing was written, and the change is kept. Run migrate again.")
 
 
 def _atomic(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None = None,

@@ -9,8 +9,12 @@ import fnmatch
 import os
 import re
 
+from ..errors import InputError
 from ..textfilters import FILTERS, run_pipeline
+from ..yamlflags import COMMAND, env_names
+from ..yamlflags import text as flags_text
 from . import builtins, syntax
+from .model import Unresolved
 from .syntax import Arith, Lit, Param, Sub
 from .values import (
     INT_LIMIT,
@@ -476,6 +480,28 @@ class Expander:
             return field
         return Field(str(v), self.src(part.line), text=part.text)
 
+    def topology_flags(self, path: str, cwd: str | None) -> tuple[str | None, str]:
+        """``$(miles-topology flags FILE.yaml)``: the YAML's flags, read with the variables
+        exported here (what that command sees); None and why when that is not known."""
+        sh = getattr(self, "sh", self)  # the shell state (apart from the reader, or in it)
+        if not path.startswith("/"):
+            if (cwd or sh.cwd) is None:
+                return None, "a relative topology path depends on where the script is run"
+            path = os.path.join(cwd or sh.cwd, path)
+        env = {}
+        for k, v in sh.vars.items():
+            if (k in sh.exported or k in sh.inherited or sh.allexport) and not v.array:
+                f = v.items[0] if v.items else None
+                env[k] = None if f is None or f.unk or f.cond else f.value
+        unknown = [k for k in env_names(path) if k in env and env[k] is None]
+        if unknown:
+            return None, f"{path} reads {', '.join(unknown)}, known only at run time"
+        try:
+            return flags_text(path, {k: v for k, v in env.items() if v is not None},
+                              check=False, sep=" "), ""
+        except InputError as e:
+            return None, f"miles-topology flags {path} fails: {str(e).splitlines()[0]}"
+
     def substitute(self, sub: Sub) -> Field:
         """Only the idioms that locate files (dirname, basename, cd && pwd, realpath) and
         echo/printf, after ``IFS=...`` (the substitution is a subshell: it stays there)."""
@@ -576,6 +602,12 @@ class Expander:
                 out.append(got)
             elif name in ("true", ":"):
                 pass
+            elif tuple(vals[:2]) == COMMAND and len(vals) == 3:  # our own, see yamlflags.py
+                got, why = self.topology_flags(vals[2], cwd)
+                if got is None:  # visible: the eval of it would otherwise drop it quietly
+                    self.unresolved.append(Unresolved(None, sub.text, self.src(sub.line), why))
+                    return self.unknown(sub, why)
+                out.append(got)
             else:
                 return self.unknown(sub, f"command substitution runs '{name}' when the script "
                                          "runs")
