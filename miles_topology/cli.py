@@ -147,7 +147,7 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
 def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:
     """A Python launcher: one verdict per launch, on the cluster the flags and the
     ``[tool.miles-topology]`` table give (pylaunch/cluster.py)."""
-    from .pylaunch import check_python_all
+    from .check_launcher import check_python_all
     from .pylaunch.cluster import cluster_for
 
     py = py or {}

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 
-from .config import ENV_REF, load_fields
 from .errors import InputError
+from .sources import ENV_REF, load_fields
 
 COMMAND = ("miles-topology", "flags")
 # Files a migration is about to write, read in place of the disk (absolute path -> text), so

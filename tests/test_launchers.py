@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from miles_topology.check_launcher import check_python_all
 from miles_topology.cli import main
-from miles_topology.pylaunch import check_python_all, read_python_launches
+from miles_topology.pylaunch import read_python_launches
 from miles_topology.pylaunch.cluster import Cluster
 
 HERE = Path(__file__).parent / "fixtures" / "launchers"

@@ -12,13 +12,13 @@ PKG = Path(__file__).resolve().parents[1] / "miles_topology"
 # bottom first; a subpackage is one unit. A unit may import its own layer or lower ones.
 LAYERS = (
     ("errors", "grid", "layers", "env", "codes", "placement", "surface",
-     "textfilters"),  # records, data and arithmetic
+     "textfilters", "commandline"),  # records, data and arithmetic
     ("model",),  # Topology: the floor of the core
     ("checks", "flags"),  # the rules on it; the flag grammar
     ("sources", "config", "yamlflags", "namespace",
      "__init__"),  # reading and writing it (YAML as flags too); the package face
     ("weightsync", "replay", "show", "report", "shell", "pylaunch", "check_script",
-     "migrations", "selection", "cli", "__main__"),  # what is built on a Topology
+     "check_launcher", "migrations", "selection", "cli", "__main__"),  # what is built on a Topology
 )
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 

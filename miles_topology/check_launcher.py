@@ -1,0 +1,157 @@
+"""`check LAUNCHER.py`: the verdict on each training launch a Python launcher issues.
+
+pylaunch/ runs the launcher in the sandbox and reads its launches; this judges them with
+the rules bash scripts get (check_script's unknown-model-facts rule, one reading of flags),
+so the reader of launchers and the bash reader (which runs helpers through the same sandbox)
+never import each other's verdicts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
+from .env import PartialEnv
+from .errors import Location
+from .flags import parse_flags
+from .pylaunch import UNKNOWN_ENV, PythonLaunch, read_python_launches
+from .pylaunch.cluster import Cluster
+from .pylaunch.standins import unknowns_in
+from .report import verdict_of
+from .sources import read_flags
+
+
+def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
+                 cluster: Cluster | None = None, real_imports: bool = False,
+                 trust: bool = False):
+    """The Verdict on the launcher's first training launch (see `check_python_all`)."""
+    return check_python_all(path, launcher_args, env, cluster, real_imports, trust)[0]
+
+
+def check_python_all(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
+                     cluster: Cluster | None = None, real_imports: bool = False,
+                     trust: bool = False) -> list:
+    """`check LAUNCHER.py [-- ARGS]`: one Verdict per training launch the launcher issues
+    (per typer command, per call), each pointing at its own file:line."""
+    cluster = cluster or Cluster.of({})
+    got = read_python_launches(path, launcher_args, env, cluster=cluster,
+                               real_imports=real_imports, trust=trust)
+    return [_verdict(path, g, env, cluster, len(got)) for g in got]
+
+
+STANDIN_WHY = ("a value from a stand-in module, which the check does not guess "
+               "(--real-imports uses the installed modules)")
+
+
+def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]], list[dict],
+                                         int | None]:
+    """The launch's argv without the flags whose value holds a stand-in's Unknown, as (argv
+    for the rules, (flag, value or None) pairs, unresolved entries, position of the last
+    unknown word that may hold any flag)."""
+    argv, pairs, unresolved, gap = [], [], [], None
+    words = got.argv
+    i = 0
+
+    def entry(flag, word):
+        ids = unknowns_in(word)
+        info = [got.unknowns.get(n, {"what": "a stand-in's value", "source": None})
+                for n in ids]
+        src = next((x["source"] for x in info if x["source"]), got.source)
+        what = "; ".join(dict.fromkeys(x["what"] for x in info))
+        missing = "(no such file here)" in what
+        unresolved.append({"flag": flag, "expression": what,
+                           "source": f"{src[0]}:{src[1]}" if src else "?",
+                           "why": "the file does not exist here" if missing else STANDIN_WHY,
+                           "kind": "missing-file" if missing else "stand-in"})
+
+    while i < len(words):
+        w = words[i]
+        flag, eq, value = w.partition("=")
+        if w.startswith("--") and not unknowns_in(flag):
+            nxt = words[i + 1] if not eq and i + 1 < len(words) else None
+            if eq and unknowns_in(value):
+                entry(flag, value)
+                pairs.append((flag, None))
+                i += 1
+                continue
+            if nxt is not None and not nxt.startswith("--") and unknowns_in(nxt):
+                entry(flag, nxt)
+                pairs.append((flag, None))
+                i += 2
+                continue
+            pairs.append((flag, value if eq else "" if nxt is None or nxt.startswith("--")
+                          else nxt))
+        elif unknowns_in(w):  # a word that may stand for any flags
+            entry(None, w)
+            gap = len(pairs)
+            i += 1
+            continue
+        argv.append(w)
+        i += 1
+    return argv, pairs, unresolved, gap
+
+
+def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
+    """A ``--topology`` YAML is resolved with the environment the entry really gets: under
+    ray job submit only the runtime env, else the launcher's own plus what the command sets."""
+    argv, pairs, tainted, gap = _untaint(got)
+    base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
+    environ = {**base, **got.env} if got.env_known else PartialEnv(got.env, why=UNKNOWN_ENV)
+    v = verdict_of(path, lambda: read_flags(argv, environ).topology)
+    unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
+                            if getattr(environ, "dropped", None) else [])
+    gap_why = f"the model shape may come from {tainted[-1]['expression']}" if gap is not None \
+        else ""
+    facts, why = model_facts(pairs, gap, gap_why)  # as for bash scripts: one rule
+    skip_unknown(v, {u["flag"] for u in unresolved if u["flag"]}, facts)
+    where = None
+    if got.source:  # every problem is in the flags of the call the launcher makes there
+        same = os.path.realpath(got.source[0]) == os.path.realpath(path)
+        where = Location(path if same else os.path.relpath(got.source[0]), got.source[1])
+        v.errors, v.warnings, v.skipped = ([p if p.location else p.at(where) for p in ps]
+                                           for ps in (v.errors, v.warnings, v.skipped))
+    at = str(where) if where else "?"
+    which = "launch: "
+    if of > 1 or got.command:
+        which = f"launch {got.index + 1} of {of}" if of > 1 else "launch"
+        which += f" (command `{got.command}`)" if got.command else ""
+        which += ": "
+    lines = [f"{which}{got.launcher} {got.entry}  <- {at} (run in a sandbox in "
+             f"{got.seconds:.2f} s; {len(got.others)} other action(s) recorded, not run)"]
+    lines += [f"note: {n}" for n in got.notes]
+    lines.append(cluster.line())
+    by = {"cluster": [], None: []}
+    for p in got.probes:
+        if p["answer"] in by:
+            by[p["answer"]].append(p["command"])
+    if by["cluster"]:
+        lines.append("probes answered from the modelled cluster: " + "; ".join(
+            f"`{c}`" + (f" (x{n})" if n > 1 else "")
+            for c, n in _counted(by["cluster"])))
+    if by[None]:
+        lines.append("probes not modelled (answered with exit 0 and no output): " + "; ".join(
+            f"`{c[:100]}`" for c, _ in _counted(by[None])))
+    lines += [f"assumed: {a}" for a in got.assumed]
+    for u in tainted:
+        what = f"{u['flag']} = {u['expression']}" if u["flag"] else u["expression"]
+        lines.append(f"unresolved {what}  at {u['source']}: {u['why']}")
+    if facts:
+        lines.append(facts_line(facts, why))
+    v.extra = {"launcher": got.launcher, "entry": got.entry, "argv": got.argv,
+               "source": at, "unresolved": unresolved,
+               "launch": {"index": got.index, "of": of, "command": got.command, "source": at},
+               "cluster": cluster.as_dict(), "probes": got.probes, "assumed": got.assumed,
+               "others": [{"kind": o.kind, "command": o.command,
+                           "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
+                          for o in got.others],
+               "notes": got.notes, "report_lines": lines,
+               "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
+    return v
+
+
+def _counted(items: list[str]) -> list[tuple[str, int]]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return list(out.items())

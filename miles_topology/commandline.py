@@ -1,0 +1,181 @@
+"""How a command line starts a training program: python SCRIPT / -m MODULE, torchrun, ray job
+submit, `bash -c`, behind wrappers (exec, nohup, env, timeout, sudo, ...).
+
+The one rule of command forms for bash scripts (shell/) and Python launchers (pylaunch/):
+both readers give words, this tells which word is the entry and what runs it. It imports
+nothing of the core, so both readers stand on it without reaching each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import NamedTuple
+
+_PY = re.compile(r"python(?:[0-9](?:\.[0-9]+)?)?$")
+ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")  # NAME=value before a command
+_SHELLS = frozenset(("bash", "sh", "zsh", "dash"))
+# words that run the rest of the line as a command -> their options that take a value
+_PREFIX = {
+    "exec": {"-a"}, "nohup": set(), "time": {"-f", "-o"}, "command": set(), "builtin": set(),
+    "nice": {"-n"}, "env": {"-u", "--unset", "-C", "--chdir", "-S"},
+    "timeout": {"-s", "-k", "--signal", "--kill-after"}, "sudo": {"-u", "-g", "-C"},
+    "stdbuf": {"-i", "-o", "-e"}, "setsid": set(),
+}
+_TORCHRUN_SWITCHES = frozenset(("--standalone", "--no-python", "--no_python", "--run-path",
+                                "--run_path", "--module", "-m"))
+TRAIN_FILES = frozenset(("train.py", "train_async.py"))
+TRAIN_MODULES = frozenset(("train", "train_async"))
+
+
+def is_training(entry: str) -> bool:
+    """A training entry: train.py / train_async.py in any folder, or a module such as
+    miles.train (the one rule for bash scripts and Python launchers alike)."""
+    if entry.endswith(".py"):
+        return os.path.basename(entry) in TRAIN_FILES
+    return "/" not in entry and "." in entry and entry.rsplit(".", 1)[1] in TRAIN_MODULES
+
+
+class Form(NamedTuple):
+    """How one simple command starts a program, read from its words alone."""
+
+    launcher: str  # "python3", "torchrun", "python -m torch.distributed.run", "ray job submit"
+    entry: int  # index of the script, module, or (shell) the command string
+    job: tuple[int, int] | None = None  # ray job submit: range of its own option words
+    env: dict[str, str] = {}  # NAME=value words before the command, and `env NAME=value`
+    shell: bool = False  # `bash -c STRING`: the entry word is a shell string to read
+
+
+def command_form(vals: list[str | None]) -> Form | None:
+    """The program a simple command starts: python SCRIPT / -m MODULE, torchrun (also
+    ``python -m torch.distributed.run``), ``ray job submit [OPTS] [--] <one of those>``, or
+    ``bash -c STRING``, behind wrappers (exec, nohup, env, timeout, sudo, ...). The one rule
+    of command forms for bash scripts and Python launchers alike; None values are words
+    not known here."""
+    env: dict[str, str] = {}
+    k = _skip_wrappers(vals, 0, env)
+    if k >= len(vals) or vals[k] is None:
+        return None
+    base = os.path.basename(vals[k])
+    if base == "ray":
+        if vals[k + 1:k + 3] != ["job", "submit"]:
+            return None
+        rest = vals[k + 3:]
+        cut = k + 3 + rest.index("--") if "--" in rest else None
+        for j in range((cut + 1) if cut is not None else k + 3, len(vals)):
+            inner = command_form(vals[j:])  # the entrypoint: the first word that starts one
+            if inner is not None and inner.job is None:
+                return Form("ray job submit", j + inner.entry,
+                            (k + 3, cut if cut is not None else j), inner.env, inner.shell)
+        return None
+    if base in _SHELLS and "-c" in vals[k + 1:]:
+        i = vals.index("-c", k + 1) + 1
+        return Form(base + " -c", i, None, env, True) if i < len(vals) else None
+    got = _entry(vals, k)
+    return Form(got[0], got[1], None, env) if got else None
+
+
+def reads_stdin_script(vals: list[str | None]) -> bool:
+    """Whether a command runs a shell that reads its script from standard input: ``bash``,
+    ``bash -s``, ``sh -ex`` as the last program of the words (also ``docker run ... IMAGE
+    bash -s``, ``ssh HOST bash``), with options only after it and no ``-c``."""
+    for k in range(len(vals) - 1, -1, -1):
+        v = vals[k]
+        if v is None:
+            return False
+        if os.path.basename(v) in _SHELLS:
+            rest = vals[k + 1:]
+            return all(r is not None and r.startswith("-") and r != "--" and
+                       not (r[1:2] != "-" and "c" in r[1:]) for r in rest)
+        if not v.startswith("-"):
+            return False
+    return False
+
+
+def _skip_wrappers(vals: list[str | None], k: int, env: dict[str, str]) -> int:
+    """Index of the first word after leading assignments and wrapper commands."""
+    while k < len(vals):
+        v = vals[k]
+        if v is None:
+            return k
+        if ASSIGN.match(v):
+            name, _, value = v.partition("=")
+            env[name] = value
+            k += 1
+        elif os.path.basename(v) in _PREFIX:
+            opts = _PREFIX[os.path.basename(v)]
+            k += 1
+            while k < len(vals) and vals[k] is not None and vals[k].startswith("-"):
+                k += 2 if vals[k] in opts else 1
+            if v == "timeout":
+                k += 1  # its duration
+        else:
+            return k
+    return k
+
+
+def runtime_env(opts: list[str | None]) -> dict[str, str] | None:
+    """env_vars of `ray job submit`'s options: the only environment, beyond the cluster's
+    own, that the job's entrypoint gets (ray dashboard/modules/job/cli.py submit:
+    --runtime-env FILE, --runtime-env-json JSON). `opts`: the value of each word before
+    `--`, None when unknown. {} with no runtime env; None when it is not written
+    literally (an unknown word that may hold it, `--runtime-env FILE`) or is not JSON."""
+    env: dict[str, str] = {}
+    for i, w in enumerate(opts):
+        prev = opts[i - 1] if i else None
+        if w is None:
+            if prev and prev.startswith("-") and "=" not in prev \
+                    and not prev.startswith("--runtime-env"):
+                continue  # the unknown value of another option (--address $ADDR)
+            return None
+        if w == "--runtime-env" or w.startswith("--runtime-env="):
+            return None  # a YAML file: not read here
+        got = w.partition("=")[2] if w.startswith("--runtime-env-json=") else \
+            (opts[i + 1] if w == "--runtime-env-json" and i + 1 < len(opts) else False)
+        if got is False:
+            continue
+        try:
+            env = {str(k): str(v) for k, v in (json.loads(got).get("env_vars") or {}).items()}
+        except (TypeError, ValueError, AttributeError):
+            return None
+    return env
+
+
+def _entry(vals: list[str | None], k: int) -> tuple[str, int] | None:
+    """(launcher, entry index) when vals[k] starts a python or torchrun launch."""
+    base = os.path.basename(vals[k])
+    if _PY.match(base):
+        i = k + 1
+        while i < len(vals):
+            v = vals[i]
+            if v is None or v == "-c":
+                return None
+            if v == "-m" and i + 1 < len(vals) and vals[i + 1] is not None:
+                mod = vals[i + 1]
+                if mod in ("torch.distributed.run", "torch.distributed.launch"):
+                    return _torchrun(vals, i + 2, f"{base} -m {mod}")
+                return base, i + 1
+            if v in ("-X", "-W", "-Q"):
+                i += 2
+            elif v.startswith("-"):
+                i += 1
+            else:
+                return base, i
+        return None
+    if base == "torchrun":
+        return _torchrun(vals, k + 1, "torchrun")
+    return None
+
+
+def _torchrun(vals: list[str | None], i: int, launcher: str) -> tuple[str, int] | None:
+    """Skip torchrun's own options (``--opt value``, ``--opt=value``, switches)."""
+    while i < len(vals):
+        v = vals[i]
+        if v is None:
+            return None
+        if v.startswith("-"):
+            i += 1 if ("=" in v or v in _TORCHRUN_SWITCHES) else 2
+        else:
+            return launcher, i
+    return None
