@@ -68,6 +68,10 @@ class Host:
         self.ctx.set_forkserver_preload(proc.PRELOAD)
         self.children: dict[str, _Child] = {}
         self.reaping = threading.Lock()  # one thread at a time reads an exit status
+        # start() runs in threads of its own and may still be forking while stop() runs:
+        # the table changes under `guard`, and a process forked after stop() is killed
+        self.guard = threading.Lock()
+        self.stopping = False
 
     def pid(self) -> int:
         return os.getpid()
@@ -78,7 +82,7 @@ class Host:
 
     def pids(self) -> dict[str, int]:
         """Process name -> pid of every role process forked here."""
-        return {name: c.process.pid for name, c in self.children.items()}
+        return {name: c.process.pid for name, c in self._children()}
 
     def warm(self) -> float:
         """Seconds until the zygote has imported the roles' modules (the first call starts it)."""
@@ -96,7 +100,16 @@ class Host:
                              args=(there, kind, env, kwargs, len(peers or ()), name))
         p.start()
         there.close()
-        child = self.children[name] = _Child(name, p, here, list(peers or ()))
+        child = _Child(name, p, here, list(peers or ()))
+        with self.guard:
+            late = self.stopping
+            if not late:
+                self.children[name] = child
+        if late:  # the job is being stopped: this process must not outlive it
+            child.done = True
+            p.kill()
+            p.join(5)
+            raise ProcError(f"{name}: started while its host was stopping")
         with child.lock:
             try:
                 return self._answer(child)
@@ -112,23 +125,30 @@ class Host:
 
     def stop(self) -> None:
         """End every process of this host (a failed job's may be blocked in a collective)."""
-        for child in self.children.values():
+        with self.guard:
+            self.stopping = True
+            children = list(self.children.values())
+            self.children.clear()
+        for child in children:
             child.done = True
             child.process.kill()
-        for child in self.children.values():
+        for child in children:
             with self.reaping:
                 child.process.join(5)
             child.conn.close()
-        self.children.clear()
 
     def deaths(self, wait_s: float = 0.0) -> list[tuple[str, int | None]]:
         """(name, exit code) of the processes that ended on their own: not stopped, not
         after reporting an error. Waits up to `wait_s` for a first one."""
-        live = [c for c in self.children.values() if not c.done]
+        live = [c for _, c in self._children() if not c.done]
         with self.reaping:
             if wait_s and live and all(c.process.exitcode is None for c in live):
                 mp.connection.wait([c.process.sentinel for c in live], wait_s)
             return [(c.name, c.process.exitcode) for c in live if c.process.exitcode is not None]
+
+    def _children(self) -> list[tuple[str, _Child]]:
+        with self.guard:
+            return list(self.children.items())
 
     def _answer(self, child: _Child):
         """The process's reply to the last message, forwarding its peer calls meanwhile."""
