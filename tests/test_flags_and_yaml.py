@@ -311,7 +311,7 @@ def test_deprecated_upstream_spellings_warn_and_pass():
 
 def test_repeat_and_typo_point_at_the_token_that_wrote_them():
     from miles_topology.flags import parse_flags
-    from miles_topology.shell.model import Source, Token
+    from miles_topology.shell.records import Source, Token
 
     words = [("--lr", 3), ("1e-6", 3), ("--tensor-model-paralel-size", 4), ("2", 4),
              ("--lr", 9), ("2e-6", 9), ("--colocate", 9)]

@@ -4,7 +4,8 @@ the interpreter, launch finding, and provenance (spans) for migrations.
 Importing this package does not import tree_sitter; the parser is built on first use.
 """
 
-from .model import (
+from .read import read_script, require_launch
+from .records import (
     FlagValue,
     LaunchSite,
     Note,
@@ -15,7 +16,6 @@ from .model import (
     Unresolved,
     is_switch,
 )
-from .read import read_script, require_launch
 
 __all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
            "Unresolved", "is_switch", "read_script", "require_launch"]

@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING
 
 from . import syntax
-from .model import Note, Unresolved
+from .records import Note, Unresolved
 from .values import (
     INT_LIMIT,
     MAX_CALL_DEPTH,

@@ -14,7 +14,7 @@ from ..textfilters import FILTERS, run_pipeline
 from ..yamlflags import COMMAND, env_names
 from ..yamlflags import text as flags_text
 from . import builtins, syntax
-from .model import Unresolved
+from .records import Unresolved
 from .syntax import Arith, Lit, Param, Sub
 from .values import (
     INT_LIMIT,

@@ -18,8 +18,8 @@ from . import launch as launches
 from . import syntax
 from .builtins import BUILTINS, getopts_next
 from .expand import Expander
-from .model import Note, ScriptReadError, Source, Unresolved
 from .provenance import Provenance
+from .records import Note, ScriptReadError, Source, Unresolved
 from .state import Shell
 from .values import (
     MAX_CALL_DEPTH,

@@ -24,7 +24,7 @@ from ..commandline import (  # noqa: F401  (the shell's names for them)
     reads_stdin_script,
     runtime_env,
 )
-from .model import FlagValue, LaunchSite, Source, Unresolved, is_switch
+from .records import FlagValue, LaunchSite, Source, Unresolved, is_switch
 from .values import Field, Unk
 
 

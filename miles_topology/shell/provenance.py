@@ -8,7 +8,7 @@ import bisect
 
 from . import syntax
 from .launch import Launch
-from .model import LaunchSite, Span
+from .records import LaunchSite, Span
 from .values import INT_LIMIT, Field
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import NoTrainingLaunch
 from .interpret import MAX_KEPT, Reader
 from .launch import argv_of
-from .model import FlagValue, Note, ScriptRead, ScriptReadError, Source
+from .records import FlagValue, Note, ScriptRead, ScriptReadError, Source
 
 
 def read_script(path: str | Path, env: Mapping[str, str] | None = None,
