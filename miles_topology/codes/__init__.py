@@ -83,6 +83,11 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
         'warning', "one flag given twice with different values on a command line; miles' "
         'parser keeps the last'),
 })
+declare("report.py (where a Python launcher starts training)", {
+    'launch': (
+        'note', 'a training launch of a Python launcher, at its file:line: one notice per '
+        'launch in `--format github`/`sarif`, so each launch of a file is located'),
+})
 declare("report.py and cli.py (an input that cannot be read)", {
     'unreadable': (
         'error', 'an input cannot be read at all (missing file, bad YAML, bash syntax): exit '
