@@ -1,5 +1,6 @@
 """Bounded work: absurd sizes answer at once (bounds far above the normal milliseconds)."""
 
+import os
 import time
 
 import pytest
@@ -123,30 +124,63 @@ SCRIPTS = {
 }
 
 
+# The checker's own peak RSS: VmHWM of its process, written at exit. Not ru_maxrss from
+# wait4: Linux folds the pre-exec memory (a copy of the forking parent's, here a pytest that
+# may hold torch and Ray) into the child's maxrss at exec, so a big parent reads as a big child.
+_PEAK = ("import atexit, os, runpy, sys\n"
+         "def _peak():\n"
+         "    with open('/proc/self/status') as f, open(os.environ['PEAK_FILE'], 'w') as out:\n"
+         "        out.write(next(x for x in f if x.startswith('VmHWM:')).split()[1])\n"
+         "atexit.register(_peak)\n"
+         "sys.argv = ['miles-topology', *sys.argv[1:]]\n"
+         "runpy.run_module('miles_topology', run_name='__main__')\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_script_reader_memory_is_bounded(name, tmp_path):
-    import os
     import subprocess
     import sys
 
     make, want = SCRIPTS[name]
     path = tmp_path / "run.sh"
     make(path)
-    err = tmp_path / "err"
+    err, peak = tmp_path / "err", tmp_path / "peak"
+    start = time.perf_counter()
     with open(err, "w") as e:
-        child = subprocess.Popen([sys.executable, "-m", "miles_topology", "check",
-                                  "--format", "json", str(path)], stdout=subprocess.DEVNULL,
-                                 stderr=e, cwd=os.path.dirname(os.path.dirname(__file__)))
-        start = time.perf_counter()
-        _, status, usage = os.wait4(child.pid, 0)
+        rc = subprocess.run([sys.executable, "-c", _PEAK, "check", "--format", "json",
+                             str(path)], stdout=subprocess.DEVNULL, stderr=e, timeout=300,
+                            cwd=os.path.dirname(os.path.dirname(__file__)),
+                            env={**os.environ, "PEAK_FILE": str(peak)}).returncode
     took = time.perf_counter() - start
-    rc = os.waitstatus_to_exitcode(status)
-    assert usage.ru_maxrss < RSS_MB * 1024, f"{name}: peak RSS {usage.ru_maxrss >> 10} MB"
+    peak_kb = int(peak.read_text())
+    assert peak_kb < RSS_MB * 1024, f"{name}: peak RSS {peak_kb >> 10} MB"
     assert took < 120, f"{name}: {took:.0f} s"
     assert rc == want if want is not None else rc in (0, 2)
     if rc == 2:  # the same clear message: one line with a fix, no traceback
         lines = err.read_text().strip().splitlines()
         assert len(lines) == 1 and "Fix:" in lines[0] and "Traceback" not in lines[0]
+
+
+def test_the_peak_is_the_checker_s_own_and_catches_a_big_one(tmp_path):
+    """The measurement reads a child that really grows (400 MB) as big, and a small checker
+    started from a big parent as small (ru_maxrss would say the parent's size)."""
+    import subprocess
+    import sys
+
+    peak = tmp_path / "peak"
+    grow = _PEAK.replace("runpy.run_module('miles_topology', run_name='__main__')",
+                         "x = bytearray(400 << 20)")
+    subprocess.run([sys.executable, "-c", grow], check=True, timeout=60,
+                   env={**os.environ, "PEAK_FILE": str(peak)})
+    assert int(peak.read_text()) > 380 * 1024
+    ballast = bytearray(600 << 20)  # this process is big now; the checker it starts is not
+    (tmp_path / "run.sh").write_text("python3 train.py --colocate\n")
+    subprocess.run([sys.executable, "-c", _PEAK, "check", str(tmp_path / "run.sh")],
+                   stdout=subprocess.DEVNULL, timeout=60, cwd=tmp_path,
+                   env={**os.environ, "PEAK_FILE": str(peak)})
+    assert int(peak.read_text()) < RSS_MB * 1024
+    del ballast
 
 
 def test_script_reader_time_is_linear_in_words(tmp_path):

@@ -73,14 +73,15 @@ def serve(conn, kind: str, env: dict[str, str], kwargs: dict, peers: int, name: 
 
             role = Engine(**kwargs)
     except BaseException as e:
-        conn.send(_error(e))
+        _reply(conn, _error(e))
         return
-    conn.send(("ok", {"pid": os.getpid(), "init_s": time.monotonic() - t0,
-                      "env": {k: os.environ.get(k) for k in env}}))
+    if not _reply(conn, ("ok", {"pid": os.getpid(), "init_s": time.monotonic() - t0,
+                                "env": {k: os.environ.get(k) for k in env}})):
+        return
     while True:
         try:
             msg = conn.recv()
-        except EOFError:  # the host is gone
+        except (EOFError, OSError):  # the host is gone
             return
         if msg is None:
             return
@@ -89,7 +90,19 @@ def serve(conn, kind: str, env: dict[str, str], kwargs: dict, peers: int, name: 
             out = ("ok", getattr(role, method)(*args, **kw))
         except BaseException as e:
             out = _error(e)
-        conn.send(out)
+        if not _reply(conn, out):
+            return
+
+
+def _reply(conn, msg) -> bool:
+    """Send to the host; False when it is gone. The process then ends quietly: a dead host
+    is reported once, by the driver, not by a traceback from each of its role processes
+    (multiprocessing prints one for a target that raises, and Ray forwards it)."""
+    try:
+        conn.send(msg)
+        return True
+    except OSError:  # BrokenPipeError, ConnectionResetError
+        return False
 
 
 def _error(e: BaseException) -> tuple[str, str, str]:
