@@ -56,6 +56,18 @@ def test_a_process_started_after_stop_is_killed():
     assert host.pids() == {}
 
 
+def test_the_next_job_on_a_kept_host_starts_again():
+    """A Pool's host serves job after job: after one job's stop, the next job's open()
+    takes starts again (without it every later job's ranks would be refused)."""
+    host = _host()
+    host.start("rank0", "train", {}, {})
+    host.stop()
+    host.open()
+    assert host.start("rank0", "train", {}, {}) == {"pid": 1}
+    assert host.pids() == {"rank0": 1}
+    host.stop()
+
+
 def test_stop_while_ranks_are_still_starting_leaves_none_alive():
     host = _host()
     go = threading.Barrier(9)

@@ -92,6 +92,12 @@ class Host:
         p.join()
         return time.monotonic() - t0
 
+    def open(self) -> None:
+        """A job begins: starts are taken again (a Pool's host serves job after job; its
+        stop() refuses only the starts of the job being stopped)."""
+        with self.guard:
+            self.stopping = False
+
     def start(self, name: str, kind: str, env: dict[str, str], kwargs: dict,
               peers: list | None = None) -> dict:
         """Fork process `name` and make it a `kind` role; returns its pid and init seconds."""
@@ -221,6 +227,7 @@ class Job:
     def start(self, engine_kwargs: list[dict], train_kwargs: list[dict]) -> list[dict]:
         """Start every role at once (the train ranks rendezvous over gloo while starting);
         engines first in the result."""
+        ray.get([h.open.remote() for h in self.hosts])
         refs = [p.host.start.remote(p.name, "engine", env, kw)
                 for p, env, kw in zip(self.engines, self.engine_env, engine_kwargs)]
         refs += [p.host.start.remote(p.name, "trainer", env, kw, self.engines)
