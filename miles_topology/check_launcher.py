@@ -9,6 +9,7 @@ never import each other's verdicts.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping
 
 from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
@@ -128,10 +129,10 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     if by["cluster"]:
         lines.append("probes answered from the modelled cluster: " + "; ".join(
             f"`{c}`" + (f" (x{n})" if n > 1 else "")
-            for c, n in _counted(by["cluster"])))
+            for c, n in Counter(by["cluster"]).items()))
     if by[None]:
         lines.append("probes not modelled (answered with exit 0 and no output): " + "; ".join(
-            f"`{c[:100]}`" for c, _ in _counted(by[None])))
+            f"`{c[:100]}`" for c, _ in Counter(by[None]).items()))
     lines += [f"assumed: {a}" for a in got.assumed]
     for u in tainted:
         what = f"{u['flag']} = {u['expression']}" if u["flag"] else u["expression"]
@@ -148,10 +149,3 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
                "notes": got.notes, "report_lines": lines,
                "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
     return v
-
-
-def _counted(items: list[str]) -> list[tuple[str, int]]:
-    out: dict[str, int] = {}
-    for x in items:
-        out[x] = out.get(x, 0) + 1
-    return list(out.items())

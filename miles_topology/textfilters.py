@@ -253,10 +253,10 @@ def _head(args: list[str], stdin: str):
     if "c" in opts:
         n = int(opts["c"])
         data = stdin.encode()
-        return (data[:n] if n >= 0 else data[:n]).decode(errors="replace"), 0
+        return data[:n].decode(errors="replace"), 0  # a negative n: all but the last -n
     n = int(opts.get("n", "10"))
     lines = _lines(stdin)
-    return _join(lines[:n] if n >= 0 else lines[:n]), 0
+    return _join(lines[:n]), 0
 
 
 def _tail(args: list[str], stdin: str):
