@@ -14,3 +14,10 @@ class PartialEnv(dict):
         super().__init__(known)
         self.why = why
         self.dropped: list[str] = []
+
+
+# Why a topology YAML's ${oc.env:NAME} is unresolved at check time: `check` reads no name from
+# its own environment (in CI that holds the runner's secrets, which the report would print);
+# `miles-topology flags`, run by the launch script itself, does.
+AT_RUN_TIME = ("the environment it reads is the one at run time: `check` resolves "
+               "${oc.env:NAME} only from --env NAME=VALUE")
