@@ -204,8 +204,8 @@ def _table(verdicts: list[Verdict], out: IO[str]) -> None:
         codes = [p.code for p in v.errors] + [f"({p.code})" for p in v.skipped]
         state = "UNREADABLE" if v.unreadable is not None else "nothing to check" \
             if v.nothing is not None else "ok" if v.ok else "INVALID"
-        rows.append((printable(name(v)), state, str(s.get("world_size", "?")), str(s.get("dp", "?")),
-                     str(s.get("edp", "?")), " ".join(codes) or "-"))
+        rows.append((printable(name(v)), state, str(s.get("world_size", "?")),
+                     str(s.get("dp", "?")), str(s.get("edp", "?")), " ".join(codes) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     print(file=out)
     for r in rows:

@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parents[1] / "miles_topology"
 # bottom first; a subpackage is one unit. A unit may import its own layer or lower ones.
 LAYERS = (
     ("errors", "grid", "layers", "env", "codes", "placement", "surface",
-     "textfilters", "commandline"),  # records, data and arithmetic
+     "textfilters", "commandline", "safetext"),  # records, data and arithmetic
     ("model",),  # Topology: the floor of the core
     ("checks", "flags"),  # the rules on it; the flag grammar
     ("sources", "config", "yamlflags", "namespace",

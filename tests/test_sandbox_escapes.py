@@ -68,15 +68,18 @@ def state(folder: Path) -> dict:
             for p in folder.iterdir()}
 
 
-def attack(tmp_path, code: str, *args, trust=False, files=None, timeout_s=20):
-    """Run the attacker's launcher (UNHOOK + `code`) in the sandbox, or trusted."""
+def attack(tmp_path, code: str, *args, trust=False, files=None, timeout_s=20, readable=True,
+           env=None):
+    """Run the attacker's launcher (UNHOOK + `code`) in the sandbox, or trusted. `readable`:
+    the test's folder is readable (--read), the worst case for the write attacks."""
     folder = tmp_path / f"launcher-{uuid.uuid4().hex[:8]}"
     folder.mkdir()
     for name, text in (files or {}).items():
         (folder / name).write_text(textwrap.dedent(text))
     path = folder / "run.py"
     path.write_text(UNHOOK + textwrap.dedent(code))
-    return run_program([str(path), *map(str, args)], trust=trust, timeout_s=timeout_s)
+    return run_program([str(path), *map(str, args)], trust=trust, timeout_s=timeout_s,
+                       reads=[str(tmp_path)] if readable else (), env=env)
 
 
 def done(got) -> list[str]:
@@ -204,19 +207,19 @@ fd = posix.open(os.environ["MARKER"] + "-open", posix.O_CREAT | posix.O_WRONLY)
 
 @pytest.mark.parametrize("name", ["shutil.py", "runpy.py", "site.py", "isolate.py",
                                   "sitecustomize.py", "json.py"])
-def test_stdlib_named_module_beside_the_launcher(tmp_path, monkeypatch, name):
+def test_stdlib_named_module_beside_the_launcher(tmp_path, name):
     """The set-up imports nothing from the launcher's folder; were it imported later (by the
     launcher itself), it runs isolated."""
-    monkeypatch.setenv("MARKER", str(tmp_path / "marker"))
-    got = attack(tmp_path, f"import {name[:-3]}\n", files={name: SHADOW})
+    env = {"MARKER": str(tmp_path / "marker")}
+    got = attack(tmp_path, f"import {name[:-3]}\n", files={name: SHADOW}, env=env)
     assert not list(tmp_path.glob("marker*")), got
 
 
-def test_a_module_beside_the_launcher_control(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARKER", str(tmp_path / "marker"))
-    got = attack(tmp_path, "import helper\n", files={"helper.py": SHADOW})
+def test_a_module_beside_the_launcher_control(tmp_path):
+    env = {"MARKER": str(tmp_path / "marker")}
+    got = attack(tmp_path, "import helper\n", files={"helper.py": SHADOW}, env=env)
     assert not list(tmp_path.glob("marker*")), got
-    attack(tmp_path, "import helper\n", files={"helper.py": SHADOW}, trust=True)
+    attack(tmp_path, "import helper\n", files={"helper.py": SHADOW}, trust=True, env=env)
     assert (tmp_path / "marker").exists()
 
 
@@ -432,7 +435,11 @@ def test_unix_sockets_abstract_and_by_path(tmp_path):
 
 TIOCSTI = """
 import fcntl, termios
-fd = posix.open(sys.argv[1], posix.O_RDONLY | posix.O_NOCTTY)
+try:  # no terminal is readable in the sandbox (Landlock: no /dev/pts, no /dev/tty)
+    fd = posix.open(sys.argv[1], posix.O_RDONLY | posix.O_NOCTTY)
+except OSError as e:
+    print("FAILED open", e.errno)
+    raise SystemExit(0)
 attempt("TIOCSTI", fcntl.ioctl, fd, termios.TIOCSTI, b"!")
 """
 

@@ -395,9 +395,10 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
     finally:
         os.close(record_w)
         os.close(verdict_w)
-    streams = {proc.stdout.fileno(): _Head(STDOUT_MAX), proc.stderr.fileno():
-               _Head(STDERR_TAIL, tail=True), record_r: _Head(records_mod.RECORD_MAX),
-               verdict_r: _Head(4096)}
+    files = [proc.stdout, proc.stderr, os.fdopen(record_r, "rb", 0),
+             os.fdopen(verdict_r, "rb", 0)]
+    streams = {f.fileno(): _Head(f, keep, tail) for f, keep, tail in zip(files, (
+        STDOUT_MAX, STDERR_TAIL, records_mod.RECORD_MAX, 4096), (False, True, False, False))}
     try:
         ended = _drain(proc, streams, timeout_s)
         if not ended:
@@ -405,10 +406,8 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
             _drain(proc, streams, 1.0)
         status = proc.wait() if ended else "timeout"
     finally:
-        os.close(record_r)
-        os.close(verdict_r)
-        proc.stdout.close()
-        proc.stderr.close()
+        for f in files:
+            f.close()
     out, err, rec, ver = (h.data for h in streams.values())  # in the order put in
     verdict = None
     try:
@@ -421,18 +420,24 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
             out.decode(errors="replace"), verdict)
 
 
+OUTPUT_MAX = 16 << 20  # what one stream may carry in all; then it is closed (EPIPE there)
+
+
 class _Head:
-    """The first `limit` bytes of a stream (or the last, `tail`); the rest is read and
-    dropped, so the writer never blocks on a full pipe."""
+    """The first `limit` bytes of a pipe (or the last, `tail`); the rest is read and dropped,
+    up to OUTPUT_MAX in all, when the pipe is closed: the writer gets EPIPE, not a hang."""
 
-    def __init__(self, limit: int, tail: bool = False):
-        self.limit, self.tail, self.data = limit, tail, b""
+    def __init__(self, pipe, limit: int, tail: bool = False):
+        self.pipe, self.limit, self.tail, self.data, self.seen = pipe, limit, tail, b"", 0
 
-    def add(self, chunk: bytes) -> None:
+    def add(self, chunk: bytes) -> bool:
+        """Keep what fits; False once the stream has carried more than OUTPUT_MAX."""
+        self.seen += len(chunk)
         if self.tail:
             self.data = (self.data + chunk)[-self.limit:]
         elif len(self.data) < self.limit:
             self.data += chunk[:self.limit - len(self.data)]
+        return self.seen <= max(OUTPUT_MAX, self.limit)
 
 
 def _drain(proc: subprocess.Popen, streams: dict, timeout_s: float) -> bool:
@@ -461,12 +466,14 @@ def _drain(proc: subprocess.Popen, streams: dict, timeout_s: float) -> bool:
                     ended = True
                     poll.unregister(pidfd)
                     continue
+                if fd not in open_fds:
+                    continue
                 chunk = os.read(fd, 1 << 16)
-                if chunk:
-                    streams[fd].add(chunk)
-                else:
+                if not chunk or not streams[fd].add(chunk):
                     poll.unregister(fd)
                     open_fds.discard(fd)
+                    if chunk:  # over the bound: closed, so the writer fails at once
+                        streams[fd].pipe.close()
             if pidfd is None and proc.poll() is not None:
                 ended = True
             if ended and not open_fds:
@@ -660,6 +667,7 @@ _LIMITS = {"[Errno 27]": "the sandbox bounds each file it writes, its output inc
                           "16 MiB",
            "[Errno 28]": "the sandbox's work folder holds 256 MiB",
            "[Errno 1]": "the sandbox refuses that: docs/sandbox.md",
+           "[Errno 32]": "the sandbox bounds its output, stdout and stderr each, to 16 MiB",
            "[Errno 13]": "the sandbox reads only the launcher's checkout, its import path and "
                          "each --read PATH (a model folder): docs/sandbox.md",
            "can't start new thread": "the sandbox bounds memory, thread stacks included, and "
