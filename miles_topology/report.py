@@ -225,13 +225,24 @@ def _json(verdicts: list[Verdict], out: IO[str]) -> None:
     print(json.dumps(data[0] if len(data) == 1 else data, indent=2), file=out)
 
 
+SOURCE_MAX = 8 << 20  # bytes of a located file read for columns
+
+
 @lru_cache(maxsize=64)
 def _lines_of(path: str) -> tuple[str, ...]:
+    """A regular file's lines, read with a bound (a location may come from a checked file:
+    never a device or a pipe, which would fill memory or block)."""
+    import os
+    import stat
+
     try:
-        with open(path, errors="replace") as f:
-            return tuple(f.read().splitlines())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return ()
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ()
+        return tuple(f.read(SOURCE_MAX).decode(errors="replace").splitlines())
 
 
 def column(p: Problem) -> int | None:

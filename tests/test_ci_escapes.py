@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sandbox_escapes import UNHOOK
 
 from miles_topology.cli import main
 from miles_topology.errors import InputError
 from miles_topology.pylaunch import read_python_launcher, read_python_launches, run_program
-
-from test_sandbox_escapes import UNHOOK
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux's")
 
