@@ -347,13 +347,11 @@ def namespaces(work: str) -> bool:
 
 
 def _own_proc() -> bool:
-    """A /proc of the new PID namespace (in a mount namespace of its own, so the supervisor
-    keeps the machine's): the launcher sees only itself, not other processes' command lines
-    and environments. False where the kernel refuses the mount (then /proc is not readable)."""
-    try:
-        _unshare(CLONE_NEWNS)
-    except OSError:
-        return False
+    """A /proc of the new PID namespace mounted over /proc (the supervisor reads the
+    machine's through a descriptor it opened before): the launcher sees only itself, not
+    other processes' command lines and environments. False where the kernel refuses the
+    mount (then /proc is not readable at all). A mount namespace of its own would cost a
+    tenth of a second at exit (measured)."""
     return _libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV |
                                                                   MS_NOEXEC), None) == 0
 
@@ -379,10 +377,12 @@ def enter(work: str, memory_mb: int, deny: str = "", emit=None, reads=(),
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor ends with the checker
     shm = namespaces(work)
     alive_r, alive_w = os.pipe()
+    procfd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the machine's
     pid = os.fork()  # the child is PID 1 of the new PID namespace
     if pid:
         os.close(alive_r)
-        _supervise(pid, memory_mb, verdict_fd, emit)
+        _supervise(pid, memory_mb, verdict_fd, emit, procfd)
+    os.close(procfd)
     os.close(alive_w)
     if verdict_fd >= 0:
         os.close(verdict_fd)
@@ -407,21 +407,25 @@ def enter(work: str, memory_mb: int, deny: str = "", emit=None, reads=(),
     seccomp(os.getpid(), shm)
 
 
-def _usage(pid: int) -> tuple[int, int]:
+def _usage(pid: int, procfd: int) -> tuple[int, int]:
     """(memory in use in KiB, threads): anonymous and shared memory, not mapped files. Read
     from a live thread: a leader that has ended (its other threads go on) shows none."""
-    got = _status(f"/proc/{pid}/status")
+    got = _status(f"{pid}/status", procfd)
     if got is None:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            got = _status(f"/proc/{pid}/task/{tid}/status")
-            if got is not None:
-                break
+        task = os.open(f"{pid}/task", os.O_RDONLY | os.O_DIRECTORY, dir_fd=procfd)
+        try:
+            for tid in os.listdir(task):
+                got = _status(f"{pid}/task/{tid}/status", procfd)
+                if got is not None:
+                    break
+        finally:
+            os.close(task)
     return got or (0, 0)
 
 
-def _status(path: str) -> tuple[int, int] | None:
+def _status(path: str, procfd: int) -> tuple[int, int] | None:
     kib, threads = 0, 0
-    with open(path, "rb") as f:
+    with open(os.open(path, os.O_RDONLY, dir_fd=procfd), "rb") as f:
         for line in f:
             if line.startswith((b"RssAnon:", b"RssShmem:")):
                 kib += int(line.split()[1])
@@ -432,7 +436,7 @@ def _status(path: str) -> tuple[int, int] | None:
     return kib, threads
 
 
-def _supervise(pid: int, memory_mb: int, verdict_fd: int, emit) -> None:
+def _supervise(pid: int, memory_mb: int, verdict_fd: int, emit, procfd: int) -> None:
     """Wait for the sandboxed process; kill it over the bounds; exit as it exited."""
     poll = select.poll()
     fd = os.pidfd_open(pid)
@@ -440,7 +444,7 @@ def _supervise(pid: int, memory_mb: int, verdict_fd: int, emit) -> None:
     verdict = None
     while not poll.poll(POLL_S * 1000):
         try:
-            kib, threads = _usage(pid)
+            kib, threads = _usage(pid, procfd)
         except (OSError, ValueError):
             break
         if kib > memory_mb << 10:
