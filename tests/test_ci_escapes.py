@@ -504,3 +504,21 @@ def test_a_read_model_folder_is_readable_and_nothing_else(tmp_path):
     assert got.stdout.strip().split("|") == ['{"num_hidden_layers": 8}', "refused 13"], got
     assert re.search(r"refused 13\|refused 13",
                      run_program([str(run), str(model / "config.json"), str(other)]).stdout)
+
+
+SHM = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+ids = [libc.shmget(0, ctypes.c_size_t(64 << 20), 0o1600) for _ in range(4)]  # IPC_PRIVATE
+print("made", sum(i >= 0 for i in ids))
+for i in ids:
+    if i >= 0:
+        libc.shmctl(i, 0, None)  # IPC_RMID
+"""
+
+
+def test_sysv_shared_memory_is_bounded(tmp_path):
+    """Unmapped SysV segments are in no process's memory: its IPC namespace bounds them."""
+    run = launcher(tmp_path / "pr", SHM)
+    assert run_program([str(run)]).stdout == "made 0\n"
+    assert run_program([str(run)], trust=True).stdout == "made 4\n"  # control
