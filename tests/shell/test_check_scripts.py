@@ -7,12 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
+from support import SCRIPTS
 
 from miles_topology.check_script import check_script
 from miles_topology.cli import main
 from miles_topology.errors import InputError
 
-HERE = Path(__file__).parent / "fixtures" / "scripts"
+HERE = SCRIPTS
 FIXTURES = json.loads((HERE / "expected.json").read_text())["fixtures"]
 CASES = [
     pytest.param(name, i, case, id=f"{name}#{i}")
