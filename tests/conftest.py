@@ -93,7 +93,8 @@ def launchers():
 
 def pytest_terminal_summary(terminalreporter) -> None:
     if PHASES:
-        took = ", ".join(f"{k} {v:.0f}s" for k, v in sorted(PHASES.items(), key=lambda kv: -kv[1]))
+        took = ", ".join(f"{k} {v:.0f}s" for k, v in sorted(PHASES.items(), key=lambda kv: -kv[1])
+                         if v >= 0.5)
         terminalreporter.write_line(f"wall time by phase: {took} "
                                     f"(session {time.monotonic() - _T0:.0f}s)")
     if LEFT_OUT:

@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -125,14 +124,6 @@ def test_unreadable_script_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert str(bad) in out.stderr
-
-
-def test_check_on_typical_script_is_fast():
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "miles_topology.cli", "check",
-                          str(HERE / "run-qwen3-30B-A3B.sh")], capture_output=True, timeout=60)
-    assert out.returncode == 0
-    assert time.perf_counter() - start < 2.0  # interpreter start included; measured ~0.3 s
 
 
 def test_missing_model_file_skips_model_checks(tmp_path):
