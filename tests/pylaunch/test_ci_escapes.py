@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sandbox_escapes import UNHOOK
+from support import UNHOOK
 
 from miles_topology.cli import main
 from miles_topology.errors import InputError
@@ -334,6 +334,7 @@ libc.syscall({exit_nr}, 0)  # exit(2) of the leader thread only; the process goe
 """
 
 
+@pytest.mark.slow
 def test_memory_held_by_a_thread_after_the_leader_exits_is_counted(tmp_path):
     nr = {"x86_64": 60, "aarch64": 93}.get(os.uname().machine)
     if nr is None:
