@@ -222,12 +222,13 @@ def launcher_env(env: Mapping[str, str] | None = None, pass_env: Sequence[str] =
 
 
 def read_paths(target: str | None, cwd: str | None, env: Mapping[str, str],
-               reads: Sequence[str] = ()) -> tuple[str, list[str]]:
+               reads: Sequence[str] = (), work: str = "") -> tuple[str, list[str]]:
     """(the checkout, every path the launcher may read beneath): its checkout (`target`'s, or
-    the folder it runs in), that folder, the import path it is given (PYTHONPATH, this
-    interpreter's prefixes and sys.path, this package) and `reads` (--read). isolate.landlock
-    adds the system's libraries and leaves .git and credential files out of each."""
-    root = records_mod.checkout(target or cwd or os.getcwd())
+    the folder it runs in; `-c CODE` run in `work` has none), that folder, the import path it
+    is given (PYTHONPATH, this interpreter's prefixes and sys.path, this package) and `reads`
+    (--read). isolate.landlock adds the system's libraries and leaves .git and credential
+    files out of each."""
+    root = records_mod.checkout(target or cwd) if target or cwd else work
     pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     paths = [root, *([cwd] if cwd else []), *pythonpath, sys.prefix, sys.base_prefix,
              sys.exec_prefix, sys.base_exec_prefix, *(p for p in sys.path if p),
@@ -346,7 +347,8 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
         # the real HOME) are there as they are for the real launcher
         sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
         sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
-        root, paths = read_paths(target if mode == "path" else None, cwd, env, reads)
+        root, paths = read_paths(target if mode == "path" else None, cwd, env, reads,
+                                 str(work))
         records, err, status, out, verdict = _run(
             mode, target, args, env, sandbox, Path(tmp), work, timeout_s, memory_mb, trust,
             {**(extra or {}), "reads": paths})
