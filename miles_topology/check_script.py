@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from .codes import CODES
 from .errors import InputError, Location, Problem
 from .flags import TOPOLOGY, field_of, flag_of, known
-from .model import fields_in, summary_fields
+from .parts import fields_in, summary_fields
 from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
 from .sources import read_flags
 
-# checks that read whether the model is MoE (checks/, Topology.is_moe) beyond their flags
+# checks that read whether the model is MoE (checks/, Model.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
 MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
 

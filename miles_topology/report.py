@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING
 
 from .codes import CODES, page_uri
 from .errors import Location, Problem, TopologyError
+from .model import summary
 
 if TYPE_CHECKING:
     from .model import Topology
@@ -67,7 +68,7 @@ def verdict_of(path: str, build: Callable[[], Topology]) -> Verdict:
     except TopologyError as e:
         v.errors, v.warnings, v.summary = list(e.problems), list(e.warnings), e.summary
     else:
-        v.topology, v.warnings, v.summary = topo, list(topo.warnings), topo.summary()
+        v.topology, v.warnings, v.summary = topo, list(topo.warnings), summary(topo)
     v.skipped = [p for p in v.warnings if p.severity == "skipped"]  # undecidable rules
     v.warnings = [p for p in v.warnings if p.severity != "skipped"]
     return v

@@ -199,7 +199,7 @@ def test_topology_yaml_under_ray_job_submit_sees_the_runtime_env(tmp_path, opt, 
     v = check_script(str(script), {})
     assert v.ok, [p.code for p in v.errors]
     if tp is not None:
-        assert v.topology.tp == tp and v.summary["tp"] == tp
+        assert v.topology.layout.tp == tp and v.summary["tp"] == tp
         return
     assert v.summary is None  # tp is a reported size: not guessed
     assert any(u["flag"] == "--tensor-model-parallel-size" and "runtime env" in u["why"]

@@ -171,7 +171,7 @@ def test_gpu_budget_with_cluster_size():
 def test_uneven_stages_with_remainder():
     argv = BASE + ["--pipeline-model-parallel-size", "4", "--num-layers", "10",
                    "--decoder-first-pipeline-num-layers"]
-    assert Topology.from_flags(argv + ["1"]).stage_counts == (1, 3, 3, 3)
+    assert Topology.from_flags(argv + ["1"]).stages.counts == (1, 3, 3, 3)
     with pytest.raises(TopologyError) as info:
         Topology.from_flags(argv + ["2"])
     p = _only(info.value.problems, "layers-not-divisible-by-pp")
@@ -290,9 +290,9 @@ def _hand_flags(path):
     import ast
     import re
 
-    from miles_topology.model import flag_of
+    from miles_topology.parts import FIELDS, flag_of
 
-    own = {flag_of(n) for n in Topology.model_fields} - set(Topology.model_fields)
+    own = {flag_of(n) for n in FIELDS} - set(FIELDS)
     tree = ast.parse(path.read_text())
     docs = {id(n.body[0].value) for n in ast.walk(tree)
             if isinstance(n, ast.Module | ast.FunctionDef | ast.ClassDef) and n.body

@@ -530,7 +530,7 @@ def test_rank_order_switch_moves_as_the_order_field(tmp_path, capsys):
     assert "order: tp-cp-ep-pp-dp" in (tmp_path / "r.topology.yaml").read_text()
     assert "--use-tp-pp-dp-mapping" not in script.read_text()
     code, out, _ = cli(["check", "--format", "json", str(script)], capsys)
-    assert code == 0 and json.loads(out)["topology"]["order"] == before.order
+    assert code == 0 and json.loads(out)["topology"]["order"] == before.layout.order
 
 
 # ---------------------------------------------------------------- write safety
@@ -937,7 +937,11 @@ def test_crlf_script_stays_crlf_and_added_words_carry_no_cr(tmp_path, capsys):
         write(out)
     r = read(State(run, run.read_text(), {}))
     assert not [w for w in r.script.flags() if "\r" in w]
-    assert (r.topology.tp, r.topology.gpus_per_node, r.topology.colocate) == (2, 4, True)
+    assert (r.topology.layout.tp, r.topology.layout.gpus_per_node, r.topology.rollout.colocate) == (
+        2,
+        4,
+        True,
+    )
 
 
 def test_a_layout_flag_added_back_is_pending_and_moves_into_the_yaml(tmp_path, capsys):
@@ -1135,6 +1139,10 @@ def test_source_of_an_absolute_path_in_the_checkout_migrates(tmp_path):
     out = migrate(run)
     assert out.applied == ["0003"] and "source /root/miles/scripts/models/dense-4B.sh" in out.new
     back = read(State(run, out.new, {}, files=out.files)).topology
-    assert (back.tp, back.gpus_per_node, back.layers) == (2, 4, 36)  # 36: the model file's
+    assert (back.layout.tp, back.layout.gpus_per_node, back.model.layers) == (
+        2,
+        4,
+        36,
+    )  # 36: the model file's
     (yaml,) = out.files.values()
     assert "tp: 2  # --tensor-model-parallel-size" in yaml and "num-layers" not in yaml
