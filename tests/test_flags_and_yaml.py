@@ -323,12 +323,13 @@ def test_deprecated_upstream_spellings_warn_and_pass():
 
 
 def test_repeat_and_typo_point_at_the_token_that_wrote_them():
+    from miles_topology.errors import Location
     from miles_topology.flags import parse_flags
-    from miles_topology.shell.records import Source, Token
+    from miles_topology.shell.records import Token
 
     words = [("--lr", 3), ("1e-6", 3), ("--tensor-model-paralel-size", 4), ("2", 4),
              ("--lr", 9), ("2e-6", 9), ("--colocate", 9)]
-    got = parse_flags([Token(t, Source("run.sh", line)) for t, line in words])
+    got = parse_flags([Token(t, Location("run.sh", line)) for t, line in words])
     where = {p.code: str(p.location) for p in got.warnings + got.errors}
     assert where == {"unknown-flag": "run.sh:4", "flag-given-twice": "run.sh:9"}
     assert parse_flags([t for t, _ in words]).errors[0].location is None  # plain strings

@@ -25,7 +25,7 @@ F = _Flags()
 
 
 def _err(code: str, message: str, fix: str, *fields: str) -> Problem:
-    return Problem(code, message, fix, tuple(flag_of(f) for f in fields))
+    return Problem(code, message, fix, tuple(flag_of(f) for f in fields), "error")
 
 
 def _warn(code: str, message: str, fix: str, *fields: str) -> Problem:

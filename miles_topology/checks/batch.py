@@ -20,14 +20,17 @@ from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
         "r3-external-capture": (
             "warning", f"R3 with `{F.rollout_external}`: a server started without "
             "`--enable-return-routed-experts` returns no routed experts, and the first training "
-            "step fails after a full rollout"),
+            "step fails after a full rollout",
+                "--use-rollout-routing-replay --rollout-external"),
         "r3-router-fusion": (
-            "error", "routing replay with fused router top-k, which bypasses replay"),
+            "error", "routing replay with fused router top-k, which bypasses replay",
+                "--moe-router-fusion --use-rollout-routing-replay"),
         "r3-requires-moe": (
             "error", "routing replay asked for on a model with no MoE layers: with rollout R3, "
             "SGLang's routed-expert capturer reads `num_experts_per_tok` from the HF config, so "
             "the engines fail at start-up (skipped when the model shape is read from the "
-            "checkpoint: FSDP, or no model flags given)"),
+            "checkpoint: FSDP, or no model flags given)",
+                "--num-layers 32 --use-routing-replay"),
     },
 )
 def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
@@ -102,17 +105,25 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
             "validate_args"),
     codes={
         "dynamic-batch-requires-max-tokens": (
-            "error", f"`{F.dynamic_batch}` without `{F.max_tokens_per_gpu}`"),
+            "error", f"`{F.dynamic_batch}` without `{F.max_tokens_per_gpu}`",
+                "--use-dynamic-batch-size"),
         "global-batch-not-divisible-by-dp": (
-            "error", "global batch % (dp x micro batch) != 0 (no dynamic batch)"),
+            "error", "global batch % (dp x micro batch) != 0 (no dynamic batch)",
+                "--actor-num-nodes 4 --global-batch-size 48"),
         "dynamic-global-batch-requires-dynamic-batch": (
-            "error", f"`{F.dynamic_global_batch}` without `{F.dynamic_batch}`"),
+            "error", f"`{F.dynamic_global_batch}` without `{F.dynamic_batch}`",
+                "--use-dynamic-global-batch-size"),
         "steps-per-rollout-conflict": (
-            "error", f"`{F.steps_per_rollout}` and `{F.global_batch_size}` disagree"),
+            "error", f"`{F.steps_per_rollout}` and `{F.global_batch_size}` disagree",
+                "--num-steps-per-rollout 32 --global-batch-size 4 --rollout-batch-size 1"),
         "rollout-batch-not-multiple-of-global-batch": (
             "warning", "rollout batch x samples per prompt % global batch != 0: miles trims the "
-            "remainder (an error when not one global batch is filled; skipped with "
-            f"`{F.no_trim}`)"),
+            f"remainder (skipped with `{F.no_trim}`)",
+                "--rollout-batch-size 3 --global-batch-size 2"),
+        "rollout-batch-below-global-batch": (
+            "error", "rollout batch x samples per prompt < global batch: not one global batch "
+            "is filled, and miles raises 'Not enough samples' after the first rollout",
+                "--rollout-batch-size 2 --n-samples-per-prompt 2 --global-batch-size 8"),
     },
 )
 def batch_sizes(topo: Topology) -> Iterator[Problem]:
@@ -159,7 +170,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
             # miles RolloutManager._get_rollout_data (trim to a multiple of the global batch;
             # trim_len == 0 raises): read in an earlier miles, not re-found in HEAD's rollout/
             yield _err(
-                "rollout-batch-not-multiple-of-global-batch",
+                "rollout-batch-below-global-batch",
                 f"rollout_batch_size x n_samples_per_prompt = {bat.rollout_batch_size} x "
                 f"{bat.n_samples_per_prompt} = {total} samples do not fill one global batch of "
                 f"{gbs}: miles raises 'Not enough samples' after the first rollout.",

@@ -11,17 +11,19 @@ from .. import placement as _placement
 from ..codes import rule
 from ..errors import Problem
 from ..model import Topology
-from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
+from .base import F, _divisors, _err, _nearest, _or, _warn
 
 
 @rule(
     source="miles ray/rollout.py init_rollout_engines; sglang_engine.py (base_gpu_id)",
     codes={
-        "rollout-gpus-not-multiple-of-engine": ("error", "rollout GPUs % GPUs per engine != 0"),
+        "rollout-gpus-not-multiple-of-engine": ("error", "rollout GPUs % GPUs per engine != 0",
+            "--rollout-num-gpus-per-engine 6 --rollout-num-gpus 64"),
         "engine-straddles-nodes": (
             "error", "an engine would span a node boundary in a way the engine cannot run (TP "
             "not tiling the nodes it spans); engines may start mid-node where miles' packed "
-            "placement puts them"),
+            "placement puts them",
+                "--actor-num-gpus-per-node 1 --eval-num-gpus-per-engine 2 --eval-num-gpus 16"),
     },
 )
 def whole_engines(topo: Topology) -> Iterator[Problem]:
@@ -89,7 +91,8 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
             "backends/sglang_utils/arguments.py validate_args"),
     codes={
         "sglang-dp-invalid": (
-            "error", "engine DP does not divide engine TP, or DP > 1 without DP attention"),
+            "error", "engine DP does not divide engine TP, or DP > 1 without DP attention",
+                "--sglang-data-parallel-size 6"),
     },
 )
 def sglang_dp(topo: Topology) -> Iterator[Problem]:
@@ -122,7 +125,8 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
 @rule(
     source="sglang FusedMoE.__init__; distributed/parallel_state.py initialize_model_parallel",
     codes={
-        "sglang-ep-invalid": ("error", "engine EP does not divide engine TP or the expert count"),
+        "sglang-ep-invalid": ("error", "engine EP does not divide engine TP or the expert count",
+            "--sglang-ep-size 8"),
     },
 )
 def sglang_ep(topo: Topology) -> Iterator[Problem]:
@@ -153,11 +157,13 @@ def sglang_ep(topo: Topology) -> Iterator[Problem]:
     codes={
         "sglang-tp-overridden": (
             "warning", f"`{F.sglang_tp}` differs from `{F.engine_size}`, which "
-            "miles writes over it"),
+            "miles writes over it",
+                "--sglang-tensor-parallel-size 8"),
         "sglang-ep-overridden": (
             "warning", f"`{F.a2a_backend} deepep` (or mooncake, ascend_fuseep, "
             "flashinfer, mori) makes SGLang set engine EP = engine TP, ignoring the "
-            f"`{F.engine_ep}` given"),
+            f"`{F.engine_ep}` given",
+                "--sglang-ep 64 --sglang-moe-a2a-backend deepep"),
     },
 )
 def sglang_overridden(topo: Topology) -> Iterator[Problem]:
@@ -192,14 +198,18 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
     codes={
         "actor-node-shape-ignored": (
             "warning", f"`{F.gpus_per_node}` differs from `{F.node_gpus}`: the "
-            "packed placement group fills whole nodes in order regardless"),
+            "packed placement group fills whole nodes in order regardless",
+                "--num-gpus-per-node 3"),
         "gpu-budget-exceeded": (
             "error", "miles' one packed placement group (actor + rollout + eval GPUs; the critic "
-            "shares the actor's) needs more nodes than the cluster given has"),
+            "shares the actor's) needs more nodes than the cluster given has",
+                "cluster_nodes: 1 and nodes: 2 in a topology YAML"),
         "num-gpus-per-node-default": (
             "warning", "the actor spans nodes of fewer than 8 GPUs, an engine is larger than the "
             f"actor's GPUs per node, and `{F.node_gpus}` is not given: miles sizes that "
-            "engine's processes for nodes of 8"),
+            "engine's processes for nodes of 8",
+            "--actor-num-gpus-per-node 1 --actor-num-nodes 2 --rollout-num-gpus 48 "
+            "--rollout-num-gpus-per-engine 3"),
     },
 )
 def fits_cluster(topo: Topology) -> Iterator[Problem]:
@@ -271,200 +281,3 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
             f"fewer {F.nodes} or {F.rollout_gpus}, or {F.colocate}",
             "nodes", "rollout_gpus", "cluster_nodes",
         )
-
-
-@rule(
-    source="miles utils/arguments.py miles_validate_args; ray/placement_group.py "
-           "_get_placement_group_layout",
-    codes={
-        "colocate-ignores-rollout-gpus": (
-            "warning", f"`{F.rollout_gpus}` given with `{F.colocate}`"),
-        "no-rollout-gpus": ("warning", f"neither `{F.colocate}` nor `{F.rollout_gpus}`"),
-    },
-)
-def rollout_gpus_given(topo: Topology) -> Iterator[Problem]:
-    """colocate: miles_validate_args overwrites rollout_num_gpus with the actor's GPUs (logged at
-    info). No rollout GPUs: miles leaves rollout_num_gpus None, and placement_group.py
-    _get_placement_group_layout then adds None (a crash on a real launch; a warning here, as a
-    Topology may describe the trainer only)."""
-    ro = topo.rollout
-    if ro.colocate and ro.rollout_gpus is not None and ro.rollout_gpus != topo.world_size:
-        yield _warn(
-            "colocate-ignores-rollout-gpus",
-            f"{F.rollout_gpus} {ro.rollout_gpus} is ignored under {F.colocate}: engines use "
-            f"the actor's {topo.world_size} GPUs.",
-            f"remove {F.rollout_gpus}, or drop {F.colocate} to give rollout its own GPUs",
-            "rollout_gpus", "colocate",
-        )
-    if not ro.colocate and not ro.rollout_external and not ro.train_only \
-            and ro.rollout_gpus is None:
-        yield _warn(
-            "no-rollout-gpus",
-            f"neither {F.colocate} nor {F.rollout_gpus} is given, so no rollout engine is placed "
-            "here; miles itself leaves rollout_num_gpus unset and fails sizing its placement "
-            f"group unless {F.train_only} or external engines are used.",
-            f"add {F.colocate}, or {F.rollout_gpus} N for separate rollout GPUs",
-            "rollout_gpus", "colocate",
-        )
-
-
-@rule(
-    source="miles utils/arguments.py miles_validate_args",
-    codes={
-        "transfer-mode-invalid": (
-            "error", f"`{F.transfer_mode} p2p`/`disk-delta` with `{F.colocate}` or "
-            f"`{F.prefill_servers}`"),
-    },
-)
-def weight_transfer(topo: Topology) -> Iterator[Problem]:
-    ro = topo.rollout
-    mode = ro.transfer_mode
-    if mode in ("p2p", "disk-delta") and ro.colocate:
-        yield _err(  # miles utils/arguments.py miles_validate_args asserts it (p2p, disk-delta)
-            "transfer-mode-invalid",
-            f"{F.transfer_mode} {mode} is refused with {F.colocate} at start-up "
-            "(colocated engines take weights through CUDA IPC).",
-            f"use {F.transfer_mode} broadcast, or drop {F.colocate}",
-            "transfer_mode", "colocate",
-        )
-    if mode in ("p2p", "disk-delta") and ro.prefill_servers is not None:  # asserted likewise
-        yield _err(
-            "transfer-mode-invalid",
-            f"{F.transfer_mode} {mode} is refused with {F.prefill_servers} "
-            "(not supported with prefill/decode disaggregation).",
-            f"use {F.transfer_mode} broadcast",
-            "transfer_mode", "prefill_servers",
-        )
-
-
-@rule(
-    source="miles utils/arguments.py miles_validate_args, _resolve_rollout_functions",
-    codes={
-        "eval-gpus-not-multiple-of-engine": (
-            "error", f"`{F.eval_gpus}` % `{F.eval_engine_size}` != 0"),
-        "eval-gpus-invalid": (
-            "error", f"`{F.eval_gpus}` with external rollout engines or `{F.colocate}`"),
-    },
-)
-def eval_engines(topo: Topology) -> Iterator[Problem]:
-    ro = topo.rollout
-    if not ro.eval_gpus:
-        return
-    if ro.eval_gpus % ro.eval_size:
-        yield _err(  # miles utils/arguments.py miles_validate_args asserts it
-            "eval-gpus-not-multiple-of-engine",
-            f"{F.eval_gpus} {ro.eval_gpus} is not divisible by GPUs per eval engine "
-            f"{ro.eval_size} ({ro.eval_gpus}/{ro.eval_size} = "
-            f"{ro.eval_gpus / ro.eval_size:.2f}).",
-            f"try {F.eval_gpus} {ro.eval_size * max(1, ro.eval_gpus // ro.eval_size)}",
-            "eval_gpus", "eval_engine_size",
-        )
-    # miles utils/arguments.py _resolve_rollout_functions asserts no eval fleet with external
-    # engines (_compute_rollout_external); miles_validate_args: "Snapshot eval is not
-    # supported with --colocate"
-    for on, why in ((ro.rollout_external, "external rollout engines"),
-                    (ro.colocate, f"{F.colocate} (snapshot eval)")):
-        if on:
-            yield _err(
-                "eval-gpus-invalid",
-                f"{F.eval_gpus} {ro.eval_gpus} cannot be used with {why}: miles asserts "
-                "against it at start-up.",
-                f"drop {F.eval_gpus}",
-                "eval_gpus", "rollout_external" if ro.rollout_external else "colocate",
-            )
-
-
-@rule(
-    source="miles utils/arguments.py miles_validate_args; backends/sglang_utils/sglang_config.py",
-    codes={
-        "engine-groups-invalid": (
-            "error", f"`{F.prefill_servers}` leaves no decode engine or is combined with "
-            f"`{F.sglang_config}`/external engines; `{F.sglang_config}` groups do not add up to "
-            f"rollout + eval GPUs, or, with `{F.eval_gpus}`, no model named `eval` holds them "
-            f"(not checked when no engine starts: `{F.train_only}` without eval GPUs)"),
-        "engine-groups-unread": (
-            "skipped", f"`{F.sglang_config}` cannot be read here, so its engine groups are not "
-            "checked"),
-    },
-)
-def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
-    """--prefill-num-servers and --sglang-config: miles utils/arguments.py miles_validate_args
-    asserts neither with external engines and not both; backends/sglang_utils/sglang_config.py
-    SglangConfig.from_prefill_num_servers asserts decode GPUs > 0. --sglang-config groups:
-    sglang_config.py _compute_raw_sglang_config returns no engines at all (the file is not
-    even read) unless args.starts_inference_engines (miles_validate_args: not
-    --debug-train-only, or eval GPUs > 0; --debug-train-only sets rollout_num_gpus = 0), then
-    asserts the groups total rollout + eval GPUs and, with eval GPUs, exactly one model named
-    "eval" holding them. (Two models named "eval" are not told apart here: the groups are read
-    per model name.)"""
-    ro = topo.rollout
-    if ro.prefill_servers is not None:
-        if ro.sglang_config is not None or ro.rollout_external:
-            yield _err(
-                "engine-groups-invalid",
-                f"{F.prefill_servers} cannot be combined with "
-                + (f"{F.sglang_config}" if ro.sglang_config else "external rollout engines")
-                + ": miles refuses it at start-up.",
-                f"describe prefill/decode groups in {F.sglang_config} only",
-                "prefill_servers", "sglang_config",
-            )
-        elif (
-            topo.placement_group.rollout_engines <= ro.prefill_servers
-            and topo.placement_group.rollout_gpus
-        ):
-            n = topo.placement_group.rollout_gpus // ro.engine_size
-            yield _err(
-                "engine-groups-invalid",
-                f"{F.prefill_servers} {ro.prefill_servers} leaves no decode engine: "
-                f"{n} engine(s) in all; miles asserts engines > prefill servers.",
-                f"try {F.prefill_servers} {max(0, n - 1)}, or more {F.rollout_gpus}",
-                "prefill_servers", "rollout_gpus",
-            )
-    if ro.sglang_config is None:
-        return
-    if ro.rollout_external:
-        yield _err(
-            "engine-groups-invalid",
-            f"{F.sglang_config} cannot be used with external rollout engines (miles asserts it).",
-            f"drop {F.sglang_config}", "sglang_config", "rollout_external",
-        )
-        return
-    if ro.train_only and not ro.eval_gpus:
-        return  # no engine starts: miles does not read the file
-    if ro.engine_groups is None:
-        yield _skip(
-            "engine-groups-unread",
-            f"{F.sglang_config} {ro.sglang_config} could not be read here, so the engine "
-            "groups (sizes, offsets, prefill/decode) are not checked.",
-            "check on the machine where the file is, or pass the file's path as it is seen here",
-            "sglang_config",
-        )
-        return
-    total = sum(g[2] for g in ro.engine_groups)
-    rollout = 0 if ro.train_only else topo.placement_group.rollout_gpus
-    want = rollout + ro.eval_gpus
-    if total != want:
-        yield _err(
-            "engine-groups-invalid",
-            f"{F.sglang_config} groups hold {total} GPUs but {F.rollout_gpus} + {F.eval_gpus} "
-            f"= {rollout} + {ro.eval_gpus} = {want}"
-            + (f" ({F.train_only} starts no rollout engine)" if ro.train_only else "")
-            + "; miles asserts they are equal.",
-            f"make the groups' num_gpus add up to {want}"
-            + ("" if ro.train_only else
-               f", or set {F.rollout_gpus} {total - ro.eval_gpus}"),
-            "sglang_config", "rollout_gpus",
-        )
-        return
-    if ro.eval_gpus:
-        held = sum(g[2] for g in ro.engine_groups if g[0] == "eval")
-        if held != ro.eval_gpus:
-            yield _err(
-                "engine-groups-invalid",
-                f"{F.eval_gpus} {ro.eval_gpus} needs exactly one {F.sglang_config} model named "
-                f"'eval' holding {ro.eval_gpus} GPUs, but "
-                + (f"its 'eval' groups hold {held}" if held else "no model is named 'eval'")
-                + "; miles asserts it at start-up.",
-                f"name the eval model 'eval' and give its groups {ro.eval_gpus} GPUs in all",
-                "sglang_config", "eval_gpus",
-            )

@@ -21,10 +21,12 @@ MEGATRON_ONLY_FLAGS = (*MEGATRON_SIZES, "sp", "order")
             "create_placement_groups"),
     codes={
         "ppo-requires-megatron": (
-            "error", f"`{F.advantage_estimator} ppo` with `{F.train_backend} fsdp`"),
+            "error", f"`{F.advantage_estimator} ppo` with `{F.train_backend} fsdp`",
+                "--use-critic --train-backend fsdp"),
         "critic-placement-overridden": (
             "warning", "PPO critic: `--critic-num-*` differ from the actor's, which miles writes "
-            "over them (the critic shares the actor's placement group)"),
+            "over them (the critic shares the actor's placement group)",
+                "--critic-num-nodes 2 --use-critic"),
     },
     uses=("deprecated-flag",),
 )
@@ -71,13 +73,17 @@ def critic(topo: Topology) -> Iterator[Problem]:
     codes={
         "fsdp-cp-unsupported": (
             "error", f"`{F.train_backend} fsdp` with `{F.cp}` > 1 (miles asserts "
-            "cp == 1)"),
-        "fsdp-mesh-divisibility": ("error", f"FSDP: world % `{F.dp_replicate}` != 0"),
+            "cp == 1)",
+                "--context-parallel-size 16 --train-backend fsdp"),
+        "fsdp-mesh-divisibility": ("error", f"FSDP: world % `{F.dp_replicate}` != 0",
+            "--actor-num-gpus-per-node 1 --train-backend fsdp --dp-replicate-size 2"),
         "fsdp-ignores-megatron-sizes": (
             "warning", f"`{F.train_backend} fsdp` with Megatron sizes (TP, PP, EP, ...) it "
             "ignores, given other than by a miles command-line flag (a topology YAML, a Python "
-            "caller)"),
-        "fsdp-flag-ignored": ("warning", f"`{F.dp_replicate}` without `{F.train_backend} fsdp`"),
+            "caller)",
+                "train_backend: fsdp and tp: 2 in a topology YAML"),
+        "fsdp-flag-ignored": ("warning", f"`{F.dp_replicate}` without `{F.train_backend} fsdp`",
+            "--dp-replicate-size 3"),
     },
 )
 def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
@@ -132,7 +138,7 @@ declare("checks/fsdp.py fsdp_undefined_flags (called by sources.read_flags)", {
         "error", f"`{F.train_backend} fsdp` with a Megatron-only flag on the command line "
         f"(`{F.tp}`, `{F.pp}`, `{F.ep}`, `{F.etp}`, virtual pipeline, uneven stages, `{F.sp}`, "
         f"`{F.order}`), whatever its value: miles' FSDP parser does not define it and exits "
-        "(unrecognized arguments)"),
+        "(unrecognized arguments)", "--train-backend fsdp --tensor-model-parallel-size 2"),
 })
 
 

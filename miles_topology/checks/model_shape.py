@@ -16,10 +16,12 @@ from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
 @rule(
     source="Megatron-LM training/arguments.py validate_args (expert parallelism check)",
     codes={
-        "experts-not-divisible-by-ep": ("error", "num_experts % ep != 0"),
+        "experts-not-divisible-by-ep": ("error", "num_experts % ep != 0",
+            "--expert-model-parallel-size 3 --num-experts 8"),
         "ep-requires-moe": (
             "error", f"expert parallel > 1 with the model shape given but no `{F.experts}` "
-            "(Megatron asserts num_experts is set)"),
+            "(Megatron asserts num_experts is set)",
+                "--expert-model-parallel-size 2 --num-layers 4"),
     },
 )
 def experts_by_ep(topo: Topology) -> Iterator[Problem]:
@@ -59,7 +61,8 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
     codes={
         "moe-layer-freq-length": (
             "error", f"a list `{F.moe_layer_freq}` whose length is not `{F.layers}` "
-            "(megatron-core asserts one entry per layer when it builds the layer specs)"),
+            "(megatron-core asserts one entry per layer when it builds the layer specs)",
+                "--moe-layer-freq '([0]*2+[1]*6)' --num-experts 8 --num-layers 12"),
     },
 )
 def moe_pattern_length(topo: Topology) -> Iterator[Problem]:
@@ -86,7 +89,8 @@ def moe_pattern_length(topo: Topology) -> Iterator[Problem]:
     codes={
         "heads-not-divisible-by-tp": (
             "error", "attention heads % tp != 0, or query groups neither a multiple nor a "
-            "divisor of tp"),
+            "divisor of tp",
+                "--tensor-model-parallel-size 16 --num-attention-heads 4"),
     },
 )
 def heads_by_tp(topo: Topology) -> Iterator[Problem]:
@@ -123,7 +127,8 @@ def heads_by_tp(topo: Topology) -> Iterator[Problem]:
             "utils/arguments.py parse_args_and_get_parser"),
     codes={
         "layers-not-divisible-by-pp": (
-            "error", "layers cannot be split over pp (and vpp) as given"),
+            "error", "layers cannot be split over pp (and vpp) as given",
+                "--pipeline-model-parallel-size 3 --num-layers 8"),
     },
 )
 def layers_by_pp(topo: Topology) -> Iterator[Problem]:
@@ -220,7 +225,8 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
     source=("Megatron-LM training/arguments.py validate_args; megatron/core/parallel_state.py "
             "initialize_model_parallel"),
     codes={
-        "vpp-requires-pp": ("error", "virtual pipeline given with pp == 1"),
+        "vpp-requires-pp": ("error", "virtual pipeline given with pp == 1",
+            "--num-virtual-stages-per-pipeline-rank 6"),
     },
     uses=("layers-not-divisible-by-pp",),
 )
@@ -289,8 +295,10 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
 @rule(
     source="megatron/core/transformer/moe/moe_layer.py MoELayer.forward; Megatron-LM validate_args",
     codes={
-        "moe-tp-requires-sp": ("error", f"MoE model with TP > 1 and no `{F.sp}`"),
-        "sp-ignored": ("warning", f"`{F.sp}` with TP 1"),
+        "moe-tp-requires-sp": ("error", f"MoE model with TP > 1 and no `{F.sp}`",
+            "--tensor-model-parallel-size 6 --num-experts 4"),
+        "sp-ignored": ("warning", f"`{F.sp}` with TP 1",
+            "--sequence-parallel"),
     },
 )
 def moe_needs_sp(topo: Topology) -> Iterator[Problem]:

@@ -9,14 +9,15 @@ from collections.abc import Iterator
 from ..codes import rule
 from ..errors import Problem
 from ..model import Topology
-from .base import F, _divisors, _err, _nearest, _or, _warn, _with_nodes
+from .base import F, _divisors, _err, _nearest, _or, _with_nodes
 
 
 @rule(
     source=("Megatron-LM training/arguments.py validate_args; megatron/core/parallel_state.py "
             "initialize_model_parallel"),
     codes={
-        "dense-grid-divisibility": ("error", "world size not divisible by tp*cp*pp"),
+        "dense-grid-divisibility": ("error", "world size not divisible by tp*cp*pp",
+            "--context-parallel-size 64"),
     },
 )
 def dense_grid_divides(topo: Topology) -> Iterator[Problem]:
@@ -48,7 +49,8 @@ def dense_grid_divides(topo: Topology) -> Iterator[Problem]:
 @rule(
     source="megatron/core/parallel_state.py initialize_model_parallel",
     codes={
-        "expert-grid-divisibility": ("error", "world size not divisible by etp*ep*pp"),
+        "expert-grid-divisibility": ("error", "world size not divisible by etp*ep*pp",
+            "--actor-num-gpus-per-node 1 --expert-tensor-parallel-size 8"),
     },
 )
 def expert_grid_divides(topo: Topology) -> Iterator[Problem]:
@@ -86,7 +88,9 @@ def expert_grid_divides(topo: Topology) -> Iterator[Problem]:
     codes={
         "order-requires-equal-dp": (
             "error", f"`{F.order}` with pp > 1 and dense dp != expert dp "
-            "(megatron-core refuses it)"),
+            "(megatron-core refuses it)",
+            "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2 "
+            "--use-tp-pp-dp-mapping"),
     },
 )
 def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
@@ -107,54 +111,3 @@ def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
         f"{F.ep} {min(lay.ep, lay.tp * lay.cp)})",
         "order", "ep", "etp", "tp", "cp", "pp",
     )
-
-
-@rule(
-    source="Megatron-LM training/arguments.py validate_args (etp = tp when not given)",
-    codes={
-        "etp-implied": ("warning", "expert TP not given and tp > 1, so Megatron uses etp = tp"),
-    },
-)
-def etp_stated(topo: Topology) -> Iterator[Problem]:
-    """Megatron-LM validate_args sets expert_tensor_parallel_size = tp when not given."""
-    if topo.layout.etp_implied and topo.layout.tp > 1 and topo.model.is_moe:
-        yield _warn(
-            "etp-implied",
-            f"{F.etp} not given and tp = {topo.layout.tp}, so Megatron uses "
-            f"etp = tp = {topo.layout.tp}: each expert is split over {topo.layout.tp} GPUs.",
-            f"state it: {F.etp} {topo.layout.tp} to keep this, or "
-            f"{F.etp} 1 for whole experts per GPU",
-            "etp", "tp",
-        )
-
-
-@rule(
-    source="none upstream: a performance warning (miles ray/actor_group.py: rank r, bundle r)",
-    codes={
-        "tp-group-crosses-nodes": ("warning", "a TP (or ETP) group spans more than one node"),
-    },
-)
-def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
-    """TP groups are runs of tp consecutive ranks (tp is the fastest axis in every order), and
-    rank r sits at position r of the placement group: decided by arithmetic, not by groups.
-    Nothing upstream refuses it: a performance warning (TP traffic then crosses the network)."""
-    lay = topo.layout
-    if topo.world_size % lay.dense_model_size or topo.world_size % lay.expert_model_size:
-        return
-    node = lay.node_gpus_used
-    for name, size, expert in (("TP", lay.tp, False), ("ETP", lay.etp, True)):
-        if size <= 1:
-            continue
-        if size > node:
-            spans = -(-size // node)
-        elif node % size and ((node - 1) // size + 1) * size <= topo.world_size:
-            spans = 2  # the group holding the node's last GPU runs into the next node
-        else:
-            continue
-        yield _warn(
-            "tp-group-crosses-nodes",
-            f"a {name} group of {size} ranks spans {spans} nodes of {node} GPUs; {name} "
-            "traffic then crosses the network.",
-            f"keep {name} <= GPUs per node ({node}) and a divisor of it",
-            "etp" if expert else "tp", "gpus_per_node",
-        )

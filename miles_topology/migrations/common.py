@@ -129,7 +129,7 @@ def first_read(state: State) -> Reading:
     bad = [n for n in s.notes if n.code in BLOCKING]
     if bad:
         raise Refused("it does not read as one plain launch command: " + "; ".join(
-            f"{n.source}: {n.message}" for n in bad) + ". Fix that first.")
+            f"{n.location}: {n.message}" for n in bad) + ". Fix that first.")
     if s.site.branch is not None:
         raise Refused(f"the launch command at {s.site.command} runs inside the branch at "
                       f"{s.site.branch}; other branches may launch differently.")
