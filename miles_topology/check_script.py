@@ -9,6 +9,7 @@ not failed: `ok` is false only when proven.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from .errors import InputError, Location, Problem
 from .flags import TOPOLOGY, field_of, flag_of, known
@@ -100,7 +101,7 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
     def skip(p: Problem) -> bool:
         return bool((unknown | facts) & set(p.flags)
                     or p.code in MOE_CODES and facts & MOE_FLAGS)
-    v.skipped += [p for p in v.errors if skip(p)]
+    v.skipped += [replace(p, severity="skipped") for p in v.errors if skip(p)]
     v.errors = [p for p in v.errors if not skip(p)]
 
 

@@ -211,7 +211,7 @@ def test_a_script_launch_still_gives_the_yaml_its_exports(tmp_path):
     yaml.write_text("tp: ${oc.env:TP,1}\nsp: true\n")
     script = tmp_path / "run.sh"
     script.write_text(f"export TP=4\npython3 train.py --topology {yaml} --colocate\n")
-    assert check_script(str(script), {}).topology.tp == 4
+    assert check_script(str(script), {}).topology.layout.tp == 4
 
 
 def test_an_unknown_used_twice_is_reported_once():

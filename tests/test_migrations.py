@@ -768,13 +768,13 @@ def test_values_moved_to_yaml_reach_train_py_under_ray_job_submit(tmp_path, caps
     bin_, log = stand_ins(tmp_path, flag_words(run.read_text(),
                                                (run.parent / "models" / "moe.sh").read_text()))
     before = launched(run, tmp_path, bin_, log, NNODES="4")
-    assert read_flags(before["argv"]).topology.nodes == 4  # NNODES=4 reaches the flag
+    assert read_flags(before["argv"]).topology.layout.nodes == 4  # NNODES=4 reaches the flag
     assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
     text = run.read_text()
     assert "--runtime-env-json=" not in text and "--topology" not in text
     after = launched(run, tmp_path, bin_, log, NNODES="4")
     same_launch(before, after, {})  # and through the YAML, expanded on the submitting side
-    assert read_flags(after["argv"]).topology.nodes == 4
+    assert read_flags(after["argv"]).topology.layout.nodes == 4
     # upstream's parser refuses --topology: the form this step used to write does not run
     bad = run.with_name("bad.sh")
     bad.write_text(text.replace('"${TOPOLOGY_ARGS[@]}"', '--topology "${SCRIPT_DIR}/run'
@@ -958,7 +958,7 @@ def test_a_layout_flag_added_back_is_pending_and_moves_into_the_yaml(tmp_path, c
     assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
     assert "--context-parallel-size" not in run.read_text()
     assert yaml.read_text() == old_yaml + "cp: 2  # --context-parallel-size\n"  # appended
-    assert read(State(run, run.read_text(), {})).topology.cp == 2
+    assert read(State(run, run.read_text(), {})).topology.layout.cp == 2
     assert cli(["migrate", "--check", str(run)], capsys)[0] == 0
     # a value the YAML sets otherwise: refused, both kept
     run.write_text(run.read_text().replace("   --save", "   --pipeline-model-parallel-size 1 "
@@ -1074,7 +1074,7 @@ def test_inline_then_a_flag_given_again_joins_the_array(tmp_path):
     assert out.applied == ["0003"] and "   --context-parallel-size 2\n)" in out.new
     write(out)
     assert migrate(run, inline=True).applied == []
-    assert read(State(run, run.read_text(), {})).topology.cp == 2
+    assert read(State(run, run.read_text(), {})).topology.layout.cp == 2
 
 
 @pytest.mark.skipif(BASH is None, reason="needs bash")

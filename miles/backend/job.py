@@ -23,6 +23,7 @@ from miles.replay import ship
 from miles.rollout.routes import decode_routes
 from miles.startup import Phases
 from miles_topology import Topology
+from miles_topology.model import value
 from miles_topology.replay import replay_plans
 
 from . import metrics
@@ -60,7 +61,7 @@ def options(extra: list[str] | tuple[str, ...]) -> argparse.Namespace:
 
 def prepare(topo: Topology) -> Topology:
     """The topology with the embedded model's defaults filled in, or a clear refusal."""
-    missing = {k: v for k, v in DEFAULTS.items() if getattr(topo, k) is None}
+    missing = {k: v for k, v in DEFAULTS.items() if value(topo, k) is None}
     if missing:
         topo = topo.model_copy(update=missing)  # validated again; an implied etp stays implied
     problems = []
