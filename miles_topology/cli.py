@@ -124,10 +124,10 @@ def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
     from .env import AT_RUN_TIME, PartialEnv
     from .flags import field_of
     from .model import Topology
-    from .sources import key_lines, load_fields
+    from .sources import key_lines, load_fields, with_files
 
     partial = PartialEnv(env, why=AT_RUN_TIME) if env is not None else None
-    v = verdict_of(path, lambda: Topology(**load_fields(path, env=partial)))
+    v = verdict_of(path, lambda: Topology(**with_files(load_fields(path, env=partial))))
     unresolved = env_unresolved(partial, path) if partial is not None else []
     if unresolved:
         v.extra = {"unresolved": unresolved, "report_lines": [
@@ -269,8 +269,8 @@ def cmd_rule(args, flags) -> int:
 
     if args.code is None:
         width = max(map(len, CODES))
-        for code, (kind, _) in CODES.items():
-            print(f"{code.ljust(width)}  {kind}")
+        for code, c in CODES.items():
+            print(f"{code.ljust(width)}  {c.severity}{'  fixable' if c.fixable else ''}")
         return 0
     if args.code not in CODES:
         near = difflib.get_close_matches(args.code, CODES, n=1)
