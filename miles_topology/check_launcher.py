@@ -110,7 +110,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     elif got.launcher == "ray job submit":
         environ = dict(got.env)
     else:
-        environ = PartialEnv({**(env or {}), **got.env}, why=AT_RUN_TIME)
+        environ = PartialEnv({**(env or {}), **got.env}, why=AT_RUN_TIME, defaults=True)
     v = verdict_of(path, lambda: read_flags(argv, environ).topology)
     unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
                             if getattr(environ, "dropped", None) else [])

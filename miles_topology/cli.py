@@ -117,16 +117,16 @@ def keys(text: str) -> str:
 
 
 def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
-    """`env`: at check time, the only names its ${oc.env:NAME} reads (--env); the fields
-    that read another are unresolved (env.AT_RUN_TIME). None: this process's environment
-    (`show`, as `flags` at run time)."""
+    """`env`: at check time, the only names its ${oc.env:NAME} reads (--env; else the
+    default written); the fields that read another are unresolved (env.AT_RUN_TIME). None:
+    this process's environment (`show`, as `flags` at run time)."""
     from .check_script import env_unresolved, skip_unknown
     from .env import AT_RUN_TIME, PartialEnv
     from .flags import field_of
     from .model import Topology
     from .sources import key_lines, load_fields, with_files
 
-    partial = PartialEnv(env, why=AT_RUN_TIME) if env is not None else None
+    partial = PartialEnv(env, why=AT_RUN_TIME, defaults=True) if env is not None else None
     v = verdict_of(path, lambda: Topology(**with_files(load_fields(path, env=partial))))
     unresolved = env_unresolved(partial, path) if partial is not None else []
     if unresolved:
