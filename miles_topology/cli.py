@@ -17,16 +17,19 @@ from pathlib import Path
 
 from . import __version__
 from .errors import InputError, Location, NoTrainingLaunch, Problem
-from .report import FORMATS, Verdict, exit_code, render, text_one, verdict_of
+from .output import FORMATS
+from .report import Verdict, exit_code, text_one, verdict_of
 
 USAGE = """\
-miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--quiet]
+miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY=VALUE ...]
+                     [--quiet | --verbose] [--output-file FILE] [--exit-zero]
+                     [--fix | --diff] [--unsafe-fixes]
                      [--select CODES] [--ignore CODES] [--severity error|warning|note]
-                     [--color auto|always|never] [--batch]
+                     [--color auto|always|never] [--batch] [--stdin-filename NAME]
                      [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
-                     [--real-imports]
+                     [--real-imports] [--path DIR]
                      (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
-                      | -- FLAGS...)
+                      | FOLDER... | - | -- FLAGS...)
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
@@ -45,6 +48,12 @@ EXAMPLES = {
     "check": """\
 examples:
   miles-topology check run-qwen3-30B-A3B.sh
+  miles-topology check .                                    # every launch script below .
+  miles-topology check scripts/ --output-format concise     # path:line:col: code message
+  miles-topology check run.sh --verbose                     # values, sources and the map
+  miles-topology check run.sh --diff                        # the mechanical fixes, as a diff
+  miles-topology check run.sh --fix                         # ... applied in place
+  cat run.sh | miles-topology check - --stdin-filename scripts/run.sh
   miles-topology check scripts/*.sh --format github        # annotations in a GitHub workflow
   miles-topology check run.sh --env NNODES=4 --format json
   miles-topology check run.topology.yaml
@@ -155,59 +164,57 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
                             bool(py.get("real_imports")), bool(py.get("trust")))
 
 
-INPUTS = (".sh", ".bash", ".py", ".yaml", ".yml")  # what a folder given to `check` holds
+def _expand(paths: list[str], chosen=None):
+    """The inputs named, each folder walked for the files that launch (discover.py)."""
+    from .discover import find
 
-
-def _expand(paths: list[str]) -> tuple[list[str], bool]:
-    """A folder stands for its own launch scripts, launchers and YAML files (not its
-    subfolders: sourced model files live there), in name order; (paths, whether a batch)."""
-    out = []
-    for p in paths:
-        if not os.path.isdir(p):
-            out.append(p)
-            continue
-        got = sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith(INPUTS)
-                     and os.path.isfile(os.path.join(p, n)))
-        if not got:
-            raise InputError(f"{p}: a folder with no launch script, launcher or topology YAML "
-                             f"({', '.join(INPUTS)}) in it; give the files to check")
-        out += got
-    return out, len(out) > 1 or any(os.path.isdir(p) for p in paths)
+    exclude, base = chosen.excluded() if chosen is not None else ((), None)
+    return find(paths, exclude, base) if exclude else find(paths, base=base)
 
 
 def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
             batch: bool = False, py: dict | None = None) -> list[Verdict]:
-    """One verdict per input (a folder: each of its inputs; a Python launcher: each of its
-    launches). In a batch (several inputs, a folder, or `--batch`) an unreadable input is an
-    entry of its own and one with no training launch has nothing to check; a single named
-    input raises InputError."""
-    paths, many = _expand(paths)
-    batch = batch or many
+    """Every verdict of `_each`, as one list (show)."""
+    return [v for _, vs in _each(_expand(paths), flags, env, batch, py) for v in vs]
+
+
+def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = False,
+          py: dict | None = None):
+    """(input, its verdicts) one input at a time, in order (a folder: each launch script,
+    launcher and topology YAML found in it; a Python launcher: one verdict per launch). In a
+    batch (several inputs, a folder, or `--batch`) an unreadable input is an entry of its own
+    and one with no training launch has nothing to check; a single named input raises
+    InputError."""
+    paths = found.inputs
+    batch = batch or found.walked or len(paths) > 1
     if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
-        return _python(paths[0], flags or [], env, py)
+        yield paths[0], _python(paths[0], flags or [], env, py)
+        return
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
         from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
 
-        return [check_script(paths[0], env, flags)]
+        yield paths[0], [check_script(paths[0], env, flags)]
+        return
     if flags is not None:
-        if paths:
+        if paths or found.walked:
             raise InputError("give either files or `-- FLAGS...`, not both")
         from .sources import read_flags
 
-        return [verdict_of("flags", lambda: read_flags(flags).topology)]
-    if not paths:
+        yield "flags", [verdict_of("flags", lambda: read_flags(flags).topology)]
+        return
+    if not paths and not found.walked:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
     if not batch:
-        return _one(paths[0], env, py)
-    out = []
+        yield paths[0], _one(paths[0], env, py)
+        return
     for p in paths:
         try:
-            out += _one(p, env, py)
+            got = _one(p, env, py)
         except NoTrainingLaunch as e:  # a setup or data-prep script beside the launchers
-            out.append(Verdict(p, nothing=str(e).removeprefix(f"{p}: ")))
+            got = [Verdict(p, nothing=str(e).removeprefix(f"{p}: "))]
         except InputError as e:
-            out.append(Verdict(p, unreadable=str(e)))
-    return out
+            got = [Verdict(p, unreadable=str(e))]
+        yield p, got
 
 
 def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -228,6 +235,19 @@ def _color(choice: str) -> bool:
     return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
 
 
+def _env(args) -> dict[str, str]:
+    """--env KEY=VALUE, and --path DIR before the PYTHONPATH Python launchers import from."""
+    env = _parse_env(args.env)
+    extra = [os.path.abspath(d) for d in getattr(args, "path", None) or []]
+    if extra:
+        for d in extra:
+            if not os.path.isdir(d):
+                raise InputError(f"--path {d}: no such folder")
+        now = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = os.pathsep.join([*extra, *([now] if now else [])])
+    return env
+
+
 def _settings(args):
     from .selection import settings
 
@@ -236,16 +256,77 @@ def _settings(args):
 
 
 def cmd_check(args, flags) -> int:
+    from .output import Printer, stream_for
     from .selection import apply
 
+    if args.fix or args.diff:
+        from .fix import cmd_fix
+
+        return cmd_fix(args, flags)
+    if "-" in args.inputs:
+        return _check_stdin(args, flags)
     chosen = _settings(args)
     py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                       "gpu": args.gpu, "nvlink": args.nvlink},
           "real_imports": args.real_imports, "trust": args.trust_launcher}
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), args.batch, py)
-    apply(verdicts, chosen)
-    render(verdicts, args.format, sys.stdout, quiet=args.quiet, color=_color(args.color))
-    return exit_code(verdicts)
+    found = _expand(args.inputs, chosen)
+    if found.walked and not found.inputs and flags is None:
+        print("miles-topology: warning: no launch script, Python launcher or topology YAML "
+              f"found under {', '.join(args.inputs)}", file=sys.stderr)
+    out, owned = stream_for(args.output_file)
+    printer = Printer(args.format, out, verbose=args.verbose, quiet=args.quiet,
+                      color=_color(args.color) and not owned,
+                      progress=sys.stderr if sys.stderr.isatty() and len(found.inputs) > 1
+                      else None,
+                      total=len(found.inputs))
+    verdicts: list[Verdict] = []
+    try:
+        for _, got in _each(found, flags, _env(args), args.batch, py):
+            apply(got, chosen)
+            verdicts += got
+            printer.add(got)
+            if len(verdicts) < len(found.inputs):
+                printer.working(found.inputs[printer.inputs])
+        printer.close(found.skipped)
+    finally:
+        if owned:
+            out.close()
+    code = exit_code(verdicts)
+    return 0 if args.exit_zero and code == 1 else code
+
+
+def _check_stdin(args, flags) -> int:
+    """`check -`: one script from standard input, named by --stdin-filename."""
+    from .output import Printer, stream_for
+    from .selection import apply
+    from .stdin import renamed, staged
+
+    if args.inputs != ["-"]:
+        raise InputError("`-` (standard input) is checked alone; give the files separately")
+    name = args.stdin_filename or "-"
+    args.inputs = [args.stdin_filename] if args.stdin_filename else []
+    chosen = _settings(args)
+    py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+                      "gpu": args.gpu, "nvlink": args.nvlink},
+          "real_imports": args.real_imports, "trust": args.trust_launcher}
+    with staged(args.stdin_filename) as tmp:
+        from .discover import Found
+
+        got = [v for _, vs in _each(Found([tmp]), flags, _env(args), args.batch, py)
+               for v in vs]
+        apply(got, chosen)
+        got = renamed(got, tmp, name)
+    out, owned = stream_for(args.output_file)
+    printer = Printer(args.format, out, verbose=args.verbose, quiet=args.quiet,
+                      color=_color(args.color) and not owned)
+    try:
+        printer.add(got)
+        printer.close()
+    finally:
+        if owned:
+            out.close()
+    code = exit_code(got)
+    return 0 if args.exit_zero and code == 1 else code
 
 
 def cmd_rule(args, flags) -> int:
@@ -350,8 +431,8 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("code", nargs="?", metavar="CODE", help="a problem code")
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
-            "launch scripts (.sh), Python launchers (.py), topology files (.yaml) or folders " \
-            "of them; or `-- FLAGS...` after the options"
+            "launch scripts (.sh), Python launchers (.py), topology files (.yaml), folders " \
+            "(walked for them), `-` (standard input); or `-- FLAGS...` after the options"
         p.add_argument("inputs", nargs="*", metavar="INPUT", help=what)
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
@@ -359,12 +440,34 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--trust-launcher", action="store_true",
                            help="run Python launchers with in-process recorders only, where "
                                 "the kernel cannot isolate them (docs/sandbox.md)")
-            p.add_argument("--format", choices=FORMATS, default="text", metavar="FORMAT",
-                           help="text (default), json (one object, a list for several "
+            p.add_argument("--format", "--output-format", choices=FORMATS, default="text",
+                           metavar="FORMAT", dest="format",
+                           help="text (default), concise (one `path:line:col: code message` "
+                                "line a problem), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")
             p.add_argument("-q", "--quiet", action="store_true",
-                           help="text: print only the inputs with a problem, and only the "
-                                "problems")
+                           help="text, concise: no summary line (only the problems)")
+            p.add_argument("-v", "--verbose", action="store_true",
+                           help="text: every input's full report (values and where they are "
+                                "set, the map), clean ones too")
+            p.add_argument("-o", "--output-file", metavar="FILE",
+                           help="write the report to FILE instead of standard output")
+            p.add_argument("--exit-zero", action="store_true",
+                           help="exit 0 even when an input is invalid (2 stays for inputs "
+                                "that cannot be read)")
+            p.add_argument("--stdin-filename", metavar="NAME",
+                           help="with `-`: the name of the script read from standard input "
+                                "(its folder: sourced files, settings; its suffix: the kind)")
+            p.add_argument("--fix", action="store_true",
+                           help="apply the safe fixes in place (renamed or deprecated flags, "
+                                "a unique near-miss spelling, a flag given twice with one "
+                                "value), atomically; the topology must not change")
+            p.add_argument("--diff", action="store_true",
+                           help="print the fixes --fix would apply as a unified diff; write "
+                                "nothing (exit 1 when there are any)")
+            p.add_argument("--unsafe-fixes", action="store_true",
+                           help="with --fix or --diff: also the fixes that may change what "
+                                "the script means (a near-miss spelling of a layout flag)")
             p.add_argument("--select", action="append", metavar="CODES",
                            help="report only these codes (comma-separated, repeatable)")
             p.add_argument("--ignore", action="append", metavar="CODES",
@@ -388,6 +491,10 @@ def parser() -> argparse.ArgumentParser:
                            help="Python launchers: the GPU, e.g. H100 (default), B200, MI300X")
             p.add_argument("--nvlink", action=argparse.BooleanOptionalAction, default=None,
                            help="Python launchers: GPUs of a node on NVLink (default: yes)")
+            p.add_argument("--path", action="append", metavar="DIR",
+                           help="Python launchers: a folder to import from, before "
+                                "PYTHONPATH (the checkout a launcher's package lives in; "
+                                "repeatable)")
             p.add_argument("--real-imports", action="store_true",
                            help="Python launchers: import the installed ray, torch, ... "
                                 "instead of the recording stand-ins (slower)")

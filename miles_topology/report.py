@@ -118,11 +118,13 @@ def _launch_text(v: Verdict) -> str:
     return f"{_launch(v)}{sizes}, {'OK' if v.ok else 'INVALID'}"
 
 
-def _problems(v: Verdict):
-    """(kind, problem) of a verdict, errors first; skipped ones are notes."""
-    for kind, items in (("error", v.errors), ("warning", v.warnings), ("skipped", v.skipped)):
-        for p in items:
-            yield kind, p
+def _problems(v: Verdict) -> list[tuple[str, Problem]]:
+    """(kind, problem) of a verdict by file and line (unlocated ones first), errors before
+    warnings on one line; skipped ones are notes."""
+    found = [(kind, p) for kind, items in (("error", v.errors), ("warning", v.warnings),
+                                           ("skipped", v.skipped)) for p in items]
+    return sorted(found, key=lambda kp: (kp[1].location.path, kp[1].location.line)
+                  if kp[1].location else ("", 0))
 
 
 # ---------------------------------------------------------------- text

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 DIRECTIVE = re.compile(r"#\s*miles-topology:\s*(disable|disable-file)\s*=\s*([\w, -]+)")
 LEVELS = ("error", "warning", "note")  # what --severity takes; a skipped check is a note
 KEYS = ("select", "ignore", "severity")  # of [tool.miles-topology]
+# ... the files a folder walk leaves out (discover.py), globs relative to the pyproject.toml
+WALK_KEYS = ("exclude", "extend-exclude")
 # ... and the cluster Python launchers are checked on (pylaunch/cluster.py reads them)
 CLUSTER_KEYS = ("nodes", "gpus-per-node", "gpu", "nvlink")
 TABLE = "miles-topology"
@@ -40,6 +42,16 @@ class Settings:
     ignore: frozenset[str] = frozenset()
     severity: str = "note"  # the lowest level reported
     source: str | None = None  # the pyproject.toml the settings came from
+    exclude: tuple[str, ...] | None = None  # None: discover.DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
+
+    def excluded(self) -> tuple[tuple[str, ...], str | None]:
+        """(globs a folder walk leaves out, the folder they are relative to)."""
+        from .discover import DEFAULT_EXCLUDE
+
+        base = os.path.dirname(self.source) if self.source else None
+        return (*(DEFAULT_EXCLUDE if self.exclude is None else self.exclude),
+                *self.extend_exclude), base
 
     def reports(self, p: Problem, level: str) -> bool:
         if self.select is not None and p.code not in self.select or p.code in self.ignore:
@@ -99,17 +111,23 @@ def settings(start: str, select: list[str] | None, ignore: list[str] | None,
     table = _read_toml(found)["tool"][TABLE] if found else {}
     where = f"{found} [tool.{TABLE}]" if found else ""
     for key in table:
-        if key not in KEYS + CLUSTER_KEYS:
-            near = difflib.get_close_matches(key, KEYS + CLUSTER_KEYS, n=1)
+        if key not in KEYS + WALK_KEYS + CLUSTER_KEYS:
+            near = difflib.get_close_matches(key, KEYS + WALK_KEYS + CLUSTER_KEYS, n=1)
             hint = f"; did you mean {near[0]}?" if near else \
-                f" (keys: {', '.join(KEYS + CLUSTER_KEYS)})"
+                f" (keys: {', '.join(KEYS + WALK_KEYS + CLUSTER_KEYS)})"
             raise InputError(f"{where}: unknown key {key!r}{hint}")
     got = Settings(source=str(found) if found else None)
-    for key in ("select", "ignore"):
+    for key in ("select", "ignore", *WALK_KEYS):
         value = table.get(key)
-        if value is not None and not isinstance(value, list):
-            raise InputError(f"{where}: {key} must be a list of codes, e.g. {key} = "
-                             '["sp-ignored"]')
+        if value is not None and not (isinstance(value, list) and
+                                      all(isinstance(x, str) for x in value)):
+            example = '["sp-ignored"]' if key in KEYS else '["third_party/", "*.old.sh"]'
+            raise InputError(f"{where}: {key} must be a list of strings, e.g. {key} = "
+                             + example)
+    if table.get("exclude") is not None:
+        got = replace(got, exclude=tuple(table["exclude"]))
+    if table.get("extend-exclude") is not None:
+        got = replace(got, extend_exclude=tuple(table["extend-exclude"]))
     if table.get("select") is not None:
         got = replace(got, select=codes(table["select"], where))
     if table.get("ignore") is not None:

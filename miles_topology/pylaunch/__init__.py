@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoTrainingLaunch
+from . import checkout
 from .cluster import Cluster
 from .commands import launch_of, shown
 
@@ -267,6 +268,8 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
     record.touch()
     cfg = tmp / "config.json"
     pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if mode == "path":  # the launcher's own checkout, where its package lives (checkout.py)
+        pythonpath = [*checkout.paths(target), *pythonpath]
     cfg.write_text(json.dumps({
         "mode": mode, "launcher": target, "args": list(args), "work": str(work),
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
@@ -366,7 +369,8 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
         # it ran nothing: what it would run went through the absent module
         raise InputError(f"{name} imports {absent[0]}, which is not installed here: pip install "
                          f"{PIP_NAMES.get(absent[0], absent[0])} (or put it on PYTHONPATH); a "
-                         "recording stand-in answered it, and the launcher launched no training")
+                         "recording stand-in answered it, and the launcher launched no "
+                         f"training; {checkout.hint(absent[0])}")
     try:
         return _launches(path, found, launches, others, calls, records, notes, err, status,
                          child_env, timeout_s, memory_mb, seconds, every, end)
@@ -407,15 +411,18 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
     elif end["end"] == "missing":
         pkg = (end.get("module") or "?").split(".")[0]
         raise InputError(f"{name} imports {pkg}, which is not installed here: pip install "
-                         f"{PIP_NAMES.get(pkg, pkg)} (or put it on PYTHONPATH)")
+                         f"{PIP_NAMES.get(pkg, pkg)} (or put it on PYTHONPATH); "
+                         + checkout.hint(pkg))
     elif end["end"] == "error":
         if found is None:
             raise InputError(f"{path}: the launcher failed before it launched training: "
                              f"{_at(end)}{_limit(end)}{_hint(calls)}")
         notes.append(f"the launcher failed after its training launch: {_at(end)}")
     elif end["end"] == "exit" and end.get("code") not in (None, 0) and found is None:
+        gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
         raise InputError(f"{path}: the launcher exited with status {end['code']} before it "
-                         f"launched training{_tail(err)}")
+                         f"launched training{_tail(err)}"
+                         + (f"; {checkout.hint(gone)}" if gone else ""))
     if found is None:
         ran = f"ran {len(calls)} command(s)" if calls else "ran no command"
         raise NoTrainingLaunch(f"{path}: no training launch: the launcher {ran}, none of them "
@@ -487,6 +494,10 @@ def _hint(calls: list[dict]) -> str:
             "from the environment, give it with --env KEY=VALUE)")
 
 
+_BOX = "│╭╮╰╯─┃┏┓┗┛━ |"  # rich's (typer's) frames around an error: no text of their own
+
+
 def _tail(err: str) -> str:
-    lines = [x.strip() for x in err.splitlines() if x.strip()]
+    lines = [x.strip(_BOX).strip() for x in err.splitlines()]
+    lines = [x for x in lines if any(c.isalnum() for c in x)]
     return f": {lines[-1]}" if lines else ""
