@@ -128,14 +128,14 @@ def summary(verdicts: list[Verdict], inputs: int, skipped: Counter) -> str:
     parts = [f"{counts[k]} {w}{'s' if counts[k] != 1 else ''}" for k, w in
              (("error", "error"), ("warning", "warning"), ("skipped", "skipped check"))
              if counts[k]]
+    parts += [f"{lost} unreadable"] if lost else []
     tail = [f"{bad} invalid"] if bad else []
-    tail += [f"{lost} unreadable"] if lost else []
     tail += [f"{idle} with nothing to check"] if idle else []
     left = sum(skipped.values())
     if left:
         tail.append(f"{left} other file{'s' if left != 1 else ''} skipped (" + ", ".join(
             f"{c} {why}" for why, c in sorted(skipped.items())) + ")")
-    head = f"Found {', '.join(parts)} in {n}" if parts or lost else \
+    head = f"Found {', '.join(parts)} in {n}" if parts else \
         f"All checks passed: {n}"
     return head + (f"; {'; '.join(tail)}" if tail else "") + "."
 

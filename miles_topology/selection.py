@@ -56,6 +56,8 @@ class Settings:
     def reports(self, p: Problem, level: str) -> bool:
         if self.select is not None and p.code not in self.select or p.code in self.ignore:
             return False
+        if self.select is None and p.code in OFF_BY_DEFAULT:
+            return False
         return LEVELS.index(level) <= LEVELS.index(self.severity)
 
 
@@ -143,44 +145,106 @@ def settings(start: str, select: list[str] | None, ignore: list[str] | None,
     return got
 
 
+# codes reported only when selected by name (or `all`), as ruff's RUF100
+OFF_BY_DEFAULT = frozenset({"unused-suppression"})
+
+
 @lru_cache(maxsize=256)
-def directives(path: str) -> tuple[dict[int, frozenset[str]], frozenset[str]]:
-    """(line -> codes disabled there, codes disabled in the whole file) of one file."""
+def _parsed(path: str) -> tuple[tuple[int, str, str], ...]:
+    """Every (line, kind, code) a directive of the file names, unknown codes included."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
-        return {}, frozenset()
-    lines: dict[int, frozenset[str]] = {}
-    whole: set[str] = set()
+        return ()
+    out = []
     for n, line in enumerate(text.splitlines(), 1):
         for kind, listed in DIRECTIVE.findall(line):
-            names = {c.strip() for c in listed.split(",") if c.strip()}
-            names = set(CODES) if "all" in names else names
-            if kind == "disable-file":
-                whole |= names
-            else:
-                lines[n] = lines.get(n, frozenset()) | frozenset(names)
-    return lines, frozenset(whole)
+            out += [(n, kind, c.strip()) for c in listed.split(",") if c.strip()]
+    return tuple(out)
+
+
+def directives(path: str) -> tuple[dict[int, frozenset[str]], frozenset[str]]:
+    """(line -> codes disabled there, codes disabled in the whole file) of one file."""
+    lines: dict[int, set[str]] = {}
+    whole: set[str] = set()
+    for n, kind, code in _parsed(path):
+        names = set(CODES) if code == "all" else {code}
+        if kind == "disable-file":
+            whole |= names
+        else:
+            lines.setdefault(n, set()).update(names)
+    return {n: frozenset(c) for n, c in lines.items()}, frozenset(whole)
+
+
+def suppressor(p: Problem, path: str | None) -> tuple[str, int, str] | None:
+    """The directive that turns this report off, as (file, line, code as written), or None:
+    in the file the problem is located in (else the checked file), on its line or the line
+    before, or for the whole file."""
+    where = p.location.path if p.location is not None else path
+    if where is None or not os.path.isfile(where):
+        return None
+    line = p.location.line if p.location is not None else 0
+    for n, kind, code in _parsed(where):
+        if code not in (p.code, "all"):
+            continue
+        if kind == "disable-file" or line > 0 and n in (line, line - 1):
+            return where, n, code
+    return None
 
 
 def disabled(p: Problem, path: str | None) -> bool:
-    """Whether a directive turns this report off: in the file the problem is located in
-    (else the checked file), on its line or the line before, or for the whole file."""
-    where = p.location.path if p.location is not None else path
-    if where is None or not os.path.isfile(where):
-        return False
-    lines, whole = directives(where)
-    if p.code in whole:
-        return True
-    line = p.location.line if p.location is not None else 0
-    return line > 0 and any(p.code in lines.get(n, ()) for n in (line, line - 1))
+    """Whether a directive turns this report off (see `suppressor`)."""
+    return suppressor(p, path) is not None
+
+
+def directive_problems(path: str, used: set[tuple[str, int, str]]) -> list[Problem]:
+    """The directives of a checked file that name no code, and those that suppressed
+    nothing in this run (`used`: what `suppressor` returned)."""
+    from .errors import Location
+
+    out = []
+    if not os.path.isfile(path):
+        return out
+    for n, kind, code in _parsed(path):
+        at = Location(path, n)
+        if code != "all" and code not in CODES:
+            near = difflib.get_close_matches(code, CODES, n=1)
+            fix = f"write {near[0]}" if near else "use a code `miles-topology rule` lists"
+            out.append(Problem("unknown-directive-code", f"`# miles-topology: {kind}={code}`: "
+                               f"{code} is not a problem code, so it suppresses nothing"
+                               + (f"; did you mean {near[0]}?" if near else "."), fix, (),
+                               "warning", at))
+        elif (path, n, code) not in used:
+            where = "on this line or the next" if kind == "disable" else "in this file"
+            out.append(Problem("unused-suppression", f"`# miles-topology: {kind}={code}` "
+                               f"suppresses nothing: no {code} report {where}",
+                               "remove the directive (or the code from its list)", (),
+                               "warning", at))
+    return out
 
 
 def apply(verdicts: list[Verdict], chosen: Settings) -> None:
-    """Drop, in place, what the settings and the files' directives turn off."""
+    """Drop, in place, what the settings and the files' directives turn off, and add what
+    is wrong with the directives of each checked file (once per file, after all its
+    verdicts: one input's launches share its directives)."""
+    used: set[tuple[str, int, str]] = set()
     for v in verdicts:
         path = v.path if v.path != "flags" else None
-        v.errors = [p for p in v.errors if chosen.reports(p, "error") and not disabled(p, path)]
-        v.warnings = [p for p in v.warnings
-                      if chosen.reports(p, "warning") and not disabled(p, path)]
-        v.skipped = [p for p in v.skipped if chosen.reports(p, "note") and not disabled(p, path)]
+
+        def keep(p: Problem, level: str) -> bool:
+            by = suppressor(p, path)
+            if by is not None:
+                used.add(by)
+                return False
+            return chosen.reports(p, level)
+
+        v.errors = [p for p in v.errors if keep(p, "error")]
+        v.warnings = [p for p in v.warnings if keep(p, "warning")]
+        v.skipped = [p for p in v.skipped if keep(p, "note")]
+    seen = set()
+    for v in verdicts:
+        if v.path == "flags" or v.path in seen or v.unreadable is not None:
+            continue
+        seen.add(v.path)
+        v.warnings += [p for p in directive_problems(v.path, used)
+                       if chosen.reports(p, "warning")]

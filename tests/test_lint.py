@@ -185,11 +185,15 @@ def test_colour_on_a_terminal_follows_no_color_and_force_color(tmp_path, capsys,
 def test_a_folder_with_a_setup_script_passes_and_says_nothing_to_check(tmp_path, capsys):
     script(tmp_path, name="run.sh")
     (tmp_path / "setup-env.sh").write_text("#!/bin/bash\nexport PYTHONPATH=/root/Megatron-LM\n")
-    assert main(["check", str(tmp_path)]) == 0
+    assert main(["check", str(tmp_path)]) == 0  # a folder: found by content, skipped
+    out = capsys.readouterr().out
+    assert "setup-env.sh" not in out and "1 other file skipped (1 no training launch)" in out
+    named = [str(tmp_path / "run.sh"), str(tmp_path / "setup-env.sh")]
+    assert main(["check", "--verbose", *named]) == 0  # named in a batch: read, and passes
     out = capsys.readouterr().out
     assert "setup-env.sh: nothing to check (no training launch" in out
     assert "2 inputs: 1 valid, 0 invalid, 1 with nothing to check" in out
-    assert main(["check", "--format", "json", str(tmp_path)]) == 0
+    assert main(["check", "--format", "json", *named]) == 0
     data = {Path(d["path"]).name: d for d in json.loads(capsys.readouterr().out)}
     assert data["setup-env.sh"]["ok"] is True and "nothing_to_check" in data["setup-env.sh"]
     assert main(["check", str(tmp_path / "setup-env.sh")]) == 2  # named alone: no job

@@ -93,6 +93,14 @@ declare("report.py and cli.py (an input that cannot be read)", {
         'error', 'an input cannot be read at all (missing file, bad YAML, bash syntax): exit '
         '2; in `--format github`/`sarif` and batch output'),
 })
+declare("selection.py (suppression directives, as ruff's noqa and RUF100)", {
+    'unknown-directive-code': (
+        'warning', 'a `# miles-topology: disable=` directive names a code that does not '
+        'exist (a misspelling): it suppresses nothing'),
+    'unused-suppression': (
+        'warning', 'a `# miles-topology: disable=` directive suppresses no report of its '
+        'file (off unless selected: `--select unused-suppression`)'),
+})
 declare("the script reader (shell/ interpret.py, read.py; check_script.py reports them)", {
     'missing-line-continuation': (
         'error', 'a line starts with flags (or an unresolved `${A[@]}` and flags) but the line '
