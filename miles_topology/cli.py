@@ -259,10 +259,6 @@ def cmd_check(args, flags) -> int:
     from .output import Printer, stream_for
     from .selection import apply
 
-    if args.fix or args.diff:
-        from .fix import cmd_fix
-
-        return cmd_fix(args, flags)
     if "-" in args.inputs:
         return _check_stdin(args, flags)
     chosen = _settings(args)
@@ -270,6 +266,10 @@ def cmd_check(args, flags) -> int:
                       "gpu": args.gpu, "nvlink": args.nvlink},
           "real_imports": args.real_imports, "trust": args.trust_launcher}
     found = _expand(args.inputs, chosen)
+    if args.fix or args.diff:
+        said = _fix(args, flags, found, chosen, py)
+        if args.diff:
+            return 1 if said else 0
     if found.walked and not found.inputs and flags is None:
         print("miles-topology: warning: no launch script, Python launcher or topology YAML "
               f"found under {', '.join(args.inputs)}", file=sys.stderr)
@@ -293,6 +293,63 @@ def cmd_check(args, flags) -> int:
             out.close()
     code = exit_code(verdicts)
     return 0 if args.exit_zero and code == 1 else code
+
+
+def _fix(args, flags, found, chosen, py) -> int:
+    """--fix / --diff: fix each input (fix.py) and say what was done; returns the number of
+    fixes applied (--fix) or that would be (--diff). The diff goes to the report's stream."""
+    from . import fix
+    from .migrations.runner import Refused
+    from .output import stream_for
+    from .report import _lines_of
+    from .selection import _parsed, apply
+
+    if flags is not None and not found.inputs:
+        raise InputError("--fix and --diff edit files; `-- FLAGS...` has none")
+    env = _env(args)
+    out, owned = stream_for(args.output_file) if args.diff else (sys.stderr, False)
+    fixes = files = held = 0
+    try:
+        for path, got in _each(found, flags, env, args.batch, py):
+            if any(v.unreadable is not None or v.nothing is not None for v in got) or \
+                    path.endswith((".yaml", ".yml")):
+                continue
+            apply(got, chosen)
+            if path.endswith(".py"):
+                f = fix.fix_launcher(path, got, lambda p: _python(p, flags or [], env, py),
+                                     args.unsafe_fixes)
+            else:
+                f = fix.fix_script(path, got[0], env, args.unsafe_fixes)
+            if f is None:
+                continue
+            held += f.left
+            if f.why is not None:
+                print(f"{path}: not fixed: {f.why}; nothing was written", file=sys.stderr)
+                continue
+            if f.new == f.old:
+                continue
+            if args.diff:
+                out.write(fix.diff(f))
+            else:
+                try:
+                    fix.write(f)
+                except Refused as e:
+                    print(f"{path}: not fixed: {e.reason}", file=sys.stderr)
+                    continue
+                for line in f.done if args.verbose else ():
+                    print(f"{path}: fixed {line}", file=sys.stderr)
+            fixes, files = fixes + len(f.done), files + 1
+    finally:
+        if owned:
+            out.close()
+    verb = "Would fix" if args.diff else "Fixed"
+    more = f" ({held} more with --unsafe-fixes)" if held else ""
+    if fixes or held:
+        print(f"{verb} {fixes} problem{'s' if fixes != 1 else ''} in {files} "
+              f"file{'s' if files != 1 else ''}{more}.", file=sys.stderr)
+    _parsed.cache_clear()  # the files changed: read their directives and lines again
+    _lines_of.cache_clear()
+    return fixes
 
 
 def _check_stdin(args, flags) -> int:

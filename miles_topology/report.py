@@ -119,12 +119,12 @@ def _launch_text(v: Verdict) -> str:
 
 
 def _problems(v: Verdict) -> list[tuple[str, Problem]]:
-    """(kind, problem) of a verdict by file and line (unlocated ones first), errors before
-    warnings on one line; skipped ones are notes."""
+    """(kind, problem) of a verdict by file, line and column (unlocated ones first), errors
+    before warnings at one place; skipped ones are notes."""
     found = [(kind, p) for kind, items in (("error", v.errors), ("warning", v.warnings),
                                            ("skipped", v.skipped)) for p in items]
-    return sorted(found, key=lambda kp: (kp[1].location.path, kp[1].location.line)
-                  if kp[1].location else ("", 0))
+    return sorted(found, key=lambda kp: (kp[1].location.path, kp[1].location.line,
+                                         column(kp[1]) or 0) if kp[1].location else ("", 0, 0))
 
 
 # ---------------------------------------------------------------- text

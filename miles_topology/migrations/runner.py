@@ -170,6 +170,20 @@ def write(out: Outcome) -> list[Path]:
     return written
 
 
+def replace_in_place(out: Outcome) -> None:
+    """Replace the script with `out.new`, keeping no backup (`check --fix`): refused as
+    `write` refuses, and not when it changed since it was read."""
+    writable(out)
+    target = target_of(out)
+    st = target.stat()
+    try:
+        unchanged(out, target)
+        _atomic(target, out.new.encode(), stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
+    except OSError as e:
+        raise Refused(f"cannot write ({e.strerror or e}); the script was left as it was") \
+            from None
+
+
 def unchanged(out: Outcome, target: Path) -> None:
     """Refuse when the script on disk is no longer the text that was migrated (an editor
     saved it meanwhile): replacing it would lose that edit."""

@@ -1,0 +1,291 @@
+"""`check --fix` / `--diff`: the fixes `check` states as mechanical, applied to the text.
+
+- `deprecated-flag`: a spelling upstream renamed (surface.json `renamed_to`) or miles renamed
+  plainly (flags.RENAMED: --rollout-num-gpus-per-node) is written under its new name; one
+  upstream ignores is removed (unsafe: the flag goes).
+- `unknown-flag` with a unique near miss (flags.suggest): the spelling is corrected. Unsafe
+  when the flag it becomes sets the topology (the job's layout changes: it was refused).
+- `flag-given-twice` (bash): the earlier occurrences, which the last overrides, are removed.
+
+Each fix edits only the words the problem is about (a bash script's word spans from the
+reader; a Python launcher's flag word on the reported line, when it is written there once).
+The result is read back, the way `check` reads it, before anything is written: the launch
+must pass the same words but for the fixed ones, and, for a safe fix, set the same topology;
+else nothing is written. Writing is migrate's (migrations/runner.py): atomic, the file
+re-read just before it is replaced, mode and owner kept; no backup (like ruff --fix).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import InputError, NoTrainingLaunch, Problem
+
+if TYPE_CHECKING:
+    from .report import Verdict
+
+# code -> when its fix is safe. Each code's fixability is shown by `rule CODE`.
+FIXABLE = {
+    "deprecated-flag": "safe when it renames the flag; unsafe when it removes one upstream "
+                       "ignores",
+    "unknown-flag": "safe when the one near-miss spelling is not a layout flag; unsafe when "
+                    "it is (the layout changes)",
+    "flag-given-twice": "safe in a bash script: the occurrences the last one overrides are "
+                        "removed",
+}
+_NAME = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+@dataclass
+class Change:
+    """One fix: the flag `old` becomes `new` (None: the occurrence is removed)."""
+
+    problem: Problem
+    old: str
+    new: str | None
+    unsafe: bool
+    line: int
+
+
+@dataclass
+class Fixed:
+    """A file's fixes, not yet written (`why`: they were refused, nothing is written)."""
+
+    path: str
+    old: str
+    new: str
+    done: list[str] = field(default_factory=list)
+    why: str | None = None
+    left: int = 0  # fixes that need --unsafe-fixes
+
+
+def change_for(p: Problem, unsafe: bool) -> Change | None:
+    """The mechanical fix of a problem, or None (not fixable, or unsafe and not allowed)."""
+    from . import surface
+    from .flags import RENAMED, field_of, suggest
+
+    if p.code not in FIXABLE or not p.flags:
+        return None
+    name, line = p.flags[0], p.location.line if p.location else 0
+    got: Change | None = None
+    if p.code == "deprecated-flag":
+        r, f = RENAMED.get(name), surface.flag(name)
+        new = r.new if r is not None else f.renamed_to if f is not None else None
+        if new is not None and _NAME.fullmatch(new):
+            got = Change(p, name, new, False, line)
+        elif r is None and f is not None and f.removed:
+            got = Change(p, name, None, True, line)
+    elif p.code == "unknown-flag":
+        near = suggest(name)
+        if near is not None and _NAME.fullmatch(near) and _NAME.fullmatch(name):
+            got = Change(p, name, near, field_of(near) is not None, line)
+    elif p.code == "flag-given-twice":
+        got = Change(p, name, None, False, line)
+    return got
+
+
+def plan(v: Verdict, unsafe: bool) -> tuple[list[Change], int]:
+    """(the fixes of a verdict's problems that may be applied, how many need --unsafe-fixes)."""
+    out, held = [], 0
+    for p in [*v.errors, *v.warnings]:
+        c = change_for(p, unsafe)
+        if c is None:
+            continue
+        if c.unsafe and not unsafe:
+            held += 1
+            continue
+        out.append(c)
+    return out, held
+
+
+# ---------------------------------------------------------------- bash scripts
+
+
+def fix_script(path: str, v: Verdict, env: dict[str, str], unsafe: bool) -> Fixed | None:
+    """The fixed text of a launch script (None: nothing to fix)."""
+    from .migrations.common import Edit, apply, delete, words
+    from .migrations.runner import Refused, load
+    from .shell import ScriptReadError, read_script
+
+    changes, held = plan(v, unsafe)
+    if not changes:
+        return Fixed(path, "", "", left=held) if held else None
+    try:
+        text = load(Path(path))
+        before = read_script(path, env, text=text)
+    except (Refused, ScriptReadError, OSError):
+        return None
+    here = os.path.abspath(path)
+    edits, done, renamed, dropped = [], [], {}, set()
+    for c in changes:
+        occurrences = [fv for fv in before.argv if fv.flag == c.old]
+        if c.problem.code == "flag-given-twice":  # all but the last (the one that runs)
+            targets = occurrences[:-1]
+        else:
+            targets = [fv for fv in occurrences if not c.line or fv.source.line == c.line]
+        spans = [(fv, words(fv)) for fv in targets]
+        if not targets or any(s is None or s.file != here for _, ws in spans for s in ws) or \
+                any(len(fv.tokens) > 1 for fv in targets):
+            continue  # not written as words of its own in this file: left for a person
+        for fv, ws in spans:
+            i = next(k for k, x in enumerate(before.argv) if x is fv)
+            if c.new is None:
+                edits += [delete(s) for s in ws]
+                dropped.add(i)
+            else:
+                word = text[fv.span.start:fv.span.end]
+                if not word.startswith(c.old):
+                    continue  # quoted: left as written
+                edits.append(Edit(fv.span.start, fv.span.start + len(c.old), c.new))
+                renamed[i] = c.new
+        done.append(_said(c))
+    if not edits:
+        return Fixed(path, text, text, left=held)
+    try:
+        new = apply(text, edits)
+    except Refused as e:
+        return Fixed(path, text, text, why=e.reason, left=held)
+    out = Fixed(path, text, new, done, left=held)
+    try:
+        after = read_script(path, env, text=new)
+    except ScriptReadError as e:
+        out.why = f"the fixed script does not read back ({e})"
+        return out
+    want = [(renamed.get(i, fv.flag), fv.value) for i, fv in enumerate(before.argv)
+            if i not in dropped]
+    got = [(fv.flag, fv.value) for fv in after.argv]
+    if (after.launcher, after.entry) != (before.launcher, before.entry) or got != want:
+        out.why = "the fixed script would launch other words than the fixes intend"
+    elif {n.code for n in after.notes} - {n.code for n in before.notes}:
+        out.why = "the fixed script would read differently (a new note)"
+    else:
+        out.why = _layout_changed(before.flags(), after.flags(), changes)
+    return out
+
+
+def _layout_changed(old: list[str], new: list[str], changes: list[Change]) -> str | None:
+    """Why the fix is refused when the layout the flags set changes (a safe fix must keep
+    it; an unsafe one may change only the fields of the flags it corrects)."""
+    from .flags import field_of, parse_flags
+
+    a, b = parse_flags(old).fields, parse_flags(new).fields
+    allowed = {field_of(c.new) for c in changes if c.unsafe and c.new}
+    moved = [f"{k} {a.get(k)} -> {b.get(k)}" for k in {*a, *b}
+             if a.get(k) != b.get(k) and k not in allowed]
+    return f"the topology would change ({', '.join(sorted(moved))})" if moved else None
+
+
+def _said(c: Change) -> str:
+    at = f"line {c.line}: " if c.line else ""
+    if c.problem.code == "flag-given-twice":
+        return f"{at}{c.old} given once (the earlier occurrences, overridden, removed)"
+    if c.new is None:
+        return f"{at}removed {c.old} ({c.problem.code})"
+    return f"{at}{c.old} -> {c.new} ({c.problem.code}{', unsafe' if c.unsafe else ''})"
+
+
+# ---------------------------------------------------------------- Python launchers
+
+
+def fix_launcher(path: str, v: list[Verdict], judge: Callable[[str], list[Verdict]],
+                 unsafe: bool) -> Fixed | None:
+    """The fixed text of a Python launcher: a flag word on the reported line of the launcher
+    itself, when written there exactly once, renamed (removals are left to a person). The
+    result is run in the sandbox again and must launch the same words but the renamed ones."""
+    from .migrations.runner import Refused, load
+
+    changes, held = [], 0
+    for one in v:
+        got, h = plan(one, unsafe)
+        changes += [c for c in got if c.new is not None and c.line]
+        held += h
+    if not changes:
+        return Fixed(path, "", "", left=held) if held else None
+    try:
+        text = load(Path(path))
+    except Refused:
+        return None
+    lines = text.splitlines(keepends=True)
+    done, renames = [], {}
+    for c in dict.fromkeys((c.old, c.new, c.line, c.unsafe) for c in changes
+                           if _in(c.problem, path)):
+        old, new, line, risky = c
+        if line > len(lines):
+            continue
+        hits = list(re.finditer(rf"(?<![\w-]){re.escape(old)}(?![\w-])", lines[line - 1]))
+        if len(hits) != 1:
+            continue
+        s = hits[0].start()
+        lines[line - 1] = lines[line - 1][:s] + new + lines[line - 1][s + len(old):]
+        renames[old] = new
+        done.append(f"line {line}: {old} -> {new}{' (unsafe)' if risky else ''}")
+    new_text = "".join(lines)
+    out = Fixed(path, text, new_text, done, left=held)
+    if new_text == text:
+        return out
+    out.why = _rerun(path, new_text, v, judge, renames, changes)
+    return out
+
+
+def _in(p: Problem, path: str) -> bool:
+    return p.location is not None and os.path.realpath(p.location.path) == \
+        os.path.realpath(path)
+
+
+def _rerun(path: str, text: str, before: list[Verdict], judge, renames: dict[str, str],
+           changes: list[Change]) -> str | None:
+    """Run the fixed launcher (a hidden copy beside it) and compare its launches."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.fix-",
+                               suffix=".py")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        try:
+            after = judge(tmp)
+        except (InputError, NoTrainingLaunch) as e:
+            return f"the fixed launcher does not run as before ({e})"
+    finally:
+        with suppress(OSError):
+            os.unlink(tmp)
+
+    def renamed(argv: list[str]) -> list[str]:
+        out = []
+        for w in argv:
+            name, eq, rest = w.partition("=")
+            out.append(renames.get(name, name) + eq + rest)
+        return out
+
+    old = [v.extra.get("argv") or [] for v in before]
+    new = [v.extra.get("argv") or [] for v in after]
+    if [renamed(a) for a in old] != new:
+        return "the fixed launcher would launch other words than the fixes intend"
+    for a, b in zip(old, new):
+        why = _layout_changed(a, b, changes)
+        if why:
+            return why
+    return None
+
+
+# ---------------------------------------------------------------- writing
+
+
+def write(fixed: Fixed) -> None:
+    """Replace the file atomically (migrate's writer: re-read first, mode and owner kept)."""
+    from .migrations.runner import Outcome, replace_in_place
+
+    replace_in_place(Outcome(Path(fixed.path), fixed.old, fixed.new))
+
+
+def diff(fixed: Fixed) -> str:
+    from .migrations.runner import _udiff
+
+    return _udiff(fixed.old, fixed.new, fixed.path, fixed.path)
