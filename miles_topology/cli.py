@@ -32,7 +32,8 @@ miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY
                       | FOLDER... | - | -- FLAGS...)
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
-miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
+miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
+                       [--env KEY=VALUE ...]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
@@ -73,6 +74,7 @@ examples:
   miles-topology migrate run.sh                  # show the diff, write nothing
   miles-topology migrate --write run.sh          # apply it (keeps run.sh.bak)
   miles-topology migrate --check scripts/*.sh    # exit 1 while a step is pending (CI)
+  miles-topology migrate --check --quiet --only-migrated scripts/*.sh   # the pre-commit hook
   miles-topology migrate --inline run.sh         # one TOPOLOGY_ARGS array, no YAML file""",
     "flags": """\
 examples:
@@ -431,7 +433,7 @@ def cmd_migrate(args, flags) -> int:
     from .migrations.runner import main as migrate_main
 
     return migrate_main(args.inputs, _parse_env(args.env), write=args.write, check=args.check,
-                        inline=args.inline)
+                        inline=args.inline, quiet=args.quiet, only_migrated=args.only_migrated)
 
 
 def cmd_flags(args, flags) -> int:
@@ -569,6 +571,12 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--inline", action="store_true",
                            help="gather the layout flags in one TOPOLOGY_ARGS array instead "
                                 "of a YAML file")
+            p.add_argument("-q", "--quiet", action="store_true",
+                           help="--check: print only the scripts with a pending step; files "
+                                "that launch nothing (model files, helpers) are not read")
+            p.add_argument("--only-migrated", action="store_true",
+                           help="--check: look only at scripts migrated before (they carry "
+                                "the `# miles-topology-migration:` line); keeps them migrated")
     return top
 
 
