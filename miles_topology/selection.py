@@ -231,7 +231,7 @@ def apply(verdicts: list[Verdict], chosen: Settings) -> None:
     for v in verdicts:
         path = v.path if v.path != "flags" else None
 
-        def keep(p: Problem, level: str) -> bool:
+        def keep(p: Problem, level: str, path: str | None = path) -> bool:
             by = suppressor(p, path)
             if by is not None:
                 used.add(by)

@@ -18,7 +18,8 @@ LAYERS = (
     ("sources", "config", "yamlflags", "namespace",
      "__init__"),  # reading and writing it (YAML as flags too); the package face
     ("weightsync", "replay", "show", "report", "shell", "pylaunch", "check_script",
-     "check_launcher", "migrations", "selection", "cli", "__main__"),  # what is built on a Topology
+     "check_launcher", "migrations", "selection", "discover", "output", "stdin", "fix", "cli",
+     "__main__"),  # what is built on a Topology
 )
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 
