@@ -402,7 +402,11 @@ def cmd_rule(args, flags) -> int:
         near = difflib.get_close_matches(args.code, CODES, n=1)
         hint = f"; did you mean {near[0]}?" if near else " (`miles-topology rule` lists them)"
         raise InputError(f"{args.code!r} is not a problem code{hint}")
+    from .fix import FIXABLE
+
+    how = FIXABLE.get(args.code)
     print(page(args.code), end="")
+    print(f"Fixable: check --fix ({how})" if how else "Fixable: no")
     return 0
 
 

@@ -195,15 +195,17 @@ def _said(c: Change) -> str:
 
 def fix_launcher(path: str, v: list[Verdict], judge: Callable[[str], list[Verdict]],
                  unsafe: bool) -> Fixed | None:
-    """The fixed text of a Python launcher: a flag word on the reported line of the launcher
-    itself, when written there exactly once, renamed (removals are left to a person). The
-    result is run in the sandbox again and must launch the same words but the renamed ones."""
+    """The fixed text of a Python launcher: a flag word written exactly once in the launcher
+    itself (a launch is reported where its helper starts the process; the flags are in
+    strings the launcher builds), renamed; helpers are not edited, removals are left to a
+    person. The result is run in the sandbox again and must launch the same words
+    but the renamed ones."""
     from .migrations.runner import Refused, load
 
     changes, held = [], 0
     for one in v:
         got, h = plan(one, unsafe)
-        changes += [c for c in got if c.new is not None and c.line]
+        changes += [c for c in got if c.new is not None]
         held += h
     if not changes:
         return Fixed(path, "", "", left=held) if held else None
@@ -211,31 +213,21 @@ def fix_launcher(path: str, v: list[Verdict], judge: Callable[[str], list[Verdic
         text = load(Path(path))
     except Refused:
         return None
-    lines = text.splitlines(keepends=True)
-    done, renames = [], {}
-    for c in dict.fromkeys((c.old, c.new, c.line, c.unsafe) for c in changes
-                           if _in(c.problem, path)):
-        old, new, line, risky = c
-        if line > len(lines):
-            continue
-        hits = list(re.finditer(rf"(?<![\w-]){re.escape(old)}(?![\w-])", lines[line - 1]))
+    new_text, done, renames = text, [], {}
+    for old, new, risky in dict.fromkeys((c.old, c.new, c.unsafe) for c in changes):
+        hits = list(re.finditer(rf"(?<![\w-]){re.escape(old)}(?![\w-])", new_text))
         if len(hits) != 1:
-            continue
+            continue  # written twice, or built from pieces: left for a person
         s = hits[0].start()
-        lines[line - 1] = lines[line - 1][:s] + new + lines[line - 1][s + len(old):]
+        new_text = new_text[:s] + new + new_text[s + len(old):]
         renames[old] = new
+        line = new_text.count("\n", 0, s) + 1
         done.append(f"line {line}: {old} -> {new}{' (unsafe)' if risky else ''}")
-    new_text = "".join(lines)
     out = Fixed(path, text, new_text, done, left=held)
     if new_text == text:
         return out
     out.why = _rerun(path, new_text, v, judge, renames, changes)
     return out
-
-
-def _in(p: Problem, path: str) -> bool:
-    return p.location is not None and os.path.realpath(p.location.path) == \
-        os.path.realpath(path)
 
 
 def _rerun(path: str, text: str, before: list[Verdict], judge, renames: dict[str, str],
