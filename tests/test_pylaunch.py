@@ -381,7 +381,7 @@ def test_model_shape_from_the_checkpoint_is_unknown_not_dense(capsys):
     assert "r3-requires-moe" not in {p.code for p in v.errors}
     assert "--num-layers" in v.extra["unknown_model_facts"]["flags"]
     assert "checkpoint" in v.extra["unknown_model_facts"]["why"]
-    assert main(["check", fixture("run_r3_from_checkpoint.py")]) == 0
+    assert main(["check", "--verbose", fixture("run_r3_from_checkpoint.py")]) == 0
     assert "model shape unknown" in capsys.readouterr().out
     # one fact given, the shape still from the checkpoint: whether the MoE layers need
     # --sequence-parallel is not known, as `check` says of the same bash script

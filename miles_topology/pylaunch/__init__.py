@@ -268,14 +268,14 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
     record.touch()
     cfg = tmp / "config.json"
     pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if mode == "path":  # the launcher's own checkout, where its package lives (checkout.py)
-        pythonpath = [*checkout.paths(target), *pythonpath]
     cfg.write_text(json.dumps({
         "mode": mode, "launcher": target, "args": list(args), "work": str(work),
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
         "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
         "env": sandbox, "trust": trust, "deny": os.environ.get(DENY_VAR, ""),
-        "package": str(Path(__file__).resolve().parent.parent), **extra}))
+        "package": str(Path(__file__).resolve().parent.parent),
+        # the launcher's own checkout, last on sys.path: where its package lives (checkout.py)
+        "checkout": checkout.paths(target) if mode == "path" else [], **extra}))
     with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
         # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc;
         # -S: no site-packages (nor their .pth files) until the child is isolated

@@ -4,8 +4,9 @@ miles' scripts/run_*.py are run from the checkout's root (`python scripts/run_x.
 package installed with `pip install -e .`), so `import miles` works for them and not for a
 checker that runs the file from elsewhere. When a package the launcher imports lives at the
 root of the checkout that holds the launcher (its git work tree; without git, the nearest
-folder above with a pyproject.toml or setup.py), that root joins the sandbox's path list.
-When an import still fails, `hint` says how to give the path.
+folder above with a pyproject.toml or setup.py), that root goes last on the sandbox's
+sys.path: a package installed or on PYTHONPATH (`--path`) still comes first, as it does
+for `python scripts/run_x.py`. When an import still fails, `hint` says how to give the path.
 """
 
 from __future__ import annotations

@@ -666,6 +666,7 @@ def main() -> None:
     first = os.path.dirname(os.path.abspath(cfg["launcher"])) if mode == "path" else \
         ("" if mode == "code" else os.getcwd())
     sys.path[:0] = [first] + cfg["pythonpath"]
+    sys.path += cfg.get("checkout", [])  # after site-packages: what is installed comes first
     sys.argv = [cfg["launcher"] if mode == "path" else "-c" if mode == "code" else
                 cfg["launcher"], *cfg["args"]]
     sys.addaudithook(hook)
