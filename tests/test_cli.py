@@ -239,7 +239,7 @@ def test_core_imports_nothing_from_the_cli_or_the_migrations():
     import ast
 
     pkg = ROOT / "miles_topology"
-    roots = {"cli", "migrations", "__main__"}
+    roots = {"cli", "migrations", "__main__", "fix"}  # fix.py: check --fix, on migrate's writer
     for path in pkg.glob("*.py"):
         if path.stem in roots:
             continue
