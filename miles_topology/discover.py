@@ -27,12 +27,14 @@ DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__py
 SHELL = (".sh", ".bash")
 YAML = (".yaml", ".yml")
 
-_ENTRY = "|".join(re.escape(n) for n in sorted(TRAIN_FILES)) + "|" + \
-    "|".join(rf"\.{re.escape(m)}\b" for m in sorted(TRAIN_MODULES))
-# a word naming the training entry (train.py, train_async.py, `-m miles.train`)
-_TRAINS = re.compile(rf"(?:^|[\s/\"'=])(?:{_ENTRY})")
-# a Python launcher: miles' command_utils entry, or the entry file named in its text
-_PY_LAUNCH = re.compile(rf"execute_train\s*\(|{_TRAINS.pattern}")
+_FILES = "|".join(re.escape(n) for n in sorted(TRAIN_FILES))
+_MODULES = "|".join(re.escape(m) for m in sorted(TRAIN_MODULES))
+# a word naming the training entry: train.py, train_async.py, `-m miles.train`
+_TRAINS = re.compile(rf"(?:^|[\s/\"'=])(?:{_FILES})\b|-m\s+[\w.]*\b(?:{_MODULES})\b", re.M)
+# a Python launcher starts a process (miles' command_utils.execute_train, subprocess, ...)
+_PY_LAUNCH = re.compile(r"execute_train\s*\(")
+_PY_PROCESS = re.compile(r"\b(?:subprocess|os\.system|os\.exec\w*|os\.spawn\w*|Popen|"
+                         r"exec_command\w*)\b")
 _MAIN = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
 _KEY = re.compile(r"^([A-Za-z_]\w*)\s*:", re.M)  # a top-level key of a YAML mapping
 
@@ -60,7 +62,8 @@ def kind(path: str) -> str | None:
         return "yaml" if name.endswith((".topology.yaml", ".topology.yml")) or \
             _topology_keys(text) else None
     if name.endswith(".py"):
-        return "launcher" if _MAIN.search(text) and _PY_LAUNCH.search(text) else None
+        launches = _PY_LAUNCH.search(text) or _PY_PROCESS.search(text) and _TRAINS.search(text)
+        return "launcher" if _MAIN.search(text) and launches else None
     return "script" if _TRAINS.search(text) else None
 
 
