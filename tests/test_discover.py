@@ -53,13 +53,18 @@ def test_kind_by_content(tmp_path):
              "prep.py": DATAPREP, "run.py": LAUNCHER, "notes.txt": "python3 train.py\n",
              "moe.topology.yaml": "tp: 2\n", "cfg.yaml": "tp: 2\nep: 2\n",
              "sglang.yaml": "tp: 2\nattention_backend: fa3\n",
-             "runner": "#!/usr/bin/env bash\n" + LAUNCH.format(extra="")}
+             "runner": "#!/usr/bin/env bash\n" + LAUNCH.format(extra=""),
+             # miles' train.py: the entry itself, whose message names train_async.py
+             "train.py": 'def main(args):\n    assert args, "run train_async.py"\n\n'
+                         'if __name__ == "__main__":\n    main(None)\n',
+             "mod.sh": "python3 -m miles.train --colocate\n"}
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     got = {n: kind(str(tmp_path / n)) for n in files}
     assert got == {"run.sh": "script", "model.sh": None, "helper.py": None, "prep.py": None,
                    "run.py": "launcher", "notes.txt": None, "moe.topology.yaml": "yaml",
-                   "cfg.yaml": "yaml", "sglang.yaml": None, "runner": "script"}
+                   "cfg.yaml": "yaml", "sglang.yaml": None, "runner": "script",
+                   "train.py": None, "mod.sh": "script"}
 
 
 def test_a_folder_is_walked_recursively_and_the_invalid_script_found(tmp_path, capsys):
