@@ -163,3 +163,16 @@ def test_migrate_check_fails_exactly_the_script_with_a_layout_flag_to_move(repos
                            "miles-topology migrate --check (installed)": "Failed"}, out
     assert "run-regressed.sh: pending 0003" in out
     assert "run-migrated.sh" not in out and "models/" not in out and "setup-env" not in out
+
+
+def test_install_and_hook_examples_name_revisions_that_exist():
+    """The README's `pip install git+...@REV` and `rev:` examples, and the hooks file's,
+    name no tag the repository does not have (it has none: they pin a commit)."""
+    tags = set(subprocess.run(["git", "-C", str(ROOT), "tag"], capture_output=True,
+                              text=True).stdout.split())
+    for name in ("README.md", ".pre-commit-hooks.yaml"):
+        text = (ROOT / name).read_text()
+        revs = re.findall(r"rev:\s*(\S+)", text) + re.findall(r"git\+\S*@([^\"\s]+)", text)
+        assert revs, name
+        for rev in revs:
+            assert rev in tags or not re.fullmatch(r"v?\d+(\.\d+)+", rev), (name, rev)
