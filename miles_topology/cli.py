@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -209,14 +210,29 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
     if not batch:
         yield paths[0], _one(paths[0], env, py)
         return
-    for p in paths:
+
+    def judged(p: str) -> list[Verdict]:
         try:
-            got = _one(p, env, py)
+            return _one(p, env, py)
         except NoTrainingLaunch as e:  # a setup or data-prep script beside the launchers
-            got = [Verdict(p, nothing=str(e).removeprefix(f"{p}: "))]
+            return [Verdict(p, nothing=str(e).removeprefix(f"{p}: "))]
         except InputError as e:
-            got = [Verdict(p, unreadable=str(e))]
-        yield p, got
+            return [Verdict(p, unreadable=str(e))]
+
+    # Python launchers wait on their sandboxed child: they run side by side, and each result
+    # is still given in order, as soon as it and those before it are done
+    launchers = [p for p in paths if p.endswith(".py")]
+    pool = ThreadPoolExecutor(max_workers=JOBS) if len(launchers) > 1 and JOBS > 1 else None
+    ahead = {p: pool.submit(judged, p) for p in launchers} if pool else {}
+    try:
+        for p in paths:
+            yield p, ahead[p].result() if p in ahead else judged(p)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+JOBS = min(8, os.cpu_count() or 1)  # Python launchers checked at once in a batch
 
 
 def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:

@@ -133,3 +133,30 @@ def test_summary_counts(fmt, capsys):
     assert main(["check", "--output-format", fmt, CLEAN, BAD]) == 1
     last = capsys.readouterr().out.splitlines()[-1]
     assert re.fullmatch(r"Found \d+ errors?(, .*)? in 2 inputs; 1 invalid\.", last), last
+
+
+def test_launchers_run_side_by_side_and_report_in_order(tmp_path, monkeypatch, capsys):
+    """b.py finishes before a.py has (a waits for b); a's result still comes first."""
+    import threading
+
+    names = ["a.py", "b.py", "c.sh"]
+    for n in names:
+        (tmp_path / n).write_text("")
+    b_done = threading.Event()
+    waited = []
+
+    def judge(path, env, py=None):
+        name = Path(path).name
+        if name == "a.py":
+            waited.append(b_done.wait(timeout=60))
+        if name == "b.py":
+            b_done.set()
+        return [Verdict(path, unreadable=name)]
+
+    monkeypatch.setattr(cli, "_one", judge)
+    monkeypatch.setattr(cli, "JOBS", 2)
+    assert main(["check", "--output-format", "concise", "--quiet",
+                 *(str(tmp_path / n) for n in names)]) == 2
+    assert waited == [True]  # b ran while a was still running
+    out = capsys.readouterr().out.splitlines()
+    assert [Path(x.split(":")[0]).name for x in out] == names
