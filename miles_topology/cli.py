@@ -539,14 +539,16 @@ def parser() -> argparse.ArgumentParser:
                                 "(its folder: sourced files, settings; its suffix: the kind)")
             p.add_argument("--fix", action="store_true",
                            help="apply the safe fixes in place (renamed or deprecated flags, "
-                                "a unique near-miss spelling, a flag given twice with one "
-                                "value), atomically; the topology must not change")
+                                "a unique near-miss spelling one typo away, the overridden "
+                                "occurrence of a flag given twice), atomically; the topology "
+                                "must not change")
             p.add_argument("--diff", action="store_true",
                            help="print the fixes --fix would apply as a unified diff; write "
                                 "nothing (exit 1 when there are any)")
             p.add_argument("--unsafe-fixes", action="store_true",
                            help="with --fix or --diff: also the fixes that may change what "
-                                "the script means (a near-miss spelling of a layout flag)")
+                                "the script means (a near-miss spelling further away or of a "
+                                "layout flag; removing a flag upstream ignores)")
             p.add_argument("--select", action="append", metavar="CODES",
                            help="report only these codes (comma-separated, repeatable)")
             p.add_argument("--ignore", action="append", metavar="CODES",

@@ -3,8 +3,10 @@
 - `deprecated-flag`: a spelling upstream renamed (surface.json `renamed_to`) or miles renamed
   plainly (flags.RENAMED: --rollout-num-gpus-per-node) is written under its new name; one
   upstream ignores is removed (unsafe: the flag goes).
-- `unknown-flag` with a unique near miss (flags.suggest): the spelling is corrected. Unsafe
-  when the flag it becomes sets the topology (the job's layout changes: it was refused).
+- `unknown-flag` with a unique near miss (flags.suggest): the spelling is corrected. Safe
+  only for one typo (`--kl-los-coef`); unsafe when the flag it becomes sets the topology
+  (the job's layout changes) or is further away (`--use-gated-attention` is not a typo of
+  `--use-kitchen-attention`: it may be a flag of the user's own Megatron).
 - `flag-given-twice` (bash): the earlier occurrences, which the last overrides, are removed.
 
 Each fix edits only the words the problem is about (a bash script's word spans from the
@@ -34,8 +36,9 @@ if TYPE_CHECKING:
 FIXABLE = {
     "deprecated-flag": "safe when it renames the flag; unsafe when it removes one upstream "
                        "ignores",
-    "unknown-flag": "safe when the one near-miss spelling is not a layout flag; unsafe when "
-                    "it is (the layout changes)",
+    "unknown-flag": "safe when the one near-miss spelling is one typo away (a letter "
+                    "missing, extra, wrong or two swapped) and not a layout flag; unsafe "
+                    "otherwise (the layout changes, or the flag may be the user's own)",
     "flag-given-twice": "safe in a bash script: the occurrences the last one overrides are "
                         "removed",
 }
@@ -84,10 +87,24 @@ def change_for(p: Problem, unsafe: bool) -> Change | None:
     elif p.code == "unknown-flag":
         near = suggest(name)
         if near is not None and _NAME.fullmatch(near) and _NAME.fullmatch(name):
-            got = Change(p, name, near, field_of(near) is not None, line)
+            risky = field_of(near) is not None or typos(name, near) > 1
+            got = Change(p, name, near, risky, line)
     elif p.code == "flag-given-twice":
         got = Change(p, name, None, False, line)
     return got
+
+
+def typos(a: str, b: str) -> int:
+    """Edits from `a` to `b`: a letter inserted, deleted or changed, two adjacent swapped."""
+    prev2, prev = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if prev2 is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
 
 
 def plan(v: Verdict, unsafe: bool) -> tuple[list[Change], int]:

@@ -141,3 +141,20 @@ def test_rule_says_whether_a_code_is_fixable(capsys):
     assert "Fixable: check --fix (safe when it renames the flag" in capsys.readouterr().out
     assert main(["rule", "expert-grid-divisibility"]) == 0
     assert "Fixable: no" in capsys.readouterr().out
+
+
+def test_a_near_miss_is_safe_only_one_typo_away():
+    from miles_topology.errors import Problem
+
+    def fixable(flag: str) -> tuple[str | None, bool] | None:
+        from miles_topology.flags import _unknown
+
+        c = fix.change_for(_unknown(flag, None), unsafe=True)
+        return (c.new, c.unsafe) if c else None
+
+    assert fix.typos("--kl-los-coef", "--kl-loss-coef") == 1
+    assert fix.typos("--eps-cilp", "--eps-clip") == 1  # two letters swapped
+    assert fixable("--kl-los-coef") == ("--kl-loss-coef", False)
+    assert fixable("--tensor-model-paralel-size") == ("--tensor-model-parallel-size", True)
+    assert fixable("--use-gated-attention") == ("--use-kitchen-attention", True)
+    assert fix.change_for(Problem("unknown-flag", "m", "f", ("--zzzzzz",)), True) is None
