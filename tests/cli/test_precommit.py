@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import ROOT, SCRIPTS
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "tests" / "fixtures" / "scripts"
 pytest.importorskip("pre_commit")
 
 VALID = """#!/bin/bash
@@ -126,6 +125,7 @@ def _hooks(out: str) -> dict[str, str]:
         out, re.M)}
 
 
+@pytest.mark.slow
 def test_pre_commit_fails_exactly_the_invalid_script(repos, capsys):
     """Both hooks on: the check fails on the script with the typo alone; migrate-check
     passes (never-migrated scripts and model files are not its business)."""
@@ -145,6 +145,7 @@ def test_pre_commit_fails_exactly_the_invalid_script(repos, capsys):
         assert one.returncode == want, (name, one.stdout + one.stderr)
 
 
+@pytest.mark.slow
 def test_migrate_check_fails_exactly_the_script_with_a_layout_flag_to_move(repos):
     """A migrated script that gets a layout flag back fails migrate-check, alone."""
     work, home = repos

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 import pytest
+from support import LAUNCHERS
 
 from miles_topology import fix
 from miles_topology.cli import main
 
-LAUNCHERS = Path(__file__).parent / "fixtures" / "launchers"
 SCRIPT = """#!/bin/bash
 MODEL_ARGS=(--num-layers 4 --num-attention-heads 4)
 SGLANG_ARGS=(

@@ -9,12 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
+from support import SCRIPTS
 
 from miles_topology import cli, output
 from miles_topology.cli import main
 from miles_topology.report import Verdict
 
-SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 CLEAN = str(SCRIPTS / "run-qwen3-4B.sh")
 BAD = str(SCRIPTS / "err-expert-grid.sh")
 # two problems on two lines, the later line's written first in the argv

@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support import SCRIPTS
 
 from miles_topology.cli import main
 from miles_topology.discover import Ignore, find, kind
 
-SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 LAUNCH = "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate " \
          "--num-layers 4 --num-attention-heads 4 {extra}\n"
 MODEL = "MODEL_ARGS=(--num-layers 4 --num-attention-heads 4 --hidden-size 64)\n"
