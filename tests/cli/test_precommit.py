@@ -143,6 +143,12 @@ def test_pre_commit_fails_exactly_the_invalid_script(repos, capsys):
                        "run-suppressed.sh": 0, "run-migrated.sh": 0}.items():
         one = pre_commit(work, home, "--files", name)
         assert one.returncode == want, (name, one.stdout + one.stderr)
+    (work / "run-typo.sh").unlink()  # without it, the whole repository passes both hooks
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "the typo's script removed")
+    clean = pre_commit(work, home, "--all-files")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert set(_hooks(clean.stdout).values()) == {"Passed"}, clean.stdout
 
 
 @pytest.mark.slow
