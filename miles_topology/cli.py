@@ -378,6 +378,8 @@ def _check_stdin(args, flags) -> int:
 
     if args.inputs != ["-"]:
         raise InputError("`-` (standard input) is checked alone; give the files separately")
+    if args.fix or args.diff:
+        raise InputError("--fix and --diff edit files; give the file itself, not `-`")
     name = args.stdin_filename or "-"
     args.inputs = [args.stdin_filename] if args.stdin_filename else []
     chosen = _settings(args)

@@ -86,6 +86,8 @@ def test_stdin_is_read_as_the_named_file(tmp_path, capsys, monkeypatch):
     assert main(["check", "-", "--format", "json"]) == 1
     assert json.loads(capsys.readouterr().out)["path"] == "-"
     assert main(["check", "-", CLEAN]) == 2
+    assert main(["check", "-", "--fix"]) == 2
+    assert "give the file itself" in capsys.readouterr().err
 
 
 def test_results_stream_in_order_as_each_input_finishes(tmp_path, monkeypatch):
