@@ -36,7 +36,7 @@ PROGRESS_AFTER_S = 1.0
 def concise(v: Verdict, color: bool = False) -> list[str]:
     """One `path:line:col: code message` line per problem of a verdict (ruff's concise)."""
     if v.unreadable is not None:
-        return [f"{v.path}:1:1: {paint('unreadable', 'error', color)} {v.unreadable}"]
+        return [f"{v.path}:1:1: {paint('unreadable', 'error', color)} {_one_line(v.unreadable)}"]
     out = []
     for kind, p in _problems(v):
         path = p.location.path if p.location else v.path
@@ -44,8 +44,13 @@ def concise(v: Verdict, color: bool = False) -> list[str]:
         col = column(p) if p.location else None
         code = paint(p.code, kind, color)
         note = " (skipped: depends on an unresolved value)" if kind == "skipped" else ""
-        out.append(f"{path}:{line}:{col or 1}: {code} {p.message}{note}")
+        out.append(f"{path}:{line}:{col or 1}: {code} {_one_line(p.message)}{note}")
     return out
+
+
+def _one_line(text: str) -> str:
+    """A message on one line (a launcher's own error may span several)."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 class Printer:

@@ -162,3 +162,9 @@ def test_launchers_run_side_by_side_and_report_in_order(tmp_path, monkeypatch, c
     assert waited == [True]  # b ran while a was still running
     out = capsys.readouterr().out.splitlines()
     assert [Path(x.split(":")[0]).name for x in out] == names
+
+
+def test_concise_is_one_line_a_problem_even_for_a_message_of_several():
+    v = Verdict("run.py", unreadable="the launcher exited:\n  mkdir -p ~/.config && echo key\n")
+    assert output.concise(v) == ["run.py:1:1: unreadable the launcher exited: mkdir -p "
+                                 "~/.config && echo key"]
