@@ -413,18 +413,18 @@ def cmd_rule(args, flags) -> int:
 
     if args.code is None:
         width = max(map(len, CODES))
-        for code, (kind, _) in CODES.items():
-            print(f"{code.ljust(width)}  {kind}")
+        for code, c in CODES.items():
+            print(f"{code.ljust(width)}  {c.severity}{'  fixable' if c.fixable else ''}")
         return 0
     if args.code not in CODES:
         near = difflib.get_close_matches(args.code, CODES, n=1)
         hint = f"; did you mean {near[0]}?" if near else " (`miles-topology rule` lists them)"
         raise InputError(f"{args.code!r} is not a problem code{hint}")
-    from .fix import FIXABLE
+    from .fix import SAFETY
 
-    how = FIXABLE.get(args.code)
     print(page(args.code), end="")
-    print(f"Fixable: check --fix ({how})" if how else "Fixable: no")
+    if args.code in SAFETY:
+        print(f"check --fix: {SAFETY[args.code]} (--unsafe-fixes for the others)")
     return 0
 
 

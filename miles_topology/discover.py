@@ -69,10 +69,10 @@ def kind(path: str) -> str | None:
 
 def _topology_keys(text: str) -> bool:
     """A YAML whose top-level keys are Topology fields, two at least, and nothing else."""
-    from .model import Topology
+    from .parts import FIELDS
 
     got = set(_KEY.findall(text))
-    return len(got) >= 2 and got <= set(Topology.model_fields)
+    return len(got) >= 2 and got <= set(FIELDS)
 
 
 def _shebang_shell(path: str) -> bool:

@@ -32,8 +32,9 @@ from .errors import InputError, NoTrainingLaunch, Problem
 if TYPE_CHECKING:
     from .report import Verdict
 
-# code -> when its fix is safe. Each code's fixability is shown by `rule CODE`.
-FIXABLE = {
+# code -> when its fix is safe, for each code whose record (codes/) says it is fixable; `rule
+# CODE` prints both (a test keeps this table and the records in step)
+SAFETY = {
     "deprecated-flag": "safe when it renames the flag; unsafe when it removes one upstream "
                        "ignores",
     "unknown-flag": "safe when the one near-miss spelling is one typo away (a letter "
@@ -68,12 +69,19 @@ class Fixed:
     left: int = 0  # fixes that need --unsafe-fixes
 
 
+def fixable(code: str) -> bool:
+    """Whether `--fix` rewrites a code: its record says so (codes/), and a fix is written."""
+    from .codes import CODES
+
+    return code in CODES and CODES[code].fixable and code in SAFETY
+
+
 def change_for(p: Problem, unsafe: bool) -> Change | None:
     """The mechanical fix of a problem, or None (not fixable, or unsafe and not allowed)."""
     from . import surface
     from .flags import RENAMED, field_of, suggest
 
-    if p.code not in FIXABLE or not p.flags:
+    if not fixable(p.code) or not p.flags:
         return None
     name, line = p.flags[0], p.location.line if p.location else 0
     got: Change | None = None

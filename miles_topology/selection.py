@@ -239,7 +239,8 @@ def apply(verdicts: list[Verdict], chosen: Settings) -> None:
             return chosen.reports(p, level)
 
         v.errors = [p for p in v.errors if keep(p, "error")]
-        v.warnings = [p for p in v.warnings if keep(p, "warning")]
+        v.warnings = [p for p in v.warnings  # warnings and notes, each at its code's level
+                      if keep(p, p.severity)]
         v.skipped = [p for p in v.skipped if keep(p, "note")]
     seen = set()
     for v in verdicts:
@@ -247,4 +248,4 @@ def apply(verdicts: list[Verdict], chosen: Settings) -> None:
             continue
         seen.add(v.path)
         v.warnings += [p for p in directive_problems(v.path, used)
-                       if chosen.reports(p, "warning")]
+                       if chosen.reports(p, p.severity)]

@@ -135,11 +135,16 @@ def test_a_python_launcher_is_fixed_and_run_again(tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if ".fix-" in p.name]
 
 
-def test_rule_says_whether_a_code_is_fixable(capsys):
+def test_rule_says_whether_a_code_is_fixable_and_when_safely(capsys):
+    from miles_topology.codes import CODES
+
+    assert set(fix.SAFETY) == {c for c, rec in CODES.items() if rec.fixable}
     assert main(["rule", "deprecated-flag"]) == 0
-    assert "Fixable: check --fix (safe when it renames the flag" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "fixable" in out.splitlines()[0]
+    assert "check --fix: safe when it renames the flag" in out
     assert main(["rule", "expert-grid-divisibility"]) == 0
-    assert "Fixable: no" in capsys.readouterr().out
+    assert "check --fix" not in capsys.readouterr().out
 
 
 def test_a_near_miss_is_safe_only_one_typo_away():
