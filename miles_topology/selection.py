@@ -192,11 +192,6 @@ def suppressor(p: Problem, path: str | None) -> tuple[str, int, str] | None:
     return None
 
 
-def disabled(p: Problem, path: str | None) -> bool:
-    """Whether a directive turns this report off (see `suppressor`)."""
-    return suppressor(p, path) is not None
-
-
 def directive_problems(path: str, used: set[tuple[str, int, str]]) -> list[Problem]:
     """The directives of a checked file that name no code, and those that suppressed
     nothing in this run (`used`: what `suppressor` returned)."""
