@@ -133,6 +133,10 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     if by[None]:
         lines.append("probes not modelled (answered with exit 0 and no output): " + "; ".join(
             f"`{c[:100]}`" for c, _ in Counter(by[None]).items()))
+    if got.servers:  # [servers] the servers it waits for, answered in the sandbox
+        lines.append("servers answered in the sandbox's network namespace: " + "; ".join(
+            f"`{s['server']}` at {'127.0.0.1' if not s['node'] else cluster.ip(s['node'])}:"
+            f"{s['port']} ({s['flag']}, polled {s['polls']}x)" for s in got.servers))
     lines += [f"assumed: {a}" for a in got.assumed]
     for u in tainted:
         what = f"{u['flag']} = {u['expression']}" if u["flag"] else u["expression"]
@@ -142,7 +146,8 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     v.extra = {"launcher": got.launcher, "entry": got.entry, "argv": got.argv,
                "source": at, "unresolved": unresolved,
                "launch": {"index": got.index, "of": of, "command": got.command, "source": at},
-               "cluster": cluster.as_dict(), "probes": got.probes, "assumed": got.assumed,
+               "cluster": cluster.as_dict(), "probes": got.probes, "servers": got.servers,
+               "assumed": got.assumed,
                "others": [{"kind": o.kind, "command": o.command,
                            "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
                           for o in got.others],

@@ -105,10 +105,13 @@ class FakePopen:
         argv, string = _words(args)
         if shell and argv is not None:  # Popen(["cmd ..."], shell=True): the first is the script
             argv, string = None, argv[0] if argv else ""
-        ran, how = answer(argv, string)  # [launchers hook] the modelled cluster's answer
+        captured = stdout == subprocess.PIPE
+        # [launchers hook] the modelled cluster's answer
+        ran, how = answer(argv, string, captured)
         record("subprocess", argv, string, env, via_shell=bool(shell),
                cwd=os.fsdecode(cwd) if cwd is not None else None,
-               captured=stdout == subprocess.PIPE, answer=how, **_node())
+               captured=captured, answer=how, **_node())
+        ran_after(argv, string, ran, how)  # [servers hook] servers it starts; a wait
         self.args, self.returncode, self.pid = args, None, _FAKE_PID
         self._status = ran.status if ran is not None else 0
         texty = bool(text or universal_newlines or encoding or errors)
@@ -151,6 +154,7 @@ class FakePopen:
 def _system(command):
     ran, how = answer(None, os.fsdecode(command))  # [launchers hook]
     record("os.system", None, os.fsdecode(command), answer=how, **_node())
+    ran_after(None, os.fsdecode(command), ran, how)  # [servers hook]
     return (ran.status if ran is not None else 0) << 8  # a wait status, as os.system gives
 
 
@@ -269,17 +273,24 @@ def _os_open(path, flags, mode=0o777, *, dir_fd=None):
 
 
 def _connect(self, address):
-    record("socket.connect", _addr(address), None)
+    to = served(self, address, "socket.connect")  # [servers hook] a modelled server
+    if to is not None:
+        return _REAL["connect"](self, to)
     raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
 
 
 def _connect_ex(self, address):
-    record("socket.connect", _addr(address), None)
+    to = served(self, address, "socket.connect")  # [servers hook]
+    if to is not None:
+        return _REAL["connect_ex"](self, to)
     return 111  # ECONNREFUSED, as connect_ex reports it
 
 
 def _create_connection(address, *a, **k):
+    if serves(address):  # [servers hook] its connect (the recorder above) reaches it
+        return _REAL["create_connection"](address, *a, **k)
     record("socket.create_connection", _addr(address), None)
+    polled(("connect", tuple(_addr(address))), None)
     raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
 
 
@@ -318,7 +329,9 @@ def install() -> None:
     import subprocess
     import types
 
-    _REAL.update({"open": builtins.open, "os.open": os.open, "makedirs": os.makedirs})
+    _REAL.update({"open": builtins.open, "os.open": os.open, "makedirs": os.makedirs,
+                  "connect": socket.socket.connect, "connect_ex": socket.socket.connect_ex,
+                  "create_connection": socket.create_connection})
     _put(builtins, "open", _open)
     _put(io, "open", _open)
     _put(os, "open", _os_open)
@@ -408,6 +421,12 @@ def launchers_setup(cfg: dict) -> None:
     _STANDINS.USER = _users_code
     _STANDINS.CLUSTER = CLUSTER
     _STANDINS.install(bool(cfg.get("real_imports")))
+    global SERVERS, POLLS
+    import time
+
+    servers = importlib.import_module("_mt.pylaunch.servers")  # [servers hook]
+    SERVERS, POLLS = servers.Servers(CLUSTER), servers.Polls()
+    servers.Clock(POLLS).install(time)
     loads = json.loads
 
     def parse(s, *args, **kwargs):  # json.load of a missing file's stand-in: its Unknown
@@ -436,13 +455,16 @@ def _copier(name, real):
     return copy
 
 
-def answer(argv, shell):
+def answer(argv, shell, captured=False):
     """(what the command prints and its status, how it was answered): "cluster" from the
     modelled cluster's probes, "filters" by text filters alone, None when not modelled (then
-    it is answered as the recorders always did: exit 0, no output)."""
+    it is answered as the recorders always did: exit 0, no output). A python program run
+    for its output (`captured`) runs here, with the stand-ins (a probe of Ray or torch)."""
     if CLUSTER is None:
         return None, None
-    ran, probed = CLUSTER.answer(argv, shell)
+    python = _STANDINS.run_python if captured and _STANDINS is not None and \
+        SERVERS is not None else None
+    ran, probed = CLUSTER.answer(argv, shell, python)
     return ran, None if ran is None else "cluster" if probed else "filters"
 
 
@@ -460,6 +482,86 @@ def _host_ip(host) -> str:
 
 
 _NOT_DATA = (".py", ".pyc", ".so", ".pth")
+
+# ---------------------------------------------------------------- [servers hook] (issue 29)
+
+SERVERS = None  # servers.Servers: the ports recorded commands were started to serve
+POLLS = None  # servers.Polls: a launcher that waits for what never changes
+_SWITCH: list = []  # the switchboard: (listening socket, its port), once serving
+
+
+def ran_after(argv, shell, ran, how) -> None:
+    """After a command is recorded: the servers it starts, and whether the launcher is
+    polling a probe whose answer will not change (then it is stopped: `_waiting`)."""
+    if SERVERS is None:
+        return
+    for s in SERVERS.started(argv, shell, CLUSTER.current if CLUSTER.remote else 0, _where()):
+        emit(s.as_record())
+    if how == "cluster":
+        polled(("probe", shell if shell is not None else " ".join(argv or ())),
+               ran.stdout if ran is not None else "")
+    else:
+        POLLS.other()
+
+
+def polled(key, said) -> None:
+    if POLLS is not None and POLLS.seen(key):
+        emit({"end": "waiting", "poll": list(key), "answer": said, "times": POLLS.times})
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            pass
+        REAL_EXIT(0)
+
+
+def serves(address) -> bool:
+    return SERVERS is not None and SERVERS.lookup(address, count=False)[0] is not None
+
+
+def served(sock, address, kind: str):
+    """Record a connect; the switchboard's address when `address` is a modelled server's
+    (the connect goes there), else None (it is refused)."""
+    got, new = SERVERS.lookup(address) if SERVERS is not None else (None, False)
+    if new:  # a command sent to the background serves the port the launcher polls
+        emit(got.as_record())
+    if got is None or not _switchboard() or sock.family not in (2, 10):
+        record(kind, _addr(address), None)
+        polled(("connect", tuple(_addr(address))), None)
+        return None
+    record(kind, _addr(address), None, answer="server", server=got.name, port=got.port,
+           node=got.node)
+    POLLS.other()
+    port = _SWITCH[0][1]
+    return ("127.0.0.1", port) if sock.family == 2 else ("::ffff:127.0.0.1", port, 0, 0)
+
+
+def _switchboard() -> bool:
+    """Start answering on the switchboard (once): the listener isolate.py bound on the
+    namespace's loopback, or, trusted (no namespace), one on a free port of this machine's."""
+    if _SWITCH:
+        return True
+    import socket
+
+    listener = getattr(sys.modules.get("isolate"), "SWITCHBOARD", None) if _ISOLATED else None
+    if listener is None and not _ISOLATED:
+        try:
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(16)
+        except OSError:
+            listener = None
+    if listener is None:
+        return False
+    _SWITCH.append((listener, listener.getsockname()[1]))
+    sys.modules["_mt.pylaunch.servers"].serve(listener)
+    return True
+
+
+def to_switchboard(address) -> bool:
+    return bool(_SWITCH) and isinstance(address, tuple) and len(address) >= 2 and \
+        address[1] == _SWITCH[0][1] and str(address[0]) in ("127.0.0.1", "::ffff:127.0.0.1")
+
 
 
 def _read_view(file, mode):
@@ -546,6 +648,12 @@ _PATHS = {"shutil.rmtree": 1,  # [launchers hook] inside the work folder: allowe
           "shutil.unpack_archive": 2}
 _WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _BLOCKED_IMPORTS = {"_posixsubprocess"}
+# [servers hook] what the kernel sandbox enforces itself (seccomp refuses execve, fork and the
+# rest whatever calls them, ctypes included; Landlock refuses writes): refused in-process only
+# when trusted, where the hook is all there is (miles' fault-tolerance e2e tests load C
+# libraries through ctypes)
+_KERNEL_ENFORCED = {"ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function",
+                    "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at"}
 
 
 _inside_hook = threading.local()
@@ -567,6 +675,8 @@ def refuse(event: str, why: str, what=()) -> None:
 def hook(event: str, args: tuple) -> None:
     if getattr(_inside_hook, "on", False) and event == "open":
         return
+    if event == "socket.connect" and to_switchboard(args[1]):
+        return  # [servers hook] a modelled server's connect, to the switchboard
     if event in _NEVER:
         refuse(event, f"{event} is not allowed in the sandbox", args[:1] if event not in (
             "socket.connect", "socket.sendto", "socket.bind") else _addr(args[1]))
@@ -622,10 +732,15 @@ def _last_line(exc: BaseException) -> dict:
     at = (mine or frames or [None])[-1]
     inner = frames[-1] if frames and frames[-1] is not at else None
     text = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    cluster = sys.modules.get("_mt.pylaunch.cluster")  # [servers hook] sizes it asserts
+    try:
+        sizes = cluster.sizes_asserted(exc) if cluster is not None else []
+    except Exception:  # noqa: BLE001 - only a better message
+        sizes = []
     return {"error": text, "type": type(exc).__name__,
             "where": [at.filename, at.lineno] if at else None,
             "inner": [inner.filename, inner.lineno, inner.name, (inner.line or "").strip()]
-            if inner else None}
+            if inner else None, **({"sizes": sizes} if sizes else {})}
 
 
 def main() -> None:
@@ -646,6 +761,8 @@ def main() -> None:
             emit({"end": "refused", "missing": str(e)})
             REAL_EXIT(0)
         _ISOLATED = True
+        _NEVER.difference_update(_KERNEL_ENFORCED)  # [servers hook]
+        _BLOCKED_IMPORTS.clear()  # importing _posixsubprocess: its fork_exec is refused by seccomp
     if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
         del sys.path[0]  # this file's folder, which python put first
     import site

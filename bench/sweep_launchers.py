@@ -1,0 +1,88 @@
+"""Run `check` over the Python launchers of a checkout of upstream (radixark/miles,
+THUDM/slime): its ``scripts/**/run_*.py``, ``examples/**/run*.py`` and ``tests/**/test_*.py``
+that run something under ``__main__``, each with the checkout on PYTHONPATH and as its cwd.
+
+    python bench/sweep_launchers.py CHECKOUT [OUT.json]
+
+Prints one line per launcher (launches found or the one-line error, seconds) and a summary:
+launches, failures, timeouts, median and slowest time. OUT.json keeps each launch's argv, so
+that two runs (before and after a change: PYTHONPATH of the other tree) can be compared with
+``--compare A.json B.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # after PYTHONPATH: the tree measured may be another
+
+
+def launchers(checkout: Path) -> list[Path]:
+    found = [*checkout.glob("scripts/**/run_*.py"), *checkout.glob("examples/**/run*.py"),
+             *checkout.glob("tests/**/test_*.py")]
+    return sorted(p for p in found if "__main__" in p.read_text(errors="replace"))
+
+
+def sweep(checkout: Path) -> dict:
+    from miles_topology.errors import InputError
+    from miles_topology.pylaunch import read_python_launches
+
+    out = {}
+    for path in launchers(checkout):
+        rel = str(path.relative_to(checkout))
+        t0 = time.perf_counter()
+        try:
+            got = read_python_launches(str(path), [], {"PYTHONPATH": str(checkout)},
+                                       cwd=str(checkout))
+            row = {"launches": [[g.entry.rsplit("/", 1)[-1], *g.argv] for g in got],
+                   "notes": sorted({n for g in got for n in g.notes})}
+        except InputError as e:
+            row = {"error": str(e).replace(str(checkout) + "/", "")}
+        row["seconds"] = round(time.perf_counter() - t0, 3)
+        out[rel] = row
+        print(f"{rel:80s} {row['seconds']:6.2f} s  " + (
+            f"{len(row['launches'])} launch(es)" if "launches" in row else row["error"][:160]),
+            flush=True)
+    return out
+
+
+def summary(rows: dict) -> str:
+    times = [r["seconds"] for r in rows.values()]
+    launches = sum(len(r.get("launches", ())) for r in rows.values())
+    timeouts = sum("did not finish within" in r.get("error", "") for r in rows.values())
+    failed = sum("error" in r for r in rows.values())
+    return (f"{len(rows)} launchers: {launches} launches, {failed} without a launch "
+            f"({timeouts} timeouts); median {statistics.median(times):.2f} s, slowest "
+            f"{max(times):.2f} s ({max(rows, key=lambda k: rows[k]['seconds'])})")
+
+
+def compare(a: dict, b: dict) -> None:
+    same = differ = 0
+    for rel in sorted(set(a) | set(b)):
+        x, y = a.get(rel, {}), b.get(rel, {})
+        if x.get("launches") == y.get("launches") and "launches" in x:
+            same += len(x["launches"])
+            continue
+        if "launches" in x or "launches" in y:
+            differ += 1
+        print(f"{rel}:\n  before: {x.get('error') or len(x.get('launches', ()))}\n"
+              f"  after:  {y.get('error') or len(y.get('launches', ()))}")
+    print(f"{same} launches agree before/after; {differ} launchers differ")
+    print("before:", summary(a))
+    print("after: ", summary(b))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--compare"]:
+        compare(*(json.loads(Path(p).read_text()) for p in sys.argv[2:4]))
+        sys.exit(0)
+    rows = sweep(Path(sys.argv[1]).resolve())
+    if len(sys.argv) > 2:
+        Path(sys.argv[2]).write_text(json.dumps(rows, indent=1))
+    print(summary(rows))
