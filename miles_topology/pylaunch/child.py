@@ -651,7 +651,8 @@ _BLOCKED_IMPORTS = {"_posixsubprocess"}
 # [servers hook] what the kernel sandbox enforces itself (seccomp refuses execve, fork and the
 # rest whatever calls them, ctypes included; Landlock refuses writes): refused in-process only
 # when trusted, where the hook is all there is (miles' fault-tolerance e2e tests load C
-# libraries through ctypes)
+# libraries through ctypes). _BLOCKED_IMPORTS stays: it keeps the recorders in place (a
+# launcher that reloads subprocess would get the real Popen back), it guards no boundary
 _KERNEL_ENFORCED = {"ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function",
                     "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at"}
 
@@ -762,7 +763,6 @@ def main() -> None:
             REAL_EXIT(0)
         _ISOLATED = True
         _NEVER.difference_update(_KERNEL_ENFORCED)  # [servers hook]
-        _BLOCKED_IMPORTS.clear()  # importing _posixsubprocess: its fork_exec is refused by seccomp
     if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
         del sys.path[0]  # this file's folder, which python put first
     import site
