@@ -2,12 +2,13 @@
 THUDM/slime): its ``scripts/**/run_*.py``, ``examples/**/run*.py`` and ``tests/**/test_*.py``
 that run something under ``__main__``, each with the checkout on PYTHONPATH and as its cwd.
 
-    python bench/sweep_launchers.py CHECKOUT [OUT.json]
+    python bench/sweep_launchers.py [--timeout S] CHECKOUT [OUT.json]
 
 Prints one line per launcher (launches found or the one-line error, seconds) and a summary:
 launches, failures, timeouts, median and slowest time. OUT.json keeps each launch's argv, so
 that two runs (before and after a change: PYTHONPATH of the other tree) can be compared with
-``--compare A.json B.json``.
+``--compare A.json B.json``. ``--timeout S`` replaces the 10 s wall limit of one run (on a
+loaded machine a slow launcher is not a hanging one; times are reported as measured).
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--compare"]:
         compare(*(json.loads(Path(p).read_text()) for p in sys.argv[2:4]))
         sys.exit(0)
+    if sys.argv[1:2] == ["--timeout"]:
+        import miles_topology.pylaunch as pylaunch
+
+        pylaunch.TIMEOUT_S = float(sys.argv[2])
+        del sys.argv[1:3]
     rows = sweep(Path(sys.argv[1]).resolve())
     if len(sys.argv) > 2:
         Path(sys.argv[2]).write_text(json.dumps(rows, indent=1))

@@ -134,9 +134,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
         lines.append("probes not modelled (answered with exit 0 and no output): " + "; ".join(
             f"`{c[:100]}`" for c, _ in Counter(by[None]).items()))
     if got.servers:  # [servers] the servers it waits for, answered in the sandbox
-        lines.append("servers answered in the sandbox's network namespace: " + "; ".join(
-            f"`{s['server']}` at {'127.0.0.1' if not s['node'] else cluster.ip(s['node'])}:"
-            f"{s['port']} ({s['flag']}, polled {s['polls']}x)" for s in got.servers))
+        lines.append(_servers_line(got.servers, cluster))
     lines += [f"assumed: {a}" for a in got.assumed]
     for u in tainted:
         what = f"{u['flag']} = {u['expression']}" if u["flag"] else u["expression"]
@@ -154,3 +152,18 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
                "notes": got.notes, "report_lines": lines,
                "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
     return v
+
+
+def _servers_line(servers: list[dict], cluster: Cluster) -> str:
+    """The servers the launcher's commands were started to serve (pylaunch/servers.py): the
+    ones it connected to, then the others by name."""
+    def at(s: dict) -> str:
+        return f"{'127.0.0.1' if not s['node'] else cluster.ip(s['node'])}:{s['port']}"
+
+    how = {"default": "its default port", "polled": "the port the launcher polls"}
+    polled = [f"`{s['server']}` at {at(s)} ({how.get(s['flag'], s['flag'])}; connected "
+              f"{s['polls']}x)" for s in servers if s["polls"]]
+    idle = [f"`{s['server']}` ({at(s)})" for s in servers if not s["polls"]]
+    text = "servers answered in the sandbox's network namespace: " + (
+        "; ".join(polled) if polled else "none connected to")
+    return text + (f"; also modelled: {', '.join(idle)}" if idle else "")

@@ -61,7 +61,7 @@ class Server:
     name: str  # the program: mooncake_master, sglang.launch_server, ray start --head
     port: int
     node: int  # the modelled node it runs on
-    flag: str  # --rpc_port, --port; "default" (the program's own), "polled" (the launcher's)
+    flag: str  # --rpc_port, --port; "default" (the program's own); "polled" (the launcher's)
     command: str  # the command, as one line
     source: list | None = None  # the launcher's file:line that started it
     polls: int = 0
@@ -110,7 +110,8 @@ def served(words: list[str]) -> list[tuple[str, int]]:
         if 0 < port < 65536:  # 0: the program picks a free one (--metrics_port 0)
             out.append((flag, port))
     given = {f.replace("_", "-") for f, _ in out}
-    out += [(f, p) for f, p in DEFAULT_PORTS.get(name, ()) if f.replace("_", "-") not in given]
+    out += [("default", p) for f, p in DEFAULT_PORTS.get(name, ()) if f.replace("_", "-")
+            not in given]
     return out
 
 
@@ -260,11 +261,14 @@ def serve(listener: socket.socket) -> threading.Thread:
 
 
 class Clock:
-    """The launcher's clock in the sandbox: a ``time.sleep`` returns at once (nothing it
-    waits for will happen in the meantime: no command runs) and moves ``time.time`` and
-    ``time.monotonic`` on by as much, so a poll with a deadline (``wait_for_server_ready``:
-    sleep 0.5 s until ``time.time()`` passes it) ends as it would, in no time. Threads
-    still get a moment to run (a real sleep of at most 1 ms)."""
+    """The launcher's clock in the sandbox: a ``time.sleep`` of its main thread returns at
+    once (nothing it polls for will change in the meantime: no command runs) and moves
+    ``time.time`` and ``time.monotonic`` on by as much, so a poll with a deadline
+    (``wait_for_server_ready``: sleep 0.5 s until ``time.time()`` passes it) ends as it
+    would, in no time. Other threads sleep for real, and so does a sleep of `POLL_MAX_S` or
+    more (no poll interval: a hang, which the wall limit ends as before)."""
+
+    POLL_MAX_S = 600.0
 
     def __init__(self, polls: Polls | None = None):
         self.offset, self.polls = 0.0, polls
@@ -274,7 +278,10 @@ class Clock:
             time_module.monotonic
 
         def sleep(seconds):
-            real_sleep(min(max(float(seconds), 0.0), 0.001))  # TypeError as time.sleep's
+            if threading.current_thread() is not threading.main_thread() or \
+                    seconds >= self.POLL_MAX_S:
+                return real_sleep(seconds)
+            real_sleep(min(max(seconds, 0), 0.001))  # a moment for threads; time.sleep's errors
             self.offset += max(float(seconds), 0.0)
             if self.polls is not None:
                 self.polls.sleep()
