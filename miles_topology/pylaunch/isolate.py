@@ -11,9 +11,10 @@ the launcher's folder is on ``sys.path``. The process then splits in two:
   own loopback, where only the switchboard listens, no System V / POSIX IPC shared with the
   machine), restricted by Landlock (writes, file creation, removal, truncation, device ioctls
   only under the work folder; no execution; no TCP bind, no TCP connect but to the
-  switchboard's port; signals and abstract unix sockets scoped to the sandbox) and by a seccomp filter (no execve, no new process but threads, no ptrace, no signal
-  to any process but itself, no change of file modes/owners/times/xattrs, which Landlock does
-  not cover, no unix/vsock sockets, no namespace or mount calls, no io_uring).
+  switchboard's port; signals and abstract unix sockets scoped to the sandbox) and by a
+  seccomp filter (no execve, no new process but threads, no ptrace, no signal to any process
+  but itself, no change of file modes/owners/times/xattrs, which Landlock does not cover, no
+  unix/vsock sockets, no namespace or mount calls, no io_uring).
 
 Why these libraries: plain ``ctypes`` system calls, no dependency. Python 3.11 has no
 ``os.unshare`` (3.12+); bubblewrap would be a program to install and to trust; ``pyseccomp``
