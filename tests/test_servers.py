@@ -243,3 +243,14 @@ def test_sleeps_of_a_poll_end_at_once(tmp_path):
     """)
     got = read_python_launcher(path, [])
     assert got.argv == ["--colocate"] and got.seconds < 5
+
+
+def test_four_commands_and_the_multi_lora_entry_is_the_training_launch():
+    """run_multi_lora.py: 4 typer commands, 3 launch train_multi_lora_async.py (none was
+    recognised as the training launch)."""
+    got = read_python_launches(fixture("run_multi_lora_app.py"), [], UP)
+    assert [(g.command, g.entry.rsplit("/", 1)[-1]) for g in got] == [
+        ("train", "train_multi_lora_async.py"), ("full-train", "train_multi_lora_async.py"),
+        ("serve", "train_multi_lora_async.py")]
+    assert any("command `prepare`: no training launch" in n for n in got[0].notes)
+    assert argv_after(got[0].argv, "--multi-lora-n-adapters") == "2"
