@@ -164,6 +164,6 @@ def _servers_line(servers: list[dict], cluster: Cluster) -> str:
     polled = [f"`{s['server']}` at {at(s)} ({how.get(s['flag'], s['flag'])}; connected "
               f"{s['polls']}x)" for s in servers if s["polls"]]
     idle = [f"`{s['server']}` ({at(s)})" for s in servers if not s["polls"]]
-    text = "servers answered in the sandbox's network namespace: " + (
+    text = "servers modelled (answered by the check, nothing runs): " + (
         "; ".join(polled) if polled else "none connected to")
     return text + (f"; also modelled: {', '.join(idle)}" if idle else "")

@@ -102,7 +102,7 @@ def test_a_mooncake_master_started_and_polled_before_the_job():
 def test_http_health_polls_get_200_and_the_report_names_each_server():
     v = check_python(fixture("run_router_health.py"), [])
     lines = v.extra["report_lines"]
-    line = next(x for x in lines if x.startswith("servers answered"))
+    line = next(x for x in lines if x.startswith("servers modelled"))
     assert "`sglang_router.launch_router` at 127.0.0.1:30100 (--port; connected 1x)" in line
     assert "`reward_server.py` at 127.0.0.1:8123 (the port the launcher polls" in line
     assert v.extra["argv"][-2:] == ["--sglang-router-port", "30100"]
@@ -254,3 +254,8 @@ def test_four_commands_and_the_multi_lora_entry_is_the_training_launch():
         ("serve", "train_multi_lora_async.py")]
     assert any("command `prepare`: no training launch" in n for n in got[0].notes)
     assert argv_after(got[0].argv, "--multi-lora-n-adapters") == "2"
+
+
+def test_trusted_the_servers_are_answered_on_this_machines_loopback():
+    got = read_python_launcher(fixture("run_router_health.py"), [], trust=True)
+    assert [(s["port"], s["polls"]) for s in got.servers] == [(30100, 1), (8123, 1)]

@@ -427,6 +427,14 @@ def launchers_setup(cfg: dict) -> None:
     servers = importlib.import_module("_mt.pylaunch.servers")  # [servers hook]
     SERVERS, POLLS = servers.Servers(CLUSTER), servers.Polls()
     servers.Clock(POLLS).install(time)
+    if not _ISOLATED:
+        global _TRUSTED_LISTENER
+        import socket
+
+        try:
+            _TRUSTED_LISTENER = socket.create_server(("127.0.0.1", 0))
+        except OSError:
+            pass
     loads = json.loads
 
     def parse(s, *args, **kwargs):  # json.load of a missing file's stand-in: its Unknown
@@ -488,6 +496,7 @@ _NOT_DATA = (".py", ".pyc", ".so", ".pth")
 SERVERS = None  # servers.Servers: the ports recorded commands were started to serve
 POLLS = None  # servers.Polls: a launcher that waits for what never changes
 _SWITCH: list = []  # the switchboard: (listening socket, its port), once serving
+_TRUSTED_LISTENER = None  # --trust-launcher: the switchboard's socket on this machine
 
 
 def ran_after(argv, shell, ran, how) -> None:
@@ -538,19 +547,13 @@ def served(sock, address, kind: str):
 
 def _switchboard() -> bool:
     """Start answering on the switchboard (once): the listener isolate.py bound on the
-    namespace's loopback, or, trusted (no namespace), one on a free port of this machine's."""
+    namespace's loopback, or, trusted (no namespace), one on a free port of this machine's
+    (bound before the audit hook, which refuses a bind)."""
     if _SWITCH:
         return True
-    import socket
 
-    listener = getattr(sys.modules.get("isolate"), "SWITCHBOARD", None) if _ISOLATED else None
-    if listener is None and not _ISOLATED:
-        try:
-            listener = socket.socket()
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(16)
-        except OSError:
-            listener = None
+    listener = getattr(sys.modules.get("isolate"), "SWITCHBOARD", None) if _ISOLATED else \
+        _TRUSTED_LISTENER
     if listener is None:
         return False
     _SWITCH.append((listener, listener.getsockname()[1]))
