@@ -9,7 +9,8 @@ import miles' helpers (the stand-ins under tests/fixtures/launchers/upstream, wh
 ray, httpx and typer) and torch; they are read in both modes: the default (stand-in modules)
 and --real-imports (the installed ones), each against its wall limit. run_router_health.py
 starts two servers and waits for them over HTTP (answered in the sandbox's network namespace:
-pylaunch/servers.py; target < 0.5 s), and test_short_mooncake.py polls the Mooncake master it
+pylaunch/servers.py; target < 0.5 s; server_wait_ratio: its median over run_popen.py's, which
+starts no server), and test_short_mooncake.py polls the Mooncake master it
 started; the last line also gives the median over every fixture launcher read (target < 0.3 s).
 """
 
@@ -90,5 +91,6 @@ for mode in (False, True) if real else (False,):
 if not real:
     print("torch or ray is not installed: --real-imports not measured")
 print(f"RESULT seconds={worst:.3f} upstream_default_seconds={upstream:.3f} "
-      f"server_wait_seconds={medians['run_router_health.py']:.3f} "
+      f"server_wait_seconds={medians['run_router_health.py']:.3f} server_wait_ratio="
+      f"{medians['run_router_health.py'] / medians['run_popen.py']:.2f} "
       f"fixture_median_seconds={statistics.median(medians.values()):.3f}")

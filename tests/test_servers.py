@@ -259,3 +259,11 @@ def test_four_commands_and_the_multi_lora_entry_is_the_training_launch():
 def test_trusted_the_servers_are_answered_on_this_machines_loopback():
     got = read_python_launcher(fixture("run_router_health.py"), [], trust=True)
     assert [(s["port"], s["polls"]) for s in got.servers] == [(30100, 1), (8123, 1)]
+
+
+def test_an_assert_naming_an_unset_variable_says_to_give_it(tmp_path):
+    path = write(tmp_path, "import os\nassert os.environ.get('DAYTONA_API_KEY'), "
+                 "'DAYTONA_API_KEY must be set in the environment'\n")
+    with pytest.raises(InputError) as e:
+        read_python_launcher(path, [])
+    assert str(e.value).endswith("(give --env DAYTONA_API_KEY=...)")

@@ -418,7 +418,8 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
                              f"before it launched training: {_at(end)}; {_sizes(end['sizes'])}")
         if found is None:
             raise InputError(f"{path}: the launcher failed before it launched training: "
-                             f"{_at(end)}{_limit(end)}{_hint(calls)}")
+                             f"{_at(end)}{_limit(end)}{_hint(calls)}"
+                             f"{_unset(end.get('error') or '', child_env)}")
         notes.append(f"the launcher failed after its training launch: {_at(end)}")
     elif end["end"] == "waiting":
         if found is None:
@@ -491,17 +492,21 @@ def _sizes(sizes: list[dict]) -> str:
 
 
 def _said(message: str, child_env: dict) -> str:
-    """A launcher's exit message, its first line, with the sandbox's HOME shown as ``~``
-    (a file it looked for there is not the user's); the environment variables it names that
-    are not set, to give with --env."""
+    """A launcher's exit message, its first line, with the sandbox's HOME shown as ``~`` (a
+    file it looked for there is not the user's), and the variables to give (`_unset`)."""
     home = child_env.get("HOME")
     first = next((x.strip() for x in message.splitlines() if x.strip()), message)
     if home:
         first = first.replace(home, "~")
+    return f"{first}{_unset(message, child_env)}"
+
+
+def _unset(message: str, child_env: dict) -> str:
+    """The environment variables a launcher's message names that are not set, to give with
+    --env (its API key: DAYTONA_API_KEY)."""
     names = [n for n in dict.fromkeys(re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", message))
              if n not in child_env]
-    hint = f" (give {', '.join(f'--env {n}=...' for n in names)})" if names else ""
-    return f"{first}{hint}"
+    return f" (give {', '.join(f'--env {n}=...' for n in names)})" if names else ""
 
 
 def _probe_text(r: dict) -> str:
