@@ -267,3 +267,19 @@ def test_an_assert_naming_an_unset_variable_says_to_give_it(tmp_path):
     with pytest.raises(InputError) as e:
         read_python_launcher(path, [])
     assert str(e.value).endswith("(give --env DAYTONA_API_KEY=...)")
+
+
+def test_a_sleep_command_between_polls_is_a_sleep(tmp_path):
+    path = write(tmp_path, """
+        import socket, subprocess, time
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", 18081)).close()
+                break
+            except OSError:
+                subprocess.run(["sleep", "2"])
+    """)
+    with pytest.raises(InputError) as e:
+        read_python_launcher(path, [])
+    assert "waits for a server at 127.0.0.1:18081" in str(e.value)

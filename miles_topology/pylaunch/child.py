@@ -421,12 +421,13 @@ def launchers_setup(cfg: dict) -> None:
     _STANDINS.USER = _users_code
     _STANDINS.CLUSTER = CLUSTER
     _STANDINS.install(bool(cfg.get("real_imports")))
-    global SERVERS, POLLS
+    global SERVERS, POLLS, CLOCK
     import time
 
     servers = importlib.import_module("_mt.pylaunch.servers")  # [servers hook]
     SERVERS, POLLS = servers.Servers(CLUSTER), servers.Polls()
-    servers.Clock(POLLS).install(time)
+    CLOCK = servers.Clock(POLLS)
+    CLOCK.install(time)
     if not _ISOLATED:
         global _TRUSTED_LISTENER
         import socket
@@ -495,6 +496,7 @@ _NOT_DATA = (".py", ".pyc", ".so", ".pth")
 
 SERVERS = None  # servers.Servers: the ports recorded commands were started to serve
 POLLS = None  # servers.Polls: a launcher that waits for what never changes
+CLOCK = None  # servers.Clock: the launcher's sleeps end at once
 _SWITCH: list = []  # the switchboard: (listening socket, its port), once serving
 _TRUSTED_LISTENER = None  # --trust-launcher: the switchboard's socket on this machine
 
@@ -506,9 +508,12 @@ def ran_after(argv, shell, ran, how) -> None:
         return
     for s in SERVERS.started(argv, shell, CLUSTER.current if CLUSTER.remote else 0, _where()):
         emit(s.as_record())
+    words = argv if argv else (shell or "").split()
     if how == "cluster":
         polled(("probe", shell if shell is not None else " ".join(argv or ())),
                ran.stdout if ran is not None else "")
+    elif len(words) == 2 and words[0] == "sleep" and words[1].replace(".", "", 1).isdigit():
+        CLOCK.advance(float(words[1]))  # `sleep 5` between polls: a sleep, as time.sleep
     else:
         POLLS.other()
 

@@ -273,6 +273,12 @@ class Clock:
     def __init__(self, polls: Polls | None = None):
         self.offset, self.polls = 0.0, polls
 
+    def advance(self, seconds: float) -> None:
+        """The launcher slept (``time.sleep``, or a recorded ``sleep N`` command)."""
+        self.offset += max(float(seconds), 0.0)
+        if self.polls is not None:
+            self.polls.sleep()
+
     def install(self, time_module) -> None:
         real_sleep, real_time, real_mono = time_module.sleep, time_module.time, \
             time_module.monotonic
@@ -282,9 +288,7 @@ class Clock:
                     seconds >= self.POLL_MAX_S:
                 return real_sleep(seconds)
             real_sleep(min(max(seconds, 0), 0.001))  # a moment for threads; time.sleep's errors
-            self.offset += max(float(seconds), 0.0)
-            if self.polls is not None:
-                self.polls.sleep()
+            self.advance(seconds)
 
         time_module.sleep = sleep
         time_module.time = lambda: real_time() + self.offset
