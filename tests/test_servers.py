@@ -174,7 +174,8 @@ def test_a_ray_probe_in_a_python_subprocess_prints_the_modelled_gpus():
     with pytest.raises(InputError) as e:
         read_python_launcher(fixture("run_p2p_wait_gpus.py"), ["Qwen3-30B-A3B-2node"])
     msg = str(e.value)
-    assert "waits for the cluster to change" in msg and "answered `8` each time" in msg
+    assert "waits for the cluster to change" in msg
+    assert "(1 node(s) x 8 GPUs) answered `8` each time" in msg
     assert "--nodes N --gpus-per-node N" in msg
     got = read_python_launcher(fixture("run_p2p_wait_gpus.py"), ["Qwen3-30B-A3B-2node"],
                                cluster=Cluster.of({"nodes": 2}))

@@ -477,10 +477,12 @@ def _waiting(end: dict) -> str:
                 "with: --port, --rpc-port, a listen address, its own default, or for a command "
                 "sent to the background the port polled next)")
     said = " ".join((end.get("answer") or "").split())[:80] or "nothing"
+    nodes, gpus = (end.get("cluster") or ["?", "?"])[:2]
     return (f"the launcher waits for the cluster to change: it ran `{what[:160]}` "
-            f"{end.get('times')} times, sleeping between, and the modelled cluster answered "
-            f"`{said}` each time; if it waits for more nodes or GPUs, model the cluster it "
-            "expects with --nodes N --gpus-per-node N (and --gpu NAME)")
+            f"{end.get('times')} times, sleeping between, and the modelled cluster ({nodes} "
+            f"node(s) x {gpus} GPUs) answered `{said}` each time; if it waits for more nodes "
+            "or GPUs, model the cluster it expects with --nodes N --gpus-per-node N (and "
+            "--gpu NAME)")
 
 
 def _sizes(sizes: list[dict]) -> str:

@@ -520,7 +520,8 @@ def ran_after(argv, shell, ran, how) -> None:
 
 def polled(key, said) -> None:
     if POLLS is not None and POLLS.seen(key):
-        emit({"end": "waiting", "poll": list(key), "answer": said, "times": POLLS.times})
+        emit({"end": "waiting", "poll": list(key), "answer": said, "times": POLLS.times,
+              "cluster": [CLUSTER.nodes, CLUSTER.gpus_per_node]})
         try:
             sys.stdout.flush()
             sys.stderr.flush()
