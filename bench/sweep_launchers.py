@@ -14,6 +14,7 @@ loaded machine a slow launcher is not a hanging one; times are reported as measu
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 import time
@@ -63,18 +64,32 @@ def summary(rows: dict) -> str:
             f"{max(times):.2f} s ({max(rows, key=lambda k: rows[k]['seconds'])})")
 
 
+# what differs from run to run: the sandbox's temporary folder, tempfile's random names,
+# miles' run ids (create_run_id: %y%m%d-%H%M%S-NNN), stand-ins' Unknown markers
+_VOLATILE = re.compile(r"miles-topology-launcher-[^/]+|(?<=_)[a-z0-9_]{8}(?=[./])|"
+                       r"\d{6}-\d{6}-\d{3}|__unknown_\d+__")
+
+
+def _same(x: list, y: list) -> bool:
+    return [[_VOLATILE.sub("*", w) for w in g] for g in x] == \
+        [[_VOLATILE.sub("*", w) for w in g] for g in y]
+
+
 def compare(a: dict, b: dict) -> None:
-    same = differ = 0
+    """Launches that agree (up to what differs from run to run), launchers that gained or
+    lost launches, and errors that changed."""
+    same = 0
     for rel in sorted(set(a) | set(b)):
         x, y = a.get(rel, {}), b.get(rel, {})
-        if x.get("launches") == y.get("launches") and "launches" in x:
-            same += len(x["launches"])
+        lx, ly = x.get("launches") or [], y.get("launches") or []
+        if lx and ly and len(lx) == len(ly) and _same(lx, ly):
+            same += len(lx)
             continue
-        if "launches" in x or "launches" in y:
-            differ += 1
-        print(f"{rel}:\n  before: {x.get('error') or len(x.get('launches', ()))}\n"
-              f"  after:  {y.get('error') or len(y.get('launches', ()))}")
-    print(f"{same} launches agree before/after; {differ} launchers differ")
+        if not lx and not ly and x.get("error") == y.get("error"):
+            continue
+        print(f"{rel}:\n  before: {x.get('error') or f'{len(lx)} launch(es)'}"[:400])
+        print(f"  after:  {y.get('error') or f'{len(ly)} launch(es)'}"[:400])
+    print(f"{same} launches agree before/after")
     print("before:", summary(a))
     print("after: ", summary(b))
 

@@ -133,7 +133,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     if by[None]:
         lines.append("probes not modelled (answered with exit 0 and no output): " + "; ".join(
             f"`{c[:100]}`" for c, _ in Counter(by[None]).items()))
-    if got.servers:  # [servers] the servers it waits for, answered in the sandbox
+    if any(s["polls"] for s in got.servers):  # [servers] the ones it waited for
         lines.append(_servers_line(got.servers, cluster))
     lines += [f"assumed: {a}" for a in got.assumed]
     for u in tainted:
