@@ -8,9 +8,9 @@ import socket
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from support import LAUNCHERS
 
 from miles_topology.check_launcher import check_python
 from miles_topology.errors import InputError
@@ -20,12 +20,11 @@ from miles_topology.pylaunch.servers import Polls, served
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux's")
 
-HERE = Path(__file__).parent / "fixtures" / "launchers"
-UP = {"PYTHONPATH": str(HERE / "upstream")}
+UP = {"PYTHONPATH": str(LAUNCHERS / "upstream")}  # the stand-in miles helpers
 
 
 def fixture(name: str) -> str:
-    return str(HERE / name)
+    return str(LAUNCHERS / name)
 
 
 def write(tmp_path, text: str) -> str:
