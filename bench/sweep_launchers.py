@@ -66,7 +66,7 @@ def summary(rows: dict) -> str:
 
 # what differs from run to run: the sandbox's temporary folder, tempfile's random names,
 # miles' run ids (create_run_id: %y%m%d-%H%M%S-NNN), stand-ins' Unknown markers
-_VOLATILE = re.compile(r"miles-topology-launcher-[^/]+|(?<=_)[a-z0-9_]{8}(?=[./])|"
+_VOLATILE = re.compile(r"miles-topology-launcher-[^/]+|(?:(?<=_)|(?<=tmp))[a-z0-9_]{8}(?=[./]|$)|"
                        r"\d{6}-\d{6}-\d{3}|__unknown_\d+__")
 
 
