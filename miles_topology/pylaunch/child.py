@@ -111,7 +111,8 @@ class FakePopen:
         record("subprocess", argv, string, env, via_shell=bool(shell),
                cwd=os.fsdecode(cwd) if cwd is not None else None,
                captured=captured, answer=how, **_node())
-        ran_after(argv, string, ran, how)  # [servers hook] servers it starts; a wait
+        if SERVERS is not None:  # [servers hook] the servers it starts; a wait
+            SERVERS.ran(argv, string, ran, how)
         self.args, self.returncode, self.pid = args, None, _FAKE_PID
         self._status = ran.status if ran is not None else 0
         texty = bool(text or universal_newlines or encoding or errors)
@@ -154,7 +155,8 @@ class FakePopen:
 def _system(command):
     ran, how = answer(None, os.fsdecode(command))  # [launchers hook]
     record("os.system", None, os.fsdecode(command), answer=how, **_node())
-    ran_after(None, os.fsdecode(command), ran, how)  # [servers hook]
+    if SERVERS is not None:  # [servers hook]
+        SERVERS.ran(None, os.fsdecode(command), ran, how)
     return (ran.status if ran is not None else 0) << 8  # a wait status, as os.system gives
 
 
@@ -272,25 +274,34 @@ def _os_open(path, flags, mode=0o777, *, dir_fd=None):
     return _REAL["os.open"](path, flags, mode, dir_fd=dir_fd)
 
 
+def _served(sock, address):
+    """[servers hook] Record a connect; where it goes when a modelled server's, else None."""
+    if SERVERS is None:
+        record("socket.connect", _addr(address), None)
+        return None
+    return SERVERS.connect(sock, address, "socket.connect", _addr(address))
+
+
 def _connect(self, address):
-    to = served(self, address, "socket.connect")  # [servers hook] a modelled server
+    to = _served(self, address)
     if to is not None:
         return _REAL["connect"](self, to)
     raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
 
 
 def _connect_ex(self, address):
-    to = served(self, address, "socket.connect")  # [servers hook]
+    to = _served(self, address)
     if to is not None:
         return _REAL["connect_ex"](self, to)
     return 111  # ECONNREFUSED, as connect_ex reports it
 
 
 def _create_connection(address, *a, **k):
-    if serves(address):  # [servers hook] its connect (the recorder above) reaches it
+    if SERVERS is not None and SERVERS.serves(address):  # [servers hook] its connect does
         return _REAL["create_connection"](address, *a, **k)
     record("socket.create_connection", _addr(address), None)
-    polled(("connect", tuple(_addr(address))), None)
+    if SERVERS is not None:
+        SERVERS.polled(("connect", tuple(_addr(address))), None)
     raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
 
 
@@ -421,21 +432,19 @@ def launchers_setup(cfg: dict) -> None:
     _STANDINS.USER = _users_code
     _STANDINS.CLUSTER = CLUSTER
     _STANDINS.install(bool(cfg.get("real_imports")))
-    global SERVERS, POLLS, CLOCK
+    global SERVERS  # [servers hook]
+    import socket
     import time
 
-    servers = importlib.import_module("_mt.pylaunch.servers")  # [servers hook]
-    SERVERS, POLLS = servers.Servers(CLUSTER), servers.Polls()
-    CLOCK = servers.Clock(POLLS)
-    CLOCK.install(time)
-    if not _ISOLATED:
-        global _TRUSTED_LISTENER
-        import socket
-
+    listener = getattr(sys.modules.get("isolate"), "SWITCHBOARD", None)
+    if not _ISOLATED:  # trusted: on this machine's loopback, bound before the audit hook
         try:
-            _TRUSTED_LISTENER = socket.create_server(("127.0.0.1", 0))
+            listener = socket.create_server(("127.0.0.1", 0))
         except OSError:
-            pass
+            listener = None
+    SERVERS = importlib.import_module("_mt.pylaunch.servers").Hooks(
+        CLUSTER, emit, record, _where, _stop, listener)
+    SERVERS.clock.install(time)
     loads = json.loads
 
     def parse(s, *args, **kwargs):  # json.load of a missing file's stand-in: its Unknown
@@ -471,8 +480,7 @@ def answer(argv, shell, captured=False):
     for its output (`captured`) runs here, with the stand-ins (a probe of Ray or torch)."""
     if CLUSTER is None:
         return None, None
-    python = _STANDINS.run_python if captured and _STANDINS is not None and \
-        SERVERS is not None else None
+    python = _STANDINS.run_python if captured and SERVERS is not None else None
     ran, probed = CLUSTER.answer(argv, shell, python)
     return ran, None if ran is None else "cluster" if probed else "filters"
 
@@ -494,83 +502,18 @@ _NOT_DATA = (".py", ".pyc", ".so", ".pth")
 
 # ---------------------------------------------------------------- [servers hook] (issue 29)
 
-SERVERS = None  # servers.Servers: the ports recorded commands were started to serve
-POLLS = None  # servers.Polls: a launcher that waits for what never changes
-CLOCK = None  # servers.Clock: the launcher's sleeps end at once
-_SWITCH: list = []  # the switchboard: (listening socket, its port), once serving
-_TRUSTED_LISTENER = None  # --trust-launcher: the switchboard's socket on this machine
+SERVERS = None  # servers.Hooks: the servers a launcher starts, its waits (pylaunch/servers.py)
 
 
-def ran_after(argv, shell, ran, how) -> None:
-    """After a command is recorded: the servers it starts, and whether the launcher is
-    polling a probe whose answer will not change (then it is stopped: `_waiting`)."""
-    if SERVERS is None:
-        return
-    for s in SERVERS.started(argv, shell, CLUSTER.current if CLUSTER.remote else 0, _where()):
-        emit(s.as_record())
-    words = argv if argv else (shell or "").split()
-    if how == "cluster":
-        polled(("probe", shell if shell is not None else " ".join(argv or ())),
-               ran.stdout if ran is not None else "")
-    elif len(words) == 2 and words[0] == "sleep" and words[1].replace(".", "", 1).isdigit():
-        CLOCK.advance(float(words[1]))  # `sleep 5` between polls: a sleep, as time.sleep
-    else:
-        POLLS.other()
-
-
-def polled(key, said) -> None:
-    if POLLS is not None and POLLS.seen(key):
-        emit({"end": "waiting", "poll": list(key), "answer": said, "times": POLLS.times,
-              "cluster": [CLUSTER.nodes, CLUSTER.gpus_per_node]})
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except Exception:  # noqa: BLE001
-            pass
-        REAL_EXIT(0)
-
-
-def serves(address) -> bool:
-    return SERVERS is not None and SERVERS.lookup(address, count=False)[0] is not None
-
-
-def served(sock, address, kind: str):
-    """Record a connect; the switchboard's address when `address` is a modelled server's
-    (the connect goes there), else None (it is refused)."""
-    got, new = SERVERS.lookup(address) if SERVERS is not None else (None, False)
-    if new:  # a command sent to the background serves the port the launcher polls
-        emit(got.as_record())
-    if got is None or not _switchboard() or sock.family not in (2, 10):
-        record(kind, _addr(address), None)
-        polled(("connect", tuple(_addr(address))), None)
-        return None
-    record(kind, _addr(address), None, answer="server", server=got.name, port=got.port,
-           node=got.node)
-    POLLS.other()
-    port = _SWITCH[0][1]
-    return ("127.0.0.1", port) if sock.family == 2 else ("::ffff:127.0.0.1", port, 0, 0)
-
-
-def _switchboard() -> bool:
-    """Start answering on the switchboard (once): the listener isolate.py bound on the
-    namespace's loopback, or, trusted (no namespace), one on a free port of this machine's
-    (bound before the audit hook, which refuses a bind)."""
-    if _SWITCH:
-        return True
-
-    listener = getattr(sys.modules.get("isolate"), "SWITCHBOARD", None) if _ISOLATED else \
-        _TRUSTED_LISTENER
-    if listener is None:
-        return False
-    _SWITCH.append((listener, listener.getsockname()[1]))
-    sys.modules["_mt.pylaunch.servers"].serve(listener)
-    return True
-
-
-def to_switchboard(address) -> bool:
-    return bool(_SWITCH) and isinstance(address, tuple) and len(address) >= 2 and \
-        address[1] == _SWITCH[0][1] and str(address[0]) in ("127.0.0.1", "::ffff:127.0.0.1")
-
+def _stop() -> None:
+    """End the launcher at once (it waits for what will not come): its last record is the
+    end the hook wrote."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    REAL_EXIT(0)
 
 
 def _read_view(file, mode):
@@ -685,7 +628,7 @@ def refuse(event: str, why: str, what=()) -> None:
 def hook(event: str, args: tuple) -> None:
     if getattr(_inside_hook, "on", False) and event == "open":
         return
-    if event == "socket.connect" and to_switchboard(args[1]):
+    if event == "socket.connect" and SERVERS is not None and SERVERS.to_switchboard(args[1]):
         return  # [servers hook] a modelled server's connect, to the switchboard
     if event in _NEVER:
         refuse(event, f"{event} is not allowed in the sandbox", args[:1] if event not in (

@@ -295,3 +295,73 @@ class Clock:
         time_module.monotonic = lambda: real_mono() + self.offset
         time_module.time_ns = lambda: int((real_time() + self.offset) * 1e9)
         time_module.monotonic_ns = lambda: int((real_mono() + self.offset) * 1e9)
+
+
+class Hooks:
+    """What the sandbox's child calls (pylaunch/child.py, its [servers hook] lines), kept here
+    so the child stays the recorders: the servers a recorded command starts, a connect sent to
+    the switchboard when it reaches one, a wait that is stopped. `emit` writes a record,
+    `record` records a call as the recorders do, `where` gives the launcher's file:line,
+    `stop` ends the launcher at once; `listener` is the switchboard's socket (bound by
+    isolate.py in the namespace, or trusted on this machine's loopback), None for none."""
+
+    def __init__(self, cluster, emit, record, where, stop, listener):
+        self.cluster, self.emit, self.record, self.where, self.stop = cluster, emit, record, \
+            where, stop
+        self.servers, self.polls = Servers(cluster), Polls()
+        self.clock = Clock(self.polls)
+        self.listener, self.port = listener, None  # port: once it answers
+
+    def ran(self, argv, shell, ran, how) -> None:
+        """After a command is recorded: the servers it starts; a probe whose answer will not
+        change, polled again (then the launcher is stopped); `sleep N`, a sleep."""
+        node = self.cluster.current if self.cluster.remote else 0
+        for s in self.servers.started(argv, shell, node, self.where()):
+            self.emit(s.as_record())
+        words = argv if argv else (shell or "").split()
+        if how == "cluster":
+            self.polled(("probe", shell if shell is not None else " ".join(argv or ())),
+                        ran.stdout if ran is not None else "")
+        elif len(words) == 2 and words[0] == "sleep" and \
+                words[1].replace(".", "", 1).isdigit():
+            self.clock.advance(float(words[1]))  # between polls: a sleep, as time.sleep
+        else:
+            self.polls.other()
+
+    def polled(self, key, said) -> None:
+        if self.polls.seen(key):
+            self.emit({"end": "waiting", "poll": list(key), "answer": said,
+                       "times": self.polls.times,
+                       "cluster": [self.cluster.nodes, self.cluster.gpus_per_node]})
+            self.stop()
+
+    def serves(self, address) -> bool:
+        return self.servers.lookup(address, count=False)[0] is not None
+
+    def connect(self, sock, address, kind: str, shown: list):
+        """Record a connect; the switchboard's address when `address` is a modelled
+        server's (the connect goes there), else None (it is refused)."""
+        got, new = self.servers.lookup(address)
+        if new:  # a command sent to the background serves the port the launcher polls
+            self.emit(got.as_record())
+        if got is None or not self.answering() or sock.family not in (2, 10):
+            self.record(kind, shown, None)
+            self.polled(("connect", tuple(shown)), None)
+            return None
+        self.record(kind, shown, None, answer="server", server=got.name, port=got.port,
+                    node=got.node)
+        self.polls.other()
+        return ("127.0.0.1", self.port) if sock.family == 2 else \
+            ("::ffff:127.0.0.1", self.port, 0, 0)
+
+    def answering(self) -> bool:
+        """Answer on the switchboard, from the first connect to a modelled server on."""
+        if self.port is None and self.listener is not None:
+            self.port = self.listener.getsockname()[1]
+            serve(self.listener)
+        return self.port is not None
+
+    def to_switchboard(self, address) -> bool:
+        return self.port is not None and isinstance(address, tuple) and len(address) >= 2 \
+            and address[1] == self.port and str(address[0]) in ("127.0.0.1",
+                                                                 "::ffff:127.0.0.1")
