@@ -1,15 +1,12 @@
 """Reading the flag surface and topology YAML files."""
 
-from pathlib import Path
-
 import pytest
 from pydantic import ValidationError
+from support import ROOT
 
 from miles_topology import Topology, TopologyError
 from miles_topology.model import megatron_args
 from miles_topology.sources import read_flags, to_yaml
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_real_defaults():
@@ -276,9 +273,8 @@ def test_a_topology_flag_without_a_file_is_unreadable_input():
 
 def test_the_topology_option_is_parsed_only_in_flags_py():
     import re
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     pattern = re.compile(r"""["']--topology=?["']""")
     files = {p.resolve() for d in ("miles_topology", "miles")
              for p in (root / d).rglob("*.py")}
@@ -335,6 +331,7 @@ def test_repeat_and_typo_point_at_the_token_that_wrote_them():
     assert parse_flags([t for t, _ in words]).errors[0].location is None  # plain strings
 
 
+@pytest.mark.slow
 def test_the_trigram_shortlist_finds_what_full_difflib_finds():
     """suggest() compares only 24 shortlisted spellings: on near misses of the surface's
     flags (a letter dropped, doubled or swapped) it agrees with difflib over all of them."""
@@ -408,7 +405,7 @@ GOLDEN = ROOT / "tests" / "fixtures" / "topologies"
 # topology.schema.json, kept by test_cli.py), so the parts change nothing a user sees.
 YAMLS = {
     "moe-2x4": "examples/moe-2x4.topology.yaml",
-    "m0003-after": "miles_topology/migrations/fixtures/m0003_consolidate/after.topology.yaml",
+    "m0003-after": "tests/fixtures/migrations/m0003_consolidate/after.topology.yaml",
     "moe-every-part": "tests/fixtures/topologies/moe-every-part.topology.yaml",
     "fsdp-colocated": "tests/fixtures/topologies/fsdp-colocated.topology.yaml",
 }
