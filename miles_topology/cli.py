@@ -27,7 +27,8 @@ miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--
                      [--real-imports]
                      (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
                       | -- FLAGS...)
-miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
+miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAME]
+                     [--env KEY=VALUE ...]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
 miles-topology flags TOPOLOGY.yaml
@@ -140,8 +141,9 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
     if path.endswith(".py"):
         return _python(path, [], env, py)
     from .check_script import check_script
+    from .pylaunch.cluster import cluster_for
 
-    return [check_script(path, env)]
+    return [check_script(path, env, cluster=cluster_for(path, (py or {}).get("cluster") or {}))]
 
 
 def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:
@@ -187,14 +189,19 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
         return _python(paths[0], flags or [], env, py)
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
         from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+        from .pylaunch.cluster import cluster_for
 
-        return [check_script(paths[0], env, flags)]
+        return [check_script(paths[0], env, flags,
+                             cluster_for(paths[0], (py or {}).get("cluster") or {}))]
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")
+        from .fit import apply
+        from .pylaunch.cluster import cluster_for
         from .sources import read_flags
 
-        return [verdict_of("flags", lambda: read_flags(flags).topology)]
+        cluster = cluster_for(os.getcwd(), (py or {}).get("cluster") or {})
+        return [apply(verdict_of("flags", lambda: read_flags(flags).topology), flags, cluster)]
     if not paths:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
     if not batch:
@@ -267,21 +274,28 @@ def cmd_rule(args, flags) -> int:
 
 
 def cmd_show(args, flags) -> int:
+    from .fit import lines, rank_gib
     from .show import svg_map, text_map
 
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
+    py = {"cluster": {"gpu": args.gpu}}
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py=py)
     code = exit_code(verdicts)
     for v in verdicts:
         if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, sys.stdout)
             continue
+        mem = rank_gib(v.topology, v.memory)
         if args.svg:
+            gpu = (v.memory or {}).get("gpu_gib")
             try:
-                Path(args.svg).write_text(svg_map(v.topology, args.color_by))
+                Path(args.svg).write_text(svg_map(v.topology, args.color_by, mem=mem,
+                                                  gpu_gib=gpu))
             except OSError as e:
                 raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
         print(f"{v.path}:")
-        print(text_map(v.topology))
+        print(text_map(v.topology, mem))
+        for line in lines(v.memory):
+            print(line)
         if args.svg:
             print(f"\nwrote {args.svg}")
     return code
@@ -393,10 +407,14 @@ def parser() -> argparse.ArgumentParser:
                                 "instead of the recording stand-ins (slower)")
         if name == "show":
             p.add_argument("--svg", metavar="FILE", help="also draw the map into FILE as SVG")
-            p.add_argument("--color-by", choices=("engine", "ep", "pp", "dp"),
+            p.add_argument("--color-by", choices=("engine", "ep", "pp", "dp", "memory"),
                            default="engine", metavar="ROLE",
                            help="SVG: colour the GPUs by rollout engine (default), EP group, "
-                                "pipeline stage (pp) or data-parallel replica (dp)")
+                                "pipeline stage (pp), data-parallel replica (dp) or the "
+                                "train rank's estimated memory (memory)")
+            p.add_argument("--gpu", metavar="NAME",
+                           help="the GPU the memory estimate is judged on, e.g. H100 "
+                                "(default, assumed), H200, B200, MI300X")
         if name == "migrate":
             p.add_argument("--write", action="store_true",
                            help="apply the steps (atomically; keeps SCRIPT.bak)")

@@ -188,6 +188,13 @@ def layout_of(topo: Topology) -> Layout:
     )
 
 
+def vary(topo: Topology, **sizes: Any) -> Topology:
+    """The same job with some layout sizes changed, validated again (every rule runs); what
+    was inferred (etp from tp) is inferred again. Raises TopologyError."""
+    given = {n: getattr(topo, n) for n in topo.model_fields_set}
+    return type(topo)(**{**given, **sizes})
+
+
 # ---- parameters ---------------------------------------------------------------------------
 
 
@@ -414,7 +421,8 @@ def megatron_formula(shape: Shape, lay: Layout) -> int:
         shape.hidden)
     mtp = lay.mtp * c.layer(lay.moe[-1], lay.experts).total
     emb = shape.padded_vocab(lay.tp) * shape.hidden
-    return int((block / lay.pp + mtp + emb) / lay.tp)
+    untied = emb if not shape.tied and lay.pp == 1 else 0
+    return int((block / lay.pp + mtp + emb + untied) / lay.tp)
 
 
 # ---- rollout engines -----------------------------------------------------------------------
@@ -463,18 +471,39 @@ def engine_memory(shape: Shape, lay: Layout, gpu: int | None, fraction: float | 
 # ---- reading the shape: flags and HF config.json --------------------------------------------
 
 
-def _flag_values(argv: Sequence[str]) -> dict[str, str | None]:
+# the flags beyond the Topology's that the estimate reads (an unknown one: no estimate)
+READS = (
+    "--hidden-size", "--ffn-hidden-size", "--vocab-size", "--make-vocab-size-divisible-by",
+    "--kv-channels", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+    "--swiglu", "--normalization", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
+    "--untie-embeddings-and-output-weights", "--position-embedding-type", "--seq-length",
+    "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+    "--qk-pos-emb-head-dim", "--v-head-dim", "--optimizer", "--use-precision-aware-optimizer",
+    "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
+    "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-dynamic-batch-size",
+    "--max-tokens-per-gpu", "--rollout-max-response-len", "--rollout-max-prompt-len",
+    "--micro-batch-size", "--recompute-granularity", "--sglang-mem-fraction-static",
+)
+
+
+def words(argv: Sequence[Any]) -> list[str]:
+    """The words of an argv: strings, or the script reader's tokens (their `text`)."""
+    return [str(getattr(w, "text", w)) for w in argv]
+
+
+def flag_values(argv: Sequence[str]) -> dict[str, str | None]:
     """--name value / --name=value / --switch -> {name: value or None}; the last one wins."""
+    argv = words(argv)
     out: dict[str, str | None] = {}
     i = 0
     while i < len(argv):
-        word = str(argv[i])
+        word = argv[i]
         if word.startswith("--"):
             name, eq, value = word.partition("=")
             if eq:
                 out[name] = value
-            elif i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
-                out[name] = str(argv[i + 1])
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out[name] = argv[i + 1]
                 i += 1
             else:
                 out[name] = None
@@ -492,7 +521,7 @@ def _int(v: Mapping[str, str | None], name: str) -> int | None:
 
 def shape_from_flags(argv: Sequence[str]) -> Shape | None:
     """The model shape from Megatron's flags (None without --hidden-size)."""
-    v = _flag_values(argv)
+    v = flag_values(argv)
     hidden = _int(v, "--hidden-size")
     if hidden is None:
         return None
@@ -516,7 +545,7 @@ def shape_from_flags(argv: Sequence[str]) -> Shape | None:
 def precision_from_flags(argv: Sequence[str]) -> Precision:
     """miles' precision: bf16 unless --fp16; Megatron's precision-aware optimizer dtypes;
     the distributed optimizer for Adam (miles set_default_megatron_args); CPU offload."""
-    v = _flag_values(argv)
+    v = flag_values(argv)
     optimizer = (v.get("--optimizer") or "adam").lower()
     if "--use-precision-aware-optimizer" in v:
         def b(name: str, default: str) -> int:
@@ -538,7 +567,7 @@ def precision_from_flags(argv: Sequence[str]) -> Precision:
 def run_from_flags(argv: Sequence[str], lay: Layout) -> Run:
     """Tokens of one micro-batch on a rank: --max-tokens-per-gpu with dynamic batches, else
     micro-batch x (prompt + response length, or --seq-length) / cp."""
-    v = _flag_values(argv)
+    v = flag_values(argv)
     tokens = None
     if "--use-dynamic-batch-size" in v and _int(v, "--max-tokens-per-gpu"):
         tokens = _int(v, "--max-tokens-per-gpu")

@@ -36,6 +36,7 @@ class Verdict:
     extra: dict = field(default_factory=dict)  # script reports: values, unresolved, notes
     unreadable: str | None = None
     nothing: str | None = None  # in a batch: why this input has nothing to check (passes)
+    memory: dict | None = None  # fit.py: the per-rank memory estimate (or why none)
 
     @property
     def ok(self) -> bool:
@@ -49,6 +50,8 @@ class Verdict:
             "topology": self.summary,
         }
         d["skipped"] = [p.as_dict() for p in self.skipped]
+        if self.memory is not None:
+            d["memory"] = self.memory
         if self.path != "flags":
             d = {"path": self.path, **d}
             if self.unreadable is not None:
@@ -184,6 +187,11 @@ def text_one(v: Verdict, out: IO[str], quiet: bool = False, color: bool = False)
     print(f"{name(v)}: {state}{sizes}", file=out)
     for line in [] if quiet else v.extra.get("report_lines", []):
         print(f"  {line}", file=out)
+    if not quiet and v.memory is not None:
+        from .fit import lines
+
+        for line in lines(v.memory):
+            print(f"  {line}", file=out)
     for kind, p in _problems(v):
         first, *rest = p.lines(kind)
         word, _, tail = first.partition(" ")

@@ -158,9 +158,21 @@ def _build(c: dict, padded_vocab: int) -> int:
 def _worker(rank: int, world: int, store: str, configs: list[dict], out: str) -> None:
     warnings.filterwarnings("ignore")
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
+    # the CPU stands in for the GPU where megatron-core moves a tensor on its own (the tied
+    # embedding's all-reduce over pipeline stages; MLA's rotary tables): counting only
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    torch.cuda.current_device = lambda: "cpu"
+    # megatron-core 0.16's local DotProductAttention takes no k_channels/v_channels, which MLA
+    # passes (MLA is built with Transformer Engine's); it holds no parameters, so drop them
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    init = DotProductAttention.__init__
+    DotProductAttention.__init__ = lambda self, *a, k_channels=None, v_channels=None, **k: \
+        init(self, *a, **k)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     got = []
     for c in configs:
