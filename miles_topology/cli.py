@@ -31,6 +31,9 @@ miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAM
                      [--env KEY=VALUE ...]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
+miles-topology plan  (CONFIG.json | MODEL.sh | -- MODEL FLAGS...) --nodes N [--gpus-per-node N]
+                     [--gpu NAME] [--top K] [--max-tokens-per-gpu T] [--recompute]
+                     [--optimizer-cpu-offload] [--format text|json]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
@@ -73,6 +76,12 @@ examples:
   TOPOLOGY_FLAGS="$(miles-topology flags "${SCRIPT_DIR}/run.topology.yaml")" || exit 1
   eval "TOPOLOGY_ARGS=(${TOPOLOGY_FLAGS})"
   python3 train.py "${TOPOLOGY_ARGS[@]}" ...""",
+    "plan": """\
+examples:
+  miles-topology plan DeepSeek-V3/config.json --nodes 128 --gpu H100
+  miles-topology plan scripts/models/qwen3-30B-A3B.sh --nodes 2 --format json
+  miles-topology plan --nodes 1 --gpu H200 -- --num-layers 48 --hidden-size 2048 \\
+      --num-attention-heads 32 --num-query-groups 4 --num-experts 128 --moe-ffn-hidden-size 768""",
     "rule": """\
 examples:
   miles-topology rule unknown-flag     # what it means and how to turn it off
@@ -92,6 +101,8 @@ HELP = {
              "word per line",
     "schema": "print the JSON Schema of the topology YAML",
     "rule": "print a problem code's page (every code without one)",
+    "plan": "list the layouts a model trains with on a cluster, best first (memory "
+            "headroom, tp and ep inside a node), with their flags",
 }
 
 
@@ -301,6 +312,25 @@ def cmd_show(args, flags) -> int:
     return code
 
 
+def cmd_plan(args, flags) -> int:
+    from .memory import Precision, Run
+    from .plan import gpu_name, plan, read_model, report
+
+    shape, model = read_model(args.inputs, flags)
+    gpu = gpu_name(args.gpu)
+    for key in ("nodes", "gpus_per_node", "top"):
+        if getattr(args, key) < 1:
+            raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: give 1 or more")
+    from .memory import gpu_bytes
+
+    prec = Precision(offload=1.0 if args.optimizer_cpu_offload else 0.0)
+    run = Run(tokens=args.max_tokens_per_gpu, recompute="full" if args.recompute else None)
+    found = plan(shape, model, args.nodes, args.gpus_per_node, gpu_bytes(gpu), prec, run)
+    print(report(found, shape, model, args.nodes, args.gpus_per_node, gpu, args.top,
+                 args.format))
+    return 0 if found else 1
+
+
 def cmd_migrate(args, flags) -> int:
     if flags is not None:
         raise InputError("migrate takes launch scripts, not `-- FLAGS...`")
@@ -350,7 +380,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
     sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    for name in ("check", "show", "migrate", "flags", "schema", "rule"):
+    for name in ("check", "show", "migrate", "flags", "schema", "rule", "plan"):
         p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
                            description=HELP[name],
                            epilog=EXAMPLES[name] + "\n\n" + EXIT,
@@ -362,6 +392,27 @@ def parser() -> argparse.ArgumentParser:
             continue
         if name == "rule":
             p.add_argument("code", nargs="?", metavar="CODE", help="a problem code")
+            continue
+        if name == "plan":
+            p.add_argument("inputs", nargs="*", metavar="MODEL",
+                           help="an HF config.json or a bash model file (MODEL_ARGS=(...)); or "
+                                "`-- MODEL FLAGS` after the options")
+            p.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes")
+            p.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
+                           help="GPUs a node (default 8)")
+            p.add_argument("--gpu", metavar="NAME", help="the GPU: H100 (default), H200, B200, "
+                                                         "MI300X, ...")
+            p.add_argument("--top", type=int, default=10, metavar="K",
+                           help="layouts to print (default 10)")
+            p.add_argument("--max-tokens-per-gpu", type=int, default=8192, metavar="T",
+                           help="tokens of a micro-batch on a rank, for activations "
+                                "(default 8192)")
+            p.add_argument("--recompute", action="store_true",
+                           help="full activation recompute (--recompute-granularity full)")
+            p.add_argument("--optimizer-cpu-offload", action="store_true",
+                           help="optimizer state on the CPU")
+            p.add_argument("--format", choices=("text", "json"), default="text",
+                           metavar="FORMAT", help="text (default) or json")
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
             "launch scripts (.sh), Python launchers (.py), topology files (.yaml) or folders " \
@@ -432,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(head)
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
-               "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule}[args.cmd]
+               "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule,
+               "plan": cmd_plan}[args.cmd]
         code = run(args, flags)
         sys.stdout.flush()
         return code

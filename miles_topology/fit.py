@@ -14,10 +14,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .codes import declare
 from .errors import Problem
 from .memory import (
-    GIB,
     READS,
     Estimate,
     Precision,
@@ -42,13 +40,6 @@ if TYPE_CHECKING:
     from .pylaunch.cluster import Cluster
     from .report import Verdict
 
-declare("fit.py (the memory estimate of memory.py against the GPU)", {
-    "memory-exceeds-gpu": (
-        "error", "weights, fp32 main grads and optimizer state alone (no activations) exceed "
-        "the GPU's memory on some train rank: a certain out-of-memory at start-up"),
-    "memory-near-gpu": (
-        "warning", "the per-rank estimate with activations passes 90 % of the GPU's memory"),
-})
 NEAR = 0.9
 LARGEST = max(GPUS, key=lambda g: GPUS[g][1])
 
@@ -223,11 +214,14 @@ def lines(report: dict[str, Any] | None) -> list[str]:
            f"{big['weights_gib']:g} + grads {big['grads_gib']:g} + optimizer "
            f"{big['optimizer_gib']:g} + activations ~{acts} = {big['total_gib']:g} GiB of "
            f"{gpu}" + ("" if report["vocab_known"] else " (vocabulary unknown)")]
+    if len(report["stages"]) > 1:
+        out.append("memory per rank, by pipeline stage (its ranks alike): " + ", ".join(
+            f"pp{m['stage']} {m['total_gib']:g}" for m in report["stages"]) + " GiB")
     eng = report.get("engine")
     if eng:
         kv = "KV cache tokens unknown (no --sglang-mem-fraction-static)" \
             if eng["kv_tokens"] is None else f"KV cache ~{eng['kv_tokens']:,} tokens"
-        out.append(f"rollout engine GPU: weights {eng['weights_gib']:g} GiB, {kv}")
+        out.append(f"rollout engine GPU: weights {eng['weights_gib']:g} GiB (bf16), {kv}")
     return out
 
 
@@ -247,7 +241,7 @@ def apply(v: Verdict, argv: Sequence[Any], cluster: Cluster | None,
     the estimate reads, or unknown sizes (no summary), and there is no estimate."""
     if v.topology is None:
         return v
-    reads = set(READS) | {flag_of(n) for n in v.topology.model_fields}
+    reads = set(READS) | {flag_of(n) for n in type(v.topology).model_fields}
     hit = sorted(f or "a word list" for f in unknown
                  if f is None or f in reads)
     if hit or v.summary is None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from .flags import text_of
 from .pylaunch.cluster import GPUS
 
 if TYPE_CHECKING:
@@ -86,7 +87,6 @@ class Shape:
     qk_head: int = 128
     rope_head: int = 64
     v_head: int = 128
-    local_spec: bool = False  # MLA down projections sharded by tp (local spec); TE: replicated
 
     @property
     def vocab_known(self) -> bool:
@@ -237,9 +237,9 @@ class Counter:
     @cached_property
     def attention(self) -> int:
         s, lay, h, t = self.s, self.l, self.s.hidden, self.l.tp
-        if s.mla:  # megatron-core MLASelfAttention
+        if s.mla:  # megatron-core MLASelfAttention with Transformer Engine (what miles runs)
             qh = s.qk_head + s.rope_head
-            down_tp = t if s.local_spec else 1  # TE builds the down projections duplicated
+            down_tp = 1  # TELinear(parallel_mode="duplicated"): q/kv down projections whole
             if s.q_lora is None:
                 q = self.column(h, lay.heads * qh, t, False)
             else:
@@ -486,14 +486,9 @@ READS = (
 )
 
 
-def words(argv: Sequence[Any]) -> list[str]:
-    """The words of an argv: strings, or the script reader's tokens (their `text`)."""
-    return [str(getattr(w, "text", w)) for w in argv]
-
-
 def flag_values(argv: Sequence[str]) -> dict[str, str | None]:
     """--name value / --name=value / --switch -> {name: value or None}; the last one wins."""
-    argv = words(argv)
+    argv = [str(text_of(w)) for w in argv]
     out: dict[str, str | None] = {}
     i = 0
     while i < len(argv):

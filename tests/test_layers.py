@@ -17,8 +17,9 @@ LAYERS = (
     ("checks", "flags"),  # the rules on it; the flag grammar
     ("sources", "config", "yamlflags", "namespace",
      "__init__"),  # reading and writing it (YAML as flags too); the package face
-    ("weightsync", "replay", "show", "report", "memory", "fit", "plan", "shell", "pylaunch", "check_script",
-     "check_launcher", "migrations", "selection", "cli", "__main__"),  # what is built on a Topology
+    # what is built on a Topology
+    ("weightsync", "replay", "show", "report", "memory", "fit", "plan", "shell", "pylaunch",
+     "check_script", "check_launcher", "migrations", "selection", "cli", "__main__"),
 )
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 

@@ -3,8 +3,9 @@
 One group of gloo processes per world size joins every configuration in turn (process
 group set up once; initialize_model_parallel / destroy_model_parallel per configuration),
 builds megatron-core GPTModel with the local spec on the CPU (every virtual stage, MTP, tied
-or untied embeddings, MoE or dense, MLA) and counts its parameters; the parent compares
-every rank with `train_memory(...).rank(r).params`.
+or untied embeddings, MoE or dense, uneven first/last stages) and counts its parameters; the
+parent compares every rank with `train_memory(...).rank(r).params`. MLA is not among them:
+megatron-core 0.16 builds MLASelfAttention only with Transformer Engine.
 """
 
 from __future__ import annotations
@@ -44,17 +45,15 @@ def random_config(rng: random.Random, world: int) -> dict | None:
     heads = tp * rng.choice([1, 2])
     groups = rng.choice([g for g in _divs(heads) if g % tp == 0 or tp % g == 0])
     kv = rng.choice([4, 8])
-    mla = rng.random() < 0.25
     cfg = dict(
         world=world, tp=tp, pp=pp, vpp=vpp, layers=layers, first=first, last=last,
-        heads=heads, groups=heads if mla else groups, kv=kv,
+        heads=heads, groups=groups, kv=kv,
         hidden=8 * rng.choice([2, 4]), ffn=tp * 4 * rng.choice([1, 3]),
         vocab=rng.choice([50, 130, 257]), multiple=rng.choice([8, 16]),
         swiglu=rng.random() < 0.5, rms=rng.random() < 0.5,
         bias=not moe and rng.random() < 0.5, qkv_bias=rng.random() < 0.3,
         qk_norm=rng.random() < 0.5, tied=rng.random() < 0.5,
-        mtp=rng.choice([0, 0, 1]), mla=mla, q_lora=rng.choice([None, 4 * tp]),
-        kv_lora=4 * tp, qk_head=4, rope_head=2, v_head=4,
+        mtp=rng.choice([0, 0, 1]),
         ep=1, etp=tp, experts=None, moe_ffn=None, shared=0, topk=2, freq=1, cp=1,
     )
     if moe:
@@ -89,9 +88,7 @@ def shape(c: dict) -> Shape:
     return Shape(hidden=c["hidden"], ffn=c["ffn"], vocab=c["vocab"], vocab_multiple=c["multiple"],
                  kv_channels=c["kv"], moe_ffn=c["moe_ffn"], shared_ffn=c["shared"],
                  swiglu=c["swiglu"], rms=c["rms"], bias=c["bias"], qkv_bias=c["qkv_bias"],
-                 qk_norm=c["qk_norm"], tied=c["tied"], mla=c["mla"], q_lora=c["q_lora"],
-                 kv_lora=c["kv_lora"], qk_head=c["qk_head"], rope_head=c["rope_head"],
-                 v_head=c["v_head"], learned_pos=0, local_spec=True)
+                 qk_norm=c["qk_norm"], tied=c["tied"], learned_pos=0)
 
 
 def _build(c: dict, padded_vocab: int) -> int:
@@ -105,7 +102,7 @@ def _build(c: dict, padded_vocab: int) -> int:
         get_gpt_layer_local_spec,
         get_gpt_mtp_block_spec,
     )
-    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
+    from megatron.core.transformer import TransformerConfig
 
     kw = dict(
         num_layers=c["layers"], hidden_size=c["hidden"], num_attention_heads=c["heads"],
@@ -126,12 +123,7 @@ def _build(c: dict, padded_vocab: int) -> int:
         kw.update(num_moe_experts=c["experts"], moe_ffn_hidden_size=c["moe_ffn"],
                   moe_router_topk=c["topk"], moe_layer_freq=c["freq"],
                   moe_shared_expert_intermediate_size=c["shared"] or None)
-    if c["mla"]:
-        config = MLATransformerConfig(**kw, q_lora_rank=c["q_lora"], kv_lora_rank=c["kv_lora"],
-                                      qk_head_dim=c["qk_head"], qk_pos_emb_head_dim=c["rope_head"],
-                                      v_head_dim=c["v_head"], multi_latent_attention=True)
-    else:
-        config = TransformerConfig(**kw)
+    config = TransformerConfig(**kw)
     total = 0
     for v in range(c["vpp"]):
         vp = v if c["vpp"] > 1 else None
@@ -140,7 +132,6 @@ def _build(c: dict, padded_vocab: int) -> int:
                                               normalization=config.normalization, vp_stage=vp)
         else:
             spec = get_gpt_layer_local_spec(qk_layernorm=c["qk_norm"],
-                                            multi_latent_attention=c["mla"],
                                             normalization=config.normalization)
         mtp = get_gpt_mtp_block_spec(config, spec, use_transformer_engine=False, vp_stage=vp) \
             if c["mtp"] else None
@@ -163,16 +154,9 @@ def _worker(rank: int, world: int, store: str, configs: list[dict], out: str) ->
     from megatron.core import parallel_state as ps
 
     # the CPU stands in for the GPU where megatron-core moves a tensor on its own (the tied
-    # embedding's all-reduce over pipeline stages; MLA's rotary tables): counting only
+    # embedding's all-reduce over pipeline stages): counting only
     torch.Tensor.cuda = lambda self, *a, **k: self
     torch.cuda.current_device = lambda: "cpu"
-    # megatron-core 0.16's local DotProductAttention takes no k_channels/v_channels, which MLA
-    # passes (MLA is built with Transformer Engine's); it holds no parameters, so drop them
-    from megatron.core.transformer.dot_product_attention import DotProductAttention
-
-    init = DotProductAttention.__init__
-    DotProductAttention.__init__ = lambda self, *a, k_channels=None, v_channels=None, **k: \
-        init(self, *a, **k)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     got = []
     for c in configs:
@@ -252,7 +236,7 @@ def test_the_random_draw_covers_every_feature():
         "vpp": any(c["vpp"] > 1 for c in every), "ep": any(c["ep"] > 1 for c in every),
         "etp<tp": any(c["experts"] and c["etp"] < c["tp"] for c in every),
         "mtp": any(c["mtp"] for c in every), "tied": any(c["tied"] for c in every),
-        "untied": any(not c["tied"] for c in every), "mla": any(c["mla"] for c in every),
+        "untied": any(not c["tied"] for c in every),
         "uneven": any(c["first"] for c in every), "dense": any(not c["experts"] for c in every),
         "shared": any(c["shared"] for c in every),
         "mtp+pp": any(c["mtp"] and c["pp"] > 1 for c in every),
@@ -273,8 +257,7 @@ def test_megatron_formula_is_off_by_the_expert_factor_where_ep_is_above_1():
     only: with ep > 1 it counts ep / etp... times the experts a rank holds; ours does not."""
     c = dict(world=8, tp=1, pp=1, vpp=1, layers=2, first=None, last=None, heads=4, groups=4,
              kv=8, hidden=32, ffn=64, vocab=256, multiple=8, swiglu=True, rms=True, bias=False,
-             qkv_bias=False, qk_norm=False, tied=False, mtp=0, mla=False, q_lora=None,
-             kv_lora=4, qk_head=4, rope_head=2, v_head=4, ep=8, etp=1, experts=16, moe_ffn=32,
+             qkv_bias=False, qk_norm=False, tied=False, mtp=0, ep=8, etp=1, experts=16, moe_ffn=32,
              shared=0, topk=2, freq=1, cp=1)
     lay, s = layout_of(topology(c)), shape(c)
     ours = train_memory(s, lay).stages[0].params

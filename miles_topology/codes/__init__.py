@@ -83,6 +83,15 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
         'warning', "one flag given twice with different values on a command line; miles' "
         'parser keeps the last'),
 })
+declare("fit.py (memory.py's per-rank estimate against the GPU; check, launchers)", {
+    'memory-exceeds-gpu': (
+        'error', "weights, main grads and optimizer state alone (no activations) exceed the "
+        "GPU's memory on some train rank: a certain out-of-memory at start-up (no `--gpu`: "
+        'judged against the largest GPU modelled)'),
+    'memory-near-gpu': (
+        'warning', "a train rank's estimate with activations passes 90 % of the GPU's memory "
+        '(or, with a `--spec` plugin or the GPU assumed, its static memory passes the GPU)'),
+})
 declare("report.py (where a Python launcher starts training)", {
     'launch': (
         'note', 'a training launch of a Python launcher, at its file:line: one notice per '
