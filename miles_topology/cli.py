@@ -450,7 +450,8 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--gpus-per-node", type=int, metavar="N",
                            help="Python launchers: GPUs a node (default 8; GB200/GB300: 4)")
             p.add_argument("--gpu", metavar="NAME",
-                           help="Python launchers: the GPU, e.g. H100 (default), B200, MI300X")
+                           help="the GPU memory is judged on, and Python launchers' probes "
+                                "answered for, e.g. H100 (default), B200, MI300X")
             p.add_argument("--nvlink", action=argparse.BooleanOptionalAction, default=None,
                            help="Python launchers: GPUs of a node on NVLink (default: yes)")
             p.add_argument("--real-imports", action="store_true",

@@ -104,8 +104,9 @@ def candidates(model: dict[str, Any], nodes: int, per_node: int) -> list[Topolog
 
 
 def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: int,
-         prec: Precision = Precision(), run: Run = Run()) -> list[Candidate]:
+         prec: Precision | None = None, run: Run | None = None) -> list[Candidate]:
     """The layouts that fit, best first (see the module docstring)."""
+    prec, run = prec or Precision(), run or Run()
     out = []
     for topo in candidates(model, nodes, per_node):
         est = train_memory(shape, layout_of(topo), prec, run)

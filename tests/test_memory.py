@@ -64,8 +64,8 @@ def test_deepseek_v3_has_671b_parameters_without_mtp():
 def test_optimizer_shards_dense_over_dp_cp_and_experts_over_edp():
     argv = QWEN235 + ON_8[:4] + ["--context-parallel-size", "2", "--sequence-parallel",
                                  "--expert-model-parallel-size", "8",
-                                 "--expert-tensor-parallel-size", "1", "--tensor-model-parallel-size",
-                                 "2"]
+                                 "--expert-tensor-parallel-size", "1",
+                                 "--tensor-model-parallel-size", "2"]
     topo = topo_of(argv)
     assert (topo.dp, topo.cp, topo.edp) == (2, 2, 1)
     lay, shape = layout_of(topo), shape_from_flags(argv)
