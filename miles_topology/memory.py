@@ -451,7 +451,7 @@ def engine_memory(shape: Shape, lay: Layout, gpu: int | None, fraction: float | 
     groups a GPU holds (at least one), or MLA's compressed kv_lora + rope per layer,
     replicated on every GPU (sglang srt/mem_cache/memory_pool.py MLATokenToKVPool)."""
     full = Counter(shape, replace(lay, tp=1, etp=1, experts_on=(lay.experts,) * lay.pp))
-    attn_tp = lay.engine_tp // lay.engine_dp if lay.dp_attention else lay.engine_tp
+    attn_tp = max(1, lay.engine_tp // lay.engine_dp) if lay.dp_attention else lay.engine_tp
     attn = full.attention * lay.layers
     dense_rest = sum(full.layer(m, lay.experts).dense for m in lay.moe) - attn
     expert = sum(full.layer(m, lay.experts).expert for m in lay.moe)
@@ -507,11 +507,13 @@ def flag_values(argv: Sequence[str]) -> dict[str, str | None]:
 
 
 def _int(v: Mapping[str, str | None], name: str) -> int | None:
+    """A positive whole number, else None (unknown: Megatron's parser would refuse it)."""
     got = v.get(name)
     try:
-        return int(got) if got is not None else None
+        n = int(got) if got is not None else None
     except ValueError:
         return None
+    return n if n is not None and n > 0 else None
 
 
 def shape_from_flags(argv: Sequence[str]) -> Shape | None:
@@ -555,6 +557,8 @@ def precision_from_flags(argv: Sequence[str]) -> Precision:
             offload = float(v.get("--optimizer-offload-fraction") or 1.0)
         except ValueError:
             offload = 1.0
+        if not 0 <= offload <= 1:  # out of range or nan: Megatron's default, all of it
+            offload = 1.0
     return Precision(grad=grad, master=master, moments=moments,
                      distributed=optimizer == "adam", offload=offload)
 
@@ -578,6 +582,8 @@ def run_from_flags(argv: Sequence[str], lay: Layout) -> Run:
     try:
         fraction = float(frac) if frac is not None else None
     except ValueError:
+        fraction = None
+    if fraction is not None and not 0 < fraction <= 1:
         fraction = None
     return Run(tokens=tokens, recompute=rec, mem_fraction=fraction)
 

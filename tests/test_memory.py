@@ -289,3 +289,20 @@ def test_plan_says_when_nothing_fits_and_refuses_bad_input(capsys):
     assert code == 2 and err.count("\n") == 1 and "--hidden-size" in err
     code, _, err = run_cli(capsys, "plan", DSV3, "--nodes", "1", "--gpu", "X9")
     assert code == 2 and "not a GPU modelled" in err
+
+
+@pytest.mark.parametrize("bad", [
+    ["--hidden-size", "0"], ["--hidden-size", "-4"], ["--hidden-size", "x"],
+    ["--hidden-size", "64", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "nan"],
+    ["--hidden-size", "64", "--sglang-mem-fraction-static", "7"],
+    ["--hidden-size", "64", "--max-tokens-per-gpu", "-1", "--use-dynamic-batch-size"],
+])
+def test_odd_values_never_break_the_check(capsys, bad):
+    code, out, err = run_cli(capsys, "check", "--format", "json", "--",
+                             "--actor-num-gpus-per-node", "8", "--num-layers", "2",
+                             "--num-attention-heads", "4", "--colocate", *bad)
+    assert code in (0, 1) and not err, err
+    got = json.loads(out)
+    memory = got.get("memory")  # none where the flags build no Topology
+    assert (memory is None and got["topology"] is None) or "skipped" in memory or all(
+        s["total_gib"] >= 0 for s in memory["stages"])
