@@ -146,6 +146,26 @@ def _build(c: dict, padded_vocab: int) -> int:
     return total
 
 
+def build_here(configs: list[dict], store: str) -> list:
+    """Each configuration on a one-process gloo group in this process (pp 1: megatron-core
+    moves no tensor to a GPU on its own then)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    try:
+        got = []
+        for c in configs:
+            ps.initialize_model_parallel(**topology(c).megatron_args())
+            try:
+                got.append([_build(c, shape(c).padded_vocab(c["tp"]))])
+            finally:
+                ps.destroy_model_parallel()
+        return got
+    finally:
+        dist.destroy_process_group()
+
+
 def _worker(rank: int, world: int, store: str, configs: list[dict], out: str) -> None:
     warnings.filterwarnings("ignore")
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
@@ -207,6 +227,7 @@ def assert_parity(configs: list[dict], built: list[list]) -> None:
     assert not bad, "\n".join(f"{c}\n  megatron-core {b}\n  estimate      {e}" for c, b, e in bad)
 
 
+ONE = draw(5, 1, 6)  # one rank: tp = pp = ep = 1, every model feature
 QUICK = draw(7, 4, 4)
 SLOW4 = draw(11, 4, 36)
 SLOW8 = draw(13, 8, 20)
@@ -217,19 +238,24 @@ def quick(tmp_path_factory):
     return run_group(tmp_path_factory, QUICK, 4)
 
 
-def test_parameters_per_rank_equal_megatron_core_quick(quick):
+def test_parameters_equal_megatron_core_on_one_rank(tmp_path):
+    assert_parity(ONE, build_here(ONE, str(tmp_path / "store")))
+
+
+@pytest.mark.slow
+def test_parameters_per_rank_equal_megatron_core_4_ranks(quick):
     assert_parity(QUICK, quick)
 
 
 @pytest.mark.slow
 def test_parameters_per_rank_equal_megatron_core_56_random(tmp_path_factory):
-    """56 random configurations (36 on 4 ranks, 20 on 8) plus the quick 4: at least 50."""
+    """56 random configurations (36 on 4 ranks, 20 on 8) plus the 4 and the 6 above."""
     assert_parity(SLOW4, run_group(tmp_path_factory, SLOW4, 4))
     assert_parity(SLOW8, run_group(tmp_path_factory, SLOW8, 8))
 
 
 def test_the_random_draw_covers_every_feature():
-    every = QUICK + SLOW4 + SLOW8
+    every = ONE + QUICK + SLOW4 + SLOW8
     assert len(every) >= 50
     seen = {
         "tp": any(c["tp"] > 1 for c in every), "pp": any(c["pp"] > 1 for c in every),
@@ -244,12 +270,15 @@ def test_the_random_draw_covers_every_feature():
     assert all(seen.values()), [k for k, v in seen.items() if not v]
 
 
-def test_a_wrong_count_is_caught(quick):
-    """The comparison can fail: one expert more per rank than the layout holds is seen."""
+def test_a_wrong_count_is_caught():
+    """The comparison can fail: twice the experts, or tied for untied embeddings, is seen."""
     c = next(c for c in QUICK if c["experts"])
-    wrong = dict(c, experts=c["experts"] * 2)
+    right = estimate(c)
     with pytest.raises(AssertionError):
-        assert_parity([wrong], [quick[QUICK.index(c)]])
+        assert_parity([dict(c, experts=c["experts"] * 2)], [right])
+    with pytest.raises(AssertionError):
+        assert_parity([dict(c, tied=not c["tied"])], [right])
+    assert_parity([c], [right])
 
 
 def test_megatron_formula_is_off_by_the_expert_factor_where_ep_is_above_1():
