@@ -117,16 +117,17 @@ def fixes(topo: Topology, shape: Shape, prec: Precision, run: Run, limit: float,
             out.append(out[-1] * 2)
         return out
 
-    nodes = doubles(topo.nodes, topo.nodes * 8)
-    eps = doubles(topo.ep, topo.world_size * 8) if topo.is_moe else [topo.ep]
-    pps = doubles(topo.pp, min(topo.layers or 1, topo.world_size * 8))
+    lay = layout_of(topo)
+    nodes = doubles(lay.nodes, lay.nodes * 8)
+    eps = doubles(lay.ep, lay.world * 8) if lay.experts else [lay.ep]
+    pps = doubles(lay.pp, min(lay.layers, lay.world * 8))
     precs = [prec] + [replace(prec, distributed=True)] * (not prec.distributed) + \
         [replace(prec, offload=1.0)] * (prec.offload < 1)
     found: list[tuple[int, int, str]] = []
     for n, ep, pp, pr in product(nodes, eps, pps, precs):
-        change = [(n != topo.nodes, f"{flag_of('nodes')} {n}"),
-                  (ep != topo.ep, f"{flag_of('ep')} {ep}"),
-                  (pp != topo.pp, f"{flag_of('pp')} {pp}"),
+        change = [(n != lay.nodes, f"{flag_of('nodes')} {n}"),
+                  (ep != lay.ep, f"{flag_of('ep')} {ep}"),
+                  (pp != lay.pp, f"{flag_of('pp')} {pp}"),
                   (pr.distributed != prec.distributed, "--use-distributed-optimizer"),
                   (pr.offload != prec.offload,
                    "--optimizer-cpu-offload --overlap-cpu-optimizer-d2h-h2d")]
@@ -139,7 +140,7 @@ def fixes(topo: Topology, shape: Shape, prec: Precision, run: Run, limit: float,
             continue
         est = estimate(t, shape, pr, run)
         if max((m.static if static else m.total) for m in est.stages) <= limit:
-            found.append((t.world_size, len(said), " ".join(said)))
+            found.append((est.layout.world, len(said), " ".join(said)))
     return [text for _, _, text in sorted(found)[:most]]
 
 
@@ -221,7 +222,8 @@ def lines(report: dict[str, Any] | None) -> list[str]:
     if eng:
         kv = "KV cache tokens unknown (no --sglang-mem-fraction-static)" \
             if eng["kv_tokens"] is None else f"KV cache ~{eng['kv_tokens']:,} tokens"
-        out.append(f"rollout engine GPU: weights {eng['weights_gib']:g} GiB (bf16), {kv}")
+        out.append(f"rollout engine GPU (engine tp {eng['tp']}, ep {eng['ep']}, dp "
+                   f"{eng['dp']}): weights {eng['weights_gib']:g} GiB (bf16), {kv}")
     return out
 
 

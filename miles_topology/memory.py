@@ -157,13 +157,12 @@ class Layout:
     stages: tuple[tuple[tuple[int, ...], ...], ...]  # [pp][vpp] -> decoder layer ids
     experts_on: tuple[int, ...]  # per pp stage: experts a rank of it holds (local_experts)
     stage_of: Callable[[int], int] = field(compare=False, repr=False)  # rank -> pp stage
-    gpus_per_node: int = 8
+    nodes: int = 1
     engine_tp: int = 1
     engine_ep: int = 1
     engine_dp: int = 1
     dp_attention: bool = False
     engines: int = 0
-    colocate: bool = False
 
 
 def layout_of(topo: Topology) -> Layout:
@@ -182,9 +181,9 @@ def layout_of(topo: Topology) -> Layout:
         experts=topo.experts or 0 if topo.is_moe else 0, topk=topo.topk,
         mtp=topo.mtp_layers or 0,
         moe=topo.moe_pattern or (False,) * topo.layers, stages=stages, experts_on=owners,
-        stage_of=lambda rank: topo.coord(rank)["pp"], gpus_per_node=topo.node_gpus_used,
+        stage_of=lambda rank: topo.coord(rank)["pp"], nodes=topo.nodes,
         engine_tp=topo.engine_size, engine_ep=topo.engine_ep_used, engine_dp=topo.engine_dp,
-        dp_attention=topo.dp_attention, engines=topo.num_engines, colocate=topo.colocate,
+        dp_attention=topo.dp_attention, engines=topo.num_engines,
     )
 
 
@@ -435,10 +434,12 @@ class EngineMemory:
     weights: int
     kv_bytes_per_token: int
     kv_tokens: int | None  # None: --sglang-mem-fraction-static or the GPU unknown
+    sizes: tuple[int, int, int] = (1, 1, 1)  # the engine's tp, ep (as SGLang runs it), dp
 
     def as_dict(self) -> dict[str, Any]:
+        tp, ep, dp = self.sizes
         return {"weights_gib": gib(self.weights), "kv_bytes_per_token": self.kv_bytes_per_token,
-                "kv_tokens": self.kv_tokens}
+                "kv_tokens": self.kv_tokens, "tp": tp, "ep": ep, "dp": dp}
 
 
 def engine_memory(shape: Shape, lay: Layout, gpu: int | None, fraction: float | None
@@ -465,7 +466,8 @@ def engine_memory(shape: Shape, lay: Layout, gpu: int | None, fraction: float | 
     tokens = None
     if gpu is not None and fraction is not None:
         tokens = max(0, int(gpu * fraction) - weights) // per_token
-    return EngineMemory(weights, per_token, tokens)
+    return EngineMemory(weights, per_token, tokens,
+                        (lay.engine_tp, lay.engine_ep, lay.engine_dp if lay.dp_attention else 1))
 
 
 # ---- reading the shape: flags and HF config.json --------------------------------------------
