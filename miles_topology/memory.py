@@ -604,8 +604,9 @@ HF_KEYS = {  # Shape / Topology fact <- HF config.json keys, first present wins
 
 def from_hf_config(cfg: Mapping[str, Any]) -> tuple[Shape, dict[str, Any]]:
     """(Shape, Topology model fields) from a Hugging Face config.json (Llama/Qwen/DeepSeek
-    families: the keys in HF_KEYS, first_k_dense_replace / decoder_sparse_step for the MoE
-    layer pattern, n_shared_experts or shared_expert_intermediate_size)."""
+    families: the keys in HF_KEYS, first_k_dense_replace / decoder_sparse_step /
+    mlp_only_layers for the MoE layer pattern, n_shared_experts or
+    shared_expert_intermediate_size)."""
     cfg = cfg.get("text_config", cfg)
     g: dict[str, Any] = {k: next((cfg[n] for n in names if cfg.get(n) is not None), None)
                          for k, names in HF_KEYS.items()}
@@ -619,9 +620,10 @@ def from_hf_config(cfg: Mapping[str, Any]) -> tuple[Shape, dict[str, Any]]:
     if g["experts"]:
         dense = int(cfg.get("first_k_dense_replace") or 0)
         step = int(cfg.get("decoder_sparse_step") or 1)
+        only = set(cfg.get("mlp_only_layers") or ())  # Qwen MoE: dense layers by id
         fields.update(experts=int(g["experts"]), topk=int(g["topk"] or 2),
-                      moe_layer_freq=tuple(int(i >= dense and (i + 1) % step == 0)
-                                           for i in range(layers)))
+                      moe_layer_freq=tuple(int(i >= dense and (i + 1) % step == 0
+                                               and i not in only) for i in range(layers)))
         if not shared and cfg.get("n_shared_experts"):
             shared = int(cfg["n_shared_experts"]) * int(g["moe_ffn"] or 0)
     if g["mtp"]:

@@ -306,3 +306,18 @@ def test_odd_values_never_break_the_check(capsys, bad):
     memory = got.get("memory")  # none where the flags build no Topology
     assert (memory is None and got["topology"] is None) or "skipped" in memory or all(
         s["total_gib"] >= 0 for s in memory["stages"])
+
+
+def test_hf_config_of_a_qwen3_moe():
+    from miles_topology.memory import from_hf_config
+
+    shape, model = from_hf_config({
+        "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+        "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 4,
+        "head_dim": 128, "num_experts": 128, "moe_intermediate_size": 768,
+        "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [0],
+        "vocab_size": 151936, "tie_word_embeddings": False, "hidden_act": "silu"})
+    assert model == {"layers": 4, "heads": 32, "query_groups": 4, "experts": 128, "topk": 8,
+                     "moe_layer_freq": (0, 1, 1, 1)}
+    assert (shape.kv_channels, shape.moe_ffn, shape.qk_norm, shape.tied, shape.swiglu) == (
+        128, 768, True, False, True)
