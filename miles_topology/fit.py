@@ -75,6 +75,8 @@ def _skip_reason(topo: Topology, argv: Sequence[str]) -> str | None:
         return "the model is built by Megatron-Bridge from the HF checkpoint, not the flags"
     if "--moe-latent-size" in given or "--hybrid-override-pattern" in given:
         return "latent MoE or hybrid (Mamba) layers are not modelled"
+    if "--use-megatron-fsdp" in given or "--use-torch-fsdp2" in given:
+        return "FSDP inside Megatron shards weights and grads (not modelled)"
     if topo.layers is None or topo.heads is None:
         return "--num-layers / --num-attention-heads not given"
     return None

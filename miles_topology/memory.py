@@ -485,6 +485,8 @@ READS = (
     "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-dynamic-batch-size",
     "--max-tokens-per-gpu", "--rollout-max-response-len", "--rollout-max-prompt-len",
     "--micro-batch-size", "--recompute-granularity", "--sglang-mem-fraction-static",
+    "--fp8-param-gather", "--use-megatron-fsdp", "--use-torch-fsdp2", "--spec",
+    "--megatron-to-hf-mode", "--moe-latent-size",
 )
 
 
@@ -561,7 +563,9 @@ def precision_from_flags(argv: Sequence[str]) -> Precision:
             offload = 1.0
         if not 0 <= offload <= 1:  # out of range or nan: Megatron's default, all of it
             offload = 1.0
-    return Precision(grad=grad, master=master, moments=moments,
+    # Megatron's --fp8-param-gather keeps the model weights in fp8 (1 B)
+    weight = 1 if "--fp8-param-gather" in v else 2
+    return Precision(weight=weight, grad=grad, master=master, moments=moments,
                      distributed=optimizer == "adam", offload=offload)
 
 

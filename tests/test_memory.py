@@ -214,6 +214,7 @@ def test_the_warning_starts_at_90_percent_with_activations():
     (["--megatron-to-hf-mode", "bridge"], "Megatron-Bridge"),
     (["--lora-rank", "16"], "LoRA"),
     (["--moe-latent-size", "1024"], "latent MoE"),
+    (["--use-megatron-fsdp"], "FSDP inside Megatron"),
 ])
 def test_no_estimate_where_the_flags_do_not_describe_the_trained_model(extra, why):
     argv = QWEN235 + ON_8 + ["--expert-model-parallel-size", "1"] + extra
