@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from support import FIXTURES, SCRIPTS, run_cli
 
 from miles_topology import Topology
-from miles_topology.cli import main
 from miles_topology.fit import judge
 from miles_topology.memory import (
     GIB,
@@ -26,9 +25,8 @@ from miles_topology.memory import (
 )
 from miles_topology.pylaunch.cluster import Cluster
 
-HERE = Path(__file__).parent / "fixtures"
-UPSTREAM = sorted((HERE / "scripts" / "memory").glob("*.sh"))
-DSV3 = str(HERE / "hf" / "deepseek-v3.config.json")
+UPSTREAM = sorted((SCRIPTS / "memory").glob("*.sh"))
+DSV3 = str(FIXTURES / "hf" / "deepseek-v3.config.json")
 
 # Qwen3-235B-A22B's shape (radixark/miles scripts/models/qwen3-235B-A22B.sh)
 QWEN235 = ("--disable-bias-linear --qk-layernorm --group-query-attention --num-attention-heads 64"
@@ -39,12 +37,6 @@ QWEN235 = ("--disable-bias-linear --qk-layernorm --group-query-attention --num-a
 ON_8 = ("--actor-num-nodes 1 --actor-num-gpus-per-node 8 --tensor-model-parallel-size 4"
         " --sequence-parallel --expert-tensor-parallel-size 1 --colocate"
         " --rollout-num-gpus-per-engine 8").split()
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def topo_of(argv: list[str]) -> Topology:

@@ -146,58 +146,81 @@ def _build(c: dict, padded_vocab: int) -> int:
     return total
 
 
-def build_here(configs: list[dict], store: str) -> list:
-    """Each configuration on a one-process gloo group in this process (pp 1: megatron-core
-    moves no tensor to a GPU on its own then)."""
+def _groups(store: str, rank: int, world: int, c: dict):
+    """A fresh world group and megatron-core's groups for `c`'s layout: no gloo duplicates
+    (the backend is gloo already), so few gloo threads live at a time."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    try:
-        got = []
-        for c in configs:
-            ps.initialize_model_parallel(**topology(c).megatron_args())
-            try:
-                got.append([_build(c, shape(c).padded_vocab(c["tp"]))])
-            finally:
-                ps.destroy_model_parallel()
-        return got
-    finally:
-        dist.destroy_process_group()
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    ps.initialize_model_parallel(**topology(c).megatron_args(), create_gloo_process_groups=False)
+
+
+def _free() -> None:
+    """Destroy megatron-core's groups and every process group (each holds gloo threads)."""
+    import gc
+
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    ps.destroy_model_parallel()
+    dist.destroy_process_group()
+    gc.collect()
+
+
+def _count_all(rank: int, world: int, store: str, configs: list[dict]) -> list:
+    """Each configuration's parameters on this rank; configurations with the same layout
+    (megatron_args) share one set of groups, built once."""
+    got: list = [None] * len(configs)
+    order = sorted(range(len(configs)), key=lambda i: repr(topology(configs[i]).megatron_args()))
+    current, n = None, 0
+    for i in order:
+        c = configs[i]
+        key = repr(topology(c).megatron_args())
+        if key != current:
+            if current is not None:
+                _free()
+            n += 1
+            _groups(f"{store}.{n}", rank, world, c)
+            current = key
+        try:
+            got[i] = _build(c, shape(c).padded_vocab(c["tp"]))
+        except Exception as e:  # reported per configuration, not a hang of the others
+            got[i] = f"{type(e).__name__}: {e}"
+    if current is not None:
+        _free()
+    return got
+
+
+def build_here(configs: list[dict], store: str) -> list:
+    """Each configuration on a one-process gloo group in this process (pp 1: megatron-core
+    moves no tensor to a GPU on its own then)."""
+    return [[n] for n in _count_all(0, 1, store, configs)]
 
 
 def _worker(rank: int, world: int, store: str, configs: list[dict], out: str) -> None:
     warnings.filterwarnings("ignore")
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
 
+    torch.set_num_threads(1)
     # the CPU stands in for the GPU where megatron-core moves a tensor on its own (the tied
     # embedding's all-reduce over pipeline stages): counting only
     torch.Tensor.cuda = lambda self, *a, **k: self
     torch.cuda.current_device = lambda: "cpu"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    got = []
-    for c in configs:
-        topo = topology(c)
-        ps.initialize_model_parallel(**topo.megatron_args())
-        try:
-            got.append(_build(c, shape(c).padded_vocab(c["tp"])))
-        except Exception as e:  # reported per configuration, not a hang of the others
-            got.append(f"{type(e).__name__}: {e}")
-        ps.destroy_model_parallel()
-    dist.destroy_process_group()
+    got = _count_all(rank, world, store, configs)
     with open(f"{out}/rank{rank}.json", "w") as f:
         json.dump(got, f)
 
 
 def run_group(tmp_path_factory, configs: list[dict], world: int) -> list[list]:
-    """Per configuration, the parameter count of each rank (one spawn for all of them)."""
+    """Per configuration, the parameter count of each rank (one spawn for all of them; at
+    most 4 processes on this 2-core machine)."""
     import multiprocessing
 
     import torch.multiprocessing as mp
 
+    assert world <= 4
     multiprocessing.set_forkserver_preload(["megatron.core.models.gpt"])
     store = tmp_path_factory.mktemp("store") / "store"
     out = tmp_path_factory.mktemp("out")
@@ -229,8 +252,8 @@ def assert_parity(configs: list[dict], built: list[list]) -> None:
 
 ONE = draw(5, 1, 6)  # one rank: tp = pp = ep = 1, every model feature
 QUICK = draw(7, 4, 4)
+SLOW2 = draw(13, 2, 16)
 SLOW4 = draw(11, 4, 36)
-SLOW8 = draw(13, 8, 20)
 
 
 @pytest.fixture(scope="module")
@@ -248,14 +271,14 @@ def test_parameters_per_rank_equal_megatron_core_4_ranks(quick):
 
 
 @pytest.mark.slow
-def test_parameters_per_rank_equal_megatron_core_56_random(tmp_path_factory):
-    """56 random configurations (36 on 4 ranks, 20 on 8) plus the 4 and the 6 above."""
+def test_parameters_per_rank_equal_megatron_core_52_random(tmp_path_factory):
+    """52 random configurations (36 on 4 ranks, 16 on 2) plus the 4 and the 6 above."""
     assert_parity(SLOW4, run_group(tmp_path_factory, SLOW4, 4))
-    assert_parity(SLOW8, run_group(tmp_path_factory, SLOW8, 8))
+    assert_parity(SLOW2, run_group(tmp_path_factory, SLOW2, 2))
 
 
 def test_the_random_draw_covers_every_feature():
-    every = ONE + QUICK + SLOW4 + SLOW8
+    every = ONE + QUICK + SLOW2 + SLOW4
     assert len(every) >= 50
     seen = {
         "tp": any(c["tp"] > 1 for c in every), "pp": any(c["pp"] > 1 for c in every),
