@@ -3,7 +3,7 @@
 memory-exceeds-gpu (error) is certain: weights, main grads and optimizer state alone, before
 any activation, exceed the GPU on some rank (the vocabulary left out when unknown, so a lower
 bound). memory-near-gpu (warning): with the activation estimate the largest rank passes 90 %
-of the GPU. Otherwise the report carries the largest rank's figures (`extra["memory"]`).
+of the GPU. Otherwise the report carries the largest rank's figures (`Verdict.memory`).
 The GPU is `check --gpu` (pylaunch/cluster.py's table); when it is assumed, the error is
 judged against the largest GPU of the table, so no real cluster can make it wrong.
 """
@@ -56,10 +56,12 @@ class Gpu:
                                                                if self.assumed else "")
 
 
-def gpu_of(cluster: Cluster | None) -> Gpu:
+def gpu_of(cluster: Cluster | None) -> Gpu | None:
+    """The GPU judged on; None when its name is not in the table (memory unknown)."""
     name = (cluster.gpu if cluster is not None else "H100").upper()
     assumed = cluster is None or "gpu" in cluster.assumed
-    return Gpu(name, gpu_bytes(name) or gpu_bytes("H100"), assumed)
+    size = gpu_bytes(name)
+    return Gpu(name, size, assumed) if size else None
 
 
 def _skip_reason(topo: Topology, argv: Sequence[str]) -> str | None:
@@ -158,6 +160,9 @@ def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None
     prec, run = precision_from_flags(argv), run_from_flags(argv, lay)
     est = train_memory(shape, lay, prec, run)
     gpu = gpu_of(cluster)
+    if gpu is None:
+        return [], {"skipped": f"GPU {cluster.gpu if cluster else '?'} is not modelled (its "
+                               f"memory is unknown; one of {', '.join(GPUS)})"}
     certain = gpu.bytes if not gpu.assumed else gpu_bytes(LARGEST) or gpu.bytes
     top = est.largest_static
     problems = []

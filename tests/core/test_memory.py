@@ -314,3 +314,9 @@ def test_hf_config_of_a_qwen3_moe():
                      "moe_layer_freq": (0, 1, 1, 1)}
     assert (shape.kv_channels, shape.moe_ffn, shape.qk_norm, shape.tied, shape.swiglu) == (
         128, 768, True, False, True)
+
+
+def test_an_unknown_gpu_is_no_estimate(capsys):
+    code, out, _ = run_cli(capsys, "check", "--gpu", "L40S", "--format", "json", "--",
+                           *QWEN235, *ON_8, "--expert-model-parallel-size", "1")
+    assert code == 0 and "not modelled" in json.loads(out)["memory"]["skipped"]
