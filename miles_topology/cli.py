@@ -273,8 +273,8 @@ def cmd_rule(args, flags) -> int:
 
     if args.code is None:
         width = max(map(len, CODES))
-        for code, (kind, _) in CODES.items():
-            print(f"{code.ljust(width)}  {kind}")
+        for code, c in CODES.items():
+            print(f"{code.ljust(width)}  {c.severity}{'  fixable' if c.fixable else ''}")
         return 0
     if args.code not in CODES:
         near = difflib.get_close_matches(args.code, CODES, n=1)
@@ -285,7 +285,8 @@ def cmd_rule(args, flags) -> int:
 
 
 def cmd_show(args, flags) -> int:
-    from .fit import lines, rank_gib
+    from .fit import rank_gib
+    from .report import memory_lines
     from .show import svg_map, text_map
 
     py = {"cluster": {"gpu": args.gpu}}
@@ -305,7 +306,7 @@ def cmd_show(args, flags) -> int:
                 raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
         print(f"{v.path}:")
         print(text_map(v.topology, mem))
-        for line in lines(v.memory):
+        for line in memory_lines(v.memory):
             print(line)
         if args.svg:
             print(f"\nwrote {args.svg}")

@@ -32,7 +32,7 @@ from .memory import (
     train_memory,
     vary,
 )
-from .model import flag_of
+from .parts import GROUP_OF, flag_of
 from .pylaunch.cluster import GPUS
 
 if TYPE_CHECKING:
@@ -67,9 +67,9 @@ def gpu_of(cluster: Cluster | None) -> Gpu | None:
 def _skip_reason(topo: Topology, argv: Sequence[str]) -> str | None:
     """Why no estimate applies: the trainer is not Megatron's full-parameter Adam."""
     given = flag_values(argv)
-    if topo.train_backend == "fsdp":
+    if topo.layout.train_backend == "fsdp":
         return "FSDP backend"
-    if topo.rollout_only:
+    if topo.rollout.rollout_only:
         return "no trainer (--debug-rollout-only)"
     if any(w.startswith(("--lora", "--multi-lora")) for w in given):
         return "LoRA (frozen base weights)"
@@ -79,7 +79,7 @@ def _skip_reason(topo: Topology, argv: Sequence[str]) -> str | None:
         return "latent MoE or hybrid (Mamba) layers are not modelled"
     if "--use-megatron-fsdp" in given or "--use-torch-fsdp2" in given:
         return "FSDP inside Megatron shards weights and grads (not modelled)"
-    if topo.layers is None or topo.heads is None:
+    if topo.model.layers is None or topo.model.heads is None:
         return "--num-layers / --num-attention-heads not given"
     return None
 
@@ -208,32 +208,6 @@ def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None
     return problems, report
 
 
-def lines(report: dict[str, Any] | None) -> list[str]:
-    """The text report's memory lines."""
-    if not report:
-        return []
-    if "skipped" in report:
-        return [f"memory: not estimated ({report['skipped']})"]
-    big = report["stages"][report["largest_stage"]]
-    acts = "?" if big["activations_gib"] is None else big["activations_gib"]
-    gpu = f"{report['gpu_gib']:g} GiB {report['gpu']}" + (" (assumed)" if report["gpu_assumed"]
-                                                          else "")
-    out = [f"memory (largest rank, pipeline stage {big['stage']}): weights "
-           f"{big['weights_gib']:g} + grads {big['grads_gib']:g} + optimizer "
-           f"{big['optimizer_gib']:g} + activations ~{acts} = {big['total_gib']:g} GiB of "
-           f"{gpu}" + ("" if report["vocab_known"] else " (vocabulary unknown)")]
-    if len(report["stages"]) > 1:
-        out.append("memory per rank, by pipeline stage (its ranks alike): " + ", ".join(
-            f"pp{m['stage']} {m['total_gib']:g}" for m in report["stages"]) + " GiB")
-    eng = report.get("engine")
-    if eng:
-        kv = "KV cache tokens unknown (no --sglang-mem-fraction-static)" \
-            if eng["kv_tokens"] is None else f"KV cache ~{eng['kv_tokens']:,} tokens"
-        out.append(f"rollout engine GPU (engine tp {eng['tp']}, ep {eng['ep']}, dp "
-                   f"{eng['dp']}): weights {eng['weights_gib']:g} GiB (bf16), {kv}")
-    return out
-
-
 def rank_gib(topo: Topology, report: dict[str, Any] | None) -> dict[int, float] | None:
     """Estimated GiB per train rank from a verdict's memory report (for `show`); None when
     there is no estimate."""
@@ -250,7 +224,7 @@ def apply(v: Verdict, argv: Sequence[Any], cluster: Cluster | None,
     the estimate reads, or unknown sizes (no summary), and there is no estimate."""
     if v.topology is None:
         return v
-    reads = set(READS) | {flag_of(n) for n in type(v.topology).model_fields}
+    reads = set(READS) | {flag_of(n) for n in GROUP_OF}
     hit = sorted(f or "a word list" for f in unknown
                  if f is None or f in reads)
     if hit or v.summary is None:

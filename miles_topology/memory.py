@@ -168,30 +168,31 @@ class Layout:
 def layout_of(topo: Topology) -> Layout:
     """The one adapter from the Topology: sizes, stage layers (`stage_layers`, uneven
     first/last stages included) and expert ownership (`local_experts`), never re-derived."""
-    if topo.layers is None or topo.heads is None:
+    lay, model, stages, grid = topo.layout, topo.model, topo.stages, topo.grid("dense")
+    if model.layers is None or model.heads is None:
         raise ValueError("the memory estimate needs --num-layers and --num-attention-heads")
-    stages = tuple(tuple(topo.stage_layers(p, v) for v in range(topo.chunks))
-                   for p in range(topo.pp))
-    owners = tuple(len(topo.local_experts(topo.rank(pp=p))) if topo.is_moe else 0
-                   for p in range(topo.pp))
+    layers = tuple(tuple(topo.stage_layers(p, v) for v in range(stages.chunks))
+                   for p in range(lay.pp))
+    owners = tuple(len(topo.local_experts(grid.rank(pp=p))) if model.is_moe else 0
+                   for p in range(lay.pp))
     return Layout(
-        world=topo.world_size, tp=topo.tp, cp=topo.cp, pp=topo.pp, ep=topo.ep, etp=topo.etp,
-        dp=topo.dp, edp=topo.edp, vpp=topo.chunks, sp=topo.sp, layers=topo.layers,
-        heads=topo.heads, groups=topo.query_groups or topo.heads,
-        experts=topo.experts or 0 if topo.is_moe else 0, topk=topo.topk,
-        mtp=topo.mtp_layers or 0,
-        moe=topo.moe_pattern or (False,) * topo.layers, stages=stages, experts_on=owners,
-        stage_of=lambda rank: topo.coord(rank)["pp"], nodes=topo.nodes,
-        engine_tp=topo.engine_size, engine_ep=topo.engine_ep_used, engine_dp=topo.engine_dp,
-        dp_attention=topo.dp_attention, engines=topo.num_engines,
+        world=topo.world_size, tp=lay.tp, cp=lay.cp, pp=lay.pp, ep=lay.ep, etp=lay.etp,
+        dp=topo.dp, edp=topo.edp, vpp=stages.chunks, sp=lay.sp, layers=model.layers,
+        heads=model.heads, groups=model.query_groups or model.heads,
+        experts=(model.experts or 0) if model.is_moe else 0, topk=model.topk,
+        mtp=model.mtp_layers or 0,
+        moe=model.moe_pattern or (False,) * model.layers, stages=layers, experts_on=owners,
+        stage_of=lambda rank: grid.coord(rank)["pp"], nodes=lay.nodes,
+        engine_tp=topo.rollout.engine_size, engine_ep=topo.rollout.engine_ep_used,
+        engine_dp=topo.rollout.engine_dp, dp_attention=topo.rollout.dp_attention,
+        engines=topo.placement_group.rollout_engines,
     )
 
 
 def vary(topo: Topology, **sizes: Any) -> Topology:
     """The same job with some layout sizes changed, validated again (every rule runs); what
     was inferred (etp from tp) is inferred again. Raises TopologyError."""
-    given = {n: getattr(topo, n) for n in topo.model_fields_set}
-    return type(topo)(**{**given, **sizes})
+    return topo.model_copy(update=sizes)
 
 
 # ---- parameters ---------------------------------------------------------------------------

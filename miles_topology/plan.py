@@ -30,7 +30,8 @@ from .memory import (
     shape_from_flags,
     train_memory,
 )
-from .model import Topology, flag_of
+from .model import Topology
+from .parts import flag_of
 from .pylaunch.cluster import GPUS
 
 MODEL_FIELDS = ("layers", "heads", "query_groups", "experts", "topk", "moe_layer_freq",
@@ -47,7 +48,7 @@ class Candidate:
     flags: list[str] = field(default_factory=list)
 
     def as_dict(self, gpu: int) -> dict[str, Any]:
-        t = self.topo
+        t = self.topo.layout
         return {"tp": t.tp, "pp": t.pp, "ep": t.ep, "etp": t.etp, "dp": t.dp, "edp": t.edp,
                 "last_stage_layers": t.last_stage_layers, "static_gib": gib(self.static),
                 "total_gib": gib(self.total), "headroom": round(1 - self.total / gpu, 3),
@@ -67,15 +68,16 @@ def _in_node(topo: Topology, token: str, expert: bool) -> bool:
 
 def flags_of(topo: Topology) -> list[str]:
     """The layout flags a launch script gives for this Topology."""
-    out = [flag_of("nodes"), str(topo.nodes), flag_of("gpus_per_node"), str(topo.gpus_per_node),
-           flag_of("tp"), str(topo.tp)]
-    if topo.sp:
+    lay = topo.layout
+    out = [flag_of("nodes"), str(lay.nodes), flag_of("gpus_per_node"), str(lay.gpus_per_node),
+           flag_of("tp"), str(lay.tp)]
+    if lay.sp:
         out.append(flag_of("sp"))
-    out += [flag_of("pp"), str(topo.pp)]
-    if topo.last_stage_layers is not None:
-        out += [flag_of("last_stage_layers"), str(topo.last_stage_layers)]
-    if topo.experts:
-        out += [flag_of("ep"), str(topo.ep), flag_of("etp"), str(topo.etp)]
+    out += [flag_of("pp"), str(lay.pp)]
+    if lay.last_stage_layers is not None:
+        out += [flag_of("last_stage_layers"), str(lay.last_stage_layers)]
+    if topo.model.experts:
+        out += [flag_of("ep"), str(lay.ep), flag_of("etp"), str(lay.etp)]
     return out
 
 
@@ -115,7 +117,8 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
         if static > gpu or total > gpu:
             continue
         out.append(Candidate(topo, static, total, _in_node(topo, "tp", False),
-                             not topo.experts or _in_node(topo, "ep", True), flags_of(topo)))
+                             not topo.model.experts or _in_node(topo, "ep", True),
+                             flags_of(topo)))
     out.sort(key=lambda c: (not c.tp_in_node, not c.ep_in_node, c.total, c.topo.world_size))
     return out
 
@@ -177,7 +180,7 @@ def report(cands: list[Candidate], shape: Shape, model: dict[str, Any], nodes: i
     lines = [f"{len(cands)} layout(s) fit {nodes} x {per_node} {gpu_name} "
              f"({gib(gpu):g} GiB a GPU); best {len(shown)}:"]
     for i, c in enumerate(shown, 1):
-        t = c.topo
+        t = c.topo.layout
         where = ", ".join(w for w, ok in (("tp in node", c.tp_in_node),
                                           ("ep in node", c.ep_in_node)) if ok) or "crosses nodes"
         lines.append(f"{i:2}. tp {t.tp} pp {t.pp} ep {t.ep} etp {t.etp} (dp {t.dp}, edp {t.edp})"

@@ -59,7 +59,7 @@ def test_optimizer_shards_dense_over_dp_cp_and_experts_over_edp():
                                  "--expert-tensor-parallel-size", "1",
                                  "--tensor-model-parallel-size", "2"]
     topo = topo_of(argv)
-    assert (topo.dp, topo.cp, topo.edp) == (2, 2, 1)
+    assert (topo.dp, topo.layout.cp, topo.edp) == (2, 2, 1)
     lay, shape = layout_of(topo), shape_from_flags(argv)
     m = train_memory(shape, lay).stages[0]
     assert m.optimizer == int((m.params.dense / 4 + m.params.expert / 1) * 12)
@@ -107,7 +107,7 @@ def test_engine_kv_cache_tokens():
 
 def test_vary_rebuilds_and_validates():
     topo = topo_of(QWEN235 + ON_8 + ["--expert-model-parallel-size", "1"])
-    assert vary(topo, ep=8).ep == 8
+    assert vary(topo, ep=8).layout.ep == 8
     from miles_topology import TopologyError
 
     with pytest.raises(TopologyError):
@@ -259,7 +259,7 @@ def test_plan_lists_valid_layouts_that_fit_best_first(capsys):
         topo = Topology.from_flags(x["flags"] + ["--num-layers", "61",
                                                  "--num-attention-heads", "128",
                                                  "--num-experts", "256"])
-        assert (topo.tp, topo.pp, topo.ep) == (x["tp"], x["pp"], x["ep"])
+        assert (topo.layout.tp, topo.layout.pp, topo.layout.ep) == (x["tp"], x["pp"], x["ep"])
         assert x["total_gib"] <= gpu_bytes("H100") / GIB
 
 

@@ -24,6 +24,7 @@ from miles_topology.memory import (
     megatron_formula,
     train_memory,
 )
+from miles_topology.model import megatron_args
 
 
 def _divs(n: int) -> list[int]:
@@ -153,7 +154,8 @@ def _groups(store: str, rank: int, world: int, c: dict):
     from megatron.core import parallel_state as ps
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    ps.initialize_model_parallel(**topology(c).megatron_args(), create_gloo_process_groups=False)
+    ps.initialize_model_parallel(**megatron_args(topology(c)),
+                                 create_gloo_process_groups=False)
 
 
 def _free() -> None:
@@ -172,11 +174,11 @@ def _count_all(rank: int, world: int, store: str, configs: list[dict]) -> list:
     """Each configuration's parameters on this rank; configurations with the same layout
     (megatron_args) share one set of groups, built once."""
     got: list = [None] * len(configs)
-    order = sorted(range(len(configs)), key=lambda i: repr(topology(configs[i]).megatron_args()))
+    order = sorted(range(len(configs)), key=lambda i: repr(megatron_args(topology(configs[i]))))
     current, n = None, 0
     for i in order:
         c = configs[i]
-        key = repr(topology(c).megatron_args())
+        key = repr(megatron_args(topology(c)))
         if key != current:
             if current is not None:
                 _free()
