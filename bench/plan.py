@@ -32,7 +32,7 @@ def main() -> None:
     tried = len(candidates(model, 128, 8))
     best = found[0]
     print(f"671B MoE on 128 x 8 H100: {tried} valid layouts built, {len(found)} fit; best "
-          f"tp {best.topo.tp} pp {best.topo.pp} ep {best.topo.ep} at "
+          f"tp {best.topo.layout.tp} pp {best.topo.layout.pp} ep {best.topo.layout.ep} at "
           f"{best.total / GIB:.1f} GiB a rank")
     print(f"RESULT plan_s {min(walls):.3f}")
     print(f"RESULT plan_cpu_s {min(cpus):.3f}")
