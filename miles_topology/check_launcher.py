@@ -12,6 +12,7 @@ import os
 from collections import Counter
 from collections.abc import Mapping
 
+from . import fit
 from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
 from .env import PartialEnv
 from .errors import Location
@@ -106,6 +107,8 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
         else ""
     facts, why = model_facts(pairs, gap, gap_why)  # as for bash scripts: one rule
     skip_unknown(v, {u["flag"] for u in unresolved if u["flag"]}, facts)
+    fit.apply(v, argv, cluster, {u["flag"] for u in unresolved} | ({None} if gap is not None
+                                                                    else set()))
     where = None
     if got.source:  # every problem is in the flags of the call the launcher makes there
         same = os.path.realpath(got.source[0]) == os.path.realpath(path)

@@ -31,10 +31,14 @@ miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY
                      [--real-imports] [--path DIR]
                      (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
                       | FOLDER... | - | -- FLAGS...)
-miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
+miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAME]
+                     [--env KEY=VALUE ...]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
                        [--env KEY=VALUE ...]
+miles-topology plan  (CONFIG.json | MODEL.sh | -- MODEL FLAGS...) --nodes N [--gpus-per-node N]
+                     [--gpu NAME] [--top K] [--max-tokens-per-gpu T] [--recompute]
+                     [--optimizer-cpu-offload] [--format text|json]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
@@ -84,6 +88,12 @@ examples:
   TOPOLOGY_FLAGS="$(miles-topology flags "${SCRIPT_DIR}/run.topology.yaml")" || exit 1
   eval "TOPOLOGY_ARGS=(${TOPOLOGY_FLAGS})"
   python3 train.py "${TOPOLOGY_ARGS[@]}" ...""",
+    "plan": """\
+examples:
+  miles-topology plan DeepSeek-V3/config.json --nodes 128 --gpu H100
+  miles-topology plan scripts/models/qwen3-30B-A3B.sh --nodes 2 --format json
+  miles-topology plan --nodes 1 --gpu H200 -- --num-layers 48 --hidden-size 2048 \\
+      --num-attention-heads 32 --num-query-groups 4 --num-experts 128 --moe-ffn-hidden-size 768""",
     "rule": """\
 examples:
   miles-topology rule unknown-flag     # what it means and how to turn it off
@@ -103,6 +113,8 @@ HELP = {
              "word per line",
     "schema": "print the JSON Schema of the topology YAML",
     "rule": "print a problem code's page (every code without one)",
+    "plan": "list the layouts a model trains with on a cluster, best first (memory "
+            "headroom, tp and ep inside a node), with their flags",
 }
 
 
@@ -152,8 +164,9 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
     if path.endswith(".py"):
         return _python(path, [], env, py)
     from .check_script import check_script
+    from .pylaunch.cluster import cluster_for
 
-    return [check_script(path, env)]
+    return [check_script(path, env, cluster=cluster_for(path, (py or {}).get("cluster") or {}))]
 
 
 def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:
@@ -195,15 +208,21 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
         return
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
         from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+        from .pylaunch.cluster import cluster_for
 
-        yield paths[0], [check_script(paths[0], env, flags)]
+        yield paths[0], [check_script(paths[0], env, flags,
+                                      cluster_for(paths[0], (py or {}).get("cluster") or {}))]
         return
     if flags is not None:
         if paths or found.walked:
             raise InputError("give either files or `-- FLAGS...`, not both")
+        from .fit import apply
+        from .pylaunch.cluster import cluster_for
         from .sources import read_flags
 
-        yield "flags", [verdict_of("flags", lambda: read_flags(flags).topology)]
+        cluster = cluster_for(os.getcwd(), (py or {}).get("cluster") or {})
+        yield "flags", [apply(verdict_of("flags", lambda: read_flags(flags).topology), flags,
+                              cluster)]
         return
     if not paths and not found.walked:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
@@ -429,24 +448,51 @@ def cmd_rule(args, flags) -> int:
 
 
 def cmd_show(args, flags) -> int:
+    from .fit import rank_gib
+    from .report import memory_lines
     from .show import svg_map, text_map
 
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
+    py = {"cluster": {"gpu": args.gpu}}
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py=py)
     code = exit_code(verdicts)
     for v in verdicts:
         if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, sys.stdout)
             continue
+        mem = rank_gib(v.topology, v.memory)
         if args.svg:
+            gpu = (v.memory or {}).get("gpu_gib")
             try:
-                Path(args.svg).write_text(svg_map(v.topology, args.color_by))
+                Path(args.svg).write_text(svg_map(v.topology, args.color_by, mem=mem,
+                                                  gpu_gib=gpu))
             except OSError as e:
                 raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
         print(f"{v.path}:")
-        print(text_map(v.topology))
+        print(text_map(v.topology, mem))
+        for line in memory_lines(v.memory):
+            print(line)
         if args.svg:
             print(f"\nwrote {args.svg}")
     return code
+
+
+def cmd_plan(args, flags) -> int:
+    from .memory import Precision, Run
+    from .plan import gpu_name, plan, read_model, report
+
+    shape, model = read_model(args.inputs, flags)
+    gpu = gpu_name(args.gpu)
+    for key in ("nodes", "gpus_per_node", "top"):
+        if getattr(args, key) < 1:
+            raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: give 1 or more")
+    from .memory import gpu_bytes
+
+    prec = Precision(offload=1.0 if args.optimizer_cpu_offload else 0.0)
+    run = Run(tokens=args.max_tokens_per_gpu, recompute="full" if args.recompute else None)
+    found = plan(shape, model, args.nodes, args.gpus_per_node, gpu_bytes(gpu), prec, run)
+    print(report(found, shape, model, args.nodes, args.gpus_per_node, gpu, args.top,
+                 args.format))
+    return 0 if found else 1
 
 
 def cmd_migrate(args, flags) -> int:
@@ -498,7 +544,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
     sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    for name in ("check", "show", "migrate", "flags", "schema", "rule"):
+    for name in ("check", "show", "migrate", "flags", "schema", "rule", "plan"):
         p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
                            description=HELP[name],
                            epilog=EXAMPLES[name] + "\n\n" + EXIT,
@@ -510,6 +556,27 @@ def parser() -> argparse.ArgumentParser:
             continue
         if name == "rule":
             p.add_argument("code", nargs="?", metavar="CODE", help="a problem code")
+            continue
+        if name == "plan":
+            p.add_argument("inputs", nargs="*", metavar="MODEL",
+                           help="an HF config.json or a bash model file (MODEL_ARGS=(...)); or "
+                                "`-- MODEL FLAGS` after the options")
+            p.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes")
+            p.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
+                           help="GPUs a node (default 8)")
+            p.add_argument("--gpu", metavar="NAME", help="the GPU: H100 (default), H200, B200, "
+                                                         "MI300X, ...")
+            p.add_argument("--top", type=int, default=10, metavar="K",
+                           help="layouts to print (default 10)")
+            p.add_argument("--max-tokens-per-gpu", type=int, default=8192, metavar="T",
+                           help="tokens of a micro-batch on a rank, for activations "
+                                "(default 8192)")
+            p.add_argument("--recompute", action="store_true",
+                           help="full activation recompute (--recompute-granularity full)")
+            p.add_argument("--optimizer-cpu-offload", action="store_true",
+                           help="optimizer state on the CPU")
+            p.add_argument("--format", choices=("text", "json"), default="text",
+                           metavar="FORMAT", help="text (default) or json")
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
             "launch scripts (.sh), Python launchers (.py), topology files (.yaml), folders " \
@@ -571,7 +638,8 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--gpus-per-node", type=int, metavar="N",
                            help="Python launchers: GPUs a node (default 8; GB200/GB300: 4)")
             p.add_argument("--gpu", metavar="NAME",
-                           help="Python launchers: the GPU, e.g. H100 (default), B200, MI300X")
+                           help="the GPU memory is judged on, and Python launchers' probes "
+                                "answered for, e.g. H100 (default), B200, MI300X")
             p.add_argument("--nvlink", action=argparse.BooleanOptionalAction, default=None,
                            help="Python launchers: GPUs of a node on NVLink (default: yes)")
             p.add_argument("--path", action="append", metavar="DIR",
@@ -583,10 +651,14 @@ def parser() -> argparse.ArgumentParser:
                                 "instead of the recording stand-ins (slower)")
         if name == "show":
             p.add_argument("--svg", metavar="FILE", help="also draw the map into FILE as SVG")
-            p.add_argument("--color-by", choices=("engine", "ep", "pp", "dp"),
+            p.add_argument("--color-by", choices=("engine", "ep", "pp", "dp", "memory"),
                            default="engine", metavar="ROLE",
                            help="SVG: colour the GPUs by rollout engine (default), EP group, "
-                                "pipeline stage (pp) or data-parallel replica (dp)")
+                                "pipeline stage (pp), data-parallel replica (dp) or the "
+                                "train rank's estimated memory (memory)")
+            p.add_argument("--gpu", metavar="NAME",
+                           help="the GPU the memory estimate is judged on, e.g. H100 "
+                                "(default, assumed), H200, B200, MI300X")
         if name == "migrate":
             p.add_argument("--write", action="store_true",
                            help="apply the steps (atomically; keeps SCRIPT.bak)")
@@ -610,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(head)
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
-               "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule}[args.cmd]
+               "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule,
+               "plan": cmd_plan}[args.cmd]
         code = run(args, flags)
         sys.stdout.flush()
         return code

@@ -131,6 +131,23 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
        "job at start-up, and a flag given twice keeps its last value without a word.",
    source="miles utils/arguments.py parse_args; Megatron-LM training/arguments.py; SGLang "
           "python/sglang/srt/server_args.py ServerArgs.add_cli_args")
+declare("fit.py (memory.py's per-rank estimate against the GPU; check, launchers)", {
+    'memory-exceeds-gpu': (
+        'error', "weights, main grads and optimizer state alone (no activations) exceed the "
+        "GPU's memory on some train rank: a certain out-of-memory at start-up (no `--gpu`: "
+        'judged against the largest GPU modelled)',
+        'Qwen3-235B-A22B with --tensor-model-parallel-size 4 --expert-model-parallel-size 1 '
+        'on 8 H100 (--gpu H100)'),
+    'memory-near-gpu': (
+        'warning', "a train rank's estimate with activations passes 90 % of the GPU's memory "
+        '(or, with a `--spec` plugin or the GPU assumed, its static memory passes the GPU)',
+        'a rank at 74 of 80 GiB with --max-tokens-per-gpu 65536'),
+}, why="Every train rank holds its parameters in bf16, fp32 main grads and (sharded by the "
+       "distributed optimizer over dp x cp, and over edp for experts) fp32 master weights and "
+       "Adam moments before the first step; past the GPU's memory the job dies with CUDA out "
+       "of memory at start-up. Activations come on top (an estimate).",
+   source="Megatron-LM training/theoretical_memory_usage.py; megatron-core GPTModel; "
+          "Korthikanti et al. 2022 (arXiv 2205.05198) Table 2")
 declare("report.py (where a Python launcher starts training)", {
     'launch': (
         'note', 'a training launch of a Python launcher, at its file:line: one notice per '
