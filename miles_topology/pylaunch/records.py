@@ -20,19 +20,25 @@ TEXT_MAX = 1 << 20  # one string
 WORDS_MAX = 1 << 16  # words of one command, entries of one environment
 LINE_MAX = 1 << 24  # the largest line a source location may name
 
-ENDS = ("ok", "exit", "error", "missing", "memory", "refused")
+ENDS = ("ok", "exit", "error", "missing", "memory", "refused", "waiting")
 _STR, _OPT_STR, _BOOL, _INT = "str", "str?", "bool", "int"
 _CALL = {"kind": _STR, "argv": "words?", "shell": _OPT_STR, "source": "where",
          "env": "env?", "env_changes": "changes?", "via_shell": _BOOL, "cwd": _OPT_STR,
-         "captured": _BOOL, "answer": _OPT_STR, "node": _INT, "via": _OPT_STR}
+         "captured": _BOOL, "answer": _OPT_STR, "node": _INT, "via": _OPT_STR,
+         "server": _OPT_STR, "port": _INT}
 _SHAPES = {  # the key that names a record's kind -> the keys it may hold
     "kind": _CALL,
     "unknown": {"unknown": _INT, "what": _STR, "source": "where"},
     "assumed": {"assumed": _STR, "as": _STR, "source": "where"},
     "missing_module": {"missing_module": _STR, "source": "where"},
+    # a modelled server (servers.py); "json": any JSON value, bounded by the record's size,
+    # only reported (never a path the checker opens)
+    "server": {"server": _STR, "port": _INT, "node": "json", "flag": _OPT_STR,
+               "command": _STR, "source": "where"},
     # where it failed: quoted in the message (never read), so any file, as text
     "end": {"end": _STR, "code": "code", "error": _OPT_STR, "type": _OPT_STR, "where": "at",
-            "inner": "inner", "module": _OPT_STR, "missing": _OPT_STR},
+            "inner": "inner", "module": _OPT_STR, "missing": _OPT_STR, "sizes": "json",
+            "poll": "json", "answer": "json", "times": _INT, "cluster": "json"},
 }
 
 
@@ -75,6 +81,8 @@ class Reader:
     def _value(self, shape: str, v) -> tuple[bool, object]:
         if shape == "where":
             return True, self.where(v)
+        if shape == "json":
+            return True, v
         if shape == _STR:
             return _text(v), v
         if shape == _OPT_STR:
@@ -119,19 +127,3 @@ class Reader:
 
 def _text(v) -> bool:
     return isinstance(v, str) and len(v) <= TEXT_MAX
-
-
-def checkout(path: str) -> str:
-    """The checkout a file belongs to: the nearest folder above it holding `.git`, else the
-    file's own folder."""
-    start = os.path.dirname(os.path.realpath(path)) if not os.path.isdir(path) else \
-        os.path.realpath(path)
-    folder = start
-    for _ in range(64):
-        if os.path.lexists(os.path.join(folder, ".git")):
-            return folder
-        up = os.path.dirname(folder)
-        if up == folder:
-            break
-        folder = up
-    return start

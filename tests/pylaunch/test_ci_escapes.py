@@ -303,10 +303,13 @@ def test_nothing_a_launcher_prints_injects_into_the_log(tmp_path, capsys):
             want = HOSTILE if fmt == "json" else "--bogus" + HOSTILE.split("=")[0]
             assert any(want in t for t in strings(json.loads(out))), fmt
     # stderr: a launcher's failure message is quoted in the one-line error
-    fail = launcher(tmp_path / "fail", f"raise SystemExit({HOSTILE!r})\n")
+    fail = launcher(tmp_path / "fail", f"raise SystemExit({'pwned' + HOSTILE[1:]!r})\n")
     code, out, err = check(capsys, fail)
     assert code == 2 and err.count("\n") == 1 and "\x1b" not in err, err
-    assert "\\x1b]0;title" in err and "\\n::error" in err  # shown, escaped
+    assert "pwned" in err and not any(x.lstrip().startswith("::") for x in err.splitlines())
+    fail.write_text(f"raise SystemExit({'::error ' + HOSTILE[10:]!r})\n")  # ESC on line 1
+    code, out, err = check(capsys, fail)
+    assert code == 2 and "\x1b" not in err and "\\x1b]0;title" in err, err
 
 
 def strings(data) -> list[str]:
