@@ -241,6 +241,13 @@ IDIOM_RUNS = {
     "depth-cap.sh": ([], {"--tensor-model-parallel-size"}),
     "crlf.sh": ([], set()),
     "pipe-test.sh": ([], set()),
+    "gen-source-pid.sh": ([], set()),  # $$ names one file all through the run
+    "common-train.sh": (["2", "1", "--colocate"], set()),
+    "wrapper-args.sh": (["--colocate"], set()),  # bash FILE ARGS: the wrapped launch
+    "source-args.sh": ([], set()),
+    "entry-path.sh": ([], set()),
+    "known-branch.sh": ([], set()),
+    "heredoc-wait.sh": ([], set()),
 }
 _STAND_IN = """#!/bin/bash
 # stand-in for {name}: a training launch prints its argv (one JSON line), anything else runs

@@ -43,11 +43,10 @@ class Budget:
         """As many calls inside each other as are followed."""
         return self.calls >= MAX_CALL_DEPTH
 
-    def take_step(self, where):
-        self.steps += 1
-        if self.steps > MAX_STEPS:
-            raise ScriptReadError(f"{where}: reading the script runs more than {MAX_STEPS} "
-                                  "commands (recursion without end?). Fix: simplify the script.")
+    def over_steps(self, where):
+        """Called when `steps` (counted by the caller, on the hot path) passes MAX_STEPS."""
+        raise ScriptReadError(f"{where}: reading the script runs more than {MAX_STEPS} "
+                              "commands (recursion without end?). Fix: simplify the script.")
 
     def take_words(self, data: bytes, disp: str):
         """All the text a read parses (files, sourced files, eval strings, written files)
@@ -68,10 +67,9 @@ class Budget:
                 f"for. {_CUT}")
         self.words += n
 
-    def take_expanded(self, n: int, where):
-        self.expanded += n
-        if self.expanded > MAX_EXPANDED:
-            too_many(where, f"its commands have more than {MAX_EXPANDED} words in all")
+    def over_expanded(self, where):
+        """Called when `expanded` (counted by the caller) passes MAX_EXPANDED."""
+        too_many(where, f"its commands have more than {MAX_EXPANDED} words in all")
 
     def take_held(self, where, size: int, old: Var | None = None,
                   items: list[Field] | None = None):

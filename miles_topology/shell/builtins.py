@@ -28,6 +28,11 @@ class Commands(Protocol):
 
     def run_text(self, text: str, line: int, cond: Unk | None, name: str, n: syntax.Simple): ...
 
+    def taint(self, what: str, at: Source, why: str): ...
+
+    def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
+                  cond: Unk | None, shown: str): ...
+
     def jump(self, kind: str, fields: list[Field], n: syntax.Simple, cond: Unk | None): ...
 
 
@@ -43,6 +48,7 @@ class Builtins:
             "cd": self.cd, "printf": self.printf_v, "shift": self.shift, "read": self.read,
             "mapfile": self.read, "readarray": self.read, "break": self.jump,
             "continue": self.jump, "eval": self.eval_, "getopts": self.getopts,
+            "bash": self.script, "sh": self.script,
         }
 
     def nothing(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
@@ -51,9 +57,16 @@ class Builtins:
     def set_(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``set -a`` / ``set -o allexport`` (what a launched process sees); ``set -- WORDS``
         (or words after the options) become the positional parameters."""
-        k = next((i for i, f in enumerate(fields[1:], 1) if f.value == "--" or
-                  f.value is None or f.value[:1] not in ("-", "+") or f.value in ("-", "+")),
-                 None)
+        k, named = None, False  # named: the word is the name an -o/+o option takes
+        for i, f in enumerate(fields[1:], 1):
+            v = f.value
+            if named and v is not None:
+                named = False
+                continue
+            if v == "--" or v is None or v[:1] not in ("-", "+") or v in ("-", "+"):
+                k = i
+                break
+            named = v[-1] == "o" and v[1:2] != "-"  # -o NAME, -euo NAME
         if k is not None:
             words = fields[k + (fields[k].value == "--"):]
             known = cond is None and not any(f.unk or f.cond for f in words)
@@ -68,12 +81,10 @@ class Builtins:
         if [f.value for f in fields[1:3]] in (["-o", "allexport"], ["+o", "allexport"]):
             self.sh.allexport = fields[1].value == "-o"
 
-
     def unset(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         for f in fields[1:]:
             if f.value and not f.value.startswith("-"):
                 self.sh.vars.pop(f.value, None)
-
 
     def cd(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """Only an absolute, unconditional ``cd`` is followed (relative paths then resolve)."""
@@ -84,7 +95,6 @@ class Builtins:
         else:
             self.sh.cwd = None
 
-
     def shift(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         frame = self.sh.frames[-1]
         k = fields[1].value if len(fields) > 1 else "1"
@@ -94,7 +104,6 @@ class Builtins:
                 self.sh.positions[-1][0] += int(k)
         else:
             self.prov.read_position(INT_LIMIT)
-
 
     def getopts_next(self, fields: list[Field]) -> tuple[bool, dict] | None:
         """What ``getopts OPTSTRING NAME [ARGS]`` does next over known words: (status, the
@@ -134,7 +143,6 @@ class Builtins:
             return True, {name: c, "OPTARG": args[k], "OPTIND": str(k + 2)}
         return True, {name: "?", "OPTIND": str(k + 1), "OPTARG": None}  # its argument is missing
 
-
     def getopts(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         got = self.getopts_next(fields)
         src = self.at.src(n.line)
@@ -152,10 +160,8 @@ class Builtins:
             else:
                 self.r.set(v, value, None, src, None, what, what)
 
-
     def jump(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         self.r.jump(fields[0].value, fields, n, cond)
-
 
     def read(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``read [-r] [-a A] NAMES`` and ``mapfile/readarray [-t] [-d D] A`` over known text."""
@@ -213,13 +219,16 @@ class Builtins:
     def eval_(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``eval "A=(...)"``: a known string is parsed and run here; its words are not the
         file's text, so they carry no span."""
-        if any(f.unk for f in fields[1:]):
-            return
+        bad = next((f for f in fields[1:] if f.unk), None)
+        if bad is not None:  # it may set anything
+            where = self.at.src(n.line)
+            why = f"eval of text only known when the script runs ({bad.unk.why})"
+            self.found.unknown(bad.text, where, why)
+            return self.r.taint("eval " + bad.text, where, why)
         code = " ".join(f.value for f in fields[1:])
         if not code.strip():
             return
         self.r.run_text(code, n.line, cond, "eval", n)
-
 
     def printf_v(self, fields: list[Field], n: syntax.Simple, cond: Unk | None) -> bool:
         if not (len(fields) > 2 and fields[1].value == "-v" and fields[2].value):
@@ -237,30 +246,69 @@ class Builtins:
         self.r.set(name, value, bad, src, cond, expr, expr)
         return True
 
-
     def source(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``source FILE [ARGS]``: its commands run here (with ARGS as $1...)."""
         args = fields[1:]
         if not args:
             return
-        f = args[0]
+        if len(args) > 1:  # its arguments are $1 ... while it runs; bash gives ours back
+            self.sh.frames.append(_frame(args[1:]))
+            self.sh.positions.append([0, 0])
+            try:
+                return self.source_one(fields[:2], n, cond)
+            finally:
+                self.sh.frames.pop()
+                self.prov.pin(args[1:], self.sh.positions.pop()[1], n)
+        return self.source_one(fields, n, cond)
+
+    def source_one(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        f = fields[1]
         where = self.at.src(n.line)
         key = self.w.path_of(n.words[1]) if len(n.words) > 1 else None
         if key is not None and self.w.file_key(key) in self.sh.written:
             return self.r.run_written(self.w.file_key(key), n, cond)
         if f.value is None:
-            self.found.unknown(f.text, f.unk.src, f"cannot tell which file is sourced: {f.unk.why}")
-            return
+            why = f"cannot tell which file is sourced: {f.unk.why}"
+            self.found.unknown(f.text, f.unk.src, why)
+            return self.r.taint(f"{fields[0].value} {f.text}", where, why)
+        found = self.locate(f.value, where)
+        if found is None:
+            looked = "it does not exist, nor does its path's tail inside the script's folder or " \
+                "the folders above it" if f.value.startswith("/") else \
+                "looked for it relative to the script and the directories above it"
+            self.found.missing.append(f"'{f.value}' (sourced at {where})")
+            what = n.words[1].text if len(n.words) > 1 else f.text
+            why = f"sourced file '{f.value}' not found ({looked})"
+            self.found.unknown(what, where, f"{why}; the flags it defines are unknown")
+            return self.r.taint(f"{fields[0].value} {what}", where, why)
+        self.r.source_file(found, n, cond, f.value)
+
+    def script(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``bash FILE ARGS`` / ``sh FILE ARGS`` of a script found beside this one (a wrapper
+        such as ``bash common_train.sh "$@"``): read as another shell runs it, so the
+        wrapped script's launch is the wrapper's. Anything else is any other command."""
+        if len(fields) < 2 or fields[1].value is None or fields[1].value.startswith("-"):
+            return False
+        found = self.locate(fields[1].value, self.at.src(n.line), note=False)
+        if found is None or not found.endswith(".sh"):
+            return False
+        self.r.run_child(found, _frame(fields[2:]), n, cond, fields[1].value)
+        return None
+
+    def locate(self, path: str, where: Source, note: bool = True) -> str | None:
+        """The file a relative or absolute path names: from the current directory, the
+        file being read, the main script's folder or one above it; an absolute path not
+        here, inside the script's checkout (noted)."""
         tried = []
-        if f.value.startswith("/"):
-            tried.append(os.path.normpath(f.value))
+        if path.startswith("/"):
+            tried.append(os.path.normpath(path))
         else:
             if self.sh.cwd:
-                tried.append(os.path.join(self.sh.cwd, f.value))
-            here = os.path.dirname(self.at.stack[-1][0])
-            tried.append(os.path.join(here, f.value))
+                tried.append(os.path.join(self.sh.cwd, path))
+            tried.append(os.path.join(os.path.dirname(self.at.file_abs), path))
             d = os.path.dirname(self.at.main_abs)
             while True:
-                cand = os.path.join(d, f.value)
+                cand = os.path.join(d, path)
                 if cand not in tried:
                     tried.append(cand)
                 up = os.path.dirname(d)
@@ -268,25 +316,15 @@ class Builtins:
                     break
                 d = up
         found = next((os.path.normpath(p) for p in tried if os.path.isfile(p)), None)
-        if found is None and f.value.startswith("/"):
-            found = self.in_checkout(f.value)
-            if found is not None:
+        if found is None and path.startswith("/"):
+            found = self.in_checkout(path)
+            if found is not None and note:
                 self.found.note(
-                    "sourced-from-checkout", f"'{f.value}' does not exist here; read "
+                    "sourced-from-checkout", f"'{path}' does not exist here; read "
                     f"{self.at.disp(found)} instead, the same path inside the script's checkout",
                     "pass the real file's folder with --env, or source it relative to the "
                     "script", where)
-        if found is None:
-            looked = "it does not exist, nor does its path's tail inside the script's folder or " \
-                "the folders above it" if f.value.startswith("/") else \
-                "looked for it relative to the script and the directories above it"
-            self.found.missing.append(f"'{f.value}' (sourced at {where})")
-            self.found.unknown(n.words[1].text if len(n.words) > 1 else f.text, where,
-                               f"sourced file '{f.value}' not found ({looked}); the flags it "
-                               "defines are unknown")
-            return
-        self.r.source_file(found, n, cond, f.value)
-
+        return found
 
     def in_checkout(self, path: str) -> str | None:
         """``source /root/slime/scripts/models/glm4.sh`` read where it is not installed: the
@@ -361,3 +399,8 @@ def _read_options(fields: list[Field]) -> tuple[str | None, str, list[str]]:
     if array is not None and not syntax.NAME.fullmatch(array):
         array = None
     return array, delim, [x for x in names if syntax.NAME.fullmatch(x)]
+
+
+def _frame(args: list[Field]) -> list[Field] | None:
+    """Positional parameters from words; None (unknown) when how many is not known."""
+    return None if any(f.extra or f.cond for f in args) else list(args)

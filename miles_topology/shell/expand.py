@@ -24,6 +24,7 @@ from .values import (
     MAX_ITEMS,
     MAX_VALUE,
     OWN,
+    PID,
     ArithError,
     Field,
     Unk,
@@ -101,7 +102,6 @@ class Words:
         self.sh, self.at, self.found, self.prov = sh, at, found, prov
         self.helpers: dict[tuple, object] = {}  # Python helpers run, by argv, env and cwd
         self.filter_status = 0  # exit status of the last text pipeline evaluated
-        self.pid_token = False  # $$ reads as itself (while naming a file the script writes)
 
     def expand(self, word, cond: Unk | None = None) -> list[Field]:
         """A word as the fields bash would pass (word splitting, "${A[@]}", no globbing)."""
@@ -114,7 +114,7 @@ class Words:
                 return got
         if len(parts) == 1 and type(parts[0]) is Lit:  # the common case: plain text
             return [Field(parts[0].text, self.at.src(parts[0].line), None, word.text, False,
-                          cond, self.at.span(word))]
+                          cond, self.at.span(word) if word.start >= 0 else None)]
         if len(parts) == 1:  # one expansion giving one known word: no splitting to do
             part = parts[0]
             items, is_list = self.part(part)
@@ -296,36 +296,17 @@ class Words:
 
     def lookup(self, name: str, index, part) -> tuple[list[Field] | None, bool]:
         """(fields, is_list) of a parameter, or (None, False) when it is unset."""
-        if name in ("@", "*"):
-            frame = self.sh.frames[-1]
-            if frame is None:
-                why = ("positional arguments passed when the script is run (none assumed; "
-                       "pass --env 1=VALUE ...)")
-                return [self.unknown(part, why, extra=True)], True
-            return frame, name == "@"
-        if name.isdigit():
-            if name == "0":
-                return [Field(self.at.main_abs, self.at.src(part.line), text=part.text)], False
-            frame = self.sh.frames[-1]
-            if frame is None:
-                why = f"positional argument ${name}: pass --env {name}=VALUE"
-                return [self.unknown(part, why)], False
-            k = int(name) - 1
-            self.prov.read_position(k + 1)
-            return ([frame[k]], False) if k < len(frame) else (None, False)
-        if name == "#" and self.sh.frames[-1] is not None:
-            self.prov.read_position(INT_LIMIT)
-            return [Field(str(len(self.sh.frames[-1])), self.at.src(part.line))], False
-        if name == "$" and self.pid_token:  # naming a file: the same in each use
-            return [Field("$$", self.at.src(part.line), text=part.text)], False
-        if name in "#?$!-":
-            return [self.unknown(part, f"${name} is only known when the script runs")], False
-        if name == "BASH_SOURCE" and (index is None or getattr(index, "text", "").strip() == "0"):
-            # the file being read, absolute, so the dirname idioms locate model files
-            return [Field(self.at.file_abs, self.at.src(part.line), text=part.text)], False
+        if not (name[:1].isalpha() or name[:1] == "_") or name == "BASH_SOURCE":
+            got = self.special(name, index, part)
+            if got is not None:
+                return got
         var = self.sh.vars.get(name)
         if var is None:
-            return None, False
+            taint = self.sh.taint
+            if taint is None:
+                return None, False
+            why = f"{name} is not set here, but {taint.why}"
+            return [self.unknown(part, why, extra=index in ("@", "*"))], False
         if index is None:
             if var.array and not var.items:
                 return None, False
@@ -353,6 +334,38 @@ class Words:
             k += len(items)
         self.prov.consume(items[:k + 1] if k >= 0 else items)  # the words before it fix its place
         return ([items[k]], False) if 0 <= k < len(items) else (None, False)
+
+    def special(self, name: str, index, part) -> tuple[list[Field] | None, bool] | None:
+        """Positional and special parameters (``$@ $1 $# $$ $0``, ``BASH_SOURCE``); None for
+        an ordinary variable."""
+        if name in ("@", "*"):
+            frame = self.sh.frames[-1]
+            if frame is None:
+                why = ("positional arguments passed when the script is run (none assumed; "
+                       "pass --env 1=VALUE ...)")
+                return [self.unknown(part, why, extra=True)], True
+            return frame, name == "@"
+        if name.isdigit():
+            if name == "0":
+                return [Field(self.at.main_abs, self.at.src(part.line), text=part.text)], False
+            frame = self.sh.frames[-1]
+            if frame is None:
+                why = f"positional argument ${name}: pass --env {name}=VALUE"
+                return [self.unknown(part, why)], False
+            k = int(name) - 1
+            self.prov.read_position(k + 1)
+            return ([frame[k]], False) if k < len(frame) else (None, False)
+        if name == "#" and self.sh.frames[-1] is not None:
+            self.prov.read_position(INT_LIMIT)
+            return [Field(str(len(self.sh.frames[-1])), self.at.src(part.line))], False
+        if name == "$":  # the same in each use (gen_$$.sh written, then sourced)
+            return [Field(PID, self.at.src(part.line), text=part.text)], False
+        if name in "#?$!-":
+            return [self.unknown(part, f"${name} is only known when the script runs")], False
+        if name == "BASH_SOURCE" and (index is None or getattr(index, "text", "").strip() == "0"):
+            # the file being read, absolute, so the dirname idioms locate model files
+            return [Field(self.at.file_abs, self.at.src(part.line), text=part.text)], False
+        return None
 
     def param(self, p: Param) -> tuple[list[Field], bool]:
         name, op = p.name, p.op
@@ -496,6 +509,8 @@ class Words:
             f = items[0]
             if f.unk:
                 raise ArithError(f.unk.why)
+            if PID in f.value:
+                return arith(f.value, None)  # its ArithError says why
             try:
                 return int(f.value.strip() or "0")
             except ValueError:
@@ -716,28 +731,27 @@ class Words:
         return Field(None, src, Unk(what, src, f"{what} reads {why}"), what)
 
     def path_of(self, word) -> str | None:
-        """A file name as a word gives it, ``$$`` (the shell's pid, the same all through
-        the script) kept as written; None when it is not known."""
-        self.pid_token = True
-        try:
-            got = self.join(word)
-        finally:
-            self.pid_token = False
+        """A file name as a word gives it (``$$``, the shell's pid, the same all through
+        the script); None when it is not known."""
+        got = self.join(word)
         return None if got.unk or got.cond else got.value
 
     def helper(self, node, sub: Sub) -> Field:
         """``$(python3 .../model_args_utils.py NAME)``, ``$(python3 -c ...)``: a Python
         program run in the launcher sandbox (pylaunch.run_program), with the variables this
-        shell exports; what it prints is known text. One that fails leaves the value
-        unknown with its error."""
+        shell exports and its own ``NAME=VALUE`` prefix (miles' geo3k example passes
+        ``MODEL_ARGS_ROTARY_BASE=5000000``); what it prints is known text. One that fails
+        leaves the value unknown with its error."""
         args = [f for w in node.words for f in self.expand(w)]
-        bad = next((f for f in args if f.unk or f.cond), None)
+        given = [(a.name, self.join(a.value)) for a in node.prefix if a.array is None and
+                 a.index is None and a.value is not None]
+        bad = next((f for f in args + [g for _, g in given] if f.unk or f.cond), None)
         if bad is not None:
             unk = bad.unk or Unk(sub.text, bad.cond.src, f"it includes a value added "
                                  f"{bad.cond.why}")
             return Field(None, unk.src, unk, sub.text)
         argv = [f.value for f in args[1:]]
-        env = self.exports()
+        env = self.exports() | {name: f.value for name, f in given}
         cwd = self.sh.cwd or os.path.dirname(self.at.main_abs)
         probe = _probe(argv, cwd)
         if probe:  # run here it would answer for this machine, not the cluster's
@@ -808,8 +822,9 @@ def _probe(argv: list[str], cwd: str) -> str | None:
 
 def _python(node) -> bool:
     """``python3 ...`` / ``python ...`` alone in a command substitution."""
-    if type(node) is not syntax.Simple or node.assigns or node.prefix or not node.words or \
-            node.stdin is not None:
+    if type(node) is not syntax.Simple or node.assigns or not node.words or \
+            node.stdin is not None or any(a.array is not None or a.index is not None
+                                          for a in node.prefix):
         return False
     head = node.words[0].literal() or ""
     return os.path.basename(head) in ("python3", "python") and len(node.words) > 1

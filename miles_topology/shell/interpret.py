@@ -17,7 +17,14 @@ from pathlib import Path
 from ..textfilters import FILTERS
 from . import launch as launches
 from . import syntax
-from .budget import MAX_FILE, MAX_READ_LOOP_STEPS, Budget, too_many
+from .budget import (
+    MAX_EXPANDED,
+    MAX_FILE,
+    MAX_READ_LOOP_STEPS,
+    MAX_STEPS,
+    Budget,
+    too_many,
+)
 from .builtins import Builtins
 from .cursor import Cursor
 from .expand import Words
@@ -30,12 +37,14 @@ from .values import (
     MAX_ITEMS,
     MAX_SOURCE_DEPTH,
     MAX_VALUE,
+    PID,
     ArithError,
     Field,
     Unk,
     Var,
     arith,
     arith_targets,
+    shown,
 )
 
 _STEP, _UNSTEPPED, _BARRIER = "step", "unstepped", None  # frames of `Reader.loops`
@@ -170,25 +179,57 @@ class Reader:
             if ok:
                 self.run(self.parse_file(path, self.at.disp(path)), cond)
 
+    def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
+                  cond: Unk | None, shown: str):
+        """``bash FILE ARGS``: another shell runs the file with ARGS as $1...; it sees only
+        the exported variables, and nothing it sets comes back here."""
+        if self.budget.deep:
+            return
+        sh = self.sh
+        saved = sh.snapshot()
+        given = set(sh.vars) if sh.allexport else sh.exported | sh.inherited
+        sh.vars = {k: v for k, v in sh.vars.items() if k in given and not v.array}
+        sh.funcs, sh.func_file, sh.frames, sh.positions, sh.scopes = {}, {}, [args], [], []
+        self.budget.calls += 1
+        try:
+            self.source_file(path, n, cond, shown)
+        finally:
+            self.budget.calls -= 1
+            sh.restore(saved)
+
     def run_written(self, key: str, n: syntax.Simple, cond: Unk | None):
         """``source F`` of a file the script wrote: its text is read as a sourced file's
         (its words are not the file's own text on disk, so they carry no span)."""
         text = self.sh.written[key]
         where = self.at.src(n.line)
         if text is None:
-            self.found.unknown(n.words[1].text, where, f"sourced file '{key}' is written by "
-                               "the script with text only known when it runs; the flags it "
-                               "defines are unknown")
-            return
-        with self.entering(key, key, self.at.where[-1], where, key) as ok:
+            why = f"sourced file '{shown(key)}' is written by the script with text only " \
+                  "known when it runs"
+            self.found.unknown(n.words[1].text, where, f"{why}; the flags it defines are "
+                               "unknown")
+            return self.taint(f"{n.words[0].text} {n.words[1].text}", where, why)
+        disp = shown(key)
+        with self.entering(key, disp, self.at.where[-1], where, disp) as ok:
             if not ok:
                 return
             try:
-                body = self.parse(text.encode("utf-8", "surrogateescape"), key, False)
+                body = self.parse(text.encode("utf-8", "surrogateescape"), disp, False)
             except ScriptReadError as e:
                 raise ScriptReadError(f"{where}: the file it sources, which the script "
                                       f"writes, is not valid bash: {e}") from None
             self.run(body, cond)
+
+    def taint(self, what: str, at: Source, why: str):
+        """A source or eval not read may set any variable: each is unknown from here on
+        until it is assigned again (a value given with --env stands)."""
+        why = f"it may be set by '{what}' at {at}, which is not read ({why})"
+        for name, var in list(self.sh.vars.items()):
+            unk = Unk(what, at, f"{name}: {why}")
+            if var.array:
+                self.sh.vars[name] = Var([Field(None, at, unk, what, True)], True)
+            else:
+                self.set(name, None, unk, at, None, what, what)  # --env NAME stands
+        self.sh.taint = Unk(what, at, why)
 
     def run_text(self, text: str, line: int, cond: Unk | None, name: str, n: syntax.Simple):
         """``eval TEXT``: parsed and run here, as deep as calls are followed."""
@@ -539,8 +580,11 @@ class Reader:
             return got
         if type(node) is syntax.ArithCmd:
             return self.arith_status(node)
-        if type(node) is not syntax.Simple or not node.words:
+        if type(node) is not syntax.Simple:
             return None
+        if not node.words:  # assignments only: true, unless a $(...) in them decides it
+            return None if any(type(p) is syntax.Sub for a in node.assigns if a.value
+                               for p in a.value.parts) or not node.assigns else True
         return self.simple_status(node)
 
     def simple_status(self, node: syntax.Simple) -> bool | None:
@@ -562,6 +606,8 @@ class Reader:
             if not vals or vals[-1].value != "]]":
                 return None
             vals, fancy = vals[:-1], True
+            if len(vals) == 3 and vals[1].value == "=~":
+                return self.matches(vals, words[3])
         elif head in ("[", "test"):
             vals = []
             for w in words[1:]:
@@ -578,6 +624,22 @@ class Reader:
         if got is None and bad is not None:
             self.why_unknown = f" ({bad.why})"
         return got
+
+    def matches(self, vals: list[Field], pattern: syntax.Word) -> bool | None:
+        """``[[ S =~ RE ]]`` over known words: an unquoted pattern is a regular expression
+        (Python's re reads the POSIX ERE forms scripts use), a quoted one literal text."""
+        bad = next((f.unk or f.cond for f in vals if f.unk or f.cond), None)
+        if bad is not None:
+            self.why_unknown = f" ({bad.why})"
+            return None
+        quoted = {p.quoted for p in pattern.parts}
+        if len(quoted) > 1:
+            return None
+        rx = re.escape(vals[2].value) if True in quoted else vals[2].value
+        try:
+            return re.search(rx, vals[0].value) is not None
+        except re.error:
+            return None
 
     def arith_status(self, node: syntax.ArithCmd) -> bool | None:
         """The status of ``(( expr ))`` (true when nonzero), computed before it runs: its
@@ -736,7 +798,10 @@ class Reader:
         words = n.words
         head = words[0].text if words else ""
         self.at.stmt_line = n.line
-        self.budget.take_step(self.at.src(n.line))
+        budget = self.budget
+        budget.steps += 1
+        if budget.steps > MAX_STEPS:
+            budget.over_steps(self.at.src(n.line))
         if not words or head in syntax.DECLARE:
             if head in ("declare", "typeset", "local"):
                 self.declare(n, head)
@@ -767,16 +832,21 @@ class Reader:
         calls a function: the words are used inside it)."""
         fields: list[Field] = []
         for w in n.words:
-            fields.extend(self.w.expand(w))
+            got = self.w.expand(w)
+            if len(got) == 1 and got[0].unk is not None and _names_py(w):
+                got[0].text = _unquoted(w)  # "${ROOT}/slime/train.py": an entry by its name
+            fields.extend(got)
             if len(fields) > MAX_ITEMS:
                 too_many(self.at.src(n.line), f"a command of more than {MAX_ITEMS} words")
-        self.budget.take_expanded(len(fields), self.at.src(n.line))
+        self.budget.expanded += len(fields)
+        if self.budget.expanded > MAX_EXPANDED:
+            self.budget.over_expanded(self.at.src(n.line))
         if fields and fields[0].value not in self.sh.funcs:
-            here = None
+            here, uses = None, self.found.uses
             for f in fields:
                 if f.span is not None:
                     here = here or self.at.src(n.line)
-                    self.found.used(f.span, here)
+                    uses.setdefault(f.span[:3], set()).add(here)
         return fields
 
     def dispatch(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
@@ -866,6 +936,9 @@ class Reader:
 
     def command(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """Any other command: a launch, or a shell reading a here-document script."""
+        if any(f.value is not None and PID in f.value for f in fields):
+            fields = [_pid_unknown(f) if f.value is not None and PID in f.value else f
+                      for f in fields]
         got = launches.find(fields, self.at.src(n.line), cond)
         if got:
             self.found.launch(got._replace(site=self.prov.site(fields, got, n)))
@@ -1014,3 +1087,19 @@ def _arguments(env: dict[str, str], positional: Sequence[str] | None) -> list[Fi
         v = env[str(len(args) + 1)]
         args.append(Field(v, env_src, text=f"--env {len(args) + 1}={v}"))
     return args or None
+
+
+def _pid_unknown(f: Field) -> Field:
+    """A word holding ``$$``: a file name it makes is consistent, its value unknown."""
+    why = f"'{shown(f.value)}': $$ (the shell's process id) is known only when it runs"
+    return Field(None, f.src, Unk(f.text, f.src, why), f.text, False, f.cond, f.span)
+
+
+def _names_py(w: syntax.Word) -> bool:
+    """The word ends in literal text naming a Python file (``"${ROOT}/slime/train.py"``)."""
+    last = w.parts[-1] if w.parts else None
+    return type(last) is syntax.Lit and last.text.endswith(".py") and len(w.parts) > 1
+
+
+def _unquoted(w: syntax.Word) -> str:
+    return "".join(p.text for p in w.parts)

@@ -30,7 +30,7 @@ class Provenance:
         for f in items:
             if f.span is not None:
                 here = here or self.at.src(self.at.stmt_line)
-                self.found.used(f.span, here)
+                self.found.uses.setdefault(f.span[:3], set()).add(here)
 
     def read_position(self, k: int):
         """The function being run read argument k (1-based, counting shifted ones)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from functools import lru_cache
 
 __all__ = ["ShellSyntaxError", "parse", "parse_word"]
@@ -59,10 +59,26 @@ class ShellSyntaxError(Exception):
 # ---------------------------------------------------------------- the tree
 
 
-_NODE = dict(frozen=True, slots=True, kw_only=True)  # built once per parse, never changed
+def _node(cls):
+    """A frozen, slotted dataclass built by keyword only. Its ``__init__`` sets the slots
+    through one bound ``object.__setattr__`` (dataclasses' own frozen init looks it up per
+    field: a parse makes ~10^5 nodes, and that doubled the parse's time)."""
+    cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
+    params, body = [], []
+    for f in fields(cls):
+        params.append(f.name if f.default is MISSING else f"{f.name}={f.default!r}")
+        body.append(f"    _set(self, {f.name!r}, {f.name})")
+    code = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body)
+    scope: dict = {}
+    exec("def make(_set):\n" + "\n".join("    " + x for x in code.split("\n")) +
+         "\n    return __init__", {}, scope)
+    init = scope["make"](object.__setattr__)
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init
+    return cls
 
 
-@dataclass(**_NODE)
+@_node
 class Lit:
     """Literal text; `quoted` text is never split into several words."""
 
@@ -71,7 +87,7 @@ class Lit:
     line: int
 
 
-@dataclass(**_NODE)
+@_node
 class Param:
     """``$X`` / ``${X...}``: `op` is the operator (``:-``, ``#``, ``/`` ...) and `arg` its word;
     `index` is "@", "*", a Word, or None."""
@@ -87,7 +103,7 @@ class Param:
     line: int
 
 
-@dataclass(**_NODE)
+@_node
 class Sub:
     """``$(...)``, backquotes, or (`proc` set) a process substitution ``<(...)``."""
 
@@ -98,7 +114,7 @@ class Sub:
     proc: str | None = None
 
 
-@dataclass(**_NODE)
+@_node
 class Arith:
     """``$((...))``; `expr` is a Word whose expansion is then evaluated as integers."""
 
@@ -108,7 +124,7 @@ class Arith:
     line: int
 
 
-@dataclass(**_NODE)
+@_node
 class Word:
     """`start`/`end`: character offsets of the word in the file (-1 when the word is not
     the file's own text, e.g. inside an ``eval`` string)."""
@@ -129,7 +145,7 @@ class Word:
         return "".join(out)
 
 
-@dataclass(**_NODE)
+@_node
 class Assign:
     """``X=v``, ``X+=v``, ``A=(...)``, ``A+=(...)``, ``A[i]=v`` (also after export/declare)."""
 
@@ -142,7 +158,7 @@ class Assign:
     text: str
 
 
-@dataclass(**_NODE)
+@_node
 class Simple:
     """A simple command. `start`: character offset where it begins (-1 when not the file's
     text); `line`/`end`: its first and last line; `stdin`: what a ``<<<`` word, ``< <(...)``
@@ -159,7 +175,7 @@ class Simple:
     stdout: tuple | None = None
 
 
-@dataclass(**_NODE)
+@_node
 class Heredoc:
     """A here-document fed to a command: its body as written, and the body's first line.
     `word`: an unquoted delimiter's body as one double-quoted-like Word, expanded by the
@@ -170,14 +186,14 @@ class Heredoc:
     word: Word | None = None
 
 
-@dataclass(**_NODE)
+@_node
 class AndOr:
     """``a && b || c``: every item after the first runs only conditionally."""
 
     items: list
 
 
-@dataclass(**_NODE)
+@_node
 class Pipe:
     """``a | b``, or ``! a`` (`neg`): the status is the last command's, maybe negated."""
 
@@ -185,21 +201,21 @@ class Pipe:
     neg: bool = False
 
 
-@dataclass(**_NODE)
+@_node
 class If:
     branches: list
     orelse: list | None
     line: int
 
 
-@dataclass(**_NODE)
+@_node
 class Case:
     word: Word
     arms: list
     line: int
 
 
-@dataclass(**_NODE)
+@_node
 class Loop:
     """A loop. `words`: the list of ``for NAME in WORDS`` (``"$@"`` when there is no ``in``);
     `header`: the (init, test, update) Words of ``for ((...))``, each None when empty, or
@@ -214,7 +230,7 @@ class Loop:
     cond: list | None = None
 
 
-@dataclass(**_NODE)
+@_node
 class ArithCmd:
     """``(( expr ))``: `expr` is a Word whose expansion is evaluated; true when nonzero."""
 
@@ -223,14 +239,14 @@ class ArithCmd:
     text: str
 
 
-@dataclass(**_NODE)
+@_node
 class Func:
     name: str
     body: list
     line: int
 
 
-@dataclass(**_NODE)
+@_node
 class Group:
     body: list
     subshell: bool
@@ -762,6 +778,8 @@ class _Conv:
                                  text=self.text(n), line=line))
             finally:
                 self.depth -= 1
+        elif t == "$" and self.text(n) == "$$":  # ends a concatenation: still the pid
+            out.append(Param(name="$", quoted=quoted, text="$$", line=line))
         else:
             out.append(Lit(text=_unescape(self.text(n)), quoted=quoted, line=line))
 
@@ -979,6 +997,7 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     if cr >= 0:
         cr_line = data.count(b"\n", 0, cr) + base_line
         data = _hold_cr(data)
+    data = _end_continued(data)
     tree = _parser().parse(data)
     root = tree.root_node
     conv = _Conv(data, located, base_line)
@@ -994,6 +1013,21 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
             "keeps the CR in the last word of each line ('--colocate\\r'), and a '\\' before "
             "it no longer continues the line", "convert the file to LF line ends (dos2unix)"))
     return body, conv.notes
+
+
+def _end_continued(data: bytes) -> bytes:
+    """A file whose last line ends in ``\\``: bash drops the backslash-newline and the
+    command ends with the file; tree-sitter-bash 0.25 reports an error. The backslash is
+    read as a blank (offsets unchanged)."""
+    end = len(data.rstrip(b"\n"))
+    if end == 0 or data[end - 1:end] != b"\\" or len(data) - end > 1:
+        return data
+    k = end - 1
+    while k > 0 and data[k - 1:k] == b"\\":
+        k -= 1
+    if (end - k) % 2 == 0:  # an escaped backslash: a word, not a continuation
+        return data
+    return data[:end - 1] + b" " + data[end:]
 
 
 def _hold_cr(data: bytes) -> bytes:
