@@ -28,10 +28,11 @@ def model_flags() -> set[str]:
     return {flag_of(name) for name in fields_in("model")}
 
 
-def read(path: str, env: dict[str, str], args: Sequence[str] | None = None) -> ScriptRead:
+def read(path: str, env: dict[str, str], args: Sequence[str] | None = None,
+         cluster=None) -> ScriptRead:
     """Read a script or raise InputError (exit 2) saying why."""
     try:
-        found = read_script(path, env, positional=args)
+        found = read_script(path, env, positional=args, cluster=cluster)
     except ScriptReadError as e:
         raise InputError(str(e)) from None
     except OSError as e:
@@ -125,10 +126,11 @@ def values_report(found: ScriptRead) -> dict:
     return out
 
 
-def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = None
-                 ) -> Verdict:
-    """`args`: the script's positional arguments (``check SCRIPT.sh -- ARGS``)."""
-    found = read(path, env, args)
+def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = None,
+                 cluster=None) -> Verdict:
+    """`args`: the script's positional arguments (``check SCRIPT.sh -- ARGS``); `cluster`:
+    the modelled cluster its GPU probes are answered from (pylaunch/cluster.py)."""
+    found = read(path, env, args, cluster)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
     unresolved = [  # one entry per unknown, though the launch may use it more than once

@@ -141,7 +141,18 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
         return _python(path, [], env, py)
     from .check_script import check_script
 
-    return [check_script(path, env)]
+    return [check_script(path, env, cluster=_probed(path, py))]
+
+
+def _probed(path: str, py: dict | None):
+    """The cluster a bash script's GPU probes (``$(nvidia-smi -L | wc -l)``) are answered
+    from: the modelled cluster of Python launchers, when ``--nodes/--gpus-per-node/--gpu``
+    or the ``[tool.miles-topology]`` table give it (else the probes stay unknown: a guessed
+    GPU count would print sizes the script may not get)."""
+    from .pylaunch.cluster import cluster_for
+
+    got = cluster_for(path, (py or {}).get("cluster") or {})
+    return None if {"nodes", "gpus_per_node", "gpu"} <= set(got.assumed) else got
 
 
 def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:
@@ -188,7 +199,7 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
         from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
 
-        return [check_script(paths[0], env, flags)]
+        return [check_script(paths[0], env, flags, _probed(paths[0], py))]
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")

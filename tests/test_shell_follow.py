@@ -90,3 +90,32 @@ def test_a_file_ending_in_a_continuation_reads_as_bash_reads_it(tmp_path):
         assert flag_values(bash_launch(script, [], tmp_path)) == values(script)
     script.write_text("python3 train.py --x a\\\\\n")  # an escaped backslash: a word
     assert values(script) == {"--x": "a\\"}
+
+
+def test_gpu_probes_are_answered_from_the_modelled_cluster(tmp_path, capsys):
+    import json
+    import sys
+
+    from miles_topology.cli import main
+
+    script = IDIOMS / "gpu-probes.sh"
+    # bash's truth: a stand-in nvidia-smi that prints what a 1 x 4 H200 node prints
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    smi = bin_ / "nvidia-smi"
+    root = Path(__file__).resolve().parents[1]
+    smi.write_text(f"#!/bin/bash\nexec {sys.executable} -c 'import sys; sys.path.insert(0, "
+                   f"\"{root}\"); from miles_topology.pylaunch.cluster import Cluster; "
+                   "sys.stdout.write(Cluster.of(dict(gpus_per_node=4, gpu=\"H200\"))"
+                   ".nvidia_smi(sys.argv[1:]).stdout)' \"$@\"\n")
+    smi.chmod(0o755)
+    truth = flag_values(bash_launch(script, [], tmp_path))
+    assert truth["--actor-num-gpus-per-node"] == "4"
+    assert truth["--tensor-model-parallel-size"] == "4"
+    main(["check", "--format", "json", str(script), "--gpus-per-node", "4", "--gpu", "H200"])
+    got = json.loads(capsys.readouterr().out)["values"]
+    assert {f: got[f]["value"] for f in got} == {f: truth[f] for f in got}
+    main(["check", "--format", "json", str(script)])  # no cluster given: not guessed
+    data = json.loads(capsys.readouterr().out)
+    assert data["values"]["--actor-num-gpus-per-node"]["value"] is None
+    assert any("--gpus-per-node" in u["why"] for u in data["unresolved"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 
 from ..errors import InputError
 from ..textfilters import FILTERS, run_pipeline
@@ -102,6 +103,7 @@ class Words:
         self.sh, self.at, self.found, self.prov = sh, at, found, prov
         self.helpers: dict[tuple, object] = {}  # Python helpers run, by argv, env and cwd
         self.filter_status = 0  # exit status of the last text pipeline evaluated
+        self.cluster = None  # answers GPU probes (pylaunch.cluster.Cluster.answer), if given
 
     def expand(self, word, cond: Unk | None = None) -> list[Field]:
         """A word as the fields bash would pass (word splitting, "${A[@]}", no globbing)."""
@@ -567,6 +569,9 @@ class Words:
                 self.sh.vars["IFS"] = saved
 
     def _substitute(self, sub: Sub) -> Field:
+        probe = _gpu_probe(sub)
+        if probe is not None:
+            return self.gpus(sub, probe)
         if len(sub.body) == 1 and (type(sub.body[0]) is syntax.Pipe and not sub.body[0].neg or
                                    _filter(sub.body[0])):
             cmds = sub.body[0].cmds if type(sub.body[0]) is syntax.Pipe else sub.body
@@ -672,6 +677,30 @@ class Words:
             return self.unknown(sub, f"command substitution runs '{name}' when the script "
                                      "runs")
         return cwd
+
+    def gpus(self, sub: Sub, cmds: list) -> Field:
+        """``$(nvidia-smi -L | wc -l)``, ``$(nvidia-smi --query-gpu=name ...)``: answered
+        from the modelled cluster (the one Python launchers' probes get), else unknown."""
+        argvs = []
+        for c in cmds:
+            args = [f for w in c.words for f in self.expand(w)]
+            bad = next((f for f in args if f.unk or f.cond), None)
+            if bad is not None:
+                unk = bad.unk or Unk(sub.text, bad.cond.src, f"it includes a value added "
+                                     f"{bad.cond.why}")
+                return Field(None, unk.src, unk, sub.text)
+            argvs.append([f.value for f in args])
+        name = os.path.basename(argvs[0][0])
+        if self.cluster is None:
+            return self.unknown(sub, f"'{name}' asks the machine the script runs on; pass "
+                                     "--gpus-per-node N (and --nodes, --gpu) to answer it from "
+                                     "the modelled cluster")
+        ran, _ = self.cluster.answer(None, " | ".join(shlex.join(a) for a in argvs))
+        if ran is None:
+            return self.unknown(sub, f"this use of '{name}' is not modelled; what it prints "
+                                     "is only known when the script runs")
+        self.filter_status = ran.status
+        return Field(ran.stdout.rstrip("\n"), self.at.src(sub.line), text=sub.text)
 
     def filtered(self, cmds: list, at) -> Field:
         """What a pipeline of text filters prints over known text (textfilters.py: echo,
@@ -818,6 +847,19 @@ def _probe(argv: list[str], cwd: str) -> str | None:
         return None
     m = _PROBES.search(text)
     return m.group() if m else None
+
+
+def _gpu_probe(sub: Sub) -> list | None:
+    """The commands of ``$(nvidia-smi ... [| filters])`` / ``$(rocm-smi ...)``, else None."""
+    if sub.body is None or len(sub.body) != 1:
+        return None
+    node = sub.body[0]
+    cmds = node.cmds if type(node) is syntax.Pipe and not node.neg else [node]
+    if not all(type(c) is syntax.Simple and c.words and not c.assigns and c.stdin is None
+               for c in cmds):
+        return None
+    head = cmds[0].words[0].literal() or ""
+    return cmds if os.path.basename(head) in ("nvidia-smi", "rocm-smi") else None
 
 
 def _python(node) -> bool:

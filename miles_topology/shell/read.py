@@ -15,17 +15,21 @@ from .records import FlagValue, Note, ScriptRead, ScriptReadError, Source
 
 
 def read_script(path: str | Path, env: Mapping[str, str] | None = None,
-                text: str | None = None, positional: Sequence[str] | None = None) -> ScriptRead:
+                text: str | None = None, positional: Sequence[str] | None = None,
+                cluster=None) -> ScriptRead:
     """Read a launch script statically: the flags after its entry script, with sources.
 
     `text`, when given, is read as the script's content in place of the file's (a rewrite
     checks its result this way before writing it); files it sources are read from disk.
     `positional` are the script's arguments ($1 ...; ``check SCRIPT.sh -- ARGS``); without
-    them ``--env 1=VALUE`` gives some, else they are unknown.
+    them ``--env 1=VALUE`` gives some, else they are unknown. `cluster` (pylaunch's
+    Cluster) answers the script's GPU probes (``nvidia-smi``, ``rocm-smi``); without it they
+    stay unknown.
     Only a training launch counts (see launch.py); other commands found are listed in
     `others`, and `entry` is None when there is no training launch.
     """
     r = Reader(Path(path), env or {}, positional)
+    r.w.cluster = cluster
     r.text = text
     abs_path = r.at.main_abs
     if text is None and not os.path.isfile(abs_path):
