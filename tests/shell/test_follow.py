@@ -4,13 +4,12 @@ checkout's helper gets its prefix assignments, wrappers pass their arguments on,
 takes its option name, and a file may end in a line continuation. Each idiom fixture is
 also run by bash with argv-printing stand-ins (test_check_scripts.IDIOM_RUNS)."""
 
-from pathlib import Path
-
-from test_check_scripts import CHECKOUT, bash_launch, flag_values
+from support import ROOT, SCRIPTS, bash_launch, flag_values
 
 from miles_topology.shell import read_script
 
-IDIOMS = Path(__file__).parent / "fixtures" / "scripts" / "idioms"
+IDIOMS = SCRIPTS / "idioms"
+CHECKOUT = SCRIPTS / "miles-checkout"
 
 
 def values(path, **kw) -> dict:
@@ -103,7 +102,7 @@ def test_gpu_probes_are_answered_from_the_modelled_cluster(tmp_path, capsys):
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     smi = bin_ / "nvidia-smi"
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     smi.write_text(f"#!/bin/bash\nexec {sys.executable} -c 'import sys; sys.path.insert(0, "
                    f"\"{root}\"); from miles_topology.pylaunch.cluster import Cluster; "
                    "sys.stdout.write(Cluster.of(dict(gpus_per_node=4, gpu=\"H200\"))"

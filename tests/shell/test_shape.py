@@ -6,8 +6,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
-SHELL = Path(__file__).resolve().parents[1] / "miles_topology" / "shell"
+SHELL = ROOT / "miles_topology" / "shell"
 LIMIT = 60  # lines of one function, decorators and docstring included
 
 
