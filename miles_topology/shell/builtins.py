@@ -9,15 +9,15 @@ import os
 import re
 from typing import Protocol
 
+from ..errors import Location
 from . import syntax
-from .records import Source
 from .values import INT_LIMIT, MAX_ITEMS, Field, Unk, Var, printf
 
 
 class Commands(Protocol):
     """What the built-ins ask of command execution (interpret.Reader)."""
 
-    def set(self, name: str, value: str | None, unk: Unk | None, src: Source,
+    def set(self, name: str, value: str | None, unk: Unk | None, src: Location,
             cond: Unk | None, expr: str, text: str): ...
 
     def hold(self, size: int, old: Var | None = None, items: list[Field] | None = None): ...
@@ -28,7 +28,7 @@ class Commands(Protocol):
 
     def run_text(self, text: str, line: int, cond: Unk | None, name: str, n: syntax.Simple): ...
 
-    def taint(self, what: str, at: Source, why: str): ...
+    def taint(self, what: str, at: Location, why: str): ...
 
     def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
                   cond: Unk | None, shown: str): ...
@@ -295,7 +295,7 @@ class Builtins:
         self.r.run_child(found, _frame(fields[2:]), n, cond, fields[1].value)
         return None
 
-    def locate(self, path: str, where: Source, note: bool = True) -> str | None:
+    def locate(self, path: str, where: Location, note: bool = True) -> str | None:
         """The file a relative or absolute path names: from the current directory, the
         file being read, the main script's folder or one above it; an absolute path not
         here, inside the script's checkout (noted)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .records import Source
+from ..errors import Location
 
 
 class Cursor:
@@ -18,8 +18,8 @@ class Cursor:
         self.stack: list[tuple[str, str]] = []  # (abs, display) of the files being run
         self.where: list[str] = []  # absolute file of the code being run (function bodies too)
         self.stmt_line = 0  # the line of the command being run
-        self.branch: list[Source] = []  # the if/case/loop/&& around it, innermost last
-        self.sources: dict[tuple[str, int], Source] = {}
+        self.branch: list[Location] = []  # the if/case/loop/&& around it, innermost last
+        self.sources: dict[tuple[str, int], Location] = {}
         self.newlines: dict[str, list[int]] = {}  # per file read: offsets of its newlines
 
     @property
@@ -31,11 +31,11 @@ class Cursor:
     def file_abs(self) -> str:
         return self.stack[-1][0]
 
-    def src(self, line: int) -> Source:
+    def src(self, line: int) -> Location:
         key = (self.stack[-1][1], line)
         got = self.sources.get(key)
         if got is None:
-            got = self.sources[key] = Source(*key)
+            got = self.sources[key] = Location(*key)
         return got
 
     def span(self, word) -> tuple | None:

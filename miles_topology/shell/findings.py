@@ -3,7 +3,8 @@ the sourced files not found, and which commands use each located word (for rewri
 
 from __future__ import annotations
 
-from .records import Note, Source, Unresolved
+from ..errors import Location, Problem
+from .records import Unresolved, note
 
 MAX_RECORDS = 1000  # notes and unknowns kept
 MAX_KEPT = 8  # launches whose words are kept (the last one found is the one read)
@@ -23,18 +24,18 @@ class Findings:
 
     def __init__(self):
         self.launches: list = []  # launch.Launch, in the order run
-        self.notes: list[Note] = _Capped()
+        self.notes: list[Problem] = _Capped()
         self.unresolved: list[Unresolved] = _Capped()
         self.missing: list[str] = []  # sourced files that were not found
-        self.uses: dict[tuple, set[Source]] = {}  # located word -> the commands using it
+        self.uses: dict[tuple, set[Location]] = {}  # located word -> the commands using it
 
-    def note(self, code: str, message: str, fix: str, at: Source):
-        self.notes.append(Note(code, message, fix, at))
+    def note(self, code: str, message: str, fix: str, at: Location):
+        self.notes.append(note(code, message, fix, at))
 
-    def unknown(self, text: str, at: Source, why: str):
+    def unknown(self, text: str, at: Location, why: str):
         self.unresolved.append(Unresolved(None, text, at, why))
 
-    def used(self, span: tuple, at: Source):
+    def used(self, span: tuple, at: Location):
         self.uses.setdefault(span[:3], set()).add(at)
 
     def launch(self, got):

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import Location
 from ..textfilters import FILTERS
 from . import launch as launches
 from . import syntax
@@ -30,7 +31,7 @@ from .cursor import Cursor
 from .expand import Words
 from .findings import Findings
 from .provenance import Provenance
-from .records import ScriptReadError, Source
+from .records import ScriptReadError
 from .state import Shell
 from .values import (
     MAX_CALL_DEPTH,
@@ -78,7 +79,7 @@ class Reader:
         self.env = {str(k): str(v) for k, v in env.items()}
         self.sh = Shell(_arguments(self.env, positional), {k for k in self.env
                                                           if not k.isdigit()})
-        env_src = Source("<env>", 0)
+        env_src = Location("<env>", 0)
         for k, v in self.env.items():
             if not k.isdigit():
                 self.sh.vars[k] = Var([Field(v, env_src, text=f"--env {k}={v}")], False)
@@ -140,13 +141,13 @@ class Reader:
         except syntax.ShellSyntaxError as e:
             raise ScriptReadError(f"{disp}:{e.line}: {e.message}. Fix: {e.fix}.") from None
         for code, at, message, fix in notes:
-            self.found.note(code, message, fix, Source(disp, at))
+            self.found.note(code, message, fix, Location(disp, at))
         return body
 
     # -- entering a file: the main script, a sourced file, a file the script wrote
 
     @contextmanager
-    def entering(self, key: str, disp: str, code_file: str, at: Source | None = None,
+    def entering(self, key: str, disp: str, code_file: str, at: Location | None = None,
                  shown: str = "") -> Iterator[bool]:
         """Push a file while its commands run (its name for sources, its own file for spans,
         a barrier for `break`). A source (`at` given) of a file being read already, or
@@ -219,7 +220,7 @@ class Reader:
                                       f"writes, is not valid bash: {e}") from None
             self.run(body, cond)
 
-    def taint(self, what: str, at: Source, why: str):
+    def taint(self, what: str, at: Location, why: str):
         """A source or eval not read may set any variable: each is unknown from here on
         until it is assigned again (a value given with --env stands)."""
         why = f"it may be set by '{what}' at {at}, which is not read ({why})"
@@ -427,7 +428,7 @@ class Reader:
         except ArithError as e:
             raise _Unsteppable(f"((... {word.text} ...)): {e}") from None
 
-    def arith_set(self, name: str, v: int, src: Source, cond: Unk | None, text: str):
+    def arith_set(self, name: str, v: int, src: Location, cond: Unk | None, text: str):
         self.sh.inherited.discard(name)
         self.set(name, str(v), None, src, cond, text, text)
 
@@ -694,7 +695,7 @@ class Reader:
                 value = (old.items[0].value if old and old.items else "") + value
         self.set(name, value, unk, src, cond, a.text, a.value.text)
 
-    def assign_array(self, a: syntax.Assign, src: Source, cond: Unk | None):
+    def assign_array(self, a: syntax.Assign, src: Location, cond: Unk | None):
         """``A=(WORDS)``, ``A+=(WORDS)``."""
         name = a.name
         items: list[Field] = []
@@ -731,7 +732,7 @@ class Reader:
             self.hold(0, self.sh.vars.get(name), items)
             self.sh.vars[name] = Var(items, True)
 
-    def keyed(self, a: syntax.Assign, src: Source, cond: Unk | None):
+    def keyed(self, a: syntax.Assign, src: Location, cond: Unk | None):
         """``A=([0]=x [3]=y z)`` (indexed: values in index order) and associative arrays
         (``declare -A M=([k]=v)``, ``M[k]=v``)."""
         name = a.name
@@ -769,7 +770,7 @@ class Reader:
             self.hold(0, self.sh.vars.get(name), list(got.values()))
             self.sh.vars[name] = Var([got[k] for k in sorted(got)], True)
 
-    def set(self, name: str, value: str | None, unk: Unk | None, src: Source,
+    def set(self, name: str, value: str | None, unk: Unk | None, src: Location,
             cond: Unk | None, expr: str, text: str):
         """Set a string variable; under a run-time condition it becomes unknown (unless
         unchanged), and an unknown value is taken from ``env`` when it has the name."""
@@ -784,7 +785,7 @@ class Reader:
                 unk = Unk(expr, src, f"{name} is assigned {cond.why}")
         if unk is not None and name in self.env:
             v = self.env[name]
-            self.sh.vars[name] = Var([Field(v, Source("<env>", 0), text=f"--env {name}={v}")],
+            self.sh.vars[name] = Var([Field(v, Location("<env>", 0), text=f"--env {name}={v}")],
                                      False)
             return
         self.hold(len(value) if value is not None and not unk else 0, old)
@@ -1080,8 +1081,8 @@ def _arguments(env: dict[str, str], positional: Sequence[str] | None) -> list[Fi
     """The script's positional parameters: `positional` (``check S.sh -- ARGS``), else
     ``--env 1=VALUE ...``; None (unknown) when neither gives any."""
     if positional is not None:
-        return [Field(v, Source("<args>", 0), text=v) for v in positional]
-    env_src = Source("<env>", 0)
+        return [Field(v, Location("<args>", 0), text=v) for v in positional]
+    env_src = Location("<env>", 0)
     args = []
     while str(len(args) + 1) in env:
         v = env[str(len(args) + 1)]
