@@ -119,11 +119,13 @@ def _launch_text(v: Verdict) -> str:
     return f"{_launch(v)}{sizes}, {'OK' if v.ok else 'INVALID'}"
 
 
-def _problems(v: Verdict):
-    """(severity, problem) of a verdict: errors, then warnings and notes, then skipped ones;
-    the severity is the code's (codes/), or skipped."""
-    for p in (*v.errors, *v.warnings, *v.skipped):
-        yield p.severity, p
+def _problems(v: Verdict) -> list[tuple[str, Problem]]:
+    """(severity, problem) of a verdict by file, line and column (unlocated ones first); at
+    one place errors, then warnings and notes, then skipped ones. The severity is the
+    code's (codes/), or skipped."""
+    found = [(p.severity, p) for p in (*v.errors, *v.warnings, *v.skipped)]
+    return sorted(found, key=lambda kp: (kp[1].location.path, kp[1].location.line,
+                                         column(kp[1]) or 0) if kp[1].location else ("", 0, 0))
 
 
 # ---------------------------------------------------------------- text

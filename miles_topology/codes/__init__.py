@@ -146,6 +146,18 @@ declare("report.py and cli.py (an input that cannot be read)", {
         'miles-topology check missing.sh'),
 }, why="Nothing can be checked in an input that cannot be read; it is reported so that a "
        "batch or a CI annotation names it.")
+declare("selection.py (suppression directives, as ruff's noqa and RUF100)", {
+    'unknown-directive-code': (
+        'warning', 'a `# miles-topology: disable=` directive names a code that does not '
+        'exist (a misspelling): it suppresses nothing',
+        '--sequence-parallel   # miles-topology: disable=sp-ignord'),
+    'unused-suppression': (
+        'warning', 'a `# miles-topology: disable=` directive suppresses no report of its '
+        'file (off unless selected: `--select unused-suppression`)',
+        '--tensor-model-parallel-size 2   # miles-topology: disable=sp-ignored'),
+}, why="A directive that names no code, or no report, turns nothing off: the report it was "
+       "written for (or a later one) would pass unseen, or the directive outlived its cause.",
+   source="ruff's noqa handling (RUF100 unused-noqa)")
 declare("the script reader (shell/ interpret.py, read.py; check_script.py reports them)", {
     'missing-line-continuation': (
         'error', 'a line starts with flags (or an unresolved `${A[@]}` and flags) but the line '

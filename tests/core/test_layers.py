@@ -20,7 +20,8 @@ LAYERS = (
     ("checks", "flags"),  # the rules on it; the flag grammar
     ("sources", "yamlflags", "__init__"),  # reading and writing it; the package face
     ("weightsync", "replay", "show", "report", "shell", "pylaunch", "check_script",
-     "check_launcher", "migrations", "selection", "cli", "__main__"),  # what is built on a Topology
+     "check_launcher", "migrations", "selection", "discover", "output", "stdin", "fix", "cli",
+     "__main__"),  # what is built on a Topology
 )
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 
