@@ -21,6 +21,7 @@ from .pylaunch.cluster import Cluster
 from .pylaunch.standins import unknowns_in
 from .report import verdict_of
 from .sources import read_flags
+from .stack import for_launch, using
 
 
 def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
@@ -99,7 +100,9 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     argv, pairs, tainted, gap = _untaint(got)
     base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
     environ = {**base, **got.env} if got.env_known else PartialEnv(got.env, why=UNKNOWN_ENV)
-    v = verdict_of(path, lambda: read_flags(argv, environ).topology)
+    stack = for_launch(path, getattr(got, "entry", None), pairs)
+    with using(stack):
+        v = verdict_of(path, lambda: read_flags(argv, environ).topology)
     unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
                             if getattr(environ, "dropped", None) else [])
     gap_why = f"the model shape may come from {tainted[-1]['expression']}" if gap is not None \

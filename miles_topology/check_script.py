@@ -12,11 +12,12 @@ from collections.abc import Sequence
 
 from .codes import CODES
 from .errors import InputError, Location, Problem
-from .flags import TOPOLOGY, field_of, flag_of, known
+from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
 from .model import fields_in, summary_fields
 from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
 from .sources import read_flags
+from .stack import for_launch, using
 
 # checks that read whether the model is MoE (checks/, Topology.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
@@ -99,6 +100,8 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
         return
 
     def skip(p: Problem) -> bool:
+        if p.code == "unknown-flag":  # a misspelt flag is refused whatever its value
+            return False
         return bool((unknown | facts) & set(p.flags)
                     or p.code in MOE_CODES and facts & MOE_FLAGS)
     v.skipped += [p for p in v.errors if skip(p)]
@@ -130,7 +133,15 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     """`args`: the script's positional arguments (``check SCRIPT.sh -- ARGS``)."""
     found = read(path, env, args)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
-    v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
+    stack = for_launch(path, found.entry, [(fv.flag, fv.value) for fv in found.argv])
+    with using(stack):
+        v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
+        # a flag whose value is unresolved stays out of argv: its spelling is judged here
+        for name in dict.fromkeys(u.flag for u in found.unresolved if u.flag):
+            p = spelling_problem(name)
+            if p is not None:
+                p = p.at(Location(*_first_source(found, name)))
+                {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
     unresolved = [  # one entry per unknown, though the launch may use it more than once
         dict(t) for t in dict.fromkeys(
             (("flag", u.flag), ("expression", u.expression), ("source", str(u.source)),
@@ -151,6 +162,7 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         for ps in (v.errors, v.warnings, v.skipped))
     values = values_report(found)
     v.extra = {
+        "stack": stack.describe(),
         "launcher": found.launcher,
         "entry": found.entry,
         "values": values,
@@ -159,6 +171,11 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def _first_source(found: ScriptRead, flag: str) -> tuple[str, int]:
+    src = next(u.source for u in found.unresolved if u.flag == flag)
+    return src.path, src.line
 
 
 def _sizes_after(found: ScriptRead, gap: int) -> bool:

@@ -235,10 +235,22 @@ def _settings(args):
     return settings(start, args.select, args.ignore, args.severity)
 
 
+def _stack_path(args) -> None:
+    from .stack import STACK_PATH, framework_in
+
+    if args.stack is None:
+        return
+    if framework_in(Path(args.stack)) is None:
+        raise InputError(f"--stack {args.stack}: no miles/ or slime/ with utils/arguments.py "
+                         "there; give a checkout or a site-packages folder that holds one")
+    STACK_PATH.set(args.stack)
+
+
 def cmd_check(args, flags) -> int:
     from .selection import apply
 
     chosen = _settings(args)
+    _stack_path(args)
     py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                       "gpu": args.gpu, "nvlink": args.nvlink},
           "real_imports": args.real_imports, "trust": args.trust_launcher}
@@ -292,6 +304,7 @@ def cmd_migrate(args, flags) -> int:
         raise InputError("migrate takes launch scripts, not `-- FLAGS...`")
     from .migrations.runner import main as migrate_main
 
+    _stack_path(args)
     return migrate_main(args.inputs, _parse_env(args.env), write=args.write, check=args.check,
                         inline=args.inline)
 
@@ -355,6 +368,11 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("inputs", nargs="*", metavar="INPUT", help=what)
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
+        if name in ("check", "migrate"):
+            p.add_argument("--stack", metavar="PATH",
+                           help="the user's stack: a checkout or site-packages holding miles "
+                                "or slime (default: installed, beside the script, else the "
+                                "bundled snapshot)")
         if name == "check":
             p.add_argument("--trust-launcher", action="store_true",
                            help="run Python launchers with in-process recorders only, where "

@@ -11,7 +11,7 @@ PKG = Path(__file__).resolve().parents[1] / "miles_topology"
 
 # bottom first; a subpackage is one unit. A unit may import its own layer or lower ones.
 LAYERS = (
-    ("errors", "grid", "layers", "env", "codes", "placement", "surface",
+    ("errors", "grid", "layers", "env", "codes", "placement", "surface", "argscan", "stack",
      "textfilters", "commandline"),  # records, data and arithmetic
     ("model",),  # Topology: the floor of the core
     ("checks", "flags"),  # the rules on it; the flag grammar

@@ -76,9 +76,20 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
         'warning', 'a renamed flag was used, or one upstream deprecates (SGLang renamed or '
         'ignores it); the message names the new one'),
     'unknown-flag': (
-        'error', "a flag miles' train.py does not define (miles, Megatron-LM, SGLang as "
-        "`--sglang-*`: miles_topology/surface.json), or a short alias such as `-tp`: its "
-        'parser exits at start-up; the message names the closest flag of the surface'),
+        'error', "a flag the launch's stack does not define (miles' or slime's train.py: "
+        'their own flags, Megatron-LM, SGLang as `--sglang-*`, the add_arguments of the '
+        'functions the launch names; the stack installed, beside the script, given by '
+        '`--stack`, else miles_topology/surface.json), or a short alias such as `-tp`, '
+        'whatever its value: its parser exits at start-up; the message names the closest '
+        'known flag'),
+    'flag-of-other-version': (
+        'warning', 'a flag the stack checked against does not define but another known '
+        'version or framework does (slime vs miles, a newer SGLang or Megatron-LM, slime\'s '
+        'patched Megatron-LM): the message names which'),
+    'unverified-flag': (
+        'skipped', "a flag the stack does not define, while a function the launch names "
+        "(`--rollout-function-path`, `--custom-generate-function-path`) cannot be read here: "
+        "its add_arguments may add it"),
     'flag-given-twice': (
         'warning', "one flag given twice with different values on a command line; miles' "
         'parser keeps the last'),
