@@ -12,6 +12,7 @@ import os
 from collections import Counter
 from collections.abc import Mapping
 
+from .channels import read_channels
 from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
 from .env import PartialEnv
 from .errors import Location
@@ -101,8 +102,13 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
     environ = {**base, **got.env} if got.env_known else PartialEnv(got.env, why=UNKNOWN_ENV)
     stack = for_launch(path, getattr(got, "entry", None), pairs)
+    channel, words = read_channels([(f, val, None) for f, val in pairs],
+                                   [os.path.dirname(os.path.abspath(path)), os.getcwd(),
+                                    *([stack.root] if stack.root else [])])
     with using(stack):
-        v = verdict_of(path, lambda: read_flags(argv, environ).topology)
+        v = verdict_of(path, lambda: read_flags(argv + words, environ).topology)
+    for p in channel:
+        {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
     unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
                             if getattr(environ, "dropped", None) else [])
     gap_why = f"the model shape may come from {tainted[-1]['expression']}" if gap is not None \

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .channels import read_channels
 from .codes import CODES
 from .errors import InputError, Location, Problem
 from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
@@ -134,8 +135,13 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     found = read(path, env, args)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     stack = for_launch(path, found.entry, [(fv.flag, fv.value) for fv in found.argv])
+    channel, words = read_channels(
+        [(fv.flag, fv.value, Location(fv.source.path, fv.source.line)) for fv in found.argv],
+        _dirs(path, stack))
     with using(stack):
-        v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
+        v = verdict_of(path, lambda: read_flags(found.tokens() + words, exported).topology)
+        for p in channel:
+            {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
         # a flag whose value is unresolved stays out of argv: its spelling is judged here
         for name in dict.fromkeys(u.flag for u in found.unresolved if u.flag):
             p = spelling_problem(name)
@@ -161,6 +167,7 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         [p.at(_locate(p, where)) if p.location is None else p for p in ps]
         for ps in (v.errors, v.warnings, v.skipped))
     values = values_report(found)
+    _channel_values(values, words)
     v.extra = {
         "stack": stack.describe(),
         "launcher": found.launcher,
@@ -171,6 +178,28 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def _channel_values(values: dict, words: list) -> None:
+    """A value a YAML channel sets wins over the command line's: its source is the YAML line."""
+    i = 0
+    while i < len(words):
+        flag, eq, inline = words[i].text.partition("=")
+        value = inline if eq else words[i + 1].text if i + 1 < len(words) else ""
+        if known(flag):
+            before = values.get(flag)
+            values[flag] = {"value": value, "source": str(words[i].source),
+                            "overridden": ([*before["overridden"], {
+                                "value": before["value"], "source": before["source"]}]
+                                if before else [])}
+        i += 1 if eq else 2
+
+
+def _dirs(path: str, stack) -> list[str]:
+    """Where a file a launch names may be: beside the script, its checkout, here."""
+    import os
+
+    return [os.path.dirname(os.path.abspath(path))] + ([stack.root] if stack.root else [])
 
 
 def _first_source(found: ScriptRead, flag: str) -> tuple[str, int]:

@@ -68,12 +68,14 @@ class Stack:
 
     def other(self, name: str) -> str | None:
         """Which other known version or framework defines `name`, or None."""
+        if name in surface.other_versions() and self.flag(name) is None:
+            return surface.other_versions()[name]
         if self.framework == "miles" and name in surface.slime_only():
             return "slime has it (the project miles grew from); miles does not"
         if self.framework == "slime" and name in surface.names() \
                 and name not in surface.slime_names():
             return "miles has it; slime does not"
-        return surface.other_versions().get(name)
+        return None
 
     def describe(self) -> str:
         v = surface.versions()

@@ -15,7 +15,7 @@ LAYERS = (
      "textfilters", "commandline"),  # records, data and arithmetic
     ("model",),  # Topology: the floor of the core
     ("checks", "flags"),  # the rules on it; the flag grammar
-    ("sources", "config", "yamlflags", "namespace",
+    ("sources", "config", "yamlflags", "namespace", "channels",
      "__init__"),  # reading and writing it (YAML as flags too); the package face
     ("weightsync", "replay", "show", "report", "shell", "pylaunch", "check_script",
      "check_launcher", "migrations", "selection", "cli", "__main__"),  # what is built on a Topology

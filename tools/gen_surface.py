@@ -793,6 +793,31 @@ def patch_flags(text: str) -> list[str]:
     return sorted(set(re.findall(r"add_argument\(\s*['\"](--[A-Za-z0-9][\w-]*)", added)))
 
 
+def patch_rows(text: str) -> list[dict]:
+    """The `add_argument` calls a unified diff adds, as surface records (their keyword
+    arguments read with ast where the call is complete on the added lines)."""
+    added = "\n".join(line[1:] for line in text.splitlines() if line.startswith("+"))
+    out = []
+    for m in re.finditer(r"add_argument\(", added):
+        depth, j = 0, m.end() - 1
+        for j in range(m.end() - 1, len(added)):
+            depth += {"(": 1, ")": -1}.get(added[j], 0)
+            if depth == 0:
+                break
+        try:
+            call = ast.parse("f" + added[m.end() - 1:j + 1].strip(), mode="eval").body
+        except SyntaxError:
+            continue
+        names = [a.value for a in call.args if isinstance(a, ast.Constant)]
+        if not names or not str(names[0]).startswith("--"):
+            continue
+        kw = {k.arg: ev(k.value, Scope(Module(ast.Module([], []), "patch"))) for k in
+              call.keywords if k.arg}
+        a = Arg(names, kw, "megatron")
+        out.append(record(a))
+    return out
+
+
 def names_of(rows: list[dict]) -> set[str]:
     return {n for r in rows for n in r["names"]}
 
@@ -928,6 +953,10 @@ def main() -> int:
         slime = Tree(a.slime)
         reset()
         data["slime_arguments"] = slime_arguments(slime)
+        # slime's image patches Megatron-LM (docker/patch/latest/megatron.patch): on slime's
+        # stack its flags are known
+        data["slime_arguments"] += patch_rows(
+            slime.read("docker/patch/latest/megatron.patch") or "")
         data["commits"]["THUDM/slime"] = slime.pin
         data["versions"]["slime"] = f"THUDM/slime {slime.pin[:7]}"
     if a.newer_megatron:

@@ -94,6 +94,18 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
         'warning', "one flag given twice with different values on a command line; miles' "
         'parser keeps the last'),
 })
+declare("channels.py (YAML files that set arguments after parsing)", {
+    'custom-config-layout': (
+        'error', '`--custom-config-path` YAML sets a layout or rollout size: miles applies it '
+        'in miles_validate_args, after world size and placement were computed from the '
+        'command line'),
+    'custom-config-unread': (
+        'skipped', '`--custom-config-path` cannot be read here (unknown value, missing file, '
+        'not YAML): the arguments it sets are not checked'),
+    'yaml-cfg-replaces-flags': (
+        'warning', "Megatron-LM's `--yaml-cfg` replaces every parsed argument with the YAML's: "
+        "the command line's sizes are not what runs"),
+})
 declare("report.py (where a Python launcher starts training)", {
     'launch': (
         'note', 'a training launch of a Python launcher, at its file:line: one notice per '
