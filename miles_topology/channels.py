@@ -83,7 +83,7 @@ def _custom_config(value: str | None, at: Location | None, dirs: Sequence[str]
         return [Problem(
             "custom-config-unread",
             f"{CUSTOM_CONFIG} is not known here, so the arguments its YAML sets after "
-            "parsing are not checked.", f"pass its value with --env, or check the YAML",
+            "parsing are not checked.", "pass its value with --env, or check the YAML",
             (CUSTOM_CONFIG,), "skipped", at)], []
     values = yaml_values(value, dirs)
     if isinstance(values, str):
