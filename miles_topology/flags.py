@@ -223,7 +223,7 @@ def _unknown(name: str, token: Any) -> Problem:
     from .stack import current
 
     st = current()
-    fw = "slime" if st.framework == "slime" else "miles"
+    fw = "slime's" if st.framework == "slime" else "miles'"
     other = st.other(name)
     if other is not None:
         return Problem(
@@ -244,7 +244,7 @@ def _unknown(name: str, token: Any) -> Problem:
     hint = f"; did you mean {near}?" if near else "."
     return Problem(
         "unknown-flag",
-        f"{name} is not a flag of {fw}' train.py ({st.describe()}): its parser refuses it "
+        f"{name} is not a flag of {fw} train.py ({st.describe()}): its parser refuses it "
         f"at start-up{hint}",
         f"write {near}" if near else f"remove {name}, or check its spelling against "
         "`python train.py --help`", (name,), "error", where(token),

@@ -245,8 +245,9 @@ def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, 
         where, origin = None, "bundled"
     base = _base(str(where[0]) if where else None, framework, origin)
     roots = [Path(p) for p in (stack_path, where[0] if where else None) if p]
-    if script:
-        roots.append(Path(os.path.abspath(script)).parent)
+    if script:  # the script's folder and those above it (its repository's root on PYTHONPATH)
+        here = Path(os.path.abspath(script)).parent
+        roots += [here, *list(here.parents)[:3]]
     return with_functions(base, argv, roots)
 
 

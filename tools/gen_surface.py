@@ -863,7 +863,7 @@ def other_versions(data: dict, a: argparse.Namespace) -> dict[str, str]:
     miles_tree = Tree(a.miles, a.miles_rev)
     files = miles_tree._git("ls-tree", "-r", "--name-only", miles_tree.pin, "miles").split()
     for path in files:
-        if not path.endswith(".py"):
+        if not path.endswith(".py") or "/router/" in path:  # the router's own --sglang-port
             continue
         for n in re.findall(r"['\"](--sglang-[a-z0-9][a-z0-9-]*[a-z0-9])['\"]",
                             miles_tree.read(path) or ""):
