@@ -18,15 +18,20 @@ Sources, pinned (the commits are written into the JSON):
                  miles' Dockerfile starts from; the sgl-project/sglang git history is too
                  large to mirror here, and the wheel holds the same python sources)
   sglang-router  `pip download --no-deps sglang-router==0.3.2` (miles requires >=0.2.3)
-  slime          fetch github:THUDM/slime (optional): the flags only slime has, so that
-                 check says so for a slime script
+  slime          fetch github:THUDM/slime (optional): slime's own flags (its surface, with
+                 the same Megatron-LM and SGLang rows) and its docker/patch/latest/megatron.patch
+  other versions `pip download --no-deps sglang==0.5.23` and fetch github:NVIDIA/Megatron-LM
+                 (optional): flags of a newer SGLang / Megatron-LM (`other_versions`), with
+                 the `--sglang-*` flags miles' own code passes (its image's sglang-miles build)
 
 Regenerate:
   .venv/bin/python tools/gen_surface.py \\
       --miles /work/.mirror/radixark+miles/repo \\
       --megatron /work/.mirror/radixark+Megatron-LM/repo --megatron-rev miles-main \\
       --sglang sglang-0.5.16-*.whl --router sglang_router-0.3.2-*.whl \\
-      --slime /work/.mirror/THUDM+slime/repo > miles_topology/surface.json
+      --slime /work/.mirror/THUDM+slime/repo \\
+      --newer-sglang sglang-0.5.23-*.whl \\
+      --newer-megatron /work/.mirror/NVIDIA+Megatron-LM/repo > miles_topology/surface.json
 """
 
 from __future__ import annotations
