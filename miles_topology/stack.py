@@ -192,18 +192,17 @@ def cache_dir() -> Path:
     return Path(base) / "miles-topology"
 
 
-def _framework_flags(root: Path, package: str) -> list[Added]:
-    """The literal flags of a framework package at `root`, cached per its files' version."""
-    files = sorted((root / package).glob("**/arguments.py"))
+def _cached(tag: str, files: Sequence[Path], compute) -> list[Added]:
+    """`compute()`, kept in the cache folder per version of `files` (their sizes and times)."""
     key = hashlib.sha256(json.dumps(
         [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]).encode()
     ).hexdigest()[:24]
-    path = cache_dir() / f"flags-{package}-{key}.json"
+    path = cache_dir() / f"flags-{tag}-{key}.json"
     try:
         return [Added(tuple(n), t) for n, t in json.loads(path.read_text())]
     except (OSError, ValueError, TypeError):
         pass
-    got = own_flags(lambda m: _source([root], m), package)
+    got = compute()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -214,6 +213,32 @@ def _framework_flags(root: Path, package: str) -> list[Added]:
     return got
 
 
+def _framework_flags(root: Path, package: str) -> list[Added]:
+    """The literal flags of a framework package at `root` (argscan.own_flags)."""
+    files = sorted((root / package).glob("**/arguments.py"))
+    return _cached(package, files, lambda: own_flags(lambda m: _source([root], m), package))
+
+
+def _megatron_flags(roots: Sequence[Path]) -> tuple[str, list[Added]] | None:
+    """The literal flags of the Megatron-LM beside the framework or on sys.path
+    (megatron/training/arguments.py: miles and slime parse with Megatron's own parser, so
+    each flag it adds is accepted), and where it is; None when there is none."""
+    from .argscan import adds
+
+    for base in [*roots, *(Path(p) for p in sys.path if p)]:
+        f = base / "megatron" / "training" / "arguments.py"
+        if f.is_file():
+            def read(f=f) -> list[Added]:
+                try:
+                    import ast
+
+                    return list(adds(ast.parse(f.read_text(errors="replace"))))
+                except (SyntaxError, ValueError, OSError):
+                    return []
+            return str(f.parent.parent.parent), _cached("megatron", [f], read)
+    return None
+
+
 @lru_cache(maxsize=64)
 def _base(root: str | None, framework: str, origin: str) -> Stack:
     added: dict[str, tuple[str, Added]] = {}
@@ -221,6 +246,11 @@ def _base(root: str | None, framework: str, origin: str) -> Stack:
         for a in _framework_flags(Path(root), framework):
             for n in a.names:
                 added[n] = (f"{framework} of {root}", a)
+    megatron = _megatron_flags([Path(root)] if root else [])
+    if megatron is not None:
+        for a in megatron[1]:
+            for n in a.names:
+                added.setdefault(n, (f"Megatron-LM of {megatron[0]}", a))
     return Stack(framework, root, origin, added)
 
 

@@ -226,3 +226,21 @@ def test_migrate_moves_the_layout_of_a_script_with_flags_of_its_own(tmp_path):
     out = migrate(script, {})
     assert out.applied and "--prm-enable --rollout-min-p 0.1" in out.new
     assert sorted(p.flags[0] for p in out.beside) == ["--prm-enable", "--rollout-min-p"]
+
+
+def test_an_installed_megatron_s_own_flags_are_known(tmp_path, monkeypatch):
+    # a newer Megatron-LM on PYTHONPATH (miles' image: /root/Megatron-LM) defines a flag
+    # the bundled snapshot does not have: the user's stack accepts it
+    mg = tmp_path / "Megatron-LM" / "megatron" / "training"
+    mg.mkdir(parents=True)
+    (mg / "arguments.py").write_text(
+        "def _add_network_size_args(parser):\n"
+        "    group = parser.add_argument_group(title='network size')\n"
+        "    group.add_argument('--use-shiny-attention', action='store_true')\n"
+        "    return parser\n")
+    assert codes(parse_flags(["--use-shiny-attention"])) == ["unknown-flag"]
+    monkeypatch.syspath_prepend(str(tmp_path / "Megatron-LM"))
+    st = stack.for_launch(None, None, [])
+    assert st.flag("--use-shiny-attention") is not None
+    with stack.using(st):
+        assert parse_flags(["--use-shiny-attention"]).errors == []
