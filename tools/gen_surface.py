@@ -866,12 +866,13 @@ def other_versions(data: dict, a: argparse.Namespace) -> dict[str, str]:
         reset()
         TREES["miles"] = Tree(a.miles, a.miles_rev)
     miles_tree = Tree(a.miles, a.miles_rev)
-    files = miles_tree._git("ls-tree", "-r", "--name-only", miles_tree.pin, "miles").split()
-    for path in files:
-        if not path.endswith(".py") or "/router/" in path:  # the router's own --sglang-port
+    files = miles_tree._git("ls-tree", "-r", "--name-only", miles_tree.pin, "miles", "scripts",
+                            "examples").split()
+    for path in files:  # its package, scripts and examples (which its CI runs in that image)
+        if not path.endswith((".py", ".sh")) or "/router/" in path:  # the router's own port
             continue
-        for n in re.findall(r"['\"](--sglang-[a-z0-9][a-z0-9-]*[a-z0-9])['\"]",
-                            miles_tree.read(path) or ""):
+        for n in re.findall(r"(?:^|[\s'\"(])(--sglang-[a-z0-9][a-z0-9-]*[a-z0-9])(?=[\s'\")=\\]|$)",
+                            miles_tree.read(path) or "", re.M):
             if n not in miles:
                 out.setdefault(n, "SGLang of miles' docker image (its sglang-miles branch) "
                                   f"has it: miles' own {path} passes it")
