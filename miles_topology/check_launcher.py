@@ -9,6 +9,7 @@ never import each other's verdicts.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Mapping
 
@@ -95,13 +96,23 @@ def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]]
     return argv, pairs, unresolved, gap
 
 
+def _imports(path: str) -> tuple[str, ...]:
+    """The frameworks a launcher imports (`import slime`, `from miles.utils ...`)."""
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return ()
+    return tuple(fw for fw in ("slime", "miles")
+                 if re.search(rf"^\s*(?:from|import)\s+{fw}\b", text, re.M))
+
+
 def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     """A ``--topology`` YAML is resolved with the environment the entry really gets: under
     ray job submit only the runtime env, else the launcher's own plus what the command sets."""
     argv, pairs, tainted, gap = _untaint(got)
     base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
     environ = {**base, **got.env} if got.env_known else PartialEnv(got.env, why=UNKNOWN_ENV)
-    stack = for_launch(path, getattr(got, "entry", None), pairs)
+    stack = for_launch(path, getattr(got, "entry", None), pairs, imports=_imports(path))
     channel, words = read_channels([(f, val, None) for f, val in pairs],
                                    [os.path.dirname(os.path.abspath(path)), os.getcwd(),
                                     *([stack.root] if stack.root else [])])

@@ -78,13 +78,17 @@ class Stack:
         return None
 
     def describe(self) -> str:
+        """What the flags were judged against, for the report."""
         v = surface.versions()
-        base = (f"Megatron-LM {v.get('Megatron-LM', '?')}, SGLang {v.get('SGLang', '?')} "
-                "(bundled)")
+        # slime's image runs NVIDIA Megatron-LM with slime's patch and its own SGLang build;
+        # the bundled slime surface takes miles' Megatron-LM and SGLang rows plus that patch
+        how = "bundled, as miles' with slime's Megatron-LM patch" \
+            if self.framework == "slime" else "bundled"
+        base = f"Megatron-LM {v.get('Megatron-LM', '?')}, SGLang {v.get('SGLang', '?')} ({how})"
         own = v.get(self.framework, self.framework)
         if self.root is not None:
             own = f"{self.framework} of {self.root} ({self.origin})"
-        return f"{own}, {base}" if self.root is not None else f"{own}, {base}"
+        return f"{own}, {base}"
 
 
 BUNDLED = Stack()
