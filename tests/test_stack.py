@@ -244,3 +244,32 @@ def test_an_installed_megatron_s_own_flags_are_known(tmp_path, monkeypatch):
     assert st.flag("--use-shiny-attention") is not None
     with stack.using(st):
         assert parse_flags(["--use-shiny-attention"]).errors == []
+
+
+def test_add_arguments_are_followed_through_imports_and_classes():
+    # miles' session_verify_agent style: its add_arguments calls the base function's first
+    from miles_topology.argscan import Resolver
+
+    src = {
+        "pkg.base": "import argparse\nasync def generate(x): ...\n"
+                    "def _add(parser):\n    parser.add_argument('--base-turns', type=int)\n"
+                    "generate.add_arguments = _add\n",
+        "pkg.agent": "from pkg.base import generate as _base_generate\n"
+                     "async def generate(x): ...\n"
+                     "def _add_arguments(parser):\n"
+                     "    _base_generate.add_arguments(parser)\n"
+                     "    parser.add_argument('--cycles', type=int, default=3)\n"
+                     "    parser.add_argument('--strict', action='store_true')\n"
+                     "generate.add_arguments = _add_arguments\n",
+        "pkg.cls": "class RolloutFn:\n    @staticmethod\n    def add_arguments(parser):\n"
+                   "        parser.add_argument('--rollout-knob', type=float)\n",
+        "pkg.reexport": "from pkg.agent import generate\n",
+        "pkg.plain": "def generate(x):\n    return x\n",
+    }
+    r = Resolver(src.get)
+    got = {n: a.takes_value for a in r.function_arguments("pkg.reexport.generate")
+           for n in a.names}
+    assert got == {"--base-turns": True, "--cycles": True, "--strict": False}
+    assert [a.names for a in r.function_arguments("pkg.cls.RolloutFn")] == [("--rollout-knob",)]
+    assert r.function_arguments("pkg.plain.generate") == []  # resolved, adds nothing
+    assert r.function_arguments("pkg.absent.generate") is None  # unresolved
