@@ -5,7 +5,7 @@ Launch scripts and Python launchers count GPUs and read probes through short pip
 coreutils filters. The bash reader (on known text) and the launcher sandbox (on a modelled
 ``nvidia-smi``) both need their output; this is the one place that knows what the filters do.
 Each filter follows GNU coreutils/grep/sed/awk in the C locale (the behaviour is checked
-against the real programs in tests/test_textfilters.py). A command or option not modelled
+against the real programs in tests/shell/test_textfilters.py). A command or option not modelled
 makes the whole pipeline unknown (None): the caller reports the value unresolved, never
 guessed.
 """

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import time
+from collections import defaultdict
 from functools import cache
 from pathlib import Path
+
+import pytest
+from support import LAUNCHERS, ROOT, SCRIPTS, run_cli
 
 HEAVY = ("torch", "ray", "megatron", "numpy", "miles")
 LEFT_OUT: list[str] = []
@@ -58,7 +63,40 @@ def pytest_report_header(config) -> list[str]:
         if absent else []
 
 
+# Wall time per phase (the folder under tests/ that mirrors a part of the package), printed
+# at the end of every run so CI's log shows where the suite's time goes.
+PHASES: dict[str, float] = defaultdict(float)
+_T0 = time.monotonic()
+
+
+def pytest_runtest_logreport(report) -> None:
+    rel = Path(report.fspath).resolve()
+    parts = rel.relative_to(ROOT / "tests").parts if rel.is_relative_to(ROOT / "tests") else ()
+    PHASES[parts[0] if len(parts) > 1 else "(top)"] += report.duration
+
+
+@pytest.fixture()
+def cli(capsys):
+    """`cli("check", "--", ...)` -> (exit code, stdout, stderr) of miles-topology, in-process."""
+    return lambda *argv: run_cli(capsys, *argv)
+
+
+@pytest.fixture()
+def scripts():
+    return SCRIPTS
+
+
+@pytest.fixture()
+def launchers():
+    return LAUNCHERS
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
+    if PHASES:
+        took = ", ".join(f"{k} {v:.0f}s" for k, v in sorted(PHASES.items(), key=lambda kv: -kv[1])
+                         if v >= 0.5)
+        terminalreporter.write_line(f"wall time by phase: {took} "
+                                    f"(session {time.monotonic() - _T0:.0f}s)")
     if LEFT_OUT:
         terminalreporter.write_line("left out (training stack not installed): "
                                     + "; ".join(LEFT_OUT))

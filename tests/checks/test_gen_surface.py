@@ -10,8 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from support import ROOT
 
 SOURCES = {
     "megatron/training/arguments.py": '''

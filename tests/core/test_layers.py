@@ -6,8 +6,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
-PKG = Path(__file__).resolve().parents[1] / "miles_topology"
+PKG = ROOT / "miles_topology"
 
 # bottom first; a subpackage is one unit. A unit may import its own layer or lower ones.
 LAYERS = (

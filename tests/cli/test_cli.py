@@ -6,6 +6,7 @@ import sys
 import time
 
 import pytest
+from support import ROOT, SCRIPTS, STEP_FIXTURES
 
 from miles_topology.cli import main
 
@@ -106,8 +107,6 @@ def test_import_stays_light_and_check_is_fast():
 
 # ---- ecosystem conventions ----------------------------------------------------------
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "tests" / "fixtures" / "scripts"
 
 
 def test_version_and_python_m_package():
@@ -147,7 +146,7 @@ def test_schema_validates_every_example_and_rejects_a_bad_one(tmp_path, capsys):
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     examples = sorted((ROOT / "examples").glob("*.yaml")) + \
-        sorted((ROOT / "miles_topology" / "migrations" / "fixtures").rglob("*.topology.yaml"))
+        sorted(STEP_FIXTURES.rglob("*.topology.yaml"))
     assert examples
     for path in examples:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)

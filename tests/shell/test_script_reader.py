@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import ROOT, SCRIPTS
 
 from miles_topology.shell import (
     FlagValue,
@@ -19,7 +20,7 @@ from miles_topology.shell import (
     read_script,
 )
 
-HERE = Path(__file__).parent / "fixtures" / "scripts"
+HERE = SCRIPTS
 EXPECTED = json.loads((HERE / "expected.json").read_text())["fixtures"]
 CASES = [(name, k) for name, spec in EXPECTED.items() for k in range(len(spec["cases"]))]
 
@@ -377,7 +378,7 @@ def test_import_is_light():
     code = ("import sys; import miles_topology.shell; "
             "print([m for m in ('torch', 'ray', 'megatron') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parent.parent)
+                         cwd=ROOT)
     assert out.stdout.strip() == "[]"
 
 
@@ -548,6 +549,7 @@ def test_doubling_array_is_bounded(tmp_path):
     assert "more than" in read.unresolved[0].why
 
 
+@pytest.mark.slow
 def test_array_appends_are_linear(tmp_path):
     def cost(n: int) -> float:
         path = write(tmp_path, "A=()\n" + "A+=(w)\n" * n + 'python3 train.py "${A[@]}"\n',
@@ -569,6 +571,7 @@ def test_huge_file_is_refused_before_reading(tmp_path):
         read_script(path)
 
 
+@pytest.mark.slow
 def test_exponential_function_calls_are_bounded(tmp_path):
     text = "f() { f; f; }\nf\npython3 train.py --a 1\n"
     start = time.perf_counter()
@@ -583,7 +586,7 @@ def test_tree_sitter_is_loaded_lazily():
     code = ("import sys; import miles_topology, miles_topology.shell, miles_topology.cli; "
             "print('tree_sitter' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parent.parent)
+                         cwd=ROOT)
     assert out.stdout.strip() == "False"
 
 
@@ -722,6 +725,7 @@ def test_loops_not_stepped_through_stay_unresolved(tmp_path, loop, reason):
     assert reason in u.why
 
 
+@pytest.mark.slow
 def test_stepping_is_bounded_by_commands_and_per_read(tmp_path):
     body = "; ".join(["X=1"] * 20)  # 20 commands a time, 6000 times: over 100000 commands
     read = read_text(tmp_path, f"for ((i=0; i<6000; i++)); do {body}; done\n"

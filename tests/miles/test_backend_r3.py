@@ -117,6 +117,7 @@ def test_matrix_covers_what_it_claims():
                for t in topos for e in range(t.num_engines))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MATRIX)
 def test_r3_exact(pool, name):
     case(name, MATRIX[name], pool)
@@ -128,6 +129,7 @@ def test_r3_exact_slow(pool, name):
     case(name, SLOW[name], pool)
 
 
+@pytest.mark.slow
 def test_training_is_the_same_computation_on_every_topology(pool):
     """Same seed, same model: rewards, losses and the synced weights agree across layouts,
     so the distributed forward, backward, gradient reductions and update are the
@@ -150,6 +152,7 @@ def test_training_is_the_same_computation_on_every_topology(pool):
 DEFAULT = MATRIX["default-2x4-ep2-colocated"]
 
 
+@pytest.mark.slow
 def test_without_replay_routes_flip_and_log_probs_split(pool):
     """--no-replay on the default job: the engine's bf16 router and the trainer's float64
     one part on near-ties, so routes disagree and log-probs move far beyond the noise."""
@@ -221,6 +224,7 @@ def test_engine_post_processing_before_all_senders_is_caught(pool):
     assert max(m["logprob_max_abs_diff"] for m in bad[1:]) > 3 * LOGPROB_TOL
 
 
+@pytest.mark.slow
 def test_skewed_senders_never_make_an_engine_post_process_early(pool):
     kw = MATRIX["tp2-sp-etp2-ep2-gpn8"]  # 4 engines, several senders each
     topo, ms = job(pool, kw, steps=3, extra=["--sync-skew-s", "0.3"])

@@ -25,8 +25,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 LINUX = sys.platform.startswith("linux")
 pytestmark = pytest.mark.skipif(not LINUX, reason="reads the process table from /proc")
 START_S = 300  # a start-up on a loaded 2-core machine can take a minute
@@ -186,6 +186,7 @@ def _ray_folders(j: Job) -> None:
     assert glob.glob(f"{j.base}/miles-*/ray/session_*/sockets"), os.listdir(j.base)
 
 
+@pytest.mark.slow
 def test_interrupt_during_cluster_start_up(job):
     j = job()
     at = j.wait_for("cluster start-up: nodes up")
@@ -197,6 +198,7 @@ def test_interrupt_during_cluster_start_up(job):
     _gone(j, seen, at, "miles: interrupted during cluster start-up", 130, took)
 
 
+@pytest.mark.slow
 def test_interrupt_during_worker_start_up(job):
     j = job()
     at = j.wait_for("worker start-up")
@@ -210,6 +212,7 @@ def test_interrupt_during_worker_start_up(job):
     _gone(j, seen, at, "miles: interrupted during worker start-up", 130, took)
 
 
+@pytest.mark.slow
 def test_interrupt_during_a_step(job):
     j = job()
     at = j.wait_for("step 2")
@@ -219,6 +222,7 @@ def test_interrupt_during_a_step(job):
     _gone(j, seen, at, "miles: interrupted during step 2", 130, took)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, role", [("rank5", "rank 5"), ("engine2", "engine 2"),
                                         ("host", "the host of node 1")])
 def test_a_dead_process_names_itself_and_stops_the_job(job, name, role):
@@ -285,6 +289,7 @@ def _kernel() -> tuple[int, int]:
     return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
 
 
+@pytest.mark.slow
 def test_the_sweep_catches_an_orphan_and_removes_the_temp_folder(tmp_path):
     """An orphan (its parent gone, as Ray's agents after a raylet stopped early) is
     re-parented to the launcher, so the sweep still finds and kills it."""
@@ -328,6 +333,7 @@ def test_phase_markers_only_when_asked(capsys, monkeypatch):
         ["miles-test: role start-up", "miles-test: step 1"]
 
 
+@pytest.mark.slow
 def test_a_main_thread_stuck_after_ctrl_c_is_ended_by_the_watch(tmp_path):
     """Ray's C++ core can hold the main thread for seconds after the signal; the launcher
     still ends within its grace: swept, folder removed, the line, the exit code."""

@@ -153,6 +153,7 @@ def reference(topo, tokens, routes, rank, pad_multiple, plan):
 # ---- properties ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_ship_matches_full_tensor_reference(case):

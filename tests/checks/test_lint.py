@@ -8,11 +8,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from support import TESTS, run_cli
 
 from miles_topology.cli import main
 from miles_topology.codes import CODES
 
-HERE = Path(__file__).parent
+HERE = TESTS
 SCRIPTS = HERE / "fixtures" / "scripts"
 SARIF_SCHEMA = json.loads((HERE / "schemas" / "sarif-schema-2.1.0.json").read_text())
 
@@ -34,8 +35,8 @@ def script(tmp_path, tp=1, same="", before="", name="run.sh") -> str:
 
 
 def reported(capsys, *argv) -> tuple[int, list[str]]:
-    code = main(["check", "--format", "json", *argv])
-    data = json.loads(capsys.readouterr().out)
+    code, out, _ = run_cli(capsys, "check", "--format", "json", *argv)
+    data = json.loads(out)
     data = data if isinstance(data, list) else [data]
     return code, [p["code"] for d in data for k in ("errors", "warnings", "skipped")
                   for p in d[k]]

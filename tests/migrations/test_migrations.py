@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support import ROOT, SCRIPTS, STEP_FIXTURES, run_cli
 
-from miles_topology.cli import main as cli_main
 from miles_topology.errors import TopologyError
 from miles_topology.migrations import common
 from miles_topology.migrations.common import (
@@ -30,9 +30,6 @@ from miles_topology.migrations.common import (
 from miles_topology.migrations.runner import STEPS, migrate, write
 from miles_topology.sources import read_flags
 
-ROOT = Path(__file__).parent.parent
-STEP_FIXTURES = ROOT / "miles_topology" / "migrations" / "fixtures"
-SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 EXPECTED = json.loads((SCRIPTS / "expected.json").read_text())["fixtures"]
 CASES = [(n, k) for n, spec in EXPECTED.items() for k in range(len(spec["cases"]))]
 BASH = shutil.which("bash")
@@ -48,9 +45,7 @@ REFUSED_VALID = {
 
 
 def cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = cli_main(argv)
-    got = capsys.readouterr()
-    return code, got.out, got.err
+    return run_cli(capsys, *argv)
 
 
 def env_args(env: dict) -> list[str]:
@@ -440,6 +435,7 @@ def assert_only_layout_moved(old: str, new: str, yaml: str = "") -> None:
     assert all(c in noted or c.strip().lstrip("#").strip() in yaml for c in comments)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "case"), CASES, ids=[f"{n}[{k}]" for n, k in CASES])
 def test_acceptance_on_checker_fixtures(name, case, tmp_path, capsys):
     env = EXPECTED[name]["cases"][case]["env"]
@@ -761,6 +757,7 @@ def run_bash(script: Path, cwd: Path, bin_: Path, **env) -> None:
                    capture_output=True, env={"PATH": f"{bin_}:/usr/bin:/bin", **env})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(BASH is None, reason="needs bash")
 def test_values_moved_to_yaml_reach_train_py_under_ray_job_submit(tmp_path, capsys):
     (tmp_path / "job").mkdir()
@@ -1073,6 +1070,7 @@ def test_inline_then_a_flag_given_again_joins_the_array(tmp_path):
     assert read(State(run, run.read_text(), {})).topology.cp == 2
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(BASH is None, reason="needs bash")
 def test_the_bash_comparison_catches_a_changed_launch(tmp_path, capsys):
     """same_launch fails on a non-layout flag changed, or a layout value changed."""
@@ -1093,6 +1091,7 @@ def test_the_bash_comparison_catches_a_changed_launch(tmp_path, capsys):
         same_launch(before, launched(run, tmp_path, bin_, log), {})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(BASH is None, reason="needs bash")
 def test_model_helper_idiom(tmp_path, capsys):
     """miles' `read -ra MODEL_ARGS <<< "$(python3 .../model_args_utils.py NAME)"`: migrated

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
 from miles_topology import __version__
 
-ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("pre_commit")
 
 VALID = """#!/bin/bash
@@ -98,6 +98,7 @@ def test_the_suppressed_warning_is_real_without_its_directive(tmp_path, capsys):
     assert main(["check", "--batch", str(tmp_path / "setup-env.sh")]) == 0
 
 
+@pytest.mark.slow
 def test_pre_commit_fails_exactly_the_invalid_script(repos, capsys):
     work, home = repos
     whole = pre_commit(work, home, "--all-files")

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mutation import mutated
+from support import SCRIPTS
 
 from miles_topology.shell import ScriptRead, ScriptReadError, read_script
 
-FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
+FIXTURES = SCRIPTS
 TEXTS = [p.read_text() for p in sorted(FIXTURES.glob("*.sh")) + sorted(
     (FIXTURES / "idioms").glob("*.sh"))]
 NASTY = ["'", '"', "{", "}", "(", ")", "$((", "$(", "${", "`", "\\", "\\\n", "\n", "#", ";", ";;",
@@ -50,12 +51,14 @@ def check(workdir: Path, text: str, env=None) -> None:
     read.values()
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=MUTATED)
 def test_mutated_fixture_scripts(workdir, text):
     check(workdir, text)
 
 
+@pytest.mark.slow
 @settings(max_examples=800, deadline=None)
 @given(text=st.lists(st.sampled_from(NASTY + ["--a", "1", "X=", "A=(", ")", "python3 train.py",
                                                "$X", "${A[@]}", "source models/qwen3-4B.sh"]),

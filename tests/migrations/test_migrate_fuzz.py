@@ -11,13 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mutation import mutated
+from support import SCRIPTS, STEP_FIXTURES
 
 from miles_topology.migrations.common import Refused
 from miles_topology.migrations.runner import migrate, write
 
-ROOT = Path(__file__).parent.parent
-SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
-STEPS = ROOT / "miles_topology" / "migrations" / "fixtures"
+STEPS = STEP_FIXTURES
 TEXTS = [p.read_text() for p in sorted(SCRIPTS.glob("*.sh"))] + \
     [p.read_text() for p in sorted(STEPS.glob("*/before.sh"))]
 SNIPPETS = ["--tensor-model-parallel-size 2", "--colocate", "--rollout-num-gpus 4",
@@ -66,6 +65,7 @@ def check(workdir: Path, text: str, env: dict, inline: bool) -> None:
         assert bash_ok(path), out.new
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=MUTATED, inline=st.booleans(),
        env=st.dictionaries(st.sampled_from(["TP", "EP", "NNODES", "ASYNC", "1"]),

@@ -1,6 +1,7 @@
 """One case per problem code: the code fires, and its message and fix carry the numbers."""
 
 import pytest
+from support import ROOT
 
 from miles_topology import Topology, TopologyError
 
@@ -185,9 +186,8 @@ def _emitted_codes(extra=()):
     """Every code literal the package can emit: the first argument of Problem(...), Note(...)
     and the check helpers, and the first item of the script reader's note tuples."""
     import ast
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     files = {p.resolve() for d in ("miles_topology", "miles")
              for p in (root / d).rglob("*.py") if "fixtures" not in p.parts} | set(extra)
     makers = {"Problem", "Note", "_err", "_warn", "_skip", "_problem", "_note"}
@@ -246,11 +246,10 @@ def _rule_codes(path):
 
 
 def test_each_rule_declares_every_code_it_reports():
-    from pathlib import Path
 
     from miles_topology.checks import ORDER
 
-    rules = [r for p in (Path(__file__).resolve().parents[1] / "miles_topology" / "checks")
+    rules = [r for p in (ROOT / "miles_topology" / "checks")
              .glob("*.py") for r in _rule_codes(p)]
     assert sorted(name for name, _, _ in rules) == sorted(ORDER)
     bad = {name: body - said for name, body, said in rules if body - said}
@@ -303,9 +302,8 @@ def _hand_flags(path):
 
 
 def test_rule_messages_quote_flags_through_the_field_table(tmp_path):
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "miles_topology" / "checks"
+    root = ROOT / "miles_topology" / "checks"
     spelled = {p.name: _hand_flags(p) for p in root.glob("*.py") if _hand_flags(p)}
     assert not spelled, f"quote these as F.<field> (checks/base.py): {spelled}"
     bad = tmp_path / "bad.py"
@@ -326,10 +324,9 @@ def test_registry_catches_an_unregistered_code(tmp_path):
 
 
 def test_problem_codes_doc_is_generated_from_the_registry():
-    from pathlib import Path
 
     from miles_topology.codes import CODES, markdown
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "problem-codes.md").read_text()
+    doc = (ROOT / "docs" / "problem-codes.md").read_text()
     assert doc == markdown(), "regenerate: python -m miles_topology.codes > docs/problem-codes.md"
     assert all(f"| `{code}` |" in doc for code in CODES)

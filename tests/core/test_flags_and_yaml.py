@@ -2,6 +2,7 @@
 
 import pytest
 from pydantic import ValidationError
+from support import ROOT
 
 from miles_topology import Topology, TopologyError
 from miles_topology.sources import read_flags
@@ -263,9 +264,8 @@ def test_a_topology_flag_without_a_file_is_unreadable_input():
 
 def test_the_topology_option_is_parsed_only_in_flags_py():
     import re
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     pattern = re.compile(r"""["']--topology=?["']""")
     files = {p.resolve() for d in ("miles_topology", "miles")
              for p in (root / d).rglob("*.py")}
@@ -321,6 +321,7 @@ def test_repeat_and_typo_point_at_the_token_that_wrote_them():
     assert parse_flags([t for t, _ in words]).errors[0].location is None  # plain strings
 
 
+@pytest.mark.slow
 def test_the_trigram_shortlist_finds_what_full_difflib_finds():
     """suggest() compares only 24 shortlisted spellings: on near misses of the surface's
     flags (a letter dropped, doubled or swapped) it agrees with difflib over all of them."""

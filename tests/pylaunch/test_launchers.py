@@ -10,13 +10,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support import LAUNCHERS
 
 from miles_topology.check_launcher import check_python_all
 from miles_topology.cli import main
 from miles_topology.pylaunch import read_python_launches
 from miles_topology.pylaunch.cluster import Cluster
 
-HERE = Path(__file__).parent / "fixtures" / "launchers"
+HERE = LAUNCHERS
 UP = {"PYTHONPATH": str(HERE / "upstream")}  # the stand-in miles helpers, not the checkout's
 
 
@@ -52,6 +53,7 @@ MODES = [False, pytest.param(True, marks=pytest.mark.skipif(
 # ---------------------------------------------------------------- each style, hand-computed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("real", MODES)
 def test_typer_app_every_command(real):
     pytest.importorskip("typer")
@@ -68,6 +70,7 @@ def test_typer_app_every_command(real):
                for v in vs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("real", MODES)
 def test_a_test_file_launching_in_a_loop_is_one_entry_per_launch(real):
     vs = check_python_all(fixture("test_tiny_moe_parallel_check.py"), [], UP, real_imports=real)
@@ -86,6 +89,7 @@ def test_a_test_file_launching_in_a_loop_is_one_entry_per_launch(real):
     assert all(p.location.line == loop for p in vs[-1].errors)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("real", MODES)
 def test_a_model_config_that_is_not_here_is_an_unknown_model_fact(real, tmp_path):
     vs = check_python_all(fixture("run_from_hf_config.py"), [], UP, real_imports=real)
@@ -110,6 +114,7 @@ def test_a_model_config_that_is_not_here_is_an_unknown_model_fact(real, tmp_path
     assert not v.extra["unresolved"]
 
 
+@pytest.mark.slow
 def test_default_mode_never_imports_the_installed_heavy_modules(tmp_path):
     launcher = tmp_path / "run.py"
     launcher.write_text(
@@ -370,6 +375,7 @@ def test_a_module_the_launcher_imports_that_is_missing_is_a_stand_in_a_librarys_
                          "recording stand-in answered it"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _real_ok(), reason="--real-imports needs torch, ray and typer installed")
 def test_real_imports_flag_on_the_command_line(tmp_path, capsys):
     launcher = tmp_path / "run.py"

@@ -18,8 +18,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CORE = ("pydantic", "omegaconf", "tree-sitter", "tree-sitter-bash")  # pyproject dependencies
 GOOD = ["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4",
         "--expert-model-parallel-size", "2", "--num-experts", "8", "--colocate"]

@@ -7,16 +7,16 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from support import LAUNCHERS
 
 from miles_topology.errors import InputError
 from miles_topology.model import Topology
 from miles_topology.pylaunch import read_python_launcher
 from miles_topology.pylaunch.commands import find, find_in_shell, split_shell
 
-HERE = Path(__file__).parent / "fixtures" / "launchers"
+HERE = LAUNCHERS
 
 
 def fixture(name: str) -> str:

@@ -4,6 +4,7 @@ import os
 import time
 
 import pytest
+from support import ROOT
 
 from miles.plan import plan_text
 from miles.train import main
@@ -136,6 +137,7 @@ _PEAK = ("import atexit, os, runpy, sys\n"
          "runpy.run_module('miles_topology', run_name='__main__')\n")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_script_reader_memory_is_bounded(name, tmp_path):
@@ -150,7 +152,7 @@ def test_script_reader_memory_is_bounded(name, tmp_path):
     with open(err, "w") as e:
         rc = subprocess.run([sys.executable, "-c", _PEAK, "check", "--format", "json",
                              str(path)], stdout=subprocess.DEVNULL, stderr=e, timeout=300,
-                            cwd=os.path.dirname(os.path.dirname(__file__)),
+                            cwd=str(ROOT),
                             env={**os.environ, "PEAK_FILE": str(peak)}).returncode
     took = time.perf_counter() - start
     peak_kb = int(peak.read_text())

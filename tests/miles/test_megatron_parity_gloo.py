@@ -102,11 +102,13 @@ def check(results: dict[int, dict], line: str, name: str) -> None:
         assert built == {tuple(g) for g in topo.rank_groups(token, expert=expert)}, key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SMALL))
 def test_megatron_builds_the_topology_groups_4_procs(small, name):
     check(small, SMALL[name], name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(TOPOLOGIES))
 def test_megatron_builds_the_topology_groups_8_procs(parity, name):
     check(parity, TOPOLOGIES[name], name)

@@ -3,16 +3,16 @@
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from support import SCRIPTS
 
 from miles_topology.check_script import check_script
 from miles_topology.cli import main
 from miles_topology.errors import InputError
 
-HERE = Path(__file__).parent / "fixtures" / "scripts"
+HERE = SCRIPTS
 FIXTURES = json.loads((HERE / "expected.json").read_text())["fixtures"]
 CASES = [
     pytest.param(name, i, case, id=f"{name}#{i}")
@@ -124,14 +124,6 @@ def test_unreadable_script_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert str(bad) in out.stderr
-
-
-def test_check_on_typical_script_is_fast():
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "miles_topology.cli", "check",
-                          str(HERE / "run-qwen3-30B-A3B.sh")], capture_output=True, timeout=60)
-    assert out.returncode == 0
-    assert time.perf_counter() - start < 2.0  # interpreter start included; measured ~0.3 s
 
 
 def test_missing_model_file_skips_model_checks(tmp_path):

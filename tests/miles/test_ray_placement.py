@@ -219,6 +219,7 @@ def test_wait_for_held_gpus_is_bounded_and_says_why(ray_cluster):
         remove_placement_group(blocker)
 
 
+@pytest.mark.slow
 def test_connects_to_ray_address(ray_cluster, monkeypatch):
     """With RAY_ADDRESS set, start_cluster joins that cluster instead of starting one."""
     import ray
@@ -239,6 +240,7 @@ def test_connects_to_ray_address(ray_cluster, monkeypatch):
             ray.init(address=ray_cluster.address, logging_level="warning")
 
 
+@pytest.mark.slow
 def test_backend_hosts_fork_roles_on_their_node_with_their_slot_env(ray_cluster):
     """The reference backend forks a node's roles from one host per node: each host runs on
     its Topology node, each role process sees its own slot's environment, and killing a

@@ -655,6 +655,7 @@ def test_what_a_launcher_needs_still_works(tmp_path):
     assert got.stdout.split("]")[0] == "['b.json', 'c.json'"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
 def test_import_torch_inside_the_sandbox():
     got = run_program(["-c", "import torch\nprint(torch.ones(2, 3).sum().item())"],
