@@ -19,15 +19,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import FIXTURES, ROOT
 
 from miles_topology import stack, surface
 from miles_topology.check_script import check_script
 from miles_topology.flags import parse_flags
 from miles_topology.shell import read_script
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-FIX = HERE / "fixtures" / "stack"
+FIX = FIXTURES / "stack"
 AGENT = FIX / "agent-project"
 FORK = FIX / "slime-fork"
 
