@@ -51,8 +51,11 @@ def main() -> None:
         .transpose(1, 0, 2)
         for t in tokens
     ]
-    print(f"topology: world {topo.world_size}, tp {topo.tp} (sp), pp {topo.pp}, cp {topo.cp}, "
-          f"dp {topo.dp}; {SAMPLES} samples, {sum(tokens)} tokens, {LAYERS} layers, top-{TOPK}")
+    print(
+        f"topology: world {topo.world_size}, tp {topo.layout.tp} (sp), "
+        f"pp {topo.layout.pp}, cp {topo.layout.cp}, "
+        f"dp {topo.dp}; {SAMPLES} samples, {sum(tokens)} tokens, {LAYERS} layers, top-{TOPK}"
+    )
 
     t0 = time.perf_counter()
     plans = [replay_plan(topo, tokens, r) for r in range(topo.world_size)]
@@ -64,13 +67,13 @@ def main() -> None:
         shipped = plan.rows * len(plan.layers) * TOPK  # uint8
         ratios.append(shipped / replica_bytes(routes, plan))
     ratio = max(ratios)
-    target = 1 / (topo.pp * topo.cp * topo.tp)
+    target = 1 / (topo.layout.pp * topo.layout.cp * topo.layout.tp)
     one = ship(routes, plans[0])
     print(f"rank 0: shipped {one.nbytes / 2**20:.1f} MiB vs all-layers-all-tokens "
           f"{replica_bytes(routes, plans[0]) / 2**20:.1f} MiB; worst rank ratio {ratio:.5f} "
           f"(1/(pp*cp*tp) = {target:.5f}, target <= {target * 1.05:.5f})")
 
-    replica = [p for p in plans if topo.coord(p.rank)["dp"] == 0]
+    replica = [p for p in plans if topo.grid("dense").coord(p.rank)["dp"] == 0]
     outs = [np.empty((len(p.layers), p.rows, TOPK), np.uint8) for p in replica]
     total = sum(o.nbytes for o in outs)
 

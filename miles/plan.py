@@ -26,22 +26,25 @@ def spans(ids: list[int] | tuple[int, ...]) -> str:
 
 
 def stages(topo: Topology) -> list[str]:
-    if topo.stage_counts is None:
+    if topo.stages.counts is None:
         return ["pipeline stages: layers unknown (no --num-layers)"]
-    out = [f"pipeline stages ({topo.layers} layers, vpp {topo.chunks}):"]
-    for p in range(topo.pp):
-        ids = topo.pipeline_layers(p)
-        moe = [i for i in ids if topo.moe_pattern and topo.moe_pattern[i]]
+    out = [f"pipeline stages ({topo.model.layers} layers, vpp {topo.stages.chunks}):"]
+    for p in range(topo.layout.pp):
+        ids = topo.stages.pipeline(p)
+        moe = [i for i in ids if topo.model.moe_pattern and topo.model.moe_pattern[i]]
         out.append(f"  pp{p}: layers {spans(ids)}" + (f"; MoE {spans(moe)}" if moe else ""))
     return out
 
 
 def engines(topo: Topology) -> list[str]:
-    if not topo.num_engines:
+    ro = topo.rollout
+    if not topo.placement_group.rollout_engines:
         return ["rollout engines: none"]
-    where = "on the train GPUs (colocated)" if topo.colocate else "on their own GPUs"
-    out = [f"rollout engines: {topo.num_engines} x {topo.engine_size} GPUs {where}"]
-    for e in range(topo.num_engines):
+    where = "on the train GPUs (colocated)" if ro.colocate else "on their own GPUs"
+    out = [
+        f"rollout engines: {topo.placement_group.rollout_engines} x {ro.engine_size} GPUs {where}"
+    ]
+    for e in range(topo.placement_group.rollout_engines):
         gpus = topo.engine_gpus(e)
         by_node = {n: [g for m, g in gpus if m == n] for n in dict.fromkeys(m for m, _ in gpus)}
         out.append(f"  engine {e}: " + "; ".join(
@@ -50,7 +53,7 @@ def engines(topo: Topology) -> list[str]:
 
 
 def weight_sync(topo: Topology) -> list[str]:
-    if not topo.num_engines:
+    if not topo.placement_group.rollout_engines:
         return []
     out = ["weight sync (engine <- train ranks; an engine post-processes only after all of "
            "its senders finish):"]
@@ -74,10 +77,11 @@ MAX_LAYERS = 1 << 17
 
 def too_big(topo: Topology) -> str | None:
     """Why the per-GPU plan is not printed, or None."""
+    mod = topo.model
     if show_too_big(topo):
         return show_too_big(topo)
-    if topo.layers is not None and topo.layers > MAX_LAYERS:
-        return f"{topo.layers} layers is more than the {MAX_LAYERS} a dry run lists one by one"
+    if mod.layers is not None and mod.layers > MAX_LAYERS:
+        return f"{mod.layers} layers is more than the {MAX_LAYERS} a dry run lists one by one"
     return None
 
 
@@ -87,8 +91,8 @@ def plan_text(topo: Topology, added: list[str] | None = None) -> str:
         lines = ["miles job plan (dry run: nothing started)", "", header(topo), "",
                  f"per-GPU plan not listed: {big}; the sizes above are validated "
                  "(`miles-topology check` gives the same verdict).",
-                 f"ray: {topo.nodes_needed} node(s) of {topo.node_gpus_used} GPUs, "
-                 f"{topo.placement_gpus} placement bundles"]
+                 f"ray: {topo.placement_group.nodes} node(s) of {topo.layout.node_gpus_used} GPUs, "
+                 f"{topo.placement_group.bundles} placement bundles"]
     else:
         need = need_per_node(topo)
         lines = ["miles job plan (dry run: nothing started)", "", text_map(topo), ""]

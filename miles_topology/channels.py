@@ -20,8 +20,8 @@ from functools import lru_cache
 from typing import Any
 
 from .errors import Location, Problem
-from .flags import flag_of, is_switch
-from .model import Topology, facts
+from .flags import is_switch
+from .parts import FIELDS, facts, flag_of
 from .sources import yaml_values
 
 CUSTOM_CONFIG = "--custom-config-path"
@@ -43,7 +43,7 @@ def _by_dest() -> dict[str, str]:
     from . import surface
 
     out = {}
-    for name in Topology.model_fields:
+    for name in FIELDS:
         flag = flag_of(name)
         if flag:
             f = surface.flag(flag)

@@ -9,18 +9,18 @@ not failed: `ok` is false only when proven.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from .channels import read_channels
-from .codes import CODES
 from .errors import InputError, Location, Problem
 from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
-from .model import fields_in, summary_fields
+from .parts import fields_in, summary_fields
 from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
 from .sources import read_flags
 from .stack import for_launch, using
 
-# checks that read whether the model is MoE (checks/, Topology.is_moe) beyond their flags
+# checks that read whether the model is MoE (checks/, Model.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
 MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
 
@@ -105,7 +105,7 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
             return False
         return bool((unknown | facts) & set(p.flags)
                     or p.code in MOE_CODES and facts & MOE_FLAGS)
-    v.skipped += [p for p in v.errors if skip(p)]
+    v.skipped += [replace(p, severity="skipped") for p in v.errors if skip(p)]
     v.errors = [p for p in v.errors if not skip(p)]
 
 
@@ -159,9 +159,10 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     skip_unknown(v, unknown, facts)
     if found.gaps and _sizes_after(found, max(found.gaps)) is False:
         v.summary = None  # words known only at run time may set a size: none is printed
-    notes = [_note(n) for n in found.notes]
-    v.errors = [p for p in notes if p.severity == "error"] + v.errors
-    v.warnings = [p for p in notes if p.severity == "warning"] + v.warnings
+    # the reader's findings at their code's severity: errors fail, notes are listed with
+    # the warnings (they do not fail the check either)
+    v.errors = [p for p in found.notes if p.severity == "error"] + v.errors
+    v.warnings = [p for p in found.notes if p.severity != "error"] + v.warnings
     where = _where(found)
     v.errors, v.warnings, v.skipped = (
         [p.at(_locate(p, where)) if p.location is None else p for p in ps]
@@ -224,12 +225,6 @@ def env_unresolved(environ, yaml: str) -> list[dict]:
 def _topology_file(found: ScriptRead) -> str:
     got = found.values().get(TOPOLOGY)
     return got[-1].value or "?" if got else "?"
-
-
-def _note(n) -> Problem:
-    # the registry's kind; the reader's other notes are reported as warnings
-    kind = "error" if CODES.get(n.code, ("note",))[0] == "error" else "warning"
-    return Problem(n.code, n.message, n.fix, (), kind, Location(n.source.path, n.source.line))
 
 
 def _where(found: ScriptRead) -> dict[str, Location]:

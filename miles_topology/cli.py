@@ -267,8 +267,8 @@ def cmd_rule(args, flags) -> int:
 
     if args.code is None:
         width = max(map(len, CODES))
-        for code, (kind, _) in CODES.items():
-            print(f"{code.ljust(width)}  {kind}")
+        for code, c in CODES.items():
+            print(f"{code.ljust(width)}  {c.severity}{'  fixable' if c.fixable else ''}")
         return 0
     if args.code not in CODES:
         near = difflib.get_close_matches(args.code, CODES, n=1)

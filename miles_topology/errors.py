@@ -1,13 +1,17 @@
-"""Problems found in a configuration, and the one exception that carries them all."""
+"""The one finding type (a problem at a location), and the one exception that carries them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .codes import CODES, SKIPPED
+
 
 @dataclass(frozen=True)
 class Location:
-    """Where a problem is written: a file as the user named it and a 1-based line."""
+    """Where something is written: a file as the user named it and a 1-based line (what a
+    problem points at, and where the script reader read a word; values given by `--env`
+    are at `<env>`:0)."""
 
     path: str
     line: int
@@ -18,15 +22,28 @@ class Location:
 
 @dataclass(frozen=True)
 class Problem:
-    """One finding: stable kebab-case `code` (see codes.py), the arithmetic in `message`, a
-    concrete `fix`, the flags involved, and where it is written when that is known."""
+    """One finding: stable kebab-case `code` (see codes/), the arithmetic in `message`, a
+    concrete `fix`, the flags involved, and where it is written when that is known.
+
+    `severity` is the code's, declared once in the registry (error, warning or note), or
+    `skipped` when the rule that reports it could not decide; any other value is refused,
+    so no format can show a code at another severity than `rule CODE` does.
+    """
 
     code: str
     message: str
     fix: str
     flags: tuple[str, ...] = ()
-    severity: str = "error"  # "error" or "warning"
+    severity: str = ""  # the code's (from the registry), or "skipped"
     location: Location | None = None
+
+    def __post_init__(self) -> None:
+        declared = CODES[self.code].severity if self.code in CODES else "error"
+        if not self.severity:
+            object.__setattr__(self, "severity", declared)
+        elif self.severity not in (declared, SKIPPED):
+            raise ValueError(f"problem code {self.code} is declared {declared}, not "
+                             f"{self.severity} (a report is its code's severity, or skipped)")
 
     def as_dict(self) -> dict:
         d = {"code": self.code, "message": self.message, "fix": self.fix,

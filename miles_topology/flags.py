@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any, Literal, get_args, get_origin
 
 from .errors import InputError, Location, Problem
-from .model import Topology, flag_of  # noqa: F401  (the fields and their flags; re-exported)
+from .parts import FIELDS, flag_of  # noqa: F401  (flag_of: re-exported)
 
 TOPOLOGY = "--topology"  # a topology YAML, read under the other topology flags
 
@@ -69,7 +69,7 @@ def table() -> dict[str, Spec]:
     """Every flag of ours (own flags, aliases, renamed spellings) -> how it reads."""
     specs: dict[str, Spec] = {}
     by_field: dict[str, Spec] = {}
-    for name, info in Topology.model_fields.items():
+    for name, info in FIELDS.items():
         extra = info.json_schema_extra or {}
         if extra.get("switch"):
             spec = Spec(name, "switch", tuple(extra["switch"]))
@@ -383,7 +383,7 @@ def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
         _set(out, spec.field, parsed, name, token)
     for r, name, token in likes:  # e.g. --sglang-enable-ep-moe: engine EP = engine size
         if r.field not in out.fields:
-            like = out.fields.get(r.like, Topology.model_fields[r.like].default)
+            like = out.fields.get(r.like, FIELDS[r.like].default)
             _set(out, r.field, like, name, token)
     return out
 

@@ -4,7 +4,7 @@ miles (radixark/miles, miles/ray/placement_group.py: `create_placement_groups`,
 `_create_placement_group`, `sort_key`, `_get_placement_group_layout`) makes ONE placement group
 of 1-GPU bundles with strategy PACK, asks an `InfoActor` in every bundle for (node IP, GPU id)
 and sorts the bundles by that key: node IP numerically, then GPU id. Position i in that order is
-"GPU i" here, on node i // n at GPU i % n, n = `Topology.node_gpus_used` (PACK fills whole
+"GPU i" here, on node i // n at GPU i % n, n = `Layout.node_gpus_used` (PACK fills whole
 nodes). The actor takes positions [0, trainer GPUs); rollout engines start at `rollout_offset`
 (the trainer's GPU count, 0 when colocated), so an engine may start mid-node; the PPO critic
 shares the actor's positions (`ans["critic"] = ans["actor"]`); eval engines come after the
@@ -29,7 +29,7 @@ from math import gcd
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .model import Topology
+    from .parts import Layout, Rollout
 
 
 @dataclass(frozen=True)
@@ -48,37 +48,62 @@ class Group:
         return 0 if self.kind == "placeholder" else self.gpus // self.engine_size
 
 
-def layout(topo: Topology) -> tuple[int, int]:
+def rollout_gpus(lay: Layout, ro: Rollout) -> int:
+    """GPUs rollout engines really take (e.g. 8): the actor's under --colocate, none with
+    external engines or --debug-train-only, else --rollout-num-gpus (`rollout_gpus`, as
+    given)."""
+    # miles_validate_args: --debug-train-only sets rollout_num_gpus = 0 after --colocate
+    # copied the actor's GPUs into it, so no rollout engine starts either way
+    if ro.rollout_external or ro.train_only:
+        return 0
+    if ro.colocate:
+        return lay.world_size
+    return ro.rollout_gpus or 0
+
+
+def layout(lay: Layout, ro: Rollout) -> tuple[int, int]:
     """(bundles in the placement group, rollout offset): `_get_placement_group_layout`."""
-    trainer = 0 if topo.rollout_only else topo.world_size
-    rollout = topo.rollout_gpus_used + topo.eval_gpus
-    if topo.train_only:
-        return trainer + topo.eval_gpus, trainer
-    if topo.rollout_external:
+    trainer = 0 if ro.rollout_only else lay.world_size
+    rollout = rollout_gpus(lay, ro) + ro.eval_gpus
+    if ro.train_only:
+        return trainer + ro.eval_gpus, trainer
+    if ro.rollout_external:
         return trainer, trainer
-    if topo.colocate:
+    if ro.colocate:
         return max(trainer, rollout), 0
     return trainer + rollout, trainer
 
 
-def groups(topo: Topology) -> tuple[Group, ...]:
+def budget(lay: Layout, ro: Rollout) -> str:
+    """The GPUs the job places, as text, e.g. 'actor 8 + rollout 8 GPUs'."""
+    parts = [f"actor {lay.world_size}"]
+    used = rollout_gpus(lay, ro)
+    if not ro.colocate and used:
+        parts.append(f"rollout {used}")
+    if ro.eval_gpus:
+        parts.append(f"eval {ro.eval_gpus}")
+    return " + ".join(parts) + " GPUs"
+
+
+def groups(lay: Layout, ro: Rollout) -> tuple[Group, ...]:
     """Engine groups in placement order, each with its offset (sglang_config `_OffsetCursor`)."""
-    _, offset = layout(topo)
+    _, offset = layout(lay, ro)
+    used = rollout_gpus(lay, ro)
     raw: list[tuple[str, str, int, int]] = []
-    if topo.rollout_gpus_used:
-        if topo.engine_groups is not None:
-            raw += [(m, k, n, size or topo.engine_size) for m, k, n, size in topo.engine_groups
+    if used:
+        if ro.engine_groups is not None:
+            raw += [(m, k, n, size or ro.engine_size) for m, k, n, size in ro.engine_groups
                     if m != "eval"]
-        elif topo.prefill_servers is not None:  # `from_prefill_num_servers`
-            prefill = topo.prefill_servers * topo.engine_size
-            raw += [("default", "prefill", prefill, topo.engine_size),
-                    ("default", "decode", topo.rollout_gpus_used - prefill, topo.engine_size)]
+        elif ro.prefill_servers is not None:  # `from_prefill_num_servers`
+            prefill = ro.prefill_servers * ro.engine_size
+            raw += [("default", "prefill", prefill, ro.engine_size),
+                    ("default", "decode", used - prefill, ro.engine_size)]
         else:
-            raw += [("default", "regular", topo.rollout_gpus_used, topo.engine_size)]
-    if topo.eval_gpus and not topo.rollout_external:
-        given = [(m, k, n, size or topo.eval_size) for m, k, n, size in topo.engine_groups or ()
+            raw += [("default", "regular", used, ro.engine_size)]
+    if ro.eval_gpus and not ro.rollout_external:
+        given = [(m, k, n, size or ro.eval_size) for m, k, n, size in ro.engine_groups or ()
                  if m == "eval"]
-        raw += given or [("eval", "regular", topo.eval_gpus, topo.eval_size)]
+        raw += given or [("eval", "regular", ro.eval_gpus, ro.eval_size)]
     out, gpu, engine = [], offset, 0
     for model, kind, gpus, size in raw:
         g = Group(model, kind, gpu, max(gpus, 0), size, engine)
@@ -96,16 +121,20 @@ class Placement:
     """miles' one packed placement group of a Topology. Position i is GPU i % node_gpus_used of
     node i // node_gpus_used; train rank r holds position r; engines follow (see the module)."""
 
-    node_gpus_used: int  # physical GPUs per node (`Topology.node_gpus_used`), e.g. 8
+    node_gpus_used: int  # physical GPUs per node (`Layout.node_gpus_used`), e.g. 8
     ranks: int  # train ranks, at positions [0, ranks) (`Topology.world_size`)
     bundles: int  # 1-GPU bundles in the group (`_get_placement_group_layout`)
-    rollout_offset: int  # position of the first rollout engine's first GPU
+    rollout_offset: int  # position of the first rollout engine's first GPU (0 when colocated)
     groups: tuple[Group, ...]  # engine groups in placement order, eval last
+    rollout_gpus: int  # GPUs rollout engines really take (`rollout_gpus`)
+    budget: str  # the GPUs the job places, as text, e.g. 'actor 8 + rollout 8 GPUs'
 
     @classmethod
-    def of(cls, topo: Topology) -> Placement:
-        bundles, offset = layout(topo)
-        return cls(topo.node_gpus_used, topo.world_size, bundles, offset, groups(topo))
+    def of(cls, lay: Layout, ro: Rollout) -> Placement:
+        """The placement group of a Topology's layout and rollout engines."""
+        bundles, offset = layout(lay, ro)
+        return cls(lay.node_gpus_used, lay.world_size, bundles, offset, groups(lay, ro),
+                   rollout_gpus(lay, ro), budget(lay, ro))
 
     # ---- positions and train ranks ----------------------------------------------------
 
@@ -139,7 +168,7 @@ class Placement:
 
     @property
     def nodes(self) -> int:
-        """Nodes the group fills (`Topology.nodes_needed`)."""
+        """Nodes of `node_gpus_used` GPUs the group fills."""
         return -(-self.bundles // self.node_gpus_used)
 
     # ---- engines -----------------------------------------------------------------------
@@ -199,28 +228,3 @@ def straddler(group: Group, node: int) -> int | None:
         if (worst + size > node) if size <= node else worst:
             return group.first_engine  # some engine straddles; its index is not searched for
     return None
-
-
-def read_engine_groups(path: str) -> tuple[tuple[str, str, int, int], ...] | None:
-    """The groups of a --sglang-config YAML, or None when it cannot be read (then skipped).
-
-    Format (sglang_config.py `_RawSglangConfig`): `sglang:` (or `models:`) is a list of models,
-    each with `name`, an optional `num_gpus_per_engine` and `server_groups` (or `engine_groups`)
-    of `worker_type`, `num_gpus` and an optional `num_gpus_per_engine`. A size of 0 here means
-    "not given": the group takes its model's, else --rollout-num-gpus-per-engine.
-    """
-    try:
-        import yaml
-
-        with open(path) as f:
-            data = yaml.safe_load(f)
-        models = data.get("sglang", data.get("models"))
-        out = []
-        for m in models:
-            size = int(m.get("num_gpus_per_engine") or 0)
-            for g in m.get("server_groups", m.get("engine_groups")) or []:
-                out.append((str(m["name"]), str(g["worker_type"]), int(g["num_gpus"]),
-                            int(g.get("num_gpus_per_engine") or size)))
-        return tuple(out)
-    except Exception:  # unreadable or not of that form: the check is skipped, not failed
-        return None

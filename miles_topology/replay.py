@@ -22,7 +22,7 @@ side can check what it received. A rank's rows follow miles' data path step by s
    parallel, tp rank r keeps the r-th contiguous slice.
    Not modelled, so refused: `--allgather-cp` (contiguous CP slices) and `--qkv-format bshd`.
 5. Layers: only the MoE layers of the rank's pipeline stage, VPP chunk 0's first
-   (`Topology.replay_layers`); every router consumes one [rows, topk] slice per micro-batch.
+   (`Topology.stages.replay`); every router consumes one [rows, topk] slice per micro-batch.
 
 The same segments describe where the rank's *tokens* come from (rows and tokens line up), so
 the trainer can lay out its packed inputs from this plan too.
@@ -95,7 +95,7 @@ class RankReplay:
 def dp_shares(topo: Topology, sample_tokens: Sequence[int]) -> tuple[tuple[int, ...], ...]:
     """Global sample ids of every data-parallel rank, as miles splits a rollout."""
     n = len(sample_tokens)
-    if topo.balance_data and n:
+    if topo.batch.balance_data and n:
         if n % topo.dp:
             raise ValueError(f"--balance-data splits {n} samples into {topo.dp} equal parts; "
                              f"give a sample count divisible by dp = {topo.dp}")
@@ -163,8 +163,8 @@ def micro_batches(
     out: list[tuple[int, tuple[int, ...]]] = []
     for step, i in enumerate(range(0, len(mine), local)):
         group = mine[i : i + local]
-        if not topo.dynamic_batch:
-            mbs = topo.micro_batch_size
+        if not topo.batch.dynamic_batch:
+            mbs = topo.batch.micro_batch_size
             out += [(step, tuple(group[j : j + mbs])) for j in range(0, len(group), mbs)]
             continue
         count = micro_batch_count(topo, sample_tokens, shares, step)
@@ -180,25 +180,25 @@ def micro_batches(
 
 def micro_batch_count(topo: Topology, sample_tokens: Sequence[int], shares, step: int) -> int:
     """Dynamic batching: micro-batches of `step` on every dp rank (miles' rule, see above)."""
-    budget = topo.max_tokens_per_gpu
+    budget = topo.batch.max_tokens_per_gpu
     if budget is None:
         raise ValueError("dynamic batching needs max_tokens_per_gpu (--max-tokens-per-gpu)")
     local = _local_batch(topo, len(sample_tokens))
     count = max(
         first_fit_count([sample_tokens[s] for s in share[step * local : (step + 1) * local]],
-                        budget * topo.cp)
+                        budget * topo.layout.cp)
         for share in shares
     )
-    if topo.chunks > 1:
-        count = max(1, count // topo.pp * topo.pp)
+    if topo.stages.chunks > 1:
+        count = max(1, count // topo.layout.pp * topo.layout.pp)
     return count
 
 
 def _local_batch(topo: Topology, samples: int) -> int:
     """Samples of one optimizer step on one dp rank."""
-    if topo.global_batch_size is None:
+    if topo.batch.global_batch_size is None:
         return max(-(-samples // topo.dp), 1)
-    return max(topo.global_batch_size // topo.dp, 1)
+    return max(topo.batch.global_batch_size // topo.dp, 1)
 
 
 def cp_segments(sample: int, tokens: int, cp: int, cp_rank: int) -> list[Segment]:
@@ -225,13 +225,13 @@ def replay_plan(
     `sample_tokens[i]` is the full token count (prompt + response) of global sample i;
     `pad_multiple` overrides the Topology's data_pad_size_multiplier.
     """
-    if topo.allgather_cp or topo.qkv_format != "thd":
+    if topo.batch.allgather_cp or topo.batch.qkv_format != "thd":
         raise ValueError(
             "the replay plan models packed thd batches with two-chunk CP slices; "
             "--allgather-cp and --qkv-format bshd are not modelled: drop them")
     if pad_multiple is None:
-        pad_multiple = topo.data_pad_multiplier
-    if not topo.is_moe or topo.layers is None:
+        pad_multiple = topo.batch.data_pad_multiplier
+    if not topo.model.is_moe or topo.model.layers is None:
         raise ValueError("a replay plan needs an MoE model with known layers "
                          "(--num-layers, --num-experts)")
     if pad_multiple < 1:
@@ -239,30 +239,30 @@ def replay_plan(
     bad = [i for i, t in enumerate(sample_tokens) if t < 1]
     if bad:
         raise ValueError(f"sample {bad[0]} has {sample_tokens[bad[0]]} tokens; need >= 1")
-    c = topo.coord(rank)
+    c = topo.grid("dense").coord(rank)
     samples = dp_share(topo, sample_tokens, c["dp"])
-    pad_to = (pad_to or topo.tp) * pad_multiple  # pad_to: tests only (a wrong pad)
+    pad_to = (pad_to or topo.layout.tp) * pad_multiple  # pad_to: tests only (a wrong pad)
     mbs = []
     for step, group in micro_batches(topo, sample_tokens, c["dp"]):
         segs: list[Segment] = []
         lengths = []
         for s in group:
-            for seg in cp_segments(s, sample_tokens[s], topo.cp, c["cp"]):
+            for seg in cp_segments(s, sample_tokens[s], topo.layout.cp, c["cp"]):
                 _add(segs, seg)
-            lengths.append(cp_length(sample_tokens[s], topo.cp))
+            lengths.append(cp_length(sample_tokens[s], topo.layout.cp))
         total = sum(lengths)
         packed = total + (-total) % pad_to
         if packed > total:
             _add(segs, Segment(PAD, 0, packed - total))
-        if topo.sp and topo.tp > 1:
-            part = packed // topo.tp
+        if topo.layout.sp and topo.layout.tp > 1:
+            part = packed // topo.layout.tp
             segs = _cut(segs, part * c["tp"], part * (c["tp"] + 1))
         mbs.append(MicroBatch(step, group, tuple(segs), tuple(lengths), packed))
     return RankReplay(
         rank=rank,
         samples=samples,
         tokens=tuple(sample_tokens[s] for s in samples),
-        layers=topo.replay_layers(c["pp"]),
+        layers=topo.stages.replay(c["pp"]),
         micro_batches=tuple(mbs),
     )
 

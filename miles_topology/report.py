@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import IO, TYPE_CHECKING
 
-from .codes import CODES, page_uri
+from .codes import CODES, page
 from .errors import Location, Problem, TopologyError
+from .model import summary
 
 if TYPE_CHECKING:
     from .model import Topology
@@ -67,7 +68,7 @@ def verdict_of(path: str, build: Callable[[], Topology]) -> Verdict:
     except TopologyError as e:
         v.errors, v.warnings, v.summary = list(e.problems), list(e.warnings), e.summary
     else:
-        v.topology, v.warnings, v.summary = topo, list(topo.warnings), topo.summary()
+        v.topology, v.warnings, v.summary = topo, list(topo.warnings), summary(topo)
     v.skipped = [p for p in v.warnings if p.severity == "skipped"]  # undecidable rules
     v.warnings = [p for p in v.warnings if p.severity != "skipped"]
     return v
@@ -119,10 +120,10 @@ def _launch_text(v: Verdict) -> str:
 
 
 def _problems(v: Verdict):
-    """(kind, problem) of a verdict, errors first; skipped ones are notes."""
-    for kind, items in (("error", v.errors), ("warning", v.warnings), ("skipped", v.skipped)):
-        for p in items:
-            yield kind, p
+    """(severity, problem) of a verdict: errors, then warnings and notes, then skipped ones;
+    the severity is the code's (codes/), or skipped."""
+    for p in (*v.errors, *v.warnings, *v.skipped):
+        yield p.severity, p
 
 
 # ---------------------------------------------------------------- text
@@ -250,7 +251,7 @@ def column(p: Problem) -> int | None:
 # ---------------------------------------------------------------- GitHub workflow commands
 
 
-_LEVEL = {"error": "error", "warning": "warning", "skipped": "notice"}
+_LEVEL = {"error": "error", "warning": "warning", "note": "notice", "skipped": "notice"}
 
 
 def _escape(text: str, prop: bool = False) -> str:
@@ -299,10 +300,10 @@ def _sarif(verdicts: list[Verdict], out: IO[str]) -> None:
             found = [("error", Problem("unreadable", v.unreadable, "check the path"))]
         if _launch(v):  # one entry per launch of a launcher that starts several
             path, line = _launch_at(v)
-            found.insert(0, ("skipped", Problem("launch", _launch_text(v), "-", (),
-                                                location=Location(path, line))))
+            found.insert(0, ("note", Problem("launch", _launch_text(v), "-", (),
+                                             location=Location(path, line))))
         for kind, p in found:
-            level = {"error": "error", "warning": "warning", "skipped": "note"}[kind]
+            level = {"error": "error", "warning": "warning"}.get(kind, "note")
             index = rules.setdefault(p.code, len(rules))
             result = {
                 "ruleId": p.code,
@@ -324,17 +325,15 @@ def _sarif(verdicts: list[Verdict], out: IO[str]) -> None:
                 result["properties"] = {"flags": list(p.flags)}
             results.append(result)
     driver_rules = []
-    for code in rules:
-        kind, when = CODES.get(code, ("note", "a training launch of a Python launcher"))
-        level = {"error": "error", "warning": "warning"}.get(kind, "note")
+    for code in rules:  # the code's whole record; no link (the wheel ships no docs/)
+        c = CODES[code]
         driver_rules.append({
             "id": code,
-            "shortDescription": {"text": when},
-            "fullDescription": {"text": when},
-            "helpUri": page_uri(code),
-            "help": {"text": f"{when}. Suppress one report with "
-                             f"`# miles-topology: disable={code}` on its line."},
-            "defaultConfiguration": {"level": level},
+            "shortDescription": {"text": c.summary},
+            "fullDescription": {"text": c.why},
+            "help": {"text": page(code)},
+            "defaultConfiguration": {"level": {"error": "error", "warning": "warning"}.get(
+                c.severity, "note")},
         })
     log = {
         "$schema": SARIF_SCHEMA,

@@ -163,6 +163,6 @@ def apply(verdicts: list[Verdict], chosen: Settings) -> None:
     for v in verdicts:
         path = v.path if v.path != "flags" else None
         v.errors = [p for p in v.errors if chosen.reports(p, "error") and not disabled(p, path)]
-        v.warnings = [p for p in v.warnings
-                      if chosen.reports(p, "warning") and not disabled(p, path)]
+        v.warnings = [p for p in v.warnings  # warnings and notes, each at its code's level
+                      if chosen.reports(p, p.severity) and not disabled(p, path)]
         v.skipped = [p for p in v.skipped if chosen.reports(p, "note") and not disabled(p, path)]

@@ -16,14 +16,14 @@ def _experts(ids: tuple[int, ...]) -> str:
 
 def rank_label(topo: Topology, rank: int) -> list[str]:
     """Lines describing one train rank: its coordinates on both grids and its experts."""
-    d = topo.coord(rank)
-    x = topo.coord(rank, expert=True)
+    d = topo.grid("dense").coord(rank)
+    x = topo.grid("expert").coord(rank)
     lines = [
         f"r{rank}",
         f"tp{d['tp']} cp{d['cp']} dp{d['dp']} pp{d['pp']}",
         f"etp{x['etp']} ep{x['ep']} edp{x['edp']}",
     ]
-    if topo.experts:
+    if topo.model.experts:
         lines.append(_experts(topo.local_experts(rank)))
     return lines
 
@@ -38,38 +38,46 @@ def cells(topo: Topology) -> dict[tuple[int, int], list[str]]:
     for r in range(topo.world_size):
         out[topo.placement(r)] = rank_label(topo, r)
     for gpu, e in engine_of_gpu(topo).items():
-        out.setdefault(gpu, []).append(f"{'eval ' if e >= topo.num_engines else ''}engine {e}")
+        out.setdefault(gpu, []).append(
+            f"{'eval ' if e >= topo.placement_group.rollout_engines else ''}engine {e}"
+        )
     return out
 
 
 def placement_line(topo: Topology) -> str:
     """miles' one packed placement group, as positions: who holds which run of bundles."""
-    parts = [f"actor 0-{topo.world_size - 1}"] if not topo.rollout_only else []
+    lay, ro = topo.layout, topo.rollout
+    parts = [f"actor 0-{topo.world_size - 1}"] if not ro.rollout_only else []
     for g in topo.placement_group.groups:
         if g.gpus:
             model = "rollout" if g.model == "default" else g.model
             name = model if g.kind == "regular" else f"{model} {g.kind}"
             parts.append(f"{name} {g.start}-{g.start + g.gpus - 1}"
                          f" ({g.engines} x {g.engine_size})")
-    return (f"placement group: {topo.placement_gpus} GPU bundles packed over "
-            f"{topo.nodes_needed} node(s) of {topo.node_gpus_used} (position i = node i // "
-            f"{topo.node_gpus_used}, GPU i % {topo.node_gpus_used}): " + "; ".join(parts))
+    return (f"placement group: {topo.placement_group.bundles} GPU bundles packed over "
+            f"{topo.placement_group.nodes} node(s) of {lay.node_gpus_used} (position i = node i // "
+            f"{lay.node_gpus_used}, GPU i % {lay.node_gpus_used}): " + "; ".join(parts))
 
 
 def header(topo: Topology) -> str:
+    lay, ro, mod = topo.layout, topo.rollout, topo.model
     engines = (
-        f"{topo.num_engines} rollout engine(s) x {topo.engine_size} GPU"
-        f" ({'colocated' if topo.colocate else 'disaggregated'})"
-        if topo.num_engines
+        f"{topo.placement_group.rollout_engines} rollout engine(s) x {ro.engine_size} GPU"
+        f" ({'colocated' if ro.colocate else 'disaggregated'})"
+        if topo.placement_group.rollout_engines
         else "no rollout engines"
     )
     return (
-        f"world {topo.world_size} = {topo.nodes} node(s) x {topo.gpus_per_node} GPUs; "
-        f"order {topo.order}\n"
-        f"dense  tp {topo.tp} x cp {topo.cp} x dp {topo.dp} x pp {topo.pp}"
-        + (f" (vpp {topo.chunks})" if topo.chunks > 1 else "")
-        + f"\nexpert etp {topo.etp} x ep {topo.ep} x edp {topo.edp} x pp {topo.pp}"
-        + (f"; {topo.experts} experts, {topo.experts_per_rank} per EP rank" if topo.experts else "")
+        f"world {topo.world_size} = {lay.nodes} node(s) x {lay.gpus_per_node} GPUs; "
+        f"order {lay.order}\n"
+        f"dense  tp {lay.tp} x cp {lay.cp} x dp {topo.dp} x pp {lay.pp}"
+        + (f" (vpp {topo.stages.chunks})" if topo.stages.chunks > 1 else "")
+        + f"\nexpert etp {lay.etp} x ep {lay.ep} x edp {topo.edp} x pp {lay.pp}"
+        + (
+            f"; {mod.experts} experts, {len(topo.local_experts(0))} per EP rank"
+            if mod.experts
+            else ""
+        )
         + f"\n{engines}\n{placement_line(topo)}"
     )
 
@@ -79,7 +87,7 @@ MAX_GPUS = 1 << 16  # the map lists every GPU; beyond this it shows the sizes on
 
 def too_big(topo: Topology) -> str | None:
     """Why the per-GPU map is not drawn (a size beyond what one can list), or None."""
-    n = max(topo.placement_gpus, topo.world_size)
+    n = max(topo.placement_group.bundles, topo.world_size)
     return f"{n} GPUs is more than the {MAX_GPUS} the map lists one by one" if n > MAX_GPUS \
         else None
 
@@ -133,11 +141,14 @@ def _roles(topo: Topology, color_by: str) -> tuple[dict[tuple[int, int], int], d
     """(node, GPU) -> the value it is coloured by, and each value's legend label."""
     if color_by == "engine":
         at = engine_of_gpu(topo)
-        names = {e: f"{'eval ' if e >= topo.num_engines else ''}engine {e}" for e in at.values()}
+        names = {
+            e: f"{'eval ' if e >= topo.placement_group.rollout_engines else ''}engine {e}"
+            for e in at.values()
+        }
         return at, names
     at, names, index = {}, {}, {}
     for r in range(topo.world_size):
-        d, x = topo.coord(r), topo.coord(r, expert=True)
+        d, x = topo.grid("dense").coord(r), topo.grid("expert").coord(r)
         if color_by == "ep":
             key = (x["etp"], x["edp"], x["pp"])
             label = f"EP group etp{key[0]} edp{key[1]} pp{key[2]}"
@@ -153,6 +164,7 @@ def _roles(topo: Topology, color_by: str) -> tuple[dict[tuple[int, int], int], d
 def _signature(topo: Topology, node: int, ranks: dict, per_node: int) -> tuple:
     """What a node's map shows, up to the numbers that advance from node to node (ranks,
     dp/edp, engine numbers): equal signatures are drawn once when folded."""
+    mod = topo.model
     here = [ranks.get((node, g)) for g in range(per_node)]
     base = min((r for r in here if r is not None), default=0)
     engines = engine_of_gpu(topo)
@@ -162,11 +174,13 @@ def _signature(topo: Topology, node: int, ranks: dict, per_node: int) -> tuple:
     for g, r in enumerate(here):
         cell: tuple = ()
         if r is not None:
-            d, x = topo.coord(r), topo.coord(r, expert=True)
+            d, x = topo.grid("dense").coord(r), topo.grid("expert").coord(r)
             cell = (r - base, d["tp"], d["cp"], d["pp"], x["etp"], x["ep"],
-                    topo.local_experts(r) if topo.experts else ())
+                    topo.local_experts(r) if mod.experts else ())
         e = engines.get((node, g))
-        out.append((cell, None if e is None else (e - first, e >= topo.num_engines)))
+        out.append(
+            (cell, None if e is None else (e - first, e >= topo.placement_group.rollout_engines))
+        )
     return tuple(out)
 
 

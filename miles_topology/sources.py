@@ -1,8 +1,8 @@
 """Where a Topology comes from and goes to: flags, a topology YAML, miles' parsed arguments.
 
 The model (model.py) is the floor of the core and imports none of this; reading and writing
-live here, one level above it. So that `Topology.from_flags`, `from_yaml`, `from_namespace`
-and `topo.to_yaml()` stay where users look for them without the model importing upward, this
+live here, one level above it. So that `Topology.from_flags`, `from_yaml` and `from_namespace`
+stay where users look for them without the model importing upward, this
 module attaches them to the class when it is imported (the package `__init__` imports it, so
 they are there before any user code runs; model.py declares them as class variables).
 
@@ -31,7 +31,8 @@ from .checks import MEGATRON_ONLY_FLAGS, fsdp_undefined_flags
 from .env import PartialEnv
 from .errors import InputError, Problem, TopologyError
 from .flags import RENAMED, TOPOLOGY, Parsed, parse_flags, table
-from .model import GROUPS, Topology, facts, fields_in, flag_of
+from .model import Topology, summary
+from .parts import FIELDS, GROUPS, facts, fields_in, flag_of
 
 # ---- flags ------------------------------------------------------------------------------
 
@@ -84,12 +85,12 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
             else:
                 fields.pop(name, None)
     try:
-        topo = Topology(**fields)
+        topo = Topology(**with_files(fields))
     except TopologyError as e:
         raise TopologyError(errors + e.problems, warnings + e.warnings, e.summary) from None
     if errors:
         raise TopologyError(errors, warnings + list(topo.warnings),
-                            topo.summary())
+                            summary(topo))
     topo._warnings = tuple(warnings) + topo.warnings
     return FlagRead(topo, parsed.passthrough, parsed)
 
@@ -180,7 +181,7 @@ def _substitute_env(data: Any, env: Mapping[str, str], path: Path) -> Any:
 
 def from_yaml(path: str | Path, overrides: list[str] | None = None) -> Topology:
     """The Topology of a topology YAML, with omegaconf dotlist overrides (e.g. ["tp=2"])."""
-    return Topology(**load_fields(path, overrides))
+    return Topology(**with_files(load_fields(path, overrides)))
 
 
 def to_yaml(topo: Topology) -> str:
@@ -188,10 +189,11 @@ def to_yaml(topo: Topology) -> str:
     lines = [schema_comment()]
     for group in GROUPS:
         body = []
+        part = getattr(topo, group)
         for name in fields_in(group):
-            info = type(topo).model_fields[name]
-            value = getattr(topo, name)
-            if info.default_factory is not None and name not in topo.model_fields_set:
+            info = FIELDS[name]
+            value = getattr(part, name)
+            if info.default_factory is not None and name not in part.model_fields_set:
                 continue  # inferred from other fields, so it stays inferred
             if info.default_factory is None and value == info.default:
                 continue
@@ -219,13 +221,23 @@ def schema() -> dict[str, Any]:
     each described by its docstring and its flag; any value may also be an omegaconf
     interpolation."""
     free = {spec.field for spec in table().values() if spec.kind == "str"}  # parsed from text
-    out = Topology.model_json_schema()
+    import inspect
+
+    from .parts import PARTS
+
+    props: dict[str, Any] = {}
+    for group in GROUPS:  # the parts' fields side by side: the YAML is flat
+        part = PARTS[group].model_json_schema()
+        assert "$defs" not in part and not part.get("required"), "a flat part has no refs"
+        props.update(part["properties"])
+    out = {"additionalProperties": False, "description": inspect.cleandoc(Topology.__doc__),
+           "properties": props, "title": "Topology", "type": "object"}
     for name, prop in out["properties"].items():
         f = facts(name)
-        for key in ("group", "flag", "summary", "switch"):
+        for key in ("flag", "summary", "switch"):
             prop.pop(key, None)
         shown = f["flag"] or "no flag (YAML only)"
-        doc = " ".join(Topology.model_fields[name].description.split())
+        doc = " ".join(FIELDS[name].description.split())
         prop["description"] = f"{doc} ({shown}; group {f['group']})"
         body = {k: prop.pop(k) for k in list(prop) if k not in ("title", "description",
                                                                   "default")}
@@ -312,10 +324,51 @@ def from_namespace(args: Any, log: Any = None) -> Topology:
     """The Topology of miles' parsed arguments (after its own validation rewrote them): one
     line in miles' argument parsing validates the real job. `log`, e.g. `logger.warning`,
     gets each warning's text."""
-    topo = Topology(**fields_from(args))
+    topo = Topology(**with_files(fields_from(args)))
     for w in topo.warnings if log is not None else ():
         log(str(w))
     return topo
+
+
+# ---- files a topology names ---------------------------------------------------------------
+
+
+def with_files(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with what the files they name hold: a --sglang-config's engine groups (read
+    here, so that validating a Topology reads no file)."""
+    path = fields.get("sglang_config")
+    if path and fields.get("engine_groups") is None:
+        fields = {**fields, "engine_groups": read_engine_groups(path)}
+    return fields
+
+
+def read_engine_groups(path: str) -> tuple[tuple[str, str, int, int], ...] | None:
+    """The groups of a --sglang-config YAML, or None when it cannot be read (the check that
+    needs them is then skipped).
+
+    Format (sglang_config.py `_RawSglangConfig`): `sglang:` (or `models:`) is a list of models,
+    each with `name`, an optional `num_gpus_per_engine` and `server_groups` (or `engine_groups`)
+    of `worker_type`, `num_gpus` and an optional `num_gpus_per_engine`. A size of 0 here means
+    "not given": the group takes its model's, else --rollout-num-gpus-per-engine.
+    """
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # not here or not YAML
+        return None
+    try:
+        models = data.get("sglang", data.get("models"))
+        out = []
+        for m in models:
+            size = int(m.get("num_gpus_per_engine") or 0)
+            for g in m.get("server_groups", m.get("engine_groups")) or []:
+                out.append((str(m["name"]), str(g["worker_type"]), int(g["num_gpus"]),
+                            int(g.get("num_gpus_per_engine") or size)))
+    except (AttributeError, KeyError, TypeError, ValueError):  # YAML, but not of that form
+        return None
+    return tuple(out)
 
 
 # ---- the model's doors (see the module docstring) ---------------------------------------
@@ -323,7 +376,6 @@ def from_namespace(args: Any, log: Any = None) -> Topology:
 Topology.from_flags = staticmethod(from_flags)
 Topology.from_yaml = staticmethod(from_yaml)
 Topology.from_namespace = staticmethod(from_namespace)
-Topology.to_yaml = to_yaml
 
 
 # ---- channels: YAML files that set arguments after the command line is parsed -------------

@@ -102,7 +102,7 @@ def engine_senders(topo: Topology, engine: int) -> tuple[int, ...]:
 
 def sync_groups(topo: Topology) -> dict[int, tuple[int, ...]]:
     """engine -> its senders, for every rollout engine."""
-    return {e: engine_senders(topo, e) for e in range(topo.num_engines)}
+    return {e: engine_senders(topo, e) for e in range(topo.placement_group.rollout_engines)}
 
 
 def engine_sync(topo: Topology, engine: int) -> EngineSync:
@@ -114,7 +114,7 @@ def engine_sync(topo: Topology, engine: int) -> EngineSync:
 
 def sync_plan(topo: Topology) -> tuple[EngineSync, ...]:
     """`engine_sync` of every rollout engine, indexed by engine."""
-    return tuple(engine_sync(topo, e) for e in range(topo.num_engines))
+    return tuple(engine_sync(topo, e) for e in range(topo.placement_group.rollout_engines))
 
 
 def rank_sends(plan: Iterable[EngineSync], rank: int) -> dict[int, tuple[Shard, ...]]:
@@ -132,19 +132,19 @@ def _shard(topo: Topology, key: Key) -> Shard:
 def _shards(topo: Topology) -> dict[Key, Shard]:
     dense: dict[int, tuple[int, ...]] = {}
     moe: dict[int, tuple[int, ...]] = {}
-    if topo.layers is not None:
-        for p in range(topo.pp):
-            dense[p] = topo.pipeline_layers(p)
-            moe[p] = topo.replay_layers(p)
+    if topo.model.layers is not None:
+        for p in range(topo.layout.pp):
+            dense[p] = topo.stages.pipeline(p)
+            moe[p] = topo.stages.replay(p)
     out: dict[Key, Shard] = {}
     for key in _holders(topo):
         if key[0] == "dense":
             _, pp, tp = key
-            out[key] = Shard("dense", pp, tp, topo.tp, dense.get(pp, ()))
+            out[key] = Shard("dense", pp, tp, topo.layout.tp, dense.get(pp, ()))
         else:
             _, pp, etp, _ep = key
             experts = topo.local_experts(_holders(topo)[key][0])  # the same for every holder
-            out[key] = Shard("expert", pp, etp, topo.etp, moe.get(pp, ()), experts)
+            out[key] = Shard("expert", pp, etp, topo.layout.etp, moe.get(pp, ()), experts)
     return out
 
 
@@ -167,9 +167,9 @@ def _holders(topo: Topology) -> dict[Key, list[int]]:
     Topology, not once per engine."""
     out: dict[Key, list[int]] = {}
     for r in range(topo.world_size):
-        d = topo.coord(r)
+        d = topo.grid("dense").coord(r)
         out.setdefault(("dense", d["pp"], d["tp"]), []).append(r)
-        if topo.experts:
-            x = topo.coord(r, expert=True)
+        if topo.model.experts:
+            x = topo.grid("expert").coord(r)
             out.setdefault(("expert", x["pp"], x["etp"], x["ep"]), []).append(r)
     return out

@@ -58,9 +58,9 @@ class Faults:
         if "ownership-ignores-grid" not in self.names:
             return topo.local_experts(rank)
         gpu = topo.placement(rank)[1]
-        gpn = topo.gpus_per_node
-        e = gpu * topo.ep // gpn if topo.ep <= gpn else gpu % topo.ep
-        return topo.local_experts(topo.rank(expert=True, ep=e))
+        gpn = topo.layout.gpus_per_node
+        e = gpu * topo.layout.ep // gpn if topo.layout.ep <= gpn else gpu % topo.layout.ep
+        return topo.local_experts(topo.grid("expert").rank(ep=e))
 
     def shift(self, rows: np.ndarray) -> np.ndarray:
         if "replay-shift" not in self.names or len(rows) < 2:

@@ -23,6 +23,7 @@ from miles.replay import ship
 from miles.rollout.routes import decode_routes
 from miles.startup import Phases
 from miles_topology import Topology
+from miles_topology.model import value
 from miles_topology.replay import replay_plans
 
 from . import metrics
@@ -60,21 +61,21 @@ def options(extra: list[str] | tuple[str, ...]) -> argparse.Namespace:
 
 def prepare(topo: Topology) -> Topology:
     """The topology with the embedded model's defaults filled in, or a clear refusal."""
-    missing = {k: v for k, v in DEFAULTS.items() if getattr(topo, k) is None}
+    missing = {k: v for k, v in DEFAULTS.items() if value(topo, k) is None}
     if missing:
         topo = topo.model_copy(update=missing)  # validated again; an implied etp stays implied
     problems = []
-    if not topo.is_moe:
+    if not topo.model.is_moe:
         problems.append("the reference backend trains an MoE model: give --num-experts")
-    if topo.num_engines < 1:
+    if topo.placement_group.rollout_engines < 1:
         problems.append("it needs rollout engines: --colocate, or --rollout-num-gpus > 0 "
                         "(not --debug-train-only / --rollout-external)")
-    if topo.rollout_only:
+    if topo.rollout.rollout_only:
         problems.append("--debug-rollout-only is not supported by the reference backend")
-    if topo.allgather_cp or topo.qkv_format != "thd":
+    if topo.batch.allgather_cp or topo.batch.qkv_format != "thd":
         problems.append("its replay plan models packed thd batches with two-chunk CP; drop "
                         "--allgather-cp / --qkv-format bshd")
-    if topo.use_critic or topo.critic_nodes:
+    if topo.layout.use_critic or topo.layout.critic_nodes:
         problems.append("the reference backend has no critic (GRPO); drop --use-critic")
     if problems:
         raise SystemExit("reference backend: " + "; ".join(problems))
@@ -88,8 +89,8 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
     opts = options(extra)
     topo = prepare(topo)
     faults = Faults(frozenset(opts.fault))
-    group = topo.n_samples_per_prompt
-    prompts = opts.prompts or topo.rollout_batch_size
+    group = topo.batch.n_samples_per_prompt
+    prompts = opts.prompts or topo.batch.rollout_batch_size
     if prompts is None:  # the embedded default: 8 prompts, rounded up to fill every DP rank
         prompts = 8
         while (prompts * group) % topo.dp:
@@ -99,7 +100,7 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
             f"reference backend: {prompts} prompts x {group} samples = {prompts * group} "
             f"samples do not split over dp = {topo.dp} ranks; give --rollout-batch-size a "
             f"multiple of {topo.dp // math.gcd(topo.dp, group)}")
-    if faults.race and (topo.pp > 1 or topo.etp > 1 or not topo.colocate):
+    if faults.race and (topo.layout.pp > 1 or topo.layout.etp > 1 or not topo.rollout.colocate):
         raise SystemExit("reference backend: the fault weight-sync-race models the colocated "
                          "pre-fix protocol with pp 1 and etp 1")
     replay = not opts.no_replay
@@ -111,7 +112,7 @@ def run_job(topo: Topology, cluster, steps: int, metrics_out: str | None = None,
     try:
         phase("workers", f"one zygote per node imported torch and megatron.core in "
               f"{job.warm():.1f}s")
-        size = topo.engine_size
+        size = topo.rollout.engine_size
         took = job.start(
             [dict(topo=topo, engine=i, seed=seed, strict=faults.engine_guard,
                   block_source=i * size if faults.race else None)
@@ -175,7 +176,7 @@ def _step(topo, step, seed, prompts, group, job, opts, faults, final=False) -> d
     if faults.pad_id is not None:
         shipped = {s: r.astype(np.int16) for s, r in routes.items()}
     packs = [ship(shipped, route_plans[r], pad_id=faults.pad_id) for r in range(topo.world_size)]
-    moe_layers = tuple(i for i, m in enumerate(topo.moe_pattern) if m)
+    moe_layers = tuple(i for i, m in enumerate(topo.model.moe_pattern) if m)
     m = {"step": step, "final": final}
     if final:
         res = get([w.call("score", tb, p) for w, p in zip(train, packs)])

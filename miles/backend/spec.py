@@ -26,7 +26,13 @@ class Spec:
     @classmethod
     def of(cls, topo: Topology) -> Spec:
         # F must split over ETP ranks; lcm keeps the default model the same for etp | 16.
-        return cls(topo.layers, topo.experts, topo.topk, topo.moe_pattern, ffn=lcm(16, topo.etp))
+        return cls(
+            topo.model.layers,
+            topo.model.experts,
+            topo.model.topk,
+            topo.model.moe_pattern,
+            ffn=lcm(16, topo.layout.etp),
+        )
 
     @property
     def last(self) -> int:

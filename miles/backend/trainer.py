@@ -92,14 +92,14 @@ class Trainer:
         self.engines = engines
         sync_groups = {s.engine: s.senders for s in self.plan}
         if faults.race:  # the pre-fix protocol's blocks of engine_size consecutive ranks
-            size = topo.engine_size
+            size = topo.rollout.engine_size
             sync_groups = {-1 - b: tuple(range(b * size, (b + 1) * size))
                            for b in range(topo.world_size // size)}
         self.world = connect(topo, rank, master, sync_groups)
-        c, x = topo.coord(rank), topo.coord(rank, expert=True)
+        c, x = topo.grid("dense").coord(rank), topo.grid("expert").coord(rank)
         self.c, self.x = c, x
-        self.stages = [topo.stage_layers(c["pp"], v) for v in range(topo.chunks)]
-        layers = topo.pipeline_layers(c["pp"])
+        self.stages = [topo.stage_layers(c["pp"], v) for v in range(topo.stages.chunks)]
+        layers = topo.stages.pipeline(c["pp"])
         self.dense = {n: weight(spec, n, seed).requires_grad_() for n in dense_names(spec, layers)}
         # Experts held: the Topology's block, or the old rank % gpus_per_node rule as a fault.
         self.owned = faults.owned(topo, rank)
@@ -107,7 +107,7 @@ class Trainer:
 
         def shard(name: str, dim: int) -> torch.Tensor:  # this rank's ETP slice of the FFN
             full = weight(spec, name, seed)[ids]
-            return torch.tensor_split(full, topo.etp, dim)[x["etp"]].clone().requires_grad_()
+            return torch.tensor_split(full, topo.layout.etp, dim)[x["etp"]].clone().requires_grad_()
 
         self.trace = moe.Trace()
         groups = moe.Groups(self.world.ep, self.world.etp)
@@ -115,7 +115,7 @@ class Trainer:
         ep_group = next(g for g in topo.rank_groups("ep", expert=True) if rank in g)
         owner = dict(sorted((x, i) for i, r in enumerate(ep_group) for x in topo.local_experts(r)))
         self.experts: dict[str, torch.Tensor] = {}
-        for layer in topo.replay_layers(c["pp"]):  # router order = RouterReplay order
+        for layer in topo.stages.replay(c["pp"]):  # router order = RouterReplay order
             n1, n2 = expert_names(layer)
             self.experts[n1], self.experts[n2] = shard(n1, 2), shard(n2, 1)
             self.moe[layer] = moe.MoELayer(
@@ -129,18 +129,18 @@ class Trainer:
     # ---- pipeline geometry ------------------------------------------------------------
 
     def _vstage(self, v: int) -> int:
-        return v * self.topo.pp + self.c["pp"]
+        return v * self.topo.layout.pp + self.c["pp"]
 
     def _peer(self, vstage: int) -> int:
         c = dict(self.c)
-        c["pp"] = vstage % self.topo.pp
-        return self.topo.rank(**{k: c[k] for k in ("tp", "cp", "dp", "pp")})
+        c["pp"] = vstage % self.topo.layout.pp
+        return self.topo.grid("dense").rank(**{k: c[k] for k in ("tp", "cp", "dp", "pp")})
 
     def _is_first(self, v: int) -> bool:
         return self._vstage(v) == 0
 
     def _is_last(self, v: int) -> bool:
-        return self._vstage(v) == self.topo.pp * self.topo.chunks - 1
+        return self._vstage(v) == self.topo.layout.pp * self.topo.stages.chunks - 1
 
     # ---- model ------------------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class Trainer:
     def _run(self, rows: Rows, batch, train: bool, backward=None):
         """Forward (and backward) of one micro-batch; returns (logprobs, mask) on the last stage."""
         ins, outs, result = [], [], None
-        for v in range(self.topo.chunks):
+        for v in range(self.topo.stages.chunks):
             if self._is_first(v):
                 h = self._embed(rows, batch.tokens)
             else:
@@ -207,7 +207,7 @@ class Trainer:
                 dist.send(y.detach().contiguous(), self._peer(self._vstage(v) + 1))
         if not train:
             return result
-        for v in reversed(range(self.topo.chunks)):
+        for v in reversed(range(self.topo.stages.chunks)):
             if self._is_last(v):
                 torch.autograd.backward(backward(*result))
             else:
@@ -397,15 +397,15 @@ class Trainer:
         fires depends on timing; when it fires, early_post_requests counts it.
         """
         topo = self.topo
-        block = self.rank // topo.engine_size
+        block = self.rank // topo.rollout.engine_size
         group = self.world.senders[-1 - block]
-        src = block * topo.engine_size
+        src = block * topo.rollout.engine_size
         dense = [(n, -1, 0, 0, 1, self.dense[n].detach().numpy().copy())
-                 for n in dense_names(self.spec, topo.pipeline_layers(self.c["pp"]))]
+                 for n in dense_names(self.spec, topo.stages.pipeline(self.c["pp"]))]
         buckets = [dense] + [self._gathered_experts(layer) for layer in self.moe]
         for i, bucket in enumerate(buckets):  # one update_weights_from_tensor per bucket
-            out = [None] * topo.engine_size if self.rank == src else None
-            if topo.engine_size > 1:
+            out = [None] * topo.rollout.engine_size if self.rank == src else None
+            if topo.rollout.engine_size > 1:
                 dist.gather_object(bucket, out, dst=src, group=group)
             if self.rank == src:
                 self.engines[block].call("receive", self.rank, version, bucket,
@@ -427,7 +427,7 @@ class Trainer:
                 dist.all_gather(parts, mine, group=self.world.ep)
             every = torch.cat(parts)
             out += [(name, e, 0, 0, 1, every[e].numpy().copy())
-                    for e in range(self.topo.experts)]
+                    for e in range(self.topo.model.experts)]
         return out
 
     def _post(self, engine: int, version: int, after: tuple[int, ...]) -> None:

@@ -303,7 +303,9 @@ class Job:
 def spawn(cluster, topo) -> Job:
     """The hosts of a job: one per Topology node on the launcher's cluster, a Pool's otherwise."""
     rank_node = [topo.placement(r)[0] for r in range(topo.world_size)]
-    engine_node = [topo.engine_gpus(e)[0][0] for e in range(topo.num_engines)]  # its leader's
+    engine_node = [
+        topo.engine_gpus(e)[0][0] for e in range(topo.placement_group.rollout_engines)
+    ]  # its leader's
     nodes = sorted(set(rank_node) | set(engine_node))
     watches: list = []
     if isinstance(cluster, Pool):
@@ -316,7 +318,7 @@ def spawn(cluster, topo) -> Job:
         hosts, host_nodes = list(by_node.values()), list(by_node)
         master, owned = tuple(cluster.master), True
         train_env = [cluster.train_env(r) for r in range(topo.world_size)]
-        engine_env = [cluster.engine_env(e) for e in range(topo.num_engines)]
+        engine_env = [cluster.engine_env(e) for e in range(topo.placement_group.rollout_engines)]
         if getattr(cluster, "local", False):  # its hosts run here: watch how they end
             watches = [Watch(pid) for pid in ray.get([h.pid.remote() for h in hosts])]
     train = [Proc(by_node[n], f"rank{r}") for r, n in enumerate(rank_node)]

@@ -2,7 +2,7 @@
 
 `init_and_verify` is what a train actor calls before any training: it starts
 torch.distributed (gloo on CPU, NCCL with CUDA), runs megatron-core
-`initialize_model_parallel(**topo.megatron_args())`, and compares every group megatron-core
+`initialize_model_parallel(**megatron_args(topo))`, and compares every group megatron-core
 built with the Topology's `rank_groups`. A difference stops the job with both sides shown,
 because a silent mismatch would mean experts, replay rows and weight sync disagree.
 """
@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 from miles_topology import Topology
+from miles_topology.model import megatron_args
 
-# name -> (parallel_state getter, its kwargs, Topology token, expert grid?)
 GROUPS: dict[str, tuple[str, dict[str, Any], str, bool]] = {
     "tp": ("get_tensor_model_parallel_group", {}, "tp", False),
     "pp": ("get_pipeline_model_parallel_group", {}, "pp", False),
@@ -78,7 +78,7 @@ def verify(topo: Topology, rank: int) -> dict[str, list[int]]:
     diff = compare(topo, rank, got)
     if diff:
         raise GroupMismatch(
-            f"megatron-core groups differ from the Topology ({topo.megatron_args()}):\n  "
+            f"megatron-core groups differ from the Topology ({megatron_args(topo)}):\n  "
             + "\n  ".join(diff)
         )
     return got
@@ -110,7 +110,7 @@ def init(topo: Topology, rank: int, addr: str | None = None, port: int | str | N
         timeout=timedelta(seconds=timeout_s),
     )
     ps.initialize_model_parallel(
-        **topo.megatron_args(), distributed_timeout_minutes=max(1, int(timeout_s // 60))
+        **megatron_args(topo), distributed_timeout_minutes=max(1, int(timeout_s // 60))
     )
 
 

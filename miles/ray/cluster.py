@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from miles_topology import Topology, TopologyError
+from miles_topology.model import summary
 
 from .local import NODE_RESOURCE, start_local
 from .plan import Slot, bind, budget_problems, gpu_key, slots
@@ -72,12 +73,14 @@ class Cluster:
     def train_actor_options(self, rank: int) -> dict[str, Any]:
         """`.options(**...)` for train rank `rank`: its bundle, GPU share and environment."""
         slot = self.topo.placement(rank)
-        return self._options(slot, TRAIN_GPU[self.topo.colocate], self.train_env(rank))
+        return self._options(slot, TRAIN_GPU[self.topo.rollout.colocate], self.train_env(rank))
 
     def engine_actor_options(self, engine: int, i: int = 0) -> dict[str, Any]:
         """`.options(**...)` for GPU `i` of rollout engine `engine` (i = 0 is its leader)."""
         slot = self.topo.engine_gpus(engine)[i]
-        return self._options(slot, ENGINE_GPU[self.topo.colocate], self.engine_env(engine, i))
+        return self._options(
+            slot, ENGINE_GPU[self.topo.rollout.colocate], self.engine_env(engine, i)
+        )
 
     def train_env(self, rank: int) -> dict[str, str]:
         """The environment of train rank `rank` (see the module docstring)."""
@@ -170,6 +173,7 @@ def start_cluster(topo: Topology, address: str | None = None, wait_s: float = 60
     Raises TopologyError(gpu-budget-exceeded) at once when the cluster's nodes cannot host
     the Topology, and PlacementTimeout when a bounded wait runs out.
     """
+    lay = topo.layout
     import ray
 
     local, owns_conn = None, False
@@ -178,16 +182,23 @@ def start_cluster(topo: Topology, address: str | None = None, wait_s: float = 60
         if address:
             _wait_reachable(address, wait_s)
         else:
-            if topo.nodes_needed > LOCAL_MAX_NODES:  # bounded: no attempt at 10^8 raylets
+            if topo.placement_group.nodes > LOCAL_MAX_NODES:  # bounded: no attempt at 10^8 raylets
                 from miles_topology import Problem
 
-                raise TopologyError([Problem(
-                    "gpu-budget-exceeded",
-                    f"this job needs {topo.nodes_needed} nodes of {topo.node_gpus_used} GPUs; "
-                    f"a local cluster is built for at most {LOCAL_MAX_NODES}.",
-                    "point RAY_ADDRESS at a Ray cluster of that size, or shrink the job",
-                    ("--actor-num-nodes", "--rollout-num-gpus"))], list(topo.warnings))
-            local = start_local(topo.nodes_needed, topo.node_gpus_used)
+                raise TopologyError(
+                    [
+                        Problem(
+                            "gpu-budget-exceeded",
+                            f"this job needs {topo.placement_group.nodes} nodes of "
+                            f"{lay.node_gpus_used} GPUs; "
+                            f"a local cluster is built for at most {LOCAL_MAX_NODES}.",
+                            "point RAY_ADDRESS at a Ray cluster of that size, or shrink the job",
+                            ("--actor-num-nodes", "--rollout-num-gpus"),
+                        )
+                    ],
+                    list(topo.warnings),
+                )
+            local = start_local(topo.placement_group.nodes, lay.node_gpus_used)
             address = local.address
     try:
         if not ray.is_initialized():
@@ -256,7 +267,7 @@ def _place(topo: Topology, wait_s: float, owns: tuple[Any, bool]) -> Cluster:
     nodes = _nodes()
     problems = budget_problems(topo, [n.gpus for n in nodes])
     if problems:
-        raise TopologyError(problems, list(topo.warnings), topo.summary())
+        raise TopologyError(problems, list(topo.warnings), summary(topo))
     needed = slots(topo)
     pg = placement_group([{"GPU": 1, nodes[n].pin: PIN} for n, _ in needed], strategy="PACK")
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from miles_topology import Problem, Topology
-from miles_topology.model import flag_of
+from miles_topology.parts import flag_of
 
 Slot = tuple[int, int]
 # what sizes the placement group: the flags a gpu-budget-exceeded problem names
@@ -26,7 +26,7 @@ def slots(topo: Topology) -> list[Slot]:
 
 def need_per_node(topo: Topology) -> list[int]:
     """GPUs each Topology node must have (index = Topology node id)."""
-    need = [0] * topo.nodes_needed
+    need = [0] * topo.placement_group.nodes
     for n, g in slots(topo):
         need[n] = max(need[n], g + 1)
     return need
@@ -40,16 +40,20 @@ def gpu_key(gpu_id: object) -> tuple:
 
 def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
     """`gpu-budget-exceeded` when the cluster's nodes (GPUs each, in node order) cannot host it."""
-    if topo.nodes_needed > max(len(have), 1 << 12):  # decided without listing every node
-        return [Problem(
-            "gpu-budget-exceeded",
-            f"this job needs {topo.nodes_needed} node(s) of {topo.node_gpus_used} GPUs "
-            f"({topo.gpu_budget}) but the Ray cluster has {len(have)} node(s) with GPUs "
-            f"{list(have)}.",
-            f"give the cluster {topo.nodes_needed} nodes of {topo.node_gpus_used} GPUs (or point "
-            f"RAY_ADDRESS at one), or shrink the job: {_SHRINK}",
-            _BUDGET,
-        )]
+    lay, pg = topo.layout, topo.placement_group
+    if pg.nodes > max(len(have), 1 << 12):  # decided without listing every node
+        return [
+            Problem(
+                "gpu-budget-exceeded",
+                f"this job needs {pg.nodes} node(s) of {lay.node_gpus_used} GPUs "
+                f"({pg.budget}) but the Ray cluster has {len(have)} node(s) with GPUs "
+                f"{list(have)}.",
+                f"give the cluster {pg.nodes} nodes of "
+                f"{lay.node_gpus_used} GPUs (or point "
+                f"RAY_ADDRESS at one), or shrink the job: {_SHRINK}",
+                _BUDGET,
+            )
+        ]
     need = need_per_node(topo)
     short = [n for n, k in enumerate(need) if n >= len(have) or have[n] < k]
     if not short:
@@ -60,7 +64,7 @@ def budget_problems(topo: Topology, have: Sequence[int]) -> list[Problem]:
     where += f" (needs {need[n]})"
     return [Problem(
         "gpu-budget-exceeded",
-        f"this job needs {len(need)} node(s) with GPUs {need} = {want} GPUs ({topo.gpu_budget}) "
+        f"this job needs {len(need)} node(s) with GPUs {need} = {want} GPUs ({pg.budget}) "
         f"but the Ray cluster has {len(have)} node(s) with GPUs {list(have)} = {got}: {where}.",
         f"give the cluster {len(need)} nodes of {max(need)} GPUs (or point RAY_ADDRESS at one), "
         f"or shrink the job: {_SHRINK}",

@@ -54,7 +54,7 @@ def decode_routes(
     engine wrote and are never replayed. The array is a transposed view of a fresh
     layer-major buffer: `a[:, layer]` is contiguous.
     """
-    layers, topk, experts = topo.layers, topo.topk, topo.experts
+    layers, topk, experts = topo.model.layers, topo.model.topk, topo.model.experts
     if layers is None or experts is None:
         raise ValueError("decoding routes needs --num-layers and --num-experts")
     if tokens is not None and tokens < 1:
@@ -78,7 +78,7 @@ def decode_routes(
             f"{layers} x {topk} = {per_row}",
         )
     ids = ids.reshape(-1, layers, topk)
-    runs = _moe_runs(topo.moe_pattern)  # strided views: validation copies nothing
+    runs = _moe_runs(topo.model.moe_pattern)  # strided views: validation copies nothing
     for sl in runs:
         check = ids[:, sl]
         if check.size and (check.min() < 0 or check.max() >= experts):

@@ -8,34 +8,25 @@ reports, their kind and the upstream code it follows in its `@rule(...)` decorat
 through the field table (`F.tp`, `flag_of`). Importing this package registers the rules
 with `codes.RULES`, which the model runs on every construction.
 
-    train_grid   Megatron's dense and expert grids, pipeline groups, TP within a node
+    train_grid   Megatron's dense and expert grids and their pipeline groups
     model_shape  experts, heads, layers and the virtual pipeline against the grid
-    engines      rollout engines, SGLang sizes, the placement group, eval, --sglang-config
+    engines      rollout engines, SGLang sizes, the placement group against the cluster
     batch        routing replay and the batch sizes
+    overridden   what the stack sets silently: implied etp, colocated GPUs, TP across nodes
     fsdp         the FSDP2 mesh and the PPO critic
+    fleet        weight transfer, eval engines, --sglang-config groups
 """
 
 from __future__ import annotations
 
-from ..codes import RULES, run_rules
-from . import batch, engines, fsdp, model_shape, train_grid
+# The order rules run and report in is the order they register: Megatron's grids, the model
+# shape on them, the engines, the batch, what the stack overrides, FSDP and the critic, then
+# the engine fleet beyond the rollout engines.
+# isort: off
+from . import train_grid, model_shape, engines, batch, overridden, fsdp, fleet
+# isort: on
 from .base import _divisors
 from .fsdp import MEGATRON_ONLY_FLAGS, fsdp_undefined_flags
 
-# The order rules run and report in: the grid, then the model shape on it, the engines, the
-# batch, then what miles overwrites or FSDP changes (a rule missing here fails at import).
-ORDER = (
-    "dense_grid_divides", "expert_grid_divides", "pipeline_groups_agree",
-    "experts_by_ep", "moe_pattern_length", "heads_by_tp", "layers_by_pp", "vpp_needs_pp",
-    "moe_needs_sp",
-    "whole_engines", "sglang_dp", "sglang_ep", "sglang_overridden", "fits_cluster",
-    "replay_prerequisites", "batch_sizes",
-    "etp_stated", "rollout_gpus_given", "groups_within_nodes",
-    "critic", "fsdp_mesh",
-    "weight_transfer", "eval_engines", "sglang_config_groups",
-)
-RULES.sort(key=lambda fn: ORDER.index(fn.__name__))
-run_checks = run_rules
-
-__all__ = ["MEGATRON_ONLY_FLAGS", "ORDER", "_divisors", "batch", "engines", "fsdp",
-           "fsdp_undefined_flags", "model_shape", "run_checks", "train_grid"]
+__all__ = ["MEGATRON_ONLY_FLAGS", "_divisors", "batch", "engines", "fleet", "fsdp",
+           "fsdp_undefined_flags", "model_shape", "overridden", "train_grid"]

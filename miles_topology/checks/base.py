@@ -7,7 +7,8 @@ from __future__ import annotations
 from math import gcd, lcm
 
 from ..errors import Problem
-from ..model import Topology, flag_of
+from ..model import Topology
+from ..parts import FIELDS, flag_of
 
 
 class _Flags:
@@ -15,7 +16,7 @@ class _Flags:
     through the field table, never by hand, so a renamed flag is renamed everywhere."""
 
     def __getattr__(self, name: str) -> str:
-        if name not in Topology.model_fields:
+        if name not in FIELDS:
             raise AttributeError(f"{name} is not a Topology field")
         return flag_of(name)
 
@@ -24,7 +25,7 @@ F = _Flags()
 
 
 def _err(code: str, message: str, fix: str, *fields: str) -> Problem:
-    return Problem(code, message, fix, tuple(flag_of(f) for f in fields))
+    return Problem(code, message, fix, tuple(flag_of(f) for f in fields), "error")
 
 
 def _warn(code: str, message: str, fix: str, *fields: str) -> Problem:
@@ -58,14 +59,14 @@ def _or(values: list[int]) -> str:
 def _node_fix(topo: Topology) -> str:
     """The next node count (same GPUs per node) at which both grids divide the world: nodes
     must be a multiple of lcm(dense, expert) / gcd(that, GPUs per node), found in O(1)."""
-    need = lcm(topo.dense_model_size, topo.expert_model_size)
-    step = need // gcd(need, topo.gpus_per_node)
-    nodes = (topo.nodes // step + 1) * step
-    if nodes > topo.nodes * 64:  # none within 64x: the smallest count below, if any
-        if step >= topo.nodes:
+    need = lcm(topo.layout.dense_model_size, topo.layout.expert_model_size)
+    step = need // gcd(need, topo.layout.gpus_per_node)
+    nodes = (topo.layout.nodes // step + 1) * step
+    if nodes > topo.layout.nodes * 64:  # none within 64x: the smallest count below, if any
+        if step >= topo.layout.nodes:
             return ""
         nodes = step
-    return f"{nodes} node{'s' if nodes > 1 else ''} of {topo.gpus_per_node} GPUs"
+    return f"{nodes} node{'s' if nodes > 1 else ''} of {topo.layout.gpus_per_node} GPUs"
 
 
 def _with_nodes(fix: str, topo: Topology) -> str:

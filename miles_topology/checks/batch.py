@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 from ..codes import rule
 from ..errors import Problem
-from ..model import Topology, flag_of
+from ..model import Topology
+from ..parts import flag_of
 from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
 
 
@@ -19,14 +20,17 @@ from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
         "r3-external-capture": (
             "warning", f"R3 with `{F.rollout_external}`: a server started without "
             "`--enable-return-routed-experts` returns no routed experts, and the first training "
-            "step fails after a full rollout"),
+            "step fails after a full rollout",
+                "--use-rollout-routing-replay --rollout-external"),
         "r3-router-fusion": (
-            "error", "routing replay with fused router top-k, which bypasses replay"),
+            "error", "routing replay with fused router top-k, which bypasses replay",
+                "--moe-router-fusion --use-rollout-routing-replay"),
         "r3-requires-moe": (
             "error", "routing replay asked for on a model with no MoE layers: with rollout R3, "
             "SGLang's routed-expert capturer reads `num_experts_per_tok` from the HF config, so "
             "the engines fail at start-up (skipped when the model shape is read from the "
-            "checkpoint: FSDP, or no model flags given)"),
+            "checkpoint: FSDP, or no model flags given)",
+                "--num-layers 32 --use-routing-replay"),
     },
 )
 def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
@@ -45,35 +49,36 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
     rollout_routed_experts, the train batch has none, and training_utils/replay_data.py
     fill_replay_data raises "rollout_routed_experts is required in rollout_data for replay" at
     the first training step (a warning: how those servers were started is not visible here)."""
-    if not topo.routing_replay:
+    lay, ro, mod, rep = topo.layout, topo.rollout, topo.model, topo.replay
+    if not rep.routing_replay:
         return
-    which = "rollout_routing_replay" if topo.rollout_routing_replay else "routing_replay"
-    if not topo.is_moe:
-        if topo.train_backend == "fsdp" or (topo.experts is None and topo.layers is None):
+    which = "rollout_routing_replay" if rep.rollout_routing_replay else "routing_replay"
+    if not mod.is_moe:
+        if lay.train_backend == "fsdp" or (mod.experts is None and mod.layers is None):
             # the model shape is read from the checkpoint (HF config under FSDP, the model
             # script under Megatron), so an absent --num-experts proves nothing
             yield _skip(
                 "r3-requires-moe",
                 "routing replay was asked for; whether the model has MoE layers is not known "
-                + ("(FSDP reads it from the HF checkpoint)." if topo.train_backend == "fsdp"
+                + ("(FSDP reads it from the HF checkpoint)." if lay.train_backend == "fsdp"
                    else f"(no model shape given: {F.layers}, {F.experts})."),
                 f"give the model shape ({F.layers}, {F.experts}) to check it",
                 which, "experts",
             )
         else:
-            why = (f"(no {F.experts})" if topo.experts is None else f"({F.moe_layer_freq})")
+            why = (f"(no {F.experts})" if mod.experts is None else f"({F.moe_layer_freq})")
             yield _err(
                 "r3-requires-moe",
                 f"routing replay was asked for, but the model has no MoE layers {why}"
                 + (": miles starts the engines with routed-expert capture on, and SGLang's "
                    "capturer reads num_experts_per_tok from the HF config, which a dense model "
-                   "lacks, so every engine fails at start-up." if topo.rollout_routing_replay
-                   and not topo.rollout_external and topo.experts is None else
+                   "lacks, so every engine fails at start-up." if rep.rollout_routing_replay
+                   and not ro.rollout_external and mod.experts is None else
                    ": there are no routes to record or replay."),
                 f"drop {flag_of(which)}, or give the MoE shape ({F.experts} N)",
                 which, "experts",
             )
-    if topo.rollout_routing_replay and topo.rollout_external:
+    if rep.rollout_routing_replay and ro.rollout_external:
         yield _warn(
             "r3-external-capture",
             "rollout routing replay with external engines: miles cannot switch on routed-"
@@ -85,7 +90,7 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
             f"(--enable-return-routed-experts), or drop {F.rollout_external}",
             "rollout_routing_replay", "rollout_external",
         )
-    if topo.router_fusion:
+    if mod.router_fusion:
         yield _err(
             "r3-router-fusion",
             "routing replay with fused router top-k: the fused kernel bypasses the replay "
@@ -100,26 +105,35 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
             "validate_args"),
     codes={
         "dynamic-batch-requires-max-tokens": (
-            "error", f"`{F.dynamic_batch}` without `{F.max_tokens_per_gpu}`"),
+            "error", f"`{F.dynamic_batch}` without `{F.max_tokens_per_gpu}`",
+                "--use-dynamic-batch-size"),
         "global-batch-not-divisible-by-dp": (
-            "error", "global batch % (dp x micro batch) != 0 (no dynamic batch)"),
+            "error", "global batch % (dp x micro batch) != 0 (no dynamic batch)",
+                "--actor-num-nodes 4 --global-batch-size 48"),
         "dynamic-global-batch-requires-dynamic-batch": (
-            "error", f"`{F.dynamic_global_batch}` without `{F.dynamic_batch}`"),
+            "error", f"`{F.dynamic_global_batch}` without `{F.dynamic_batch}`",
+                "--use-dynamic-global-batch-size"),
         "steps-per-rollout-conflict": (
-            "error", f"`{F.steps_per_rollout}` and `{F.global_batch_size}` disagree"),
+            "error", f"`{F.steps_per_rollout}` and `{F.global_batch_size}` disagree",
+                "--num-steps-per-rollout 32 --global-batch-size 4 --rollout-batch-size 1"),
         "rollout-batch-not-multiple-of-global-batch": (
             "warning", "rollout batch x samples per prompt % global batch != 0: miles trims the "
-            "remainder (an error when not one global batch is filled; skipped with "
-            f"`{F.no_trim}`)"),
+            f"remainder (skipped with `{F.no_trim}`)",
+                "--rollout-batch-size 3 --global-batch-size 2"),
+        "rollout-batch-below-global-batch": (
+            "error", "rollout batch x samples per prompt < global batch: not one global batch "
+            "is filled, and miles raises 'Not enough samples' after the first rollout",
+                "--rollout-batch-size 2 --n-samples-per-prompt 2 --global-batch-size 8"),
     },
 )
 def batch_sizes(topo: Topology) -> Iterator[Problem]:
-    gbs = topo.global_batch_size
-    if topo.dynamic_global_batch:
+    lay, bat = topo.layout, topo.batch
+    gbs = bat.global_batch_size
+    if bat.dynamic_global_batch:
         # miles utils/arguments.py miles_validate_args: needs --use-dynamic-batch-size (unless
         # multi-LoRA); the
         # global batch is then set per rollout (RolloutManager._compute_dynamic_global_batch_size)
-        if not topo.dynamic_batch:
+        if not bat.dynamic_batch:
             yield _err(
                 "dynamic-global-batch-requires-dynamic-batch",
                 f"{F.dynamic_global_batch} needs {F.dynamic_batch}: miles refuses "
@@ -128,53 +142,53 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
                 "dynamic_global_batch", "dynamic_batch",
             )
         return
-    if topo.dynamic_batch and topo.max_tokens_per_gpu is None:
+    if bat.dynamic_batch and bat.max_tokens_per_gpu is None:
         yield _err(  # miles utils/arguments.py miles_validate_args asserts it
             "dynamic-batch-requires-max-tokens",
             f"{F.dynamic_batch} needs {F.max_tokens_per_gpu}: miles asserts it at start-up.",
             f"add {F.max_tokens_per_gpu} N",
             "dynamic_batch", "max_tokens_per_gpu",
         )
-    if topo.rollout_batch_size is not None and topo.steps_per_rollout is not None:
-        total = topo.rollout_batch_size * topo.n_samples_per_prompt
-        want = total // topo.steps_per_rollout
+    if bat.rollout_batch_size is not None and bat.steps_per_rollout is not None:
+        total = bat.rollout_batch_size * bat.n_samples_per_prompt
+        want = total // bat.steps_per_rollout
         if gbs is not None and gbs != want:
             yield _err(  # miles utils/arguments.py miles_validate_args asserts equality
                 "steps-per-rollout-conflict",
-                f"{F.steps_per_rollout} {topo.steps_per_rollout} sets the global batch to "
-                f"{topo.rollout_batch_size} x {topo.n_samples_per_prompt} // "
-                f"{topo.steps_per_rollout} = {want}, but {F.global_batch_size} is {gbs}; miles "
+                f"{F.steps_per_rollout} {bat.steps_per_rollout} sets the global batch to "
+                f"{bat.rollout_batch_size} x {bat.n_samples_per_prompt} // "
+                f"{bat.steps_per_rollout} = {want}, but {F.global_batch_size} is {gbs}; miles "
                 "asserts they agree.",
                 f"drop {F.global_batch_size}, or set it to {want}",
                 "steps_per_rollout", "global_batch_size",
             )
     if gbs is None:
         return
-    if topo.rollout_batch_size is not None:
-        total = topo.rollout_batch_size * topo.n_samples_per_prompt
-        if total < gbs and not topo.no_trim:
+    if bat.rollout_batch_size is not None:
+        total = bat.rollout_batch_size * bat.n_samples_per_prompt
+        if total < gbs and not bat.no_trim:
             # miles RolloutManager._get_rollout_data (trim to a multiple of the global batch;
             # trim_len == 0 raises): read in an earlier miles, not re-found in HEAD's rollout/
             yield _err(
-                "rollout-batch-not-multiple-of-global-batch",
-                f"rollout_batch_size x n_samples_per_prompt = {topo.rollout_batch_size} x "
-                f"{topo.n_samples_per_prompt} = {total} samples do not fill one global batch of "
+                "rollout-batch-below-global-batch",
+                f"rollout_batch_size x n_samples_per_prompt = {bat.rollout_batch_size} x "
+                f"{bat.n_samples_per_prompt} = {total} samples do not fill one global batch of "
                 f"{gbs}: miles raises 'Not enough samples' after the first rollout.",
                 f"try {F.global_batch_size} {_or(_nearest(_divisors(total), gbs))}",
                 "rollout_batch_size", "n_samples_per_prompt", "global_batch_size",
             )
-        elif total % gbs and not topo.no_trim:
+        elif total % gbs and not bat.no_trim:
             # RolloutManager._get_rollout_data trims to a multiple of the global batch
             yield _warn(
                 "rollout-batch-not-multiple-of-global-batch",
-                f"rollout_batch_size x n_samples_per_prompt = {topo.rollout_batch_size} x "
-                f"{topo.n_samples_per_prompt} = {total} samples is not a multiple of "
+                f"rollout_batch_size x n_samples_per_prompt = {bat.rollout_batch_size} x "
+                f"{bat.n_samples_per_prompt} = {total} samples is not a multiple of "
                 f"global_batch_size {gbs} ({total}/{gbs} = {total / gbs:.2f}): miles trims "
                 f"every rollout to {total // gbs * gbs} samples, dropping {total % gbs}.",
                 f"try {F.global_batch_size} {_or(_nearest(_divisors(total), gbs))}",
                 "rollout_batch_size", "n_samples_per_prompt", "global_batch_size",
             )
-        elif total % gbs and not topo.partial_train_step:
+        elif total % gbs and not bat.partial_train_step:
             yield _skip(
                 "rollout-batch-not-multiple-of-global-batch",
                 f"{total} samples per rollout are not a multiple of global_batch_size {gbs} and "
@@ -184,15 +198,15 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
                 f"{F.partial_train_step}",
                 "rollout_batch_size", "global_batch_size", "no_trim",
             )
-    step = topo.dp * topo.micro_batch_size
+    step = topo.dp * bat.micro_batch_size
     # megatron/core/num_microbatches_calculator.py ConstantNumMicroBatchesCalculator asserts
     # global_batch_size % (micro_batch_size * dp) == 0 (static micro-batches only)
-    if (not topo.dynamic_batch and topo.train_backend == "megatron"
-            and topo.world_size % topo.dense_model_size == 0 and gbs % step):
+    if (not bat.dynamic_batch and lay.train_backend == "megatron"
+            and topo.world_size % lay.dense_model_size == 0 and gbs % step):
         yield _err(
             "global-batch-not-divisible-by-dp",
             f"global_batch_size {gbs} is not divisible by dp x micro_batch_size = {topo.dp} x "
-            f"{topo.micro_batch_size} = {step} ({gbs}/{step} = {gbs / step:.2f}).",
+            f"{bat.micro_batch_size} = {step} ({gbs}/{step} = {gbs / step:.2f}).",
             f"try {F.global_batch_size} "
             f"{_or([step * max(1, gbs // step), step * (gbs // step + 1)])}, or {F.dynamic_batch}",
             "global_batch_size", "micro_batch_size",

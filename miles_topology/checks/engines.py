@@ -11,17 +11,19 @@ from .. import placement as _placement
 from ..codes import rule
 from ..errors import Problem
 from ..model import Topology
-from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
+from .base import F, _divisors, _err, _nearest, _or, _warn
 
 
 @rule(
     source="miles ray/rollout.py init_rollout_engines; sglang_engine.py (base_gpu_id)",
     codes={
-        "rollout-gpus-not-multiple-of-engine": ("error", "rollout GPUs % GPUs per engine != 0"),
+        "rollout-gpus-not-multiple-of-engine": ("error", "rollout GPUs % GPUs per engine != 0",
+            "--rollout-num-gpus-per-engine 6 --rollout-num-gpus 64"),
         "engine-straddles-nodes": (
             "error", "an engine would span a node boundary in a way the engine cannot run (TP "
             "not tiling the nodes it spans); engines may start mid-node where miles' packed "
-            "placement puts them"),
+            "placement puts them",
+                "--actor-num-gpus-per-node 1 --eval-num-gpus-per-engine 2 --eval-num-gpus 16"),
     },
 )
 def whole_engines(topo: Topology) -> Iterator[Problem]:
@@ -30,8 +32,9 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
     divisible by num_gpus_per_engine'). Straddling: SGLang runs GPUs base_gpu_id ..
     base_gpu_id + tp - 1 of one node (sglang_engine.py passes base_gpu_id), and cross-node
     engines must tile whole nodes."""
-    gpus, size = topo.rollout_gpus_used, topo.engine_size
-    if topo.engine_groups is None and gpus % size:
+    lay, ro = topo.layout, topo.rollout
+    gpus, size = topo.placement_group.rollout_gpus, ro.engine_size
+    if ro.engine_groups is None and gpus % size:
         multiples = [size * k for k in (gpus // size, gpus // size + 1) if k > 0]
         yield _err(
             "rollout-gpus-not-multiple-of-engine",
@@ -42,10 +45,10 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
             "rollout_gpus", "engine_size",
         )
         return
-    node = topo.node_gpus_used
+    node = lay.node_gpus_used
     for group in topo.placement_group.groups:
         if group.gpus % group.engine_size and group.kind != "placeholder" \
-                and topo.engine_groups is not None and group.model != "eval":
+                and ro.engine_groups is not None and group.model != "eval":
             yield _err(
                 "rollout-gpus-not-multiple-of-engine",
                 f"{F.sglang_config} group {group.model}/{group.kind} has {group.gpus} GPUs, not "
@@ -61,7 +64,7 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
         if bad is None:
             continue
         at = topo.engine_gpus(bad)[0] if bad < topo.placement_group.engines else (0, 0)
-        s = group.engine_size
+        s, offset = group.engine_size, topo.placement_group.rollout_offset
         ok = [d for d in _divisors(node) if d <= node] + [node * k for k in (2, 4)]
         yield _err(
             # the packed placement group (placement.py) lets engines start mid-node; SGLang
@@ -69,14 +72,16 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
             # past the node's last GPU (or a multi-node engine not tiling whole nodes) fails
             "engine-straddles-nodes",
             f"rollout engine {bad} of {s} GPUs starts at node {at[0]} GPU {at[1]} "
-            f"(engines follow the actor's {topo.rollout_offset} GPUs in miles' packed placement "
+            f"(engines follow the actor's {offset} GPUs in miles' packed placement "
             f"group) and would run past the end of its node, on nodes of {node} GPUs: an "
             "engine must fit inside one node from its first GPU, or span whole nodes from GPU 0 "
             f"({node} % {s} = {node % s}).",
             f"try {F.engine_size} {_or(_nearest(ok, s))}, or an actor GPU count "
-            f"that is a multiple of {s} (engines start after the actor's {topo.rollout_offset} "
+            f"that is a multiple of {s} (engines start after the actor's {offset} "
             "GPUs)",
-            "engine_size", "node_gpus", "nodes",
+            "engine_size",
+            "node_gpus",
+            "nodes",
         )
         return
 
@@ -86,11 +91,12 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
             "backends/sglang_utils/arguments.py validate_args"),
     codes={
         "sglang-dp-invalid": (
-            "error", "engine DP does not divide engine TP, or DP > 1 without DP attention"),
+            "error", "engine DP does not divide engine TP, or DP > 1 without DP attention",
+                "--sglang-data-parallel-size 6"),
     },
 )
 def sglang_dp(topo: Topology) -> Iterator[Problem]:
-    size, dp = topo.engine_size, topo.engine_dp
+    size, dp = topo.rollout.engine_size, topo.rollout.engine_dp
     if size % dp:
         # SGLang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism: with DP
         # attention `assert self.tp_size % self.dp_size == 0` (engine TP = the engine's GPUs:
@@ -103,7 +109,7 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
             f"try {F.engine_dp} {_or(_nearest(_divisors(size), dp))}",
             "engine_dp", "engine_size",
         )
-    if dp > 1 and not topo.dp_attention:
+    if dp > 1 and not topo.rollout.dp_attention:
         # miles backends/sglang_utils/arguments.py validate_args:
         # `if args.sglang_dp_size > 1: assert args.sglang_enable_dp_attention`
         yield _err(
@@ -119,25 +125,27 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
 @rule(
     source="sglang FusedMoE.__init__; distributed/parallel_state.py initialize_model_parallel",
     codes={
-        "sglang-ep-invalid": ("error", "engine EP does not divide engine TP or the expert count"),
+        "sglang-ep-invalid": ("error", "engine EP does not divide engine TP or the expert count",
+            "--sglang-ep-size 8"),
     },
 )
 def sglang_ep(topo: Topology) -> Iterator[Problem]:
     """SGLang FusedMoE.__init__ asserts num_experts % moe_ep_size == 0; distributed/
     parallel_state.py initialize_model_parallel splits the TP group into tp // ep MoE-TP
     groups (no explicit assert for tp % ep; uneven groups cannot be built)."""
-    size, ep = topo.engine_size, topo.engine_ep_used
-    ok = [d for d in _divisors(size) if topo.experts is None or topo.experts % d == 0]
-    if size % ep or (topo.experts is not None and topo.experts % ep):
+    ro, mod = topo.rollout, topo.model
+    size, ep = ro.engine_size, ro.engine_ep_used
+    ok = [d for d in _divisors(size) if mod.experts is None or mod.experts % d == 0]
+    if size % ep or (mod.experts is not None and mod.experts % ep):
         yield _err(
             "sglang-ep-invalid",
             f"engine EP {ep} must divide the engine's {size} GPUs"
-            + (f" and the {topo.experts} experts" if topo.experts is not None else "")
+            + (f" and the {mod.experts} experts" if mod.experts is not None else "")
             + f" ({size} % {ep} = {size % ep}"
-            + (f", {topo.experts} % {ep} = {topo.experts % ep}" if topo.experts else "")
-            + ")" + (" (the a2a backend sets engine EP = engine TP)" if topo.a2a_forces_ep
+            + (f", {mod.experts} % {ep} = {mod.experts % ep}" if mod.experts else "")
+            + ")" + (" (the a2a backend sets engine EP = engine TP)" if ro.a2a_forces_ep
                      else "") + ".",
-            f"try {F.engine_ep} {_or(_nearest(ok, ep))}" if not topo.a2a_forces_ep else
+            f"try {F.engine_ep} {_or(_nearest(ok, ep))}" if not ro.a2a_forces_ep else
             f"choose {F.engine_size} dividing the expert count",
             "engine_ep", "engine_size", "experts",
         )
@@ -149,35 +157,38 @@ def sglang_ep(topo: Topology) -> Iterator[Problem]:
     codes={
         "sglang-tp-overridden": (
             "warning", f"`{F.sglang_tp}` differs from `{F.engine_size}`, which "
-            "miles writes over it"),
+            "miles writes over it",
+                "--sglang-tensor-parallel-size 8"),
         "sglang-ep-overridden": (
             "warning", f"`{F.a2a_backend} deepep` (or mooncake, ascend_fuseep, "
             "flashinfer, mori) makes SGLang set engine EP = engine TP, ignoring the "
-            f"`{F.engine_ep}` given"),
+            f"`{F.engine_ep}` given",
+                "--sglang-ep 64 --sglang-moe-a2a-backend deepep"),
     },
 )
 def sglang_overridden(topo: Topology) -> Iterator[Problem]:
     """Engine sizes miles or SGLang overwrite silently: warnings, with what is really used."""
-    if topo.sglang_tp is not None and topo.sglang_tp != topo.engine_size:
+    ro = topo.rollout
+    if ro.sglang_tp is not None and ro.sglang_tp != ro.engine_size:
         # miles backends/sglang_utils/arguments.py validate_args:
         # `args.sglang_tp_size = args.rollout_num_gpus_per_engine`
         yield _warn(
             "sglang-tp-overridden",
-            f"{F.sglang_tp} {topo.sglang_tp} is overwritten by miles with "
-            f"{F.engine_size} {topo.engine_size}: each engine runs TP "
-            f"{topo.engine_size}.",
-            f"drop {F.sglang_tp} and set {F.engine_size} {topo.sglang_tp} if "
+            f"{F.sglang_tp} {ro.sglang_tp} is overwritten by miles with "
+            f"{F.engine_size} {ro.engine_size}: each engine runs TP "
+            f"{ro.engine_size}.",
+            f"drop {F.sglang_tp} and set {F.engine_size} {ro.sglang_tp} if "
             "that is the engine size you meant",
             "sglang_tp", "engine_size",
         )
-    if topo.a2a_forces_ep and topo.engine_ep not in (1, topo.engine_size):
+    if ro.a2a_forces_ep and ro.engine_ep not in (1, ro.engine_size):
         # SGLang python/sglang/srt/server_args.py ServerArgs._handle_a2a_moe (post-init, with a
         # logger.warning): `self.ep_size = self.tp_size` for the backends of `a2a_forces_ep`
         yield _warn(
             "sglang-ep-overridden",
-            f"{F.a2a_backend} {topo.a2a_backend} makes SGLang set engine EP = engine "
-            f"TP = {topo.engine_size}, so {F.engine_ep} {topo.engine_ep} is ignored.",
-            f"drop {F.engine_ep}, or set it to {topo.engine_size}",
+            f"{F.a2a_backend} {ro.a2a_backend} makes SGLang set engine EP = engine "
+            f"TP = {ro.engine_size}, so {F.engine_ep} {ro.engine_ep} is ignored.",
+            f"drop {F.engine_ep}, or set it to {ro.engine_size}",
             "engine_ep", "a2a_backend", "engine_size",
         )
 
@@ -187,36 +198,41 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
     codes={
         "actor-node-shape-ignored": (
             "warning", f"`{F.gpus_per_node}` differs from `{F.node_gpus}`: the "
-            "packed placement group fills whole nodes in order regardless"),
+            "packed placement group fills whole nodes in order regardless",
+                "--num-gpus-per-node 3"),
         "gpu-budget-exceeded": (
             "error", "miles' one packed placement group (actor + rollout + eval GPUs; the critic "
-            "shares the actor's) needs more nodes than the cluster given has"),
+            "shares the actor's) needs more nodes than the cluster given has",
+                "cluster_nodes: 1 and nodes: 2 in a topology YAML"),
         "num-gpus-per-node-default": (
             "warning", "the actor spans nodes of fewer than 8 GPUs, an engine is larger than the "
             f"actor's GPUs per node, and `{F.node_gpus}` is not given: miles sizes that "
-            "engine's processes for nodes of 8"),
+            "engine's processes for nodes of 8",
+            "--actor-num-gpus-per-node 1 --actor-num-nodes 2 --rollout-num-gpus 48 "
+            "--rollout-num-gpus-per-engine 3"),
     },
 )
 def fits_cluster(topo: Topology) -> Iterator[Problem]:
     """miles ray/placement_group.py create_placement_groups: one PACK group of 1-GPU bundles
     (_get_placement_group_layout); its size must fit the cluster or Ray waits forever."""
-    node = topo.node_gpus_used
-    if topo.node_gpus_given and topo.gpus_per_node != node and (
-            topo.nodes > 1 or topo.gpus_per_node > node):
+    lay, ro = topo.layout, topo.rollout
+    node = lay.node_gpus_used
+    if lay.node_gpus_given and lay.gpus_per_node != node and (
+            lay.nodes > 1 or lay.gpus_per_node > node):
         # miles ray/actor_group.py: rank i takes bundle i of the sorted packed group; the
         # per-node count is only multiplied into the world size
         n = -(-topo.world_size // node)
         yield _warn(
             "actor-node-shape-ignored",
-            f"the actor asks for {topo.nodes} node(s) x {topo.gpus_per_node} GPUs, but miles "
+            f"the actor asks for {lay.nodes} node(s) x {lay.gpus_per_node} GPUs, but miles "
             f"packs its {topo.world_size} ranks into one placement group: they fill {n} "
             f"node(s) of {node} GPUs ({F.node_gpus}) in order, not "
-            f"{topo.gpus_per_node} per node.",
+            f"{lay.gpus_per_node} per node.",
             f"use {F.gpus_per_node} {node} with {F.nodes} {n} to say what "
-            f"happens, or {F.node_gpus} {topo.gpus_per_node} if the nodes have that many",
+            f"happens, or {F.node_gpus} {lay.gpus_per_node} if the nodes have that many",
             "gpus_per_node", "node_gpus",
         )
-    if not topo.node_gpus_given and topo.nodes > 1 and topo.gpus_per_node < topo.node_gpus:
+    if not lay.node_gpus_given and lay.nodes > 1 and lay.gpus_per_node < lay.node_gpus:
         # miles ray/specs/inference.py _compute_spec_inference_engine sizes each engine with
         # --num-gpus-per-node (default 8): max(1, size // npn) processes ("workers") per engine,
         # each holding min(size, npn) consecutive GPU slots from its first slot's node
@@ -228,10 +244,10 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
         # known here (engines get their node's own IP since the worker manager replaced the
         # rank-based address allocation, so colocation alone no longer matters).
         big = [g for g in topo.placement_group.groups
-               if g.engines and g.engine_size > topo.gpus_per_node]
+               if g.engines and g.engine_size > lay.gpus_per_node]
         if big:
             g = max(big, key=lambda g: g.engine_size)
-            size, npn, node = g.engine_size, topo.node_gpus, topo.gpus_per_node
+            size, npn, node = g.engine_size, lay.node_gpus, lay.gpus_per_node
             what = ("eval engines" if g.model == "eval" else
                     "rollout engines" if g.model == "default" else
                     f"{F.sglang_config} {g.model}/{g.kind} engines")
@@ -246,212 +262,22 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
                            f"than a node of {node} GPUs has")
             yield _warn(
                 "num-gpus-per-node-default",
-                f"the actor uses {topo.nodes} nodes x {node} GPUs but {F.node_gpus} is "
+                f"the actor uses {lay.nodes} nodes x {node} GPUs but {F.node_gpus} is "
                 f"not given, so miles sizes engines for nodes of {npn}: the {what} of {size} "
                 f"GPUs are larger than a node of {node}, and {happens}. This check assumes "
                 f"nodes of {node} GPUs.",
                 f"add {F.node_gpus} {node}",
                 "node_gpus", "gpus_per_node",
                 "eval_engine_size" if g.model == "eval" else
-                "engine_size" if topo.engine_groups is None else "sglang_config",
+                "engine_size" if ro.engine_groups is None else "sglang_config",
             )
-    if topo.cluster_nodes is not None and topo.nodes_needed > topo.cluster_nodes:
+    if lay.cluster_nodes is not None and topo.placement_group.nodes > lay.cluster_nodes:
         yield _err(
             "gpu-budget-exceeded",
-            f"this job needs {topo.nodes_needed} nodes of {node} GPUs "
-            f"({topo.gpu_budget}, one packed placement group) but the cluster has "
-            f"{topo.cluster_nodes}.",
-            f"add nodes to the cluster (it needs {topo.nodes_needed}), or shrink the job: "
+            f"this job needs {topo.placement_group.nodes} nodes of {node} GPUs "
+            f"({topo.placement_group.budget}, one packed placement group) but the cluster has "
+            f"{lay.cluster_nodes}.",
+            f"add nodes to the cluster (it needs {topo.placement_group.nodes}), or shrink the job: "
             f"fewer {F.nodes} or {F.rollout_gpus}, or {F.colocate}",
             "nodes", "rollout_gpus", "cluster_nodes",
         )
-
-
-@rule(
-    source="miles utils/arguments.py miles_validate_args; ray/placement_group.py "
-           "_get_placement_group_layout",
-    codes={
-        "colocate-ignores-rollout-gpus": (
-            "warning", f"`{F.rollout_gpus}` given with `{F.colocate}`"),
-        "no-rollout-gpus": ("warning", f"neither `{F.colocate}` nor `{F.rollout_gpus}`"),
-    },
-)
-def rollout_gpus_given(topo: Topology) -> Iterator[Problem]:
-    """colocate: miles_validate_args overwrites rollout_num_gpus with the actor's GPUs (logged at
-    info). No rollout GPUs: miles leaves rollout_num_gpus None, and placement_group.py
-    _get_placement_group_layout then adds None (a crash on a real launch; a warning here, as a
-    Topology may describe the trainer only)."""
-    if topo.colocate and topo.rollout_gpus is not None and topo.rollout_gpus != topo.world_size:
-        yield _warn(
-            "colocate-ignores-rollout-gpus",
-            f"{F.rollout_gpus} {topo.rollout_gpus} is ignored under {F.colocate}: engines use "
-            f"the actor's {topo.world_size} GPUs.",
-            f"remove {F.rollout_gpus}, or drop {F.colocate} to give rollout its own GPUs",
-            "rollout_gpus", "colocate",
-        )
-    if not topo.colocate and not topo.rollout_external and not topo.train_only \
-            and topo.rollout_gpus is None:
-        yield _warn(
-            "no-rollout-gpus",
-            f"neither {F.colocate} nor {F.rollout_gpus} is given, so no rollout engine is placed "
-            "here; miles itself leaves rollout_num_gpus unset and fails sizing its placement "
-            f"group unless {F.train_only} or external engines are used.",
-            f"add {F.colocate}, or {F.rollout_gpus} N for separate rollout GPUs",
-            "rollout_gpus", "colocate",
-        )
-
-
-@rule(
-    source="miles utils/arguments.py miles_validate_args",
-    codes={
-        "transfer-mode-invalid": (
-            "error", f"`{F.transfer_mode} p2p`/`disk-delta` with `{F.colocate}` or "
-            f"`{F.prefill_servers}`"),
-    },
-)
-def weight_transfer(topo: Topology) -> Iterator[Problem]:
-    mode = topo.transfer_mode
-    if mode in ("p2p", "disk-delta") and topo.colocate:
-        yield _err(  # miles utils/arguments.py miles_validate_args asserts it (p2p, disk-delta)
-            "transfer-mode-invalid",
-            f"{F.transfer_mode} {mode} is refused with {F.colocate} at start-up "
-            "(colocated engines take weights through CUDA IPC).",
-            f"use {F.transfer_mode} broadcast, or drop {F.colocate}",
-            "transfer_mode", "colocate",
-        )
-    if mode in ("p2p", "disk-delta") and topo.prefill_servers is not None:  # asserted likewise
-        yield _err(
-            "transfer-mode-invalid",
-            f"{F.transfer_mode} {mode} is refused with {F.prefill_servers} "
-            "(not supported with prefill/decode disaggregation).",
-            f"use {F.transfer_mode} broadcast",
-            "transfer_mode", "prefill_servers",
-        )
-
-
-@rule(
-    source="miles utils/arguments.py miles_validate_args, _resolve_rollout_functions",
-    codes={
-        "eval-gpus-not-multiple-of-engine": (
-            "error", f"`{F.eval_gpus}` % `{F.eval_engine_size}` != 0"),
-        "eval-gpus-invalid": (
-            "error", f"`{F.eval_gpus}` with external rollout engines or `{F.colocate}`"),
-    },
-)
-def eval_engines(topo: Topology) -> Iterator[Problem]:
-    if not topo.eval_gpus:
-        return
-    if topo.eval_gpus % topo.eval_size:
-        yield _err(  # miles utils/arguments.py miles_validate_args asserts it
-            "eval-gpus-not-multiple-of-engine",
-            f"{F.eval_gpus} {topo.eval_gpus} is not divisible by GPUs per eval engine "
-            f"{topo.eval_size} ({topo.eval_gpus}/{topo.eval_size} = "
-            f"{topo.eval_gpus / topo.eval_size:.2f}).",
-            f"try {F.eval_gpus} {topo.eval_size * max(1, topo.eval_gpus // topo.eval_size)}",
-            "eval_gpus", "eval_engine_size",
-        )
-    # miles utils/arguments.py _resolve_rollout_functions asserts no eval fleet with external
-    # engines (_compute_rollout_external); miles_validate_args: "Snapshot eval is not
-    # supported with --colocate"
-    for on, why in ((topo.rollout_external, "external rollout engines"),
-                    (topo.colocate, f"{F.colocate} (snapshot eval)")):
-        if on:
-            yield _err(
-                "eval-gpus-invalid",
-                f"{F.eval_gpus} {topo.eval_gpus} cannot be used with {why}: miles asserts "
-                "against it at start-up.",
-                f"drop {F.eval_gpus}",
-                "eval_gpus", "rollout_external" if topo.rollout_external else "colocate",
-            )
-
-
-@rule(
-    source="miles utils/arguments.py miles_validate_args; backends/sglang_utils/sglang_config.py",
-    codes={
-        "engine-groups-invalid": (
-            "error", f"`{F.prefill_servers}` leaves no decode engine or is combined with "
-            f"`{F.sglang_config}`/external engines; `{F.sglang_config}` groups do not add up to "
-            f"rollout + eval GPUs, or, with `{F.eval_gpus}`, no model named `eval` holds them "
-            f"(not checked when no engine starts: `{F.train_only}` without eval GPUs)"),
-        "engine-groups-unread": (
-            "skipped", f"`{F.sglang_config}` cannot be read here, so its engine groups are not "
-            "checked"),
-    },
-)
-def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
-    """--prefill-num-servers and --sglang-config: miles utils/arguments.py miles_validate_args
-    asserts neither with external engines and not both; backends/sglang_utils/sglang_config.py
-    SglangConfig.from_prefill_num_servers asserts decode GPUs > 0. --sglang-config groups:
-    sglang_config.py _compute_raw_sglang_config returns no engines at all (the file is not
-    even read) unless args.starts_inference_engines (miles_validate_args: not
-    --debug-train-only, or eval GPUs > 0; --debug-train-only sets rollout_num_gpus = 0), then
-    asserts the groups total rollout + eval GPUs and, with eval GPUs, exactly one model named
-    "eval" holding them. (Two models named "eval" are not told apart here: the groups are read
-    per model name.)"""
-    if topo.prefill_servers is not None:
-        if topo.sglang_config is not None or topo.rollout_external:
-            yield _err(
-                "engine-groups-invalid",
-                f"{F.prefill_servers} cannot be combined with "
-                + (f"{F.sglang_config}" if topo.sglang_config else "external rollout engines")
-                + ": miles refuses it at start-up.",
-                f"describe prefill/decode groups in {F.sglang_config} only",
-                "prefill_servers", "sglang_config",
-            )
-        elif topo.num_engines <= topo.prefill_servers and topo.rollout_gpus_used:
-            n = topo.rollout_gpus_used // topo.engine_size
-            yield _err(
-                "engine-groups-invalid",
-                f"{F.prefill_servers} {topo.prefill_servers} leaves no decode engine: "
-                f"{n} engine(s) in all; miles asserts engines > prefill servers.",
-                f"try {F.prefill_servers} {max(0, n - 1)}, or more {F.rollout_gpus}",
-                "prefill_servers", "rollout_gpus",
-            )
-    if topo.sglang_config is None:
-        return
-    if topo.rollout_external:
-        yield _err(
-            "engine-groups-invalid",
-            f"{F.sglang_config} cannot be used with external rollout engines (miles asserts it).",
-            f"drop {F.sglang_config}", "sglang_config", "rollout_external",
-        )
-        return
-    if topo.train_only and not topo.eval_gpus:
-        return  # no engine starts: miles does not read the file
-    if topo.engine_groups is None:
-        yield _skip(
-            "engine-groups-unread",
-            f"{F.sglang_config} {topo.sglang_config} could not be read here, so the engine "
-            "groups (sizes, offsets, prefill/decode) are not checked.",
-            "check on the machine where the file is, or pass the file's path as it is seen here",
-            "sglang_config",
-        )
-        return
-    total = sum(g[2] for g in topo.engine_groups)
-    rollout = 0 if topo.train_only else topo.rollout_gpus_used
-    want = rollout + topo.eval_gpus
-    if total != want:
-        yield _err(
-            "engine-groups-invalid",
-            f"{F.sglang_config} groups hold {total} GPUs but {F.rollout_gpus} + {F.eval_gpus} "
-            f"= {rollout} + {topo.eval_gpus} = {want}"
-            + (f" ({F.train_only} starts no rollout engine)" if topo.train_only else "")
-            + "; miles asserts they are equal.",
-            f"make the groups' num_gpus add up to {want}"
-            + ("" if topo.train_only else
-               f", or set {F.rollout_gpus} {total - topo.eval_gpus}"),
-            "sglang_config", "rollout_gpus",
-        )
-        return
-    if topo.eval_gpus:
-        held = sum(g[2] for g in topo.engine_groups if g[0] == "eval")
-        if held != topo.eval_gpus:
-            yield _err(
-                "engine-groups-invalid",
-                f"{F.eval_gpus} {topo.eval_gpus} needs exactly one {F.sglang_config} model named "
-                f"'eval' holding {topo.eval_gpus} GPUs, but "
-                + (f"its 'eval' groups hold {held}" if held else "no model is named 'eval'")
-                + "; miles asserts it at start-up.",
-                f"name the eval model 'eval' and give its groups {topo.eval_gpus} GPUs in all",
-                "sglang_config", "eval_gpus",
-            )

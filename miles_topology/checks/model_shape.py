@@ -8,46 +8,50 @@ from collections.abc import Iterator
 
 from ..codes import rule
 from ..errors import Problem
-from ..model import Topology, flag_of
+from ..model import Topology
+from ..parts import flag_of
 from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
 
 
 @rule(
     source="Megatron-LM training/arguments.py validate_args (expert parallelism check)",
     codes={
-        "experts-not-divisible-by-ep": ("error", "num_experts % ep != 0"),
+        "experts-not-divisible-by-ep": ("error", "num_experts % ep != 0",
+            "--expert-model-parallel-size 3 --num-experts 8"),
         "ep-requires-moe": (
             "error", f"expert parallel > 1 with the model shape given but no `{F.experts}` "
-            "(Megatron asserts num_experts is set)"),
+            "(Megatron asserts num_experts is set)",
+                "--expert-model-parallel-size 2 --num-layers 4"),
     },
 )
 def experts_by_ep(topo: Topology) -> Iterator[Problem]:
     """Megatron-LM training/arguments.py validate_args ("Expert parallelism check"): num_experts
     % expert_model_parallel_size == 0 is asserted."""
-    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    lay, mod = topo.layout, topo.model
+    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
-    if topo.experts is None and topo.ep > 1 and topo.layers is not None:
+    if mod.experts is None and lay.ep > 1 and mod.layers is not None:
         # validate_args: "num_experts must be non None to use expert model parallelism"; only
         # when the model shape is on the command line (else it may come from a model script)
         yield _err(
             "ep-requires-moe",
-            f"{F.ep} {topo.ep} on a model without experts ({F.layers} "
+            f"{F.ep} {lay.ep} on a model without experts ({F.layers} "
             f"is given, {F.experts} is not): Megatron asserts num_experts is set for EP > 1.",
             f"add {F.experts} N, or set {F.ep} 1",
             "ep", "experts",
         )
         return
-    if topo.experts is None or topo.experts % topo.ep == 0:
+    if mod.experts is None or mod.experts % lay.ep == 0:
         return
-    eps = [e for e in _divisors(topo.experts) if topo.world_size % (topo.etp * e * topo.pp) == 0]
+    eps = [e for e in _divisors(mod.experts) if topo.world_size % (lay.etp * e * lay.pp) == 0]
     yield _err(
         "experts-not-divisible-by-ep",
-        f"{topo.experts} experts cannot be split evenly over ep = {topo.ep} expert-parallel "
-        f"ranks ({topo.experts}/{topo.ep} = {topo.experts / topo.ep:.2f}); each EP rank must own "
+        f"{mod.experts} experts cannot be split evenly over ep = {lay.ep} expert-parallel "
+        f"ranks ({mod.experts}/{lay.ep} = {mod.experts / lay.ep:.2f}); each EP rank must own "
         "the same number of experts.",
-        f"try {F.ep} {_or(_nearest(eps, topo.ep))}"
+        f"try {F.ep} {_or(_nearest(eps, lay.ep))}"
         if eps
-        else f"use a number of experts divisible by {topo.ep}",
+        else f"use a number of experts divisible by {lay.ep}",
         "ep", "experts",
     )
 
@@ -57,22 +61,24 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
     codes={
         "moe-layer-freq-length": (
             "error", f"a list `{F.moe_layer_freq}` whose length is not `{F.layers}` "
-            "(megatron-core asserts one entry per layer when it builds the layer specs)"),
+            "(megatron-core asserts one entry per layer when it builds the layer specs)",
+                "--moe-layer-freq '([0]*2+[1]*6)' --num-experts 8 --num-layers 12"),
     },
 )
 def moe_pattern_length(topo: Topology) -> Iterator[Problem]:
     """megatron/core/models/gpt/gpt_layer_specs.py get_gpt_decoder_block_spec: a list
     --moe-layer-freq must have one entry per layer (asserted while building the layer specs,
     before training starts). FSDP builds no Megatron layer specs."""
-    freq = topo.moe_layer_freq
-    if topo.train_backend == "fsdp" or topo.experts is None or topo.layers is None \
-            or isinstance(freq, int) or len(freq) == topo.layers:
+    lay, mod = topo.layout, topo.model
+    freq = mod.moe_layer_freq
+    if lay.train_backend == "fsdp" or mod.experts is None or mod.layers is None \
+            or isinstance(freq, int) or len(freq) == mod.layers:
         return
     yield _err(
         "moe-layer-freq-length",
-        f"{F.moe_layer_freq} lists {len(freq)} layers but {F.layers} is {topo.layers}: "
+        f"{F.moe_layer_freq} lists {len(freq)} layers but {F.layers} is {mod.layers}: "
         "megatron-core asserts one entry per layer when it builds the layer specs.",
-        f"give {F.moe_layer_freq} {topo.layers} entries (e.g. [0]*k+[1]*({topo.layers}-k), "
+        f"give {F.moe_layer_freq} {mod.layers} entries (e.g. [0]*k+[1]*({mod.layers}-k), "
         f"k dense layers first), or set {F.layers} {len(freq)}",
         "moe_layer_freq", "layers",
     )
@@ -83,32 +89,34 @@ def moe_pattern_length(topo: Topology) -> Iterator[Problem]:
     codes={
         "heads-not-divisible-by-tp": (
             "error", "attention heads % tp != 0, or query groups neither a multiple nor a "
-            "divisor of tp"),
+            "divisor of tp",
+                "--tensor-model-parallel-size 16 --num-attention-heads 4"),
     },
 )
 def heads_by_tp(topo: Topology) -> Iterator[Problem]:
     """megatron-core TransformerConfig.__post_init__ (0.16): num_attention_heads % tp == 0, and
     num_query_groups a multiple OR a divisor of tp (fewer KV groups than TP ranks are
     replicated: Attention.__init__ gives each rank one group), else ValueError."""
-    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    lay, mod = topo.layout, topo.model
+    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
-    for name, count in (("heads", topo.heads), ("query_groups", topo.query_groups)):
-        if count is None or count % topo.tp == 0:
+    for name, count in (("heads", mod.heads), ("query_groups", mod.query_groups)):
+        if count is None or count % lay.tp == 0:
             continue
-        if name == "query_groups" and topo.tp % count == 0:
+        if name == "query_groups" and lay.tp % count == 0:
             continue  # KV groups replicated over tp / count ranks each
         what = "attention heads" if name == "heads" else "query groups"
-        tps = [t for t in _divisors(count) if topo.world_size % (t * topo.cp * topo.pp) == 0]
+        tps = [t for t in _divisors(count) if topo.world_size % (t * lay.cp * lay.pp) == 0]
         if name == "query_groups":  # multiples of the group count are valid too
-            tps += [count * k for k in (2, 4, 8) if topo.world_size % (count * k * topo.cp
-                                                                     * topo.pp) == 0]
+            tps += [count * k for k in (2, 4, 8) if topo.world_size % (count * k * lay.cp
+                                                                     * lay.pp) == 0]
         rule = (f"each TP rank needs whole {what}" if name == "heads" else
                 "query groups must be a multiple or a divisor of tp")
         yield _err(
             "heads-not-divisible-by-tp",
-            f"{count} {what} cannot be split over tp = {topo.tp} "
-            f"({count}/{topo.tp} = {count / topo.tp:.2f}); {rule}.",
-            f"try {F.tp} {_or(_nearest(tps, topo.tp))}",
+            f"{count} {what} cannot be split over tp = {lay.tp} "
+            f"({count}/{lay.tp} = {count / lay.tp:.2f}); {rule}.",
+            f"try {F.tp} {_or(_nearest(tps, lay.tp))}",
             "tp", name,
         )
 
@@ -119,7 +127,8 @@ def heads_by_tp(topo: Topology) -> Iterator[Problem]:
             "utils/arguments.py parse_args_and_get_parser"),
     codes={
         "layers-not-divisible-by-pp": (
-            "error", "layers cannot be split over pp (and vpp) as given"),
+            "error", "layers cannot be split over pp (and vpp) as given",
+                "--pipeline-model-parallel-size 3 --num-layers 8"),
     },
 )
 def layers_by_pp(topo: Topology) -> Iterator[Problem]:
@@ -127,14 +136,15 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
     stage % layers per virtual stage), megatron-core TransformerConfig.__post_init__ (uneven
     stages) and transformer_block.get_num_layers_to_build (per stage % vpp); miles
     utils/arguments.py parse_args_and_get_parser asserts no first/last stage sizes with pp 1."""
-    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    lay, mod = topo.layout, topo.model
+    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
-    if topo.layers is None or (topo.pp == 1 and topo.vpp is None and topo.vpp_layers is None
-                               and topo.first_stage_layers is None
-                               and topo.last_stage_layers is None):
+    if mod.layers is None or (lay.pp == 1 and lay.vpp is None and lay.vpp_layers is None
+                               and lay.first_stage_layers is None
+                               and lay.last_stage_layers is None):
         return
-    if topo.pp == 1:
-        if topo.first_stage_layers is not None or topo.last_stage_layers is not None:
+    if lay.pp == 1:
+        if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
             yield _err(
                 "layers-not-divisible-by-pp",
                 "uneven first/last pipeline stages were given with pp = 1, where there is "
@@ -144,25 +154,25 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
                 "first_stage_layers", "last_stage_layers", "pp",
             )
         return  # vpp with pp == 1 is vpp-requires-pp
-    counts = topo.stage_counts
+    counts = topo.stages.counts
     if counts is None:
-        if topo.first_stage_layers is None and topo.last_stage_layers is None:
+        if lay.first_stage_layers is None and lay.last_stage_layers is None:
             pps = [
-                p for p in _divisors(topo.layers)
-                if topo.world_size % (topo.tp * topo.cp * p) == 0
+                p for p in _divisors(mod.layers)
+                if topo.world_size % (lay.tp * lay.cp * p) == 0
             ]
             yield _err(
                 "layers-not-divisible-by-pp",
-                f"{topo.layers} layers cannot be split evenly over pp = {topo.pp} stages "
-                f"({topo.layers}/{topo.pp} = {topo.layers / topo.pp:.2f}).",
-                f"try {F.pp} {_or(_nearest(pps, topo.pp))}, or give "
+                f"{mod.layers} layers cannot be split evenly over pp = {lay.pp} stages "
+                f"({mod.layers}/{lay.pp} = {mod.layers / lay.pp:.2f}).",
+                f"try {F.pp} {_or(_nearest(pps, lay.pp))}, or give "
                 f"{F.first_stage_layers}/{F.last_stage_layers}",
                 "layers", "pp",
             )
         else:
-            given = [x for x in (topo.first_stage_layers, topo.last_stage_layers) if x is not None]
-            middle = topo.pp - len(given)
-            rest = topo.layers - sum(given)
+            given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
+            middle = lay.pp - len(given)
+            rest = mod.layers - sum(given)
             yield _err(
                 "layers-not-divisible-by-pp",
                 f"after the uneven stages ({' + '.join(map(str, given))} layers), {rest} layers "
@@ -184,27 +194,30 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
             "layers", "pp", "first_stage_layers", "last_stage_layers",
         )
         return
-    if topo.vpp_layers is not None and topo.layers % (topo.pp * topo.vpp_layers):
+    if lay.vpp_layers is not None and mod.layers % (lay.pp * lay.vpp_layers):
         yield _err(
             "layers-not-divisible-by-pp",
-            f"{topo.layers} layers do not split into pp = {topo.pp} stages of chunks of "
-            f"{topo.vpp_layers} layers ({topo.layers}/({topo.pp}*{topo.vpp_layers}) = "
-            f"{topo.layers / (topo.pp * topo.vpp_layers):.2f}).",
+            f"{mod.layers} layers do not split into pp = {lay.pp} stages of chunks of "
+            f"{lay.vpp_layers} layers ({mod.layers}/({lay.pp}*{lay.vpp_layers}) = "
+            f"{mod.layers / (lay.pp * lay.vpp_layers):.2f}).",
             f"try {F.vpp_layers} "
-            + _or([d for d in _divisors(topo.layers // topo.pp) if d < topo.layers // topo.pp][-2:]
-                  or [topo.layers // topo.pp]),
+            + _or([d for d in _divisors(mod.layers // lay.pp) if d < mod.layers // lay.pp][-2:]
+                  or [mod.layers // lay.pp]),
             "layers", "pp", "vpp_layers",
         )
         return
-    bad = [c for c in counts if c % topo.chunks]
+    bad = [c for c in counts if c % topo.stages.chunks]
     if bad:
         yield _err(
             "layers-not-divisible-by-pp",
-            f"stage layer counts {list(counts)} do not split into vpp = {topo.chunks} virtual "
-            f"stages each ({bad[0]}/{topo.chunks} = {bad[0] / topo.chunks:.2f}).",
+            f"stage layer counts {list(counts)} do not split into "
+            f"vpp = {topo.stages.chunks} virtual "
+            f"stages each ({bad[0]}/{topo.stages.chunks} = {bad[0] / topo.stages.chunks:.2f}).",
             f"try {F.vpp} "
             + _or([v for v in _divisors(min(counts)) if all(c % v == 0 for c in counts)][-2:]),
-            "layers", "pp", "vpp",
+            "layers",
+            "pp",
+            "vpp",
         )
 
 
@@ -212,7 +225,8 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
     source=("Megatron-LM training/arguments.py validate_args; megatron/core/parallel_state.py "
             "initialize_model_parallel"),
     codes={
-        "vpp-requires-pp": ("error", "virtual pipeline given with pp == 1"),
+        "vpp-requires-pp": ("error", "virtual pipeline given with pp == 1",
+            "--num-virtual-stages-per-pipeline-rank 6"),
     },
     uses=("layers-not-divisible-by-pp",),
 )
@@ -221,7 +235,8 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
     pipeline; --num-layers-per-virtual-pipeline-stage not with uneven first/last stages; a
     virtual size of 1 becomes None (no interleaving, accepted with any pp); a larger one needs
     pp > 1 (also parallel_state.initialize_model_parallel raises RuntimeError)."""
-    if topo.vpp is not None and topo.vpp_layers is not None:
+    lay, mod = topo.layout, topo.model
+    if lay.vpp is not None and lay.vpp_layers is not None:
         yield _err(
             "vpp-requires-pp",
             f"both {F.vpp} and "
@@ -230,8 +245,8 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
             "vpp", "vpp_layers",
         )
         return
-    if topo.vpp_layers is not None and (topo.first_stage_layers is not None
-                                        or topo.last_stage_layers is not None):
+    if lay.vpp_layers is not None and (lay.first_stage_layers is not None
+                                        or lay.last_stage_layers is not None):
         yield _err(
             "vpp-requires-pp",
             f"{F.vpp_layers} cannot be combined with uneven first/last "
@@ -240,12 +255,12 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
             "vpp_layers", "first_stage_layers", "last_stage_layers",
         )
         return
-    if topo.pp != 1:
+    if lay.pp != 1:
         return
-    if topo.vpp == 1:
+    if lay.vpp == 1:
         return  # validate_args: a virtual size of 1 is no virtual pipeline
-    if topo.vpp_layers is not None:
-        if topo.layers is None:
+    if lay.vpp_layers is not None:
+        if mod.layers is None:
             yield _skip(
                 "vpp-requires-pp",
                 f"{F.vpp_layers} with pp = 1: whether it makes more than "
@@ -254,20 +269,20 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
                 "vpp_layers", "layers",
             )
             return
-        if topo.layers % topo.vpp_layers == 0 and topo.layers // topo.vpp_layers == 1:
+        if mod.layers % lay.vpp_layers == 0 and mod.layers // lay.vpp_layers == 1:
             return  # one chunk per stage: no virtual pipeline
-        if topo.layers % topo.vpp_layers:
+        if mod.layers % lay.vpp_layers:
             yield _err(
                 "layers-not-divisible-by-pp",
-                f"{topo.layers} layers do not split into chunks of {topo.vpp_layers} layers "
-                f"({topo.layers}/{topo.vpp_layers} = {topo.layers / topo.vpp_layers:.2f}); "
+                f"{mod.layers} layers do not split into chunks of {lay.vpp_layers} layers "
+                f"({mod.layers}/{lay.vpp_layers} = {mod.layers / lay.vpp_layers:.2f}); "
                 "Megatron asserts layers per stage % layers per virtual stage == 0.",
                 f"drop {F.vpp_layers} (pp = 1 has no virtual pipeline)",
                 "layers", "vpp_layers",
             )
             return
-    if topo.vpp is not None or topo.vpp_layers is not None:
-        given = "vpp_layers" if topo.vpp_layers is not None else "vpp"
+    if lay.vpp is not None or lay.vpp_layers is not None:
+        given = "vpp_layers" if lay.vpp_layers is not None else "vpp"
         yield _err(
             "vpp-requires-pp",
             "a virtual pipeline was given but pp = 1: interleaving needs at least two "
@@ -280,25 +295,27 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
 @rule(
     source="megatron/core/transformer/moe/moe_layer.py MoELayer.forward; Megatron-LM validate_args",
     codes={
-        "moe-tp-requires-sp": ("error", f"MoE model with TP > 1 and no `{F.sp}`"),
-        "sp-ignored": ("warning", f"`{F.sp}` with TP 1"),
+        "moe-tp-requires-sp": ("error", f"MoE model with TP > 1 and no `{F.sp}`",
+            "--tensor-model-parallel-size 6 --num-experts 4"),
+        "sp-ignored": ("warning", f"`{F.sp}` with TP 1",
+            "--sequence-parallel"),
     },
 )
 def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
     """megatron/core/transformer/moe/moe_layer.py MoELayer.forward raises ValueError in training
     when TP > 1 without sequence parallel (ModelParallelConfig only warns); Megatron-LM
     validate_args turns SP off with a warning when tp == 1."""
-    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    if topo.layout.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
-    if topo.is_moe and topo.tp > 1 and not topo.sp:
+    if topo.model.is_moe and topo.layout.tp > 1 and not topo.layout.sp:
         yield _err(
             "moe-tp-requires-sp",
-            f"an MoE model with tp = {topo.tp} trains only with sequence parallel on "
+            f"an MoE model with tp = {topo.layout.tp} trains only with sequence parallel on "
             "(Megatron refuses MoE with TP > 1 and no SP).",
             f"add {F.sp}",
             "sp", "tp",
         )
-    if topo.sp and topo.tp == 1:
+    if topo.layout.sp and topo.layout.tp == 1:
         yield _warn(
             "sp-ignored",
             f"{F.sp} has no effect with tp = 1; Megatron drops it.",

@@ -9,35 +9,37 @@ from collections.abc import Iterator
 from ..codes import rule
 from ..errors import Problem
 from ..model import Topology
-from .base import F, _divisors, _err, _nearest, _or, _warn, _with_nodes
+from .base import F, _divisors, _err, _nearest, _or, _with_nodes
 
 
 @rule(
     source=("Megatron-LM training/arguments.py validate_args; megatron/core/parallel_state.py "
             "initialize_model_parallel"),
     codes={
-        "dense-grid-divisibility": ("error", "world size not divisible by tp*cp*pp"),
+        "dense-grid-divisibility": ("error", "world size not divisible by tp*cp*pp",
+            "--context-parallel-size 64"),
     },
 )
 def dense_grid_divides(topo: Topology) -> Iterator[Problem]:
     """Megatron-LM training/arguments.py validate_args asserts world % (tp*pp*cp) == 0;
     megatron/core/parallel_state.py initialize_model_parallel raises RuntimeError too."""
-    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    lay = topo.layout
+    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
-    world, m = topo.world_size, topo.dense_model_size
+    world, m = topo.world_size, lay.dense_model_size
     if world % m == 0:
         return
     fixes = []
-    tps = [t for t in _divisors(world) if world % (t * topo.cp * topo.pp) == 0]
+    tps = [t for t in _divisors(world) if world % (t * lay.cp * lay.pp) == 0]
     if tps:
-        fixes.append(f"{F.tp} {_or(_nearest(tps, topo.tp))}")
-    pps = [p for p in _divisors(world) if world % (topo.tp * topo.cp * p) == 0]
-    if pps and topo.pp > 1:
-        fixes.append(f"{F.pp} {_or(_nearest(pps, topo.pp))}")
+        fixes.append(f"{F.tp} {_or(_nearest(tps, lay.tp))}")
+    pps = [p for p in _divisors(world) if world % (lay.tp * lay.cp * p) == 0]
+    if pps and lay.pp > 1:
+        fixes.append(f"{F.pp} {_or(_nearest(pps, lay.pp))}")
     yield _err(
         "dense-grid-divisibility",
-        f"world size {topo.nodes} node(s) x {topo.gpus_per_node} GPUs = {world} is not divisible "
-        f"by tp*cp*pp = {topo.tp}*{topo.cp}*{topo.pp} = {m} ({world}/{m} = {world / m:.2f}); "
+        f"world size {lay.nodes} node(s) x {lay.gpus_per_node} GPUs = {world} is not divisible "
+        f"by tp*cp*pp = {lay.tp}*{lay.cp}*{lay.pp} = {m} ({world}/{m} = {world / m:.2f}); "
         "Megatron needs world % (tp*cp*pp) == 0.",
         _with_nodes("try " + ", or ".join(fixes), topo),
         "tp", "cp", "pp", "nodes", "gpus_per_node",
@@ -47,32 +49,34 @@ def dense_grid_divides(topo: Topology) -> Iterator[Problem]:
 @rule(
     source="megatron/core/parallel_state.py initialize_model_parallel",
     codes={
-        "expert-grid-divisibility": ("error", "world size not divisible by etp*ep*pp"),
+        "expert-grid-divisibility": ("error", "world size not divisible by etp*ep*pp",
+            "--actor-num-gpus-per-node 1 --expert-tensor-parallel-size 8"),
     },
 )
 def expert_grid_divides(topo: Topology) -> Iterator[Problem]:
     """megatron/core/parallel_state.py initialize_model_parallel: RuntimeError unless world %
     (etp*ep*pp) == 0 (expert_tensor_model_pipeline_parallel size)."""
-    if topo.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    lay, mod = topo.layout, topo.model
+    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
-    world, m = topo.world_size, topo.expert_model_size
+    world, m = topo.world_size, lay.expert_model_size
     if world % m == 0:
         return
     eps = [
         e
         for e in _divisors(world)
-        if world % (topo.etp * e * topo.pp) == 0 and (topo.experts is None or topo.experts % e == 0)
+        if world % (lay.etp * e * lay.pp) == 0 and (mod.experts is None or mod.experts % e == 0)
     ]
-    fixes = [f"{F.ep} {_or(_nearest(eps, topo.ep))}"] if eps else []
-    if topo.etp > 1:
-        etps = [t for t in _divisors(world) if world % (t * topo.ep * topo.pp) == 0]
+    fixes = [f"{F.ep} {_or(_nearest(eps, lay.ep))}"] if eps else []
+    if lay.etp > 1:
+        etps = [t for t in _divisors(world) if world % (t * lay.ep * lay.pp) == 0]
         if etps:
-            fixes.append(f"{F.etp} {_or(_nearest(etps, topo.etp))}")
+            fixes.append(f"{F.etp} {_or(_nearest(etps, lay.etp))}")
     fix = "try " + ", or ".join(fixes) if fixes else "change the sizes"
     yield _err(
         "expert-grid-divisibility",
-        f"world size {topo.nodes} node(s) x {topo.gpus_per_node} GPUs = {world} is not divisible "
-        f"by etp*ep*pp = {topo.etp}*{topo.ep}*{topo.pp} = {m} ({world}/{m} = {world / m:.2f}); "
+        f"world size {lay.nodes} node(s) x {lay.gpus_per_node} GPUs = {world} is not divisible "
+        f"by etp*ep*pp = {lay.etp}*{lay.ep}*{lay.pp} = {m} ({world}/{m} = {world / m:.2f}); "
         "Megatron needs world % (etp*ep*pp) == 0 for the expert grid.",
         _with_nodes(fix, topo),
         "ep", "etp", "pp", "nodes", "gpus_per_node",
@@ -84,73 +88,26 @@ def expert_grid_divides(topo: Topology) -> Iterator[Problem]:
     codes={
         "order-requires-equal-dp": (
             "error", f"`{F.order}` with pp > 1 and dense dp != expert dp "
-            "(megatron-core refuses it)"),
+            "(megatron-core refuses it)",
+            "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2 "
+            "--use-tp-pp-dp-mapping"),
     },
 )
 def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
     """Megatron builds one set of pipeline groups for both grids; with pp not last in the
     order that holds only when the dense and expert data-parallel sizes are equal
     (megatron/core/parallel_state.py initialize_model_parallel asserts it)."""
-    if topo.order.endswith("pp") or topo.pp == 1 or not topo.forms_grid or topo.dp == topo.edp:
+    lay = topo.layout
+    if lay.order.endswith("pp") or lay.pp == 1 or not lay.forms_grid or topo.dp == topo.edp:
         return
     yield _err(
         "order-requires-equal-dp",
-        f"order {topo.order} ({F.order}) with pp = {topo.pp} needs the same "
+        f"order {lay.order} ({F.order}) with pp = {lay.pp} needs the same "
         f"data-parallel size on both grids, but dense dp = {topo.world_size}/(tp*cp*pp) = "
         f"{topo.dp} and expert dp = {topo.world_size}/(etp*ep*pp) = {topo.edp} "
-        f"(tp*cp = {topo.tp * topo.cp}, etp*ep = {topo.etp * topo.ep}).",
+        f"(tp*cp = {lay.tp * lay.cp}, etp*ep = {lay.etp * lay.ep}).",
         f"drop {F.order}, or make etp*ep equal tp*cp (e.g. "
-        f"{F.etp} {max(1, topo.tp * topo.cp // topo.ep)} with "
-        f"{F.ep} {min(topo.ep, topo.tp * topo.cp)})",
+        f"{F.etp} {max(1, lay.tp * lay.cp // lay.ep)} with "
+        f"{F.ep} {min(lay.ep, lay.tp * lay.cp)})",
         "order", "ep", "etp", "tp", "cp", "pp",
     )
-
-
-@rule(
-    source="Megatron-LM training/arguments.py validate_args (etp = tp when not given)",
-    codes={
-        "etp-implied": ("warning", "expert TP not given and tp > 1, so Megatron uses etp = tp"),
-    },
-)
-def etp_stated(topo: Topology) -> Iterator[Problem]:
-    """Megatron-LM validate_args sets expert_tensor_parallel_size = tp when not given."""
-    if topo.etp_implied and topo.tp > 1 and topo.is_moe:
-        yield _warn(
-            "etp-implied",
-            f"{F.etp} not given and tp = {topo.tp}, so Megatron uses "
-            f"etp = tp = {topo.tp}: each expert is split over {topo.tp} GPUs.",
-            f"state it: {F.etp} {topo.tp} to keep this, or "
-            f"{F.etp} 1 for whole experts per GPU",
-            "etp", "tp",
-        )
-
-
-@rule(
-    source="none upstream: a performance warning (miles ray/actor_group.py: rank r, bundle r)",
-    codes={
-        "tp-group-crosses-nodes": ("warning", "a TP (or ETP) group spans more than one node"),
-    },
-)
-def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
-    """TP groups are runs of tp consecutive ranks (tp is the fastest axis in every order), and
-    rank r sits at position r of the placement group: decided by arithmetic, not by groups.
-    Nothing upstream refuses it: a performance warning (TP traffic then crosses the network)."""
-    if topo.world_size % topo.dense_model_size or topo.world_size % topo.expert_model_size:
-        return
-    node = topo.node_gpus_used
-    for name, size, expert in (("TP", topo.tp, False), ("ETP", topo.etp, True)):
-        if size <= 1:
-            continue
-        if size > node:
-            spans = -(-size // node)
-        elif node % size and ((node - 1) // size + 1) * size <= topo.world_size:
-            spans = 2  # the group holding the node's last GPU runs into the next node
-        else:
-            continue
-        yield _warn(
-            "tp-group-crosses-nodes",
-            f"a {name} group of {size} ranks spans {spans} nodes of {node} GPUs; {name} "
-            "traffic then crosses the network.",
-            f"keep {name} <= GPUs per node ({node}) and a divisor of it",
-            "etp" if expert else "tp", "gpus_per_node",
-        )

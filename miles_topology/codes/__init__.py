@@ -1,54 +1,87 @@
-"""Every problem code, its kind and when it is reported: the one registry, and the rules.
+"""Every problem code, declared once with everything a user needs to know about it.
 
-A rule declares the codes it reports in its decorator (`@rule(source=..., codes={...})`,
-checks/); a code raised outside the rules is declared with `declare` by what raises it
+Like ruff's registry, each code is one record (`Code`): its severity, whether `--fix` can
+rewrite it, a one-line summary, why it matters (what the real stack does), the upstream
+source it follows and an example that reports it. A rule declares the codes it reports in
+its decorator (`@rule(source=..., codes={...})`, checks/; the rule's docstring is their
+`why`); a code reported outside the rules is declared with `declare` by what reports it
 (below, and checks/fsdp.py). Declaring a code twice is an error, so the registry cannot
-drift from what is raised; a test scans the sources for codes no one declared.
-docs/problem-codes.md is generated from it (`python -m miles_topology.codes > docs/...`
-runs __main__.py; a test keeps the two equal). Codes are stable kebab-case strings: add
-rows, never rename one. The registry is complete once `miles_topology` is imported (its
-`__init__` imports checks/).
+drift from what is reported; a test scans the sources for codes no one declared. `rule
+CODE` prints a code's whole record and docs/problem-codes.md is generated from the registry
+(`python -m miles_topology.codes > docs/problem-codes.md`; a test keeps the two equal).
+Codes are stable kebab-case strings: add codes, never rename one. Rules run in the order
+they register (checks/__init__.py imports them in order). The registry is complete once
+`miles_topology` is imported (its `__init__` imports checks/).
+
+Severity is the code's, for every report of it and every format. `skipped` is not a
+severity but a status: a rule that cannot decide because a fact it needs is unknown reports
+its code as skipped (for example `r3-requires-moe` when the model shape comes from the
+checkpoint); a report is never of another severity than its code's.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
-from functools import cache
+from dataclasses import dataclass
 from typing import Any
 
-# kind: error (the real stack refuses, crashes, hangs or trains wrongly), warning (it
-# silently changes or drops something), note (the script reader: bash runs something other
-# than what the script appears to say), skipped (a fact the rule needs is unknown; absence of
-# a flag is not knowledge when the real stack reads it elsewhere).
-_KINDS = ("error", "warning", "note", "skipped")
-CODES: dict[str, tuple[str, str]] = {}  # code -> (kind, when), in declaration order
-RAISED_BY: dict[str, str] = {}  # code -> the rule or module that declared it
+# error: the real stack refuses, crashes, hangs or trains wrongly; warning: it silently
+# changes or drops something; note: the script reader says bash runs something other than
+# what the script appears to say, or where a launcher starts training.
+SEVERITIES = ("error", "warning", "note")
+SKIPPED = "skipped"  # the status of a report whose rule could not decide (not a severity)
 
-# The rules a Topology must satisfy, in the order they run (checks/ sorts them): each takes a
-# Topology and yields its problems. The rules register here, so the model that runs them
+
+@dataclass(frozen=True)
+class Code:
+    """One problem code: what `rule CODE`, SARIF and docs/problem-codes.md say about it."""
+
+    code: str
+    severity: str  # one of SEVERITIES
+    summary: str  # when it is reported, one line
+    why: str  # why it matters: what the real stack does
+    source: str  # the upstream file and function it follows
+    by: str  # the rule or module that reports it
+    example: str = ""  # an input that reports it (flags of a topology rule)
+    fixable: bool = False  # `--fix` can rewrite it mechanically
+
+
+CODES: dict[str, Code] = {}  # in declaration order
+
+# The rules a Topology must satisfy, in the order they run (registration order): each takes
+# a Topology and yields its problems. The rules register here, so the model that runs them
 # (model.py, on every construction) imports none of them.
 Rule = Callable[[Any], Iterable[Any]]
 RULES: list[Rule] = []
 
 
-def declare(by: str, codes: dict[str, tuple[str, str]]) -> None:
-    """Register `codes` (code -> (kind, when)), raised by `by`."""
-    for code, (kind, when) in codes.items():
+def declare(by: str, codes: dict[str, tuple | dict], *, why: str = "", source: str = ""
+            ) -> None:
+    """Register `codes`, reported by `by`. Each is (severity, summary[, example]) or a dict
+    of `Code`'s fields; `why` and `source` are the group's unless a code gives its own."""
+    for code, spec in codes.items():
         if code in CODES:
-            raise ValueError(f"problem code {code} declared twice: {RAISED_BY[code]}, {by}")
-        if kind not in _KINDS or not when:
-            raise ValueError(f"problem code {code}: kind {kind!r} not one of {_KINDS}")
-        CODES[code] = (kind, when)
-        RAISED_BY[code] = by
+            raise ValueError(f"problem code {code} declared twice: {CODES[code].by}, {by}")
+        fields = dict(spec) if isinstance(spec, dict) else dict(
+            zip(("severity", "summary", "example"), spec))
+        fields.setdefault("why", why or fields.get("summary", ""))
+        fields.setdefault("source", source)
+        if fields.get("severity") not in SEVERITIES or not fields.get("summary"):
+            raise ValueError(f"problem code {code}: severity {fields.get('severity')!r} not one "
+                             f"of {SEVERITIES} (a rule that cannot decide reports its code as "
+                             f"{SKIPPED}), or no summary")
+        CODES[code] = Code(code=code, by=by, **fields)
 
 
-def rule(source: str, codes: dict[str, tuple[str, str]] | None = None,
+def rule(source: str, codes: dict[str, tuple | dict] | None = None,
          uses: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
-    """A rule: it reports `codes` (declared here) and `uses` (declared elsewhere), following
-    upstream's `source`; it runs on every Topology."""
+    """A rule: it reports `codes` (declared here; their `why` is the rule's docstring) and
+    `uses` (declared elsewhere), following upstream's `source`; it runs on every Topology."""
 
     def register(fn: Rule) -> Rule:
-        declare(f"rule {fn.__name__} ({fn.__module__})", codes or {})
+        declare(f"rule {fn.__name__} ({fn.__module__})", codes or {},
+                why=inspect.cleandoc(fn.__doc__ or ""), source=source)
         fn.declares = tuple(codes or {})  # type: ignore[attr-defined]
         fn.codes = (*fn.declares, *uses)  # type: ignore[attr-defined]
         fn.source = source  # type: ignore[attr-defined]
@@ -63,139 +96,176 @@ def run_rules(topo: Any) -> list[Any]:
     return [p for fn in RULES for p in fn(topo)]
 
 
-# ---- codes raised outside the rules -------------------------------------------------------
+# ---- codes reported outside the rules ------------------------------------------------------
 
 declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.py (values)", {
     'flag-conflict': (
-        'error', 'the same size given two different ways (flag vs YAML, alias vs name)'),
+        'error', 'the same size given two different ways (flag vs YAML, alias vs name)',
+        '--topology t.yaml --tensor-model-parallel-size 4   (t.yaml: tp: 2)'),
     'invalid-flag-value': (
-        'error', "a flag's value is not a whole number (`None`), or is missing"),
-    'unknown-field': ('error', 'a topology YAML has a key that is not a field'),
-    'missing-model-fact': ('error', 'a derivation needs a model fact that was not given'),
-    'deprecated-flag': (
-        'warning', 'a renamed flag was used, or one upstream deprecates (SGLang renamed or '
-        'ignores it); the message names the new one'),
-    'unknown-flag': (
-        'error', "a flag the launch's stack does not define (miles' or slime's train.py: "
-        'their own flags, Megatron-LM, SGLang as `--sglang-*`, the add_arguments of the '
-        'functions the launch names; the stack installed, beside the script, given by '
-        '`--stack`, else miles_topology/surface.json), or a short alias such as `-tp`, '
-        'whatever its value: its parser exits at start-up; the message names the closest '
-        'known flag'),
-    'flag-of-other-version': (
-        'warning', 'a flag the stack checked against does not define but another known '
-        'version or framework does (slime vs miles, a newer SGLang or Megatron-LM, slime\'s '
-        'patched Megatron-LM): the message names which'),
-    'unverified-flag': (
-        'skipped', "a flag the stack does not define, while a function the launch names "
-        "(`--rollout-function-path`, `--custom-generate-function-path`) cannot be read here: "
-        "its add_arguments may add it"),
-    'flag-given-twice': (
-        'warning', "one flag given twice with different values on a command line; miles' "
-        'parser keeps the last'),
-})
+        'error', "a flag's value is not a whole number (`None`), or is missing",
+        '--tensor-model-parallel-size two'),
+    'unknown-field': ('error', 'a topology YAML has a key that is not a field',
+                      'tensor_parallel: 2   (in a topology YAML; the field is tp)'),
+    'missing-model-fact': ('error', 'a derivation needs a model fact that was not given',
+                           'topo.stage_layers(0) without --num-layers'),
+    'deprecated-flag': {
+        'severity': 'warning', 'fixable': True,
+        'summary': 'a renamed flag was used, or one upstream deprecates (SGLang renamed or '
+                   'ignores it); the message names the new one',
+        'example': '--rollout-num-gpus-per-node 8   (now --num-gpus-per-node)'},
+    'unknown-flag': {
+        'severity': 'error', 'fixable': True,
+        'summary': "a flag the launch's stack does not define (miles' or slime's train.py: "
+                   'their own flags, Megatron-LM, SGLang as `--sglang-*`, the add_arguments of '
+                   'the functions the launch names; the stack given by `--stack`, beside the '
+                   'script, installed, else miles_topology/surface.json), or a short alias '
+                   'such as `-tp`, whatever its value: its parser exits at start-up; the '
+                   'message names the closest known flag',
+        'example': '--expert-model-paralel-size "${EP}"'},
+    'flag-of-other-version': {
+        'severity': 'warning',
+        'summary': 'a flag the stack checked against does not define but another known '
+                   "version or framework does (slime vs miles, a newer SGLang or Megatron-LM, "
+                   "slime's patched Megatron-LM, the SGLang of miles' image): the message "
+                   'names which',
+        'example': '--use-gated-attention   (on miles: slime\'s patched Megatron-LM has it)'},
+    'unverified-flag': {
+        'severity': 'note',
+        'summary': 'reported as skipped: a flag the stack does not define, while a function '
+                   'the launch names (`--rollout-function-path`, `--custom-generate-function-'
+                   'path`) cannot be read here, and its add_arguments may add it',
+        'why': "miles' parse_args calls add_arguments(parser) of those functions "
+               '(add_user_provided_function_arguments) before it parses: a flag they add is '
+               'accepted',
+        'example': '--custom-generate-function-path "${FN}" --agent-max-turns 4'},
+    'flag-given-twice': {
+        'severity': 'warning', 'fixable': True,
+        'summary': "one flag given twice with different values on a command line; miles' "
+                   'parser keeps the last',
+        'example': '--tensor-model-parallel-size 2 ... --tensor-model-parallel-size 4'},
+}, why="miles parses its command line with argparse (Megatron-LM's parser plus miles' and the "
+       "prefixed SGLang arguments): an undefined flag or a value of the wrong type ends the "
+       "job at start-up, and a flag given twice keeps its last value without a word.",
+   source="miles utils/arguments.py parse_args; Megatron-LM training/arguments.py; SGLang "
+          "python/sglang/srt/server_args.py ServerArgs.add_cli_args")
 declare("channels.py (YAML files that set arguments after parsing)", {
     'custom-config-layout': (
         'error', '`--custom-config-path` YAML sets a layout or rollout size: miles applies it '
         'in miles_validate_args, after world size and placement were computed from the '
-        'command line'),
+        'command line', '--custom-config-path c.yaml   (c.yaml: tensor_model_parallel_size: 4)'),
     'custom-config-unread': (
-        'skipped', '`--custom-config-path` cannot be read here (unknown value, missing file, '
-        'not YAML): the arguments it sets are not checked'),
+        'note', 'reported as skipped: `--custom-config-path` cannot be read here (unknown '
+        'value, missing file, not YAML), so the arguments it sets are not checked',
+        '--custom-config-path "${CONFIG}"'),
     'yaml-cfg-replaces-flags': (
         'warning', "Megatron-LM's `--yaml-cfg` replaces every parsed argument with the YAML's: "
-        "the command line's sizes are not what runs"),
-})
+        "the command line's sizes are not what runs", '--yaml-cfg megatron.yaml'),
+}, why="miles_validate_args setattr()s each key of --custom-config-path's YAML onto the parsed "
+       "arguments after parse_args computed args.world_size; Megatron-LM's parse_args returns "
+       "the --yaml-cfg YAML as the namespace.",
+   source="miles utils/arguments.py miles_validate_args, parse_args; Megatron-LM "
+          "training/yaml_arguments.py load_yaml")
 declare("report.py (where a Python launcher starts training)", {
     'launch': (
         'note', 'a training launch of a Python launcher, at its file:line: one notice per '
-        'launch in `--format github`/`sarif`, so each launch of a file is located'),
-})
+        'launch in `--format github`/`sarif`, so each launch of a file is located',
+        'miles-topology check run_qwen3.py --format github'),
+}, why="A Python launcher may start several trainings (one per model size, say); each is "
+       "checked on its own and located at the line that starts it.",
+   source="miles/utils/external_utils/command_utils.py execute_train")
 declare("report.py and cli.py (an input that cannot be read)", {
     'unreadable': (
         'error', 'an input cannot be read at all (missing file, bad YAML, bash syntax): exit '
-        '2; in `--format github`/`sarif` and batch output'),
-})
+        '2; in `--format github`/`sarif` and batch output',
+        'miles-topology check missing.sh'),
+}, why="Nothing can be checked in an input that cannot be read; it is reported so that a "
+       "batch or a CI annotation names it.")
 declare("the script reader (shell/ interpret.py, read.py; check_script.py reports them)", {
     'missing-line-continuation': (
         'error', 'a line starts with flags (or an unresolved `${A[@]}` and flags) but the line '
-        'above does not end in `\\`: bash drops them from the launch'),
+        'above does not end in `\\`: bash drops them from the launch',
+        'python3 train.py --colocate   (next line:)   --tensor-model-parallel-size 2'),
     'space-after-line-continuation': (
-        'note', 'a line ends in `\\` followed by spaces, so the command ends there'),
-    'source-cycle': ('note', 'a file is sourced again while it is being sourced'),
+        'note', 'a line ends in `\\` followed by spaces, so the command ends there',
+        'python3 train.py \\␠   (a space after the backslash)'),
+    'source-cycle': ('note', 'a file is sourced again while it is being sourced',
+                     'source a.sh   (in a.sh itself)'),
     'no-launch-command': (
         'note', 'no training launch (`train.py`/`train_async.py` by python, `torchrun` or `ray '
-        'job submit`); converters, servers and `run.py` wrappers do not count: exit 2'),
-    'several-launch-commands': ('note', 'more than one launch command; the last one is read'),
-    'conditional-launch': ('note', 'the launch command runs inside an if/case/loop/&&'),
+        'job submit`); converters, servers and `run.py` wrappers do not count: exit 2',
+        'a script that only runs convert_hf_to_torch_dist.py'),
+    'several-launch-commands': ('note', 'more than one launch command; the last one is read',
+                                'python3 train.py ... ; python3 train.py ...'),
+    'conditional-launch': ('note', 'the launch command runs inside an if/case/loop/&&',
+                           'if [ "$MODE" = rl ]; then python3 train.py ...; fi'),
     'crlf-line-ends': (
         'warning', "the script has CR LF line ends: bash keeps each CR in the line's last word, "
-        'so flags arrive as `--flag\\r` and `\\` no longer continues a line'),
+        'so flags arrive as `--flag\\r` and `\\` no longer continues a line',
+        'a script saved with Windows line ends'),
     'sourced-from-checkout': (
         'note', 'a file sourced by an absolute path that does not exist here is read from the '
-        "same path inside the script's checkout"),
-})
+        "same path inside the script's checkout",
+        'source /root/miles/scripts/models/qwen3-4B.sh   (read from ./scripts/models/)'),
+}, why="The checker reads a launch script as bash does (variables, arrays, sourced files, "
+       "line continuations) and says where bash runs something other than what the script "
+       "appears to say, or where it read a file from.",
+   source="bash(1): QUOTING, Simple Commands, `source`; miles scripts/run-*.sh")
 
 
-# Where each code's page is: a row of docs/problem-codes.md, anchored by its code. The
-# package's "Documentation" project URL (pyproject [project.urls]) when it has one, else a
-# reference relative to the repository root; SARIF helpUri carries it.
-PAGES = "docs/problem-codes.md"
-
-
-@cache
-def _pages() -> str:
-    from importlib.metadata import PackageNotFoundError, metadata
-
-    try:
-        urls = metadata("miles-topology").get_all("Project-URL") or []
-    except PackageNotFoundError:
-        urls = []
-    for entry in urls:
-        label, _, url = entry.partition(",")
-        if label.strip().lower() == "documentation":
-            return url.strip()
-    return PAGES
-
-
-def page_uri(code: str) -> str:
-    return f"{_pages()}#{code}"
+_EXITS = {"error": "fails the check (exit 1)",
+          "warning": "is reported; the check still passes",
+          "note": "is reported; the check still passes"}
 
 
 def page(code: str) -> str:
-    """What `miles-topology rule CODE` prints: the code's kind, when it is reported, and
-    how to turn it off."""
-    kind, when = CODES[code]
-    exits = {"error": "fails the check (exit 1)", "skipped": "is reported as skipped"}.get(
-        kind, "is reported; the check still passes")
-    return "\n".join([
-        f"{code} ({kind})", "", f"Reported when: {when}.", f"A report of it {exits}.", "",
-        "Turn it off:",
+    """What `miles-topology rule CODE` prints: the code's whole record and how to turn it
+    off (no link: the wheel ships no docs/)."""
+    c = CODES[code]
+    lines = [f"{code} ({c.severity}{', fixable' if c.fixable else ''})", "",
+             f"Reported when: {c.summary}.",
+             f"A report of it {_EXITS[c.severity]}; when a fact it needs is unknown it is "
+             f"reported as {SKIPPED} instead.", "", "Why:"]
+    lines += [f"  {line}".rstrip() for line in c.why.splitlines()]
+    lines += ["", f"Upstream: {c.source or '-'}", f"Reported by: {c.by}"]
+    if c.example:
+        lines += [f"Example: {c.example}"]
+    lines += [
+        "", "Turn it off:",
         f"  on one line       # miles-topology: disable={code}   (on the line or the line "
         "before)",
         f"  in one file       # miles-topology: disable-file={code}",
         f"  in a run          miles-topology check --ignore {code} ...",
         f"  in a project      [tool.miles-topology] ignore = [\"{code}\"]  (pyproject.toml)",
-        "", f"Page: {page_uri(code)}", ""])
+        ""]
+    return "\n".join(lines)
 
 
 def markdown() -> str:
-    """The text of docs/problem-codes.md."""
+    """The text of docs/problem-codes.md: a table, then every code's record."""
     lines = [
         "# Problem codes",
         "",
-        "<!-- generated from miles_topology/codes.py: "
+        "<!-- generated from miles_topology/codes/: "
         "python -m miles_topology.codes > docs/problem-codes.md -->",
         "",
         "Every problem `miles-topology check`, `show`, `migrate` and the launcher report has a",
-        "stable kebab-case code (never renamed). Errors make the configuration invalid (exit 1);",
-        "warnings and script-reader notes do not.",
+        "stable kebab-case code (never renamed) and one severity: errors make the configuration",
+        "invalid (exit 1); warnings and notes do not. A rule that cannot decide, because a fact",
+        f"it needs is unknown, reports its code as `{SKIPPED}` (a status, not a severity).",
+        "`miles-topology rule CODE` prints one record.",
         "",
-        "| code | kind | when |",
-        "|---|---|---|",
+        "| code | severity | fixable | when |",
+        "|---|---|---|---|",
     ]
-    by_rule = [c for fn in RULES for c in fn.declares]  # type: ignore[attr-defined]
-    for code in dict.fromkeys([*by_rule, *CODES]):  # the rules' codes in rule order, then others
-        kind, when = CODES[code]
-        lines.append(f'| `{code}` | {kind} | {when.replace("|", "/")} <a id="{code}"></a> |')
+    for c in CODES.values():
+        summary = c.summary.replace("|", "/")
+        lines.append(f"| [`{c.code}`](#{c.code}) | {c.severity} | "
+                     f"{'yes' if c.fixable else ''} | {summary} |")
+    for c in CODES.values():
+        lines += ["", f"## {c.code}", "",
+                  f"{c.severity}{', fixable' if c.fixable else ''}: {c.summary}.", ""]
+        lines += [c.why, "", f"Upstream: {c.source or '-'}. Reported by: {c.by}."]
+        if c.example:
+            lines += ["", f"Example: `{c.example}`"]
     return "\n".join(lines) + "\n"

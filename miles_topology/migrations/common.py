@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ..errors import InputError, NoTrainingLaunch, TopologyError
 from ..flags import TOPOLOGY, field_of, is_switch
-from ..model import Topology, fields_in
+from ..model import Topology, value
+from ..parts import FIELDS, fields_in
 from ..shell import (
     FlagValue,
     ScriptRead,
@@ -155,7 +156,7 @@ def first_read(state: State) -> Reading:
     bad = [n for n in s.notes if n.code in BLOCKING]
     if bad:
         raise Refused("it does not read as one plain launch command: " + "; ".join(
-            f"{n.source}: {n.message}" for n in bad) + ". Fix that first.")
+            f"{n.location}: {n.message}" for n in bad) + ". Fix that first.")
     if s.site.branch is not None:
         raise Refused(f"the launch command at {s.site.command} runs inside the branch at "
                       f"{s.site.branch}; other branches may launch differently.")
@@ -245,8 +246,8 @@ def _no_layout(words: list) -> bool:
 def key(topo: Topology) -> dict:
     """What must not change: every field, except the two a step may legitimately change
     without changing the job (an implied etp made explicit; rollout GPUs under --colocate)."""
-    d = {f: getattr(topo, f) for f in Topology.model_fields}
-    if topo.colocate:
+    d = {f: value(topo, f) for f in FIELDS}
+    if topo.rollout.colocate:
         d["rollout_gpus"] = None
     return d
 

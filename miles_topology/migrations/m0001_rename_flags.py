@@ -75,7 +75,7 @@ def migrate(state: State, r: Reading) -> None:
             size = engine_size_text(state, r)
             edits.append(Edit(span.start, span.end, f"--sglang-ep-size {size}"))
             state.done.append(f"{fv.source}: {EP_MOE} -> --sglang-ep-size {size} (the engine "
-                              f"size, {r.topology.engine_size} GPUs)")
+                              f"size, {r.topology.rollout.engine_size} GPUs)")
     for line, lines in notes.items():
         edits.append(insert_lines(state.text, line, lines))
     state.text = apply(state.text, edits)
@@ -90,4 +90,4 @@ def engine_size_text(state: State, r: Reading) -> str:
         text = snippet(state, sizes[-1].value_spans[0])
         if text.isdigit() or plain_var(text):
             return text
-    return str(r.topology.engine_size)
+    return str(r.topology.rollout.engine_size)

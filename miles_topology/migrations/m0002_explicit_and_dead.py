@@ -51,23 +51,25 @@ def explicit_etp(state: State, r: Reading, edits: list[Edit], notes: dict) -> No
     why = "tp does not come from a flag of the script" if not tps else \
         where_not(tps[-1], state, r, moving=False)
     if why:
-        state.kept.append(f"{ETP} stays implied (etp = tp = {topo.tp}): {why}; add "
-                          f"{ETP} {topo.tp} by hand")
+        state.kept.append(f"{ETP} stays implied (etp = tp = {topo.layout.tp}): {why}; add "
+                          f"{ETP} {topo.layout.tp} by hand")
         return
     tp = tps[-1]
     last = words(tp)[-1]
-    value = snippet(state, last) if last is not tp.span else str(topo.tp)
+    value = snippet(state, last) if last is not tp.span else str(topo.layout.tp)
     edits.append(insert(last.end, f" {ETP} {value}"))
     notes.setdefault(last.stmt_line, []).append(
         f"# miles-topology {ID}: expert TP made explicit; without it Megatron uses etp = tp "
-        f"= {topo.tp} (each expert split over the TP group).")
-    state.done.append(f"{tp.source}: added {ETP} {value} (etp = tp = {topo.tp}, was implied)")
+        f"= {topo.layout.tp} (each expert split over the TP group).")
+    state.done.append(
+        f"{tp.source}: added {ETP} {value} (etp = tp = {topo.layout.tp}, was implied)"
+    )
 
 
 def dead_rollout_gpus(state: State, r: Reading, edits: list[Edit], notes: dict) -> None:
     topo = r.topology
     dead = [fv for fv in r.script.argv if field_of(fv.flag) == "rollout_gpus"]
-    if not topo.colocate or not dead:
+    if not topo.rollout.colocate or not dead:
         return
     colocate = [fv for fv in r.script.argv if field_of(fv.flag) == "colocate"]
     why = next((w for w in (where_not(fv, state, r) for fv in dead) if w), None)

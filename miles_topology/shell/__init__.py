@@ -8,14 +8,12 @@ from .read import read_script, require_launch
 from .records import (
     FlagValue,
     LaunchSite,
-    Note,
     ScriptRead,
     ScriptReadError,
-    Source,
     Span,
     Unresolved,
     is_switch,
 )
 
-__all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
+__all__ = ["FlagValue", "LaunchSite", "ScriptRead", "ScriptReadError", "Span",
            "Unresolved", "is_switch", "read_script", "require_launch"]

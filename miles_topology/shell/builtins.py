@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING
 
 from . import syntax
-from .records import Note, Unresolved
+from .records import Unresolved, note
 from .values import (
     INT_LIMIT,
     MAX_CALL_DEPTH,
@@ -297,7 +297,7 @@ def source(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
     if found is None and f.value.startswith("/"):
         found = _in_checkout(r, f.value)
         if found is not None:
-            r.notes.append(Note(
+            r.notes.append(note(
                 "sourced-from-checkout", f"'{f.value}' does not exist here; read "
                 f"{r.disp(found)} instead, the same path inside the script's checkout",
                 "pass the real file's folder with --env, or source it relative to the "
@@ -313,7 +313,7 @@ def source(r: Reader, fields: list[Field], n: syntax.Simple, cond: Unk | None):
             "unknown"))
         return
     if len(r.stack) >= MAX_SOURCE_DEPTH or any(found == s for s, _ in r.stack):
-        r.notes.append(Note("source-cycle", f"'{f.value}' is sourced again while it is "
+        r.notes.append(note("source-cycle", f"'{f.value}' is sourced again while it is "
                                "being read; the nested read is skipped",
                                "source each model file once", where))
         return

@@ -13,13 +13,14 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..errors import Location, Problem
 from ..textfilters import FILTERS
 from . import launch as launches
 from . import syntax
 from .builtins import BUILTINS, getopts_next
 from .expand import Expander
 from .provenance import Provenance
-from .records import Note, ScriptReadError, Source, Unresolved
+from .records import ScriptReadError, Unresolved, note
 from .state import Shell
 from .values import (
     MAX_CALL_DEPTH,
@@ -83,13 +84,13 @@ class Reader(Expander, Provenance):
         self.main_abs = os.path.abspath(path)
         self.main_disp = str(path)
         self.env = {str(k): str(v) for k, v in env.items()}
-        env_src = Source("<env>", 0)
+        env_src = Location("<env>", 0)
         args = []
         while str(len(args) + 1) in self.env:
             v = self.env[str(len(args) + 1)]
             args.append(Field(v, env_src, text=f"--env {len(args) + 1}={v}"))
         if positional is not None:
-            args = [Field(v, Source("<args>", 0), text=v) for v in positional]
+            args = [Field(v, Location("<args>", 0), text=v) for v in positional]
         self.sh = Shell(args if args or positional is not None else None,
                         {k for k in self.env if not k.isdigit()})
         for k, v in self.env.items():
@@ -98,14 +99,14 @@ class Reader(Expander, Provenance):
         self.cache: dict[str, list] = {}
         self.stack: list[tuple[str, str]] = []  # (abs, display) of the files being run
         self.launches: list[launches.Launch] = []
-        self.notes: list[Note] = _Capped()
+        self.notes: list[Problem] = _Capped()
         self.unresolved: list[Unresolved] = _Capped()
         self.calls = 0
         self.steps = 0
         self.words = 0  # words parsed (count_words)
         self.expanded = 0  # words of the commands run
         self.held = 0  # what the variables hold (hold)
-        self.sources: dict[tuple[str, int], Source] = {}
+        self.sources: dict[tuple[str, int], Location] = {}
         self.missing: list[str] = []  # sourced files that were not found
         self.why_unknown = ""
         self.helpers: dict[tuple, object] = {}  # Python helpers run, by argv, env and cwd
@@ -116,8 +117,8 @@ class Reader(Expander, Provenance):
         self.newlines: dict[str, list[int]] = {}
         self.where: list[str] = []  # absolute file of the code being run (function bodies too)
         self.stmt_line = 0
-        self.branch: list[Source] = []
-        self.uses: dict[tuple, set[Source]] = {}
+        self.branch: list[Location] = []
+        self.uses: dict[tuple, set[Location]] = {}
         # loops around the command being run, innermost last: _STEP (stepped through),
         # _UNSTEPPED (run once for an unknown count), _BARRIER (a function, subshell or
         # file that `break` does not reach out of)
@@ -194,7 +195,7 @@ class Reader(Expander, Provenance):
         except syntax.ShellSyntaxError as e:
             raise ScriptReadError(f"{disp}:{e.line}: {e.message}. Fix: {e.fix}.") from None
         for code, at, message, fix in notes:
-            self.notes.append(Note(code, message, fix, Source(disp, at)))
+            self.notes.append(note(code, message, fix, Location(disp, at)))
         return body
 
     def run_file(self, abs_path: str, cond: Unk | None):
@@ -214,11 +215,11 @@ class Reader(Expander, Provenance):
     def file(self) -> str:
         return self.stack[-1][1]
 
-    def src(self, line: int) -> Source:
+    def src(self, line: int) -> Location:
         key = (self.stack[-1][1], line)
         got = self.sources.get(key)
         if got is None:
-            got = self.sources[key] = Source(*key)
+            got = self.sources[key] = Location(*key)
         return got
 
     def run(self, nodes: list, cond: Unk | None):
@@ -414,7 +415,7 @@ class Reader(Expander, Provenance):
         except ArithError as e:
             raise _Unsteppable(f"((... {word.text} ...)): {e}") from None
 
-    def arith_set(self, name: str, v: int, src: Source, cond: Unk | None, text: str):
+    def arith_set(self, name: str, v: int, src: Location, cond: Unk | None, text: str):
         self.sh.inherited.discard(name)
         self.set(name, str(v), None, src, cond, text, text)
 
@@ -695,7 +696,7 @@ class Reader(Expander, Provenance):
                 value = (old.items[0].value if old and old.items else "") + value
         self.set(name, value, unk, src, cond, a.text, a.value.text)
 
-    def keyed(self, a: syntax.Assign, src: Source, cond: Unk | None):
+    def keyed(self, a: syntax.Assign, src: Location, cond: Unk | None):
         """``A=([0]=x [3]=y z)`` (indexed: values in index order) and associative arrays
         (``declare -A M=([k]=v)``, ``M[k]=v``)."""
         name = a.name
@@ -732,7 +733,7 @@ class Reader(Expander, Provenance):
             self.hold(0, self.sh.vars.get(name), list(got.values()))
             self.sh.vars[name] = Var([got[k] for k in sorted(got)], True)
 
-    def set(self, name: str, value: str | None, unk: Unk | None, src: Source,
+    def set(self, name: str, value: str | None, unk: Unk | None, src: Location,
             cond: Unk | None, expr: str, text: str):
         """Set a string variable; under a run-time condition it becomes unknown (unless
         unchanged), and an unknown value is taken from ``env`` when it has the name."""
@@ -747,7 +748,7 @@ class Reader(Expander, Provenance):
                 unk = Unk(expr, src, f"{name} is assigned {cond.why}")
         if unk is not None and name in self.env:
             v = self.env[name]
-            self.sh.vars[name] = Var([Field(v, Source("<env>", 0), text=f"--env {name}={v}")],
+            self.sh.vars[name] = Var([Field(v, Location("<env>", 0), text=f"--env {name}={v}")],
                                      False)
             return
         self.hold(len(value) if value is not None and not unk else 0, old)
@@ -883,7 +884,7 @@ class Reader(Expander, Provenance):
                 "with text only known when it runs; the flags it defines are unknown"))
             return
         if len(self.stack) >= MAX_SOURCE_DEPTH or any(key == s for s, _ in self.stack):
-            self.notes.append(Note("source-cycle", f"'{key}' is sourced again while it is "
+            self.notes.append(note("source-cycle", f"'{key}' is sourced again while it is "
                                    "being read; the nested read is skipped",
                                    "source each model file once", where))
             return
@@ -976,7 +977,7 @@ class Reader(Expander, Provenance):
         flags = flags or [n.words[0].text]  # an unresolved ${A[@]}: its words are unknown
         shown = " ".join(flags[:3]) + (" ..." if len(flags) > 3 else "")
         above = f"line {prev}" if prev else "the line above"
-        self.notes.append(Note(
+        self.notes.append(note(
             "missing-line-continuation",
             f"line {n.line} starts with '{shown}' but {above} does not end in '\\', so bash "
             f"ends the command there and runs line {n.line} on its own "

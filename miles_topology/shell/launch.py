@@ -24,7 +24,8 @@ from ..commandline import (  # noqa: F401  (the shell's names for them)
     reads_stdin_script,
     runtime_env,
 )
-from .records import FlagValue, LaunchSite, Source, Unresolved, is_switch
+from ..errors import Location
+from .records import FlagValue, LaunchSite, Unresolved, is_switch
 from .values import Field, Unk
 
 
@@ -32,7 +33,7 @@ class Launch(NamedTuple):
     launcher: str
     entry: str
     argv: list
-    src: Source
+    src: Location
     cond: Unk | None
     site: LaunchSite | None = None
     job_env: dict[str, str] | None = None  # ray job submit: its runtime env (None: unknown)
@@ -42,7 +43,7 @@ class Launch(NamedTuple):
         return is_training(self.entry)
 
 
-def find(fields: list[Field], src: Source, cond: Unk | None) -> Launch | None:
+def find(fields: list[Field], src: Location, cond: Unk | None) -> Launch | None:
     """The python, torchrun or ray job launch of one command of a script, if any."""
     vals = [f.value if f.value is not None else f.text for f in fields]
     form = command_form(vals)

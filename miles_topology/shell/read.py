@@ -7,10 +7,10 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import NoTrainingLaunch
+from ..errors import Location, NoTrainingLaunch
 from .interpret import MAX_KEPT, Reader
 from .launch import argv_of
-from .records import FlagValue, Note, ScriptRead, ScriptReadError, Source
+from .records import FlagValue, ScriptRead, ScriptReadError, note
 
 
 def read_script(path: str | Path, env: Mapping[str, str] | None = None,
@@ -65,11 +65,11 @@ def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
     if launch is None:
         found = "; found instead: " + ", ".join(f"{w} at {s}" for s, w in others) \
             if others else ""
-        notes.append(Note("no-launch-command", "no training launch ('python ... train.py', "
+        notes.append(note("no-launch-command", "no training launch ('python ... train.py', "
                           "'train_async.py', 'torchrun ... train.py' or 'ray job submit ... -- "
                           f"python ... train.py') was found{found}",
                           "check that the launch command is not inside a function that is "
-                          "never called", Source(str(path), 1)))
+                          "never called", Location(str(path), 1)))
     elif launch.argv is None:  # its words were dropped (MAX_KEPT) in a loop undone
         raise ScriptReadError(f"{launch.src}: the launch read is one of more than "
                               f"{MAX_KEPT} launch commands run in a loop; its words were not kept. "
@@ -78,12 +78,12 @@ def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
         argv = argv_of(launch.argv, unresolved, r.span, gaps)
         if len(pool) > 1:
             shown = ", ".join(str(x.src) for x in pool[:-1])
-            notes.append(Note("several-launch-commands",
+            notes.append(note("several-launch-commands",
                               f"{len(pool)} launch commands found ({shown} and {launch.src}); "
                               f"the last one, at {launch.src}, is read",
                               "keep one launch command per script", launch.src))
         if launch.cond is not None:
-            notes.append(Note("conditional-launch", f"the launch command at {launch.src} runs "
+            notes.append(note("conditional-launch", f"the launch command at {launch.src} runs "
                               f"only {launch.cond.why}", "pass --env to decide the branch",
                               launch.src))
     read = ScriptRead(str(path), launch.launcher if launch else None,

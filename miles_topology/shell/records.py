@@ -6,27 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from miles_topology.config import PartialEnv
+from miles_topology.env import PartialEnv
+from miles_topology.errors import Location, Problem
 from miles_topology.flags import is_switch
 
-__all__ = ["FlagValue", "LaunchSite", "Note", "ScriptRead", "ScriptReadError", "Source", "Span",
-           "Token", "Unresolved", "is_switch"]
+__all__ = ["FlagValue", "LaunchSite", "ScriptRead", "ScriptReadError", "Span", "Token",
+           "Unresolved", "is_switch", "note"]
 
 
 class ScriptReadError(Exception):
     """The script cannot be read or bash would reject its syntax (the CLI exits 2)."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """A file as the user named it (sourced files relative to the script's folder) and a
-    1-based line; values given by ``env`` have path ``<env>`` and line 0."""
-
-    path: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -35,7 +24,7 @@ class Token:
     to: flags.py's problems (a repeat, a typo) then point at the script's line."""
 
     text: str
-    source: Source
+    source: Location
 
 
 @dataclass(frozen=True)
@@ -56,7 +45,7 @@ class Span:
     end_line: int
     end_col: int
     stmt_line: int = 0
-    branch: Source | None = None
+    branch: Location | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -76,7 +65,7 @@ class FlagValue:
 
     flag: str
     value: str | None
-    source: Source
+    source: Location
     unresolved: str | None = None
     tokens: tuple[str, ...] = field(default=(), compare=False, repr=False)
     span: Span | None = field(default=None, compare=False, repr=False)
@@ -96,10 +85,10 @@ class LaunchSite:
 
     statement: Span | None
     entry: Span | None
-    branch: Source | None
+    branch: Location | None
     variables: Mapping[str, str | None]
     exported: frozenset[str]
-    command: Source | None = None  # as in `ScriptRead.uses`
+    command: Location | None = None  # as in `ScriptRead.uses`
     # `ray job submit`: the entrypoint does not inherit the script's exports; it gets the
     # runtime env's env_vars (`job_env`; None when not written literally in the script)
     job: bool = False
@@ -120,16 +109,15 @@ class LaunchSite:
 class Unresolved:
     flag: str | None
     expression: str
-    source: Source
+    source: Location
     why: str
 
 
-@dataclass(frozen=True)
-class Note:
-    code: str
-    message: str
-    fix: str
-    source: Source
+def note(code: str, message: str, fix: str, where: Location) -> Problem:
+    """What the reader says about the script (its code's severity: a note, or an error
+    bash makes of it), at a file as the user named it (sourced files relative to the
+    script's folder) and a 1-based line; values given by ``env`` are at ``<env>``:0."""
+    return Problem(code, message, fix, location=where)
 
 
 @dataclass
@@ -139,16 +127,16 @@ class ScriptRead:
     entry: str | None
     argv: list[FlagValue]
     unresolved: list[Unresolved]
-    notes: list[Note]
+    notes: list[Problem]
     site: LaunchSite | None = None
     # Span.key -> the commands (file:line) whose words a located word reached
-    uses: dict[tuple[str, int, int], frozenset[Source]] = field(default_factory=dict)
+    uses: dict[tuple[str, int, int], frozenset[Location]] = field(default_factory=dict)
     # argv positions before which an unknown number of words is passed (an unresolved
     # ``${A[@]}``, ``$@``...): they may hold any flag, so a flag only given before the
     # last of them may be overridden, and one not given at all may be set there
     gaps: list[int] = field(default_factory=list)
     # python/torchrun/ray commands found that are not a training launch (file:line, what)
-    others: list[tuple[Source, str]] = field(default_factory=list)
+    others: list[tuple[Location, str]] = field(default_factory=list)
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""

@@ -9,7 +9,7 @@ import re
 from functools import lru_cache
 from typing import NamedTuple
 
-from .records import Source
+from ..errors import Location
 
 MAX_VALUE = 1 << 20  # characters in one string value; longer becomes unknown
 MAX_ITEMS = 1 << 17  # words in one array; more becomes an unknown number of words
@@ -21,7 +21,7 @@ class Unk(NamedTuple):
     """Why a value cannot be known statically, and where that comes from."""
 
     expr: str
-    src: Source
+    src: Location
     why: str
 
 

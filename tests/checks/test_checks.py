@@ -63,7 +63,7 @@ ERRORS = [
     ("invalid-flag-value", ["--tensor-model-parallel-size", "None"],
      ["--tensor-model-parallel-size got 'None'", "whole number"],
      ["--tensor-model-parallel-size 1"]),
-    ("rollout-batch-not-multiple-of-global-batch",
+    ("rollout-batch-below-global-batch",
      ["--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--global-batch-size", "8"],
      ["2 x 2 = 4 samples do not fill one global batch of 8", "Not enough samples"],
      ["--global-batch-size 4 or 2"]),
@@ -172,7 +172,7 @@ def test_gpu_budget_with_cluster_size():
 def test_uneven_stages_with_remainder():
     argv = BASE + ["--pipeline-model-parallel-size", "4", "--num-layers", "10",
                    "--decoder-first-pipeline-num-layers"]
-    assert Topology.from_flags(argv + ["1"]).stage_counts == (1, 3, 3, 3)
+    assert Topology.from_flags(argv + ["1"]).stages.counts == (1, 3, 3, 3)
     with pytest.raises(TopologyError) as info:
         Topology.from_flags(argv + ["2"])
     p = _only(info.value.problems, "layers-not-divisible-by-pp")
@@ -216,8 +216,10 @@ def test_every_code_the_package_can_emit_is_registered():
     assert found["gpu-budget-exceeded"] and "flag-conflict" in found  # miles/ray, flags.py
     missing = {c: f for c, f in found.items() if c not in CODES}
     assert not missing, f"declare these (a rule's codes=, or codes.declare): {missing}"
-    kinds = ("error", "warning", "note", "skipped")
-    assert all(kind in kinds and when for kind, when in CODES.values())
+    from miles_topology.codes import SEVERITIES
+
+    assert all(c.severity in SEVERITIES and c.summary and c.why and c.by
+               for c in CODES.values())
 
 
 def _rule_codes(path):
@@ -245,9 +247,27 @@ def _rule_codes(path):
     return out
 
 
-def test_each_rule_declares_every_code_it_reports():
+# The order rules ran in when it was kept by hand (checks.ORDER): registration order keeps it,
+# so problems are reported in the same order as before.
+ORDER = (
+    "dense_grid_divides", "expert_grid_divides", "pipeline_groups_agree",
+    "experts_by_ep", "moe_pattern_length", "heads_by_tp", "layers_by_pp", "vpp_needs_pp",
+    "moe_needs_sp",
+    "whole_engines", "sglang_dp", "sglang_ep", "sglang_overridden", "fits_cluster",
+    "replay_prerequisites", "batch_sizes",
+    "etp_stated", "rollout_gpus_given", "groups_within_nodes",
+    "critic", "fsdp_mesh",
+    "weight_transfer", "eval_engines", "sglang_config_groups",
+)
 
-    from miles_topology.checks import ORDER
+
+def test_rules_run_in_registration_order():
+    from miles_topology.codes import RULES
+
+    assert tuple(fn.__name__ for fn in RULES) == ORDER
+
+
+def test_each_rule_declares_every_code_it_reports():
 
     rules = [r for p in (ROOT / "miles_topology" / "checks")
              .glob("*.py") for r in _rule_codes(p)]
@@ -279,23 +299,29 @@ def test_a_code_declared_twice_is_refused():
 
     with pytest.raises(ValueError, match="declared twice"):
         declare("a test", {"dense-grid-divisibility": ("error", "again")})
-    with pytest.raises(ValueError, match="kind"):
+    with pytest.raises(ValueError, match="severity"):
         declare("a test", {"made-up-code-x": ("fatal", "w")})
+    with pytest.raises(ValueError, match="severity"):  # skipped is a status, not a severity
+        declare("a test", {"made-up-code-y": ("skipped", "w")})
 
 
 def _hand_flags(path):
-    """Fields' own flags spelled by hand in a module's strings (docstrings and comments
-    aside; an alias, quoted as such, is not a field's flag)."""
+    """Fields' own flags spelled by hand in a module's strings (docstrings, comments and a
+    code's example aside: an example is input, and the test above runs it; an alias, quoted
+    as such, is not a field's flag)."""
     import ast
     import re
 
-    from miles_topology.model import flag_of
+    from miles_topology.parts import FIELDS, flag_of
 
-    own = {flag_of(n) for n in Topology.model_fields} - set(Topology.model_fields)
+    own = {flag_of(n) for n in FIELDS} - set(FIELDS)
     tree = ast.parse(path.read_text())
     docs = {id(n.body[0].value) for n in ast.walk(tree)
             if isinstance(n, ast.Module | ast.FunctionDef | ast.ClassDef) and n.body
             and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    docs |= {id(d.values[i].elts[2]) for d in ast.walk(tree) if isinstance(d, ast.Dict)
+             for i in range(len(d.values)) if isinstance(d.values[i], ast.Tuple)
+             and len(d.values[i].elts) == 3}  # (severity, summary, example) of a code
     return {m for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in docs
             and isinstance(n.value, str)
             for m in re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*[a-z0-9]", n.value) if m in own}
@@ -329,4 +355,26 @@ def test_problem_codes_doc_is_generated_from_the_registry():
 
     doc = (ROOT / "docs" / "problem-codes.md").read_text()
     assert doc == markdown(), "regenerate: python -m miles_topology.codes > docs/problem-codes.md"
-    assert all(f"| `{code}` |" in doc for code in CODES)
+    assert all(f"| [`{code}`](#{code}) |" in doc and f"\n## {code}\n" in doc for code in CODES)
+
+
+def test_every_rule_code_has_a_record_and_its_example_reports_it():
+    """Each code a rule declares carries its why (the rule's docstring), its upstream source
+    and an example; an example written as flags reports that very code."""
+    import shlex
+
+    from miles_topology.codes import CODES, RULES
+
+    rule_codes = [c for fn in RULES for c in fn.declares]
+    assert len(rule_codes) >= 40
+    for code in rule_codes:
+        c = CODES[code]
+        assert c.why and c.source and c.example, code
+        if not c.example.startswith("--"):  # a YAML-only field (cluster_nodes, FSDP sizes)
+            continue
+        try:
+            topo = Topology.from_flags(shlex.split(c.example))
+            found = list(topo.warnings)
+        except TopologyError as e:
+            found = e.problems + e.warnings
+        assert code in [p.code for p in found], (code, c.example)

@@ -117,7 +117,9 @@ def test_quiet_prints_only_problems_and_colour_only_when_asked(tmp_path, capsys)
 def test_rule_prints_the_page_of_a_code(capsys):
     assert main(["rule", "unknown-flag"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("unknown-flag (error)") and CODES["unknown-flag"][1] in out
+    assert out.startswith("unknown-flag (error, fixable)") and CODES["unknown-flag"].summary in out
+    assert CODES["unknown-flag"].source in out and CODES["unknown-flag"].example in out
+    assert "Page:" not in out and "docs/" not in out  # the wheel ships no docs/
     assert "# miles-topology: disable=unknown-flag" in out
     assert main(["rule"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(CODES)
@@ -132,9 +134,10 @@ def test_sarif_of_fixtures_validates_against_the_oasis_schema(capsys):
     jsonschema.Draft4Validator(SARIF_SCHEMA).validate(log)
     rules = log["runs"][0]["tool"]["driver"]["rules"]
     docs = (HERE.parent / "docs" / "problem-codes.md").read_text()
-    for rule in rules:
-        assert rule["helpUri"].endswith(f"#{rule['id']}")
-        assert f'<a id="{rule["id"]}"></a>' in docs  # the anchor the page link names
+    for rule in rules:  # the rule's whole text, and no link (no docs/ in the wheel)
+        assert "helpUri" not in rule and f"\n## {rule['id']}\n" in docs
+        assert rule["fullDescription"]["text"] == CODES[rule["id"]].why
+        assert rule["help"]["text"].startswith(f"{rule['id']} (") and "Why:" in rule["help"]["text"]
     err = next(r for r in log["runs"][0]["results"] if r["ruleId"] == "expert-grid-divisibility")
     region = err["locations"][0]["physicalLocation"]["region"]
     line = Path(paths[0]).read_text().splitlines()[region["startLine"] - 1]

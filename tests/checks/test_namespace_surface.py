@@ -43,7 +43,12 @@ def test_the_namespace_has_miles_real_dests():
 
 def test_a_valid_job_passes_without_a_false_sglang_tp_warning():
     topo = Topology.from_namespace(miles_args(QWEN3_30B_A3B))
-    assert (topo.world_size, topo.tp, topo.ep, topo.engine_size) == (8, 4, 8, 8)
+    assert (topo.world_size, topo.layout.tp, topo.layout.ep, topo.rollout.engine_size) == (
+        8,
+        4,
+        8,
+        8,
+    )
     assert "sglang-tp-overridden" not in [w.code for w in topo.warnings]
 
 
@@ -55,7 +60,7 @@ def test_a_given_sglang_tp_size_still_warns():
 
 def test_an_alias_reads_through_its_shared_dest():
     topo = Topology.from_namespace(miles_args([*QWEN3_30B_A3B, "--sglang-ep", "2"]))
-    assert topo.engine_ep == 2
+    assert topo.rollout.engine_ep == 2
 
 
 def test_ep_16_on_8_gpus_is_refused_with_a_fix():

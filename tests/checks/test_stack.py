@@ -203,7 +203,7 @@ def test_other_custom_config_keys_apply_with_the_yaml_line_as_source():
     got = v.extra["values"]["--num-layers"]
     assert got["value"] == "30" and got["source"].endswith("custom-ok.yaml:3")
     assert got["overridden"][0]["value"] == "28"
-    assert v.topology.layers == 30
+    assert v.topology.model.layers == 30
 
 
 def test_an_unreadable_custom_config_is_skipped(tmp_path):

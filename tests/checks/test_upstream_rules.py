@@ -4,7 +4,7 @@ verdict computed by hand from upstream's code (file + function named in checks.p
 import pytest
 
 from miles_topology import Topology, TopologyError
-from miles_topology.sources import read_flags
+from miles_topology.sources import read_flags, to_yaml
 
 
 def codes(problems, severity=None):
@@ -25,7 +25,11 @@ def test_a_engines_continue_mid_node_after_the_actor():
     topo = Topology.from_flags([
         "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "12",
         "--rollout-num-gpus-per-engine", "4", "--num-gpus-per-node", "8"])
-    assert topo.nodes_needed == 2 and topo.placement_gpus == 16 and topo.rollout_offset == 4
+    assert (
+        topo.placement_group.nodes == 2
+        and topo.placement_group.bundles == 16
+        and topo.placement_group.rollout_offset == 4
+    )
     assert topo.engine_gpus(0) == ((0, 4), (0, 5), (0, 6), (0, 7))
     assert topo.engine_gpus(1) == ((1, 0), (1, 1), (1, 2), (1, 3))
     assert topo.engine_gpus(2) == ((1, 4), (1, 5), (1, 6), (1, 7))
@@ -66,7 +70,7 @@ def test_c_engine_dp_without_dp_attention_is_the_error_miles_asserts():
     e = refused(argv)
     assert codes(e.problems) == ["sglang-dp-invalid"]
     assert "--sglang-enable-dp-attention" in e.problems[0].fix
-    assert Topology.from_flags(argv + ["--sglang-enable-dp-attention"]).engine_dp == 2
+    assert Topology.from_flags(argv + ["--sglang-enable-dp-attention"]).rollout.engine_dp == 2
 
 
 # ---- FSDP ------------------------------------------------------------------------------
@@ -88,7 +92,7 @@ FSDP_R3 = (
 
 def test_fsdp_r3_command_of_miles_is_not_failed():
     topo = Topology.from_flags(FSDP_R3)
-    assert topo.train_backend == "fsdp" and topo.num_engines == 4
+    assert topo.layout.train_backend == "fsdp" and topo.placement_group.rollout_engines == 4
     assert codes(topo.warnings, "skipped") == ["r3-requires-moe"]
     assert codes(topo.warnings, "warning") == []
 
@@ -96,13 +100,13 @@ def test_fsdp_r3_command_of_miles_is_not_failed():
 def test_fsdp_mesh_rules_replace_megatron_grid_rules():
     # fsdp_utils/arguments.py validate_hybrid_shard_args: (world / cp) % dp_replicate == 0
     base = ["--train-backend", "fsdp", "--actor-num-gpus-per-node", "8", "--colocate"]
-    assert Topology.from_flags(base + ["--dp-replicate-size", "2"]).dp_replicate == 2
+    assert Topology.from_flags(base + ["--dp-replicate-size", "2"]).layout.dp_replicate == 2
     e = refused(base + ["--dp-replicate-size", "3"])
     assert codes(e.problems) == ["fsdp-mesh-divisibility"]
     assert "world size 8 is not divisible by dp_replicate_size 3" in e.problems[0].message
     # a size that reaches the Topology from elsewhere (a Python caller, our YAML) is ignored
     topo = Topology(train_backend="fsdp", gpus_per_node=8, colocate=True, tp=3)
-    assert topo.tp == 1 and codes(topo.warnings) == ["fsdp-ignores-megatron-sizes"]
+    assert topo.layout.tp == 1 and codes(topo.warnings) == ["fsdp-ignores-megatron-sizes"]
     assert "--tensor-model-parallel-size 3" in topo.warnings[0].message
     assert "context" not in topo.warnings[0].fix
 
@@ -124,8 +128,8 @@ def test_fsdp_refuses_megatron_only_flags_on_the_command_line(tmp_path):
         assert "unrecognized arguments" in p.message and p.fix.startswith(f"drop {argv[0]}")
         assert "fsdp-ignores-megatron-sizes" not in codes(e.warnings)  # not reported twice
     # the same flags are fine under Megatron; FSDP's own mesh flags are fine under FSDP
-    assert Topology.from_flags(["--colocate", "--tensor-model-parallel-size", "1"]).tp == 1
-    assert Topology.from_flags(base + ["--dp-replicate-size", "2"]).dp_replicate == 2
+    assert Topology.from_flags(["--colocate", "--tensor-model-parallel-size", "1"]).layout.tp == 1
+    assert Topology.from_flags(base + ["--dp-replicate-size", "2"]).layout.dp_replicate == 2
     # a size from our topology YAML is not a miles flag: still the warning
     yaml = tmp_path / "t.yaml"
     yaml.write_text("tp: 2\n")
@@ -155,12 +159,16 @@ def test_ppo_critic_shares_the_actor_placement_group():
     base = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--rollout-num-gpus", "8",
             "--num-gpus-per-node", "8"]
     topo = Topology.from_flags(base + ["--advantage-estimator", "ppo"])
-    assert topo.use_critic and topo.nodes_needed == 2 and topo.placement_gpus == 16
+    assert (
+        topo.layout.use_critic
+        and topo.placement_group.nodes == 2
+        and topo.placement_group.bundles == 16
+    )
     over = Topology.from_flags(base + ["--advantage-estimator", "ppo", "--critic-num-nodes", "2"])
     (w,) = over.warnings
     assert w.code == "critic-placement-overridden"
     assert "--critic-num-nodes 2 with the actor's 1" in w.message
-    assert not Topology.from_flags(base + ["--advantage-estimator", "grpo"]).use_critic
+    assert not Topology.from_flags(base + ["--advantage-estimator", "grpo"]).layout.use_critic
     old = Topology.from_flags(base + ["--use-critic"])
     assert codes(old.warnings) == ["deprecated-flag"]
     assert "--advantage-estimator ppo" in old.warnings[0].fix
@@ -174,12 +182,12 @@ def test_ppo_critic_shares_the_actor_placement_group():
 def test_sglang_aliases_map_onto_the_engine_sizes():
     base = ["--colocate", "--rollout-num-gpus-per-engine", "4", "--num-experts", "8"]
     for flag in ("--sglang-ep-size", "--sglang-expert-parallel-size", "--sglang-ep"):
-        assert Topology.from_flags(base + [flag, "2"]).engine_ep == 2
+        assert Topology.from_flags(base + [flag, "2"]).rollout.engine_ep == 2
     for flag in ("--sglang-dp-size", "--sglang-data-parallel-size"):
         topo = Topology.from_flags(base + [flag, "2", "--sglang-enable-dp-attention"])
-        assert topo.engine_dp == 2
+        assert topo.rollout.engine_dp == 2
     for flag in ("--sglang-pp-size", "--sglang-pipeline-parallel-size"):
-        assert Topology.from_flags(base + [flag, "2"]).engine_pp == 2
+        assert Topology.from_flags(base + [flag, "2"]).rollout.engine_pp == 2
 
 
 def test_sglang_tp_is_overwritten_by_the_engine_size():
@@ -194,7 +202,7 @@ def test_deepep_sets_engine_ep_to_engine_tp():
     base = ["--colocate", "--rollout-num-gpus-per-engine", "4", "--num-experts", "8",
             "--sglang-moe-a2a-backend", "deepep"]
     topo = Topology.from_flags(base + ["--sglang-ep-size", "2"])
-    assert topo.engine_ep_used == 4 and codes(topo.warnings) == ["sglang-ep-overridden"]
+    assert topo.rollout.engine_ep_used == 4 and codes(topo.warnings) == ["sglang-ep-overridden"]
     assert not Topology.from_flags(base).warnings
     e = refused(["--colocate", "--rollout-num-gpus-per-engine", "4", "--num-experts", "6",
                  "--sglang-moe-a2a-backend", "deepep"])
@@ -219,7 +227,11 @@ def test_transfer_mode_rules():
 def test_eval_engines_follow_the_rollout_engines():
     topo = Topology.from_flags(DISAGG + ["--eval-num-gpus", "4", "--eval-num-gpus-per-engine", "2"])
     # PG = 4 actor + 8 rollout + 4 eval; eval engines at positions 12, 14
-    assert topo.num_engines == 2 and topo.placement_group.engines == 4 and topo.nodes_needed == 2
+    assert (
+        topo.placement_group.rollout_engines == 2
+        and topo.placement_group.engines == 4
+        and topo.placement_group.nodes == 2
+    )
     assert topo.engine_gpus(2) == ((1, 4), (1, 5)) and topo.engine_gpus(3) == ((1, 6), (1, 7))
     assert codes(refused(DISAGG + ["--eval-num-gpus", "5", "--eval-num-gpus-per-engine", "2"])
                  .problems) == ["eval-gpus-not-multiple-of-engine"]
@@ -245,7 +257,10 @@ def test_sglang_config_groups_of_different_sizes(tmp_path):
             "8", "--sglang-config", str(cfg)]
     topo = Topology.from_flags(argv + ["--rollout-num-gpus", "12"])
     assert [topo.engine_gpus(e) for e in range(2)] == [((0, 4), (0, 5)), ((0, 6), (0, 7))]
-    assert topo.engine_gpus(2) == ((1, 0), (1, 1), (1, 2), (1, 3)) and topo.num_engines == 4
+    assert (
+        topo.engine_gpus(2) == ((1, 0), (1, 1), (1, 2), (1, 3))
+        and topo.placement_group.rollout_engines == 4
+    )
     e = refused(argv + ["--rollout-num-gpus", "16"])
     assert codes(e.problems) == ["engine-groups-invalid"]
     assert "hold 12 GPUs" in e.problems[0].message
@@ -282,8 +297,9 @@ def test_sglang_config_eval_model_and_train_only(tmp_path):
     # --debug-train-only: rollout_num_gpus = 0; without eval GPUs the file is not read at all
     train_only = ["--debug-train-only", "--colocate", "--actor-num-gpus-per-node", "4"]
     topo = Topology.from_flags(train_only + ["--sglang-config", str(tmp_path / "absent.yaml")])
-    assert not topo.warnings and topo.num_engines == 0
-    assert Topology.from_flags(train_only + ["--sglang-config", two]).num_engines == 0
+    assert not topo.warnings and topo.placement_group.rollout_engines == 0
+    placed = Topology.from_flags(train_only + ["--sglang-config", two]).placement_group
+    assert placed.rollout_engines == 0
     # ...with eval GPUs only the eval fleet starts: the groups must total the eval GPUs
     e = refused(["--debug-train-only", "--actor-num-gpus-per-node", "4", "--eval-num-gpus",
                  "4", "--eval-num-gpus-per-engine", "4", "--sglang-config", named])
@@ -294,8 +310,11 @@ def test_sglang_config_eval_model_and_train_only(tmp_path):
 def test_external_engine_addrs_take_every_value():
     read = read_flags(["--actor-num-gpus-per-node", "4", "--rollout-external-engine-addrs",
                        "h:1", "h:2", "--lr", "1"])
-    assert read.topology.external_addrs == ("h:1", "h:2") and read.topology.rollout_external
-    assert read.passthrough == ["--lr", "1"] and read.topology.num_engines == 0
+    assert (
+        read.topology.rollout.external_addrs == ("h:1", "h:2")
+        and read.topology.rollout.rollout_external
+    )
+    assert read.passthrough == ["--lr", "1"] and read.topology.placement_group.rollout_engines == 0
 
 
 # ---- engines, batches ------------------------------------------------------------------
@@ -324,7 +343,7 @@ def test_trimmed_samples_warn_and_a_short_rollout_errors():
 def test_steps_per_rollout_sets_the_global_batch():
     base = ["--colocate", "--rollout-batch-size", "8", "--n-samples-per-prompt", "4",
             "--num-steps-per-rollout", "2"]
-    assert Topology.from_flags(base).global_batch_size == 16
+    assert Topology.from_flags(base).batch.global_batch_size == 16
     assert codes(refused(base + ["--global-batch-size", "8"]).problems) == [
         "steps-per-rollout-conflict"]
 
@@ -335,13 +354,13 @@ def test_dynamic_global_batch_needs_dynamic_batch():
     ok = Topology.from_flags(["--colocate", "--use-dynamic-global-batch-size",
                               "--global-batch-size", "7", "--use-dynamic-batch-size",
                               "--max-tokens-per-gpu", "4096"])
-    assert ok.dynamic_global_batch and not ok.warnings
+    assert ok.batch.dynamic_global_batch and not ok.warnings
 
 
 def test_mtp_layers_and_rollout_only_shape():
-    assert Topology.from_flags(["--colocate", "--mtp-num-layers", "1"]).mtp_layers == 1
+    assert Topology.from_flags(["--colocate", "--mtp-num-layers", "1"]).model.mtp_layers == 1
     topo = Topology.from_flags(["--debug-rollout-only", "--rollout-num-gpus", "16"])
-    assert (topo.nodes, topo.gpus_per_node) == (2, 8)  # miles_validate_args
+    assert (topo.layout.nodes, topo.layout.gpus_per_node) == (2, 8)  # miles_validate_args
 
 
 # ---- typos and repeats (flags.py, used by `check` and the launcher alike) -----------------
@@ -363,7 +382,7 @@ def test_repeated_flag_with_two_values_is_reported_last_wins():
     topo = Topology.from_flags(["--colocate", "--expert-model-parallel-size", "2",
                                 "--expert-model-parallel-size", "4", "--num-experts", "8",
                                 "--lr", "1e-6", "--lr", "2e-6"])
-    assert topo.ep == 4
+    assert topo.layout.ep == 4
     rep = [w for w in topo.warnings if w.code == "flag-given-twice"]
     assert [w.flags for w in rep] == [("--expert-model-parallel-size",), ("--lr",)]
     assert "2 and then 4" in rep[0].message and "keeps the last, 4" in rep[0].message
@@ -381,7 +400,7 @@ def test_inferred_engine_groups_and_fsdp_sizes_round_trip_through_yaml(tmp_path)
         topo = (Topology.from_flags(argv) if argv is not None else
                 Topology(train_backend="fsdp", tp=2, colocate=True))
         path = tmp_path / "t.yaml"
-        path.write_text(topo.to_yaml())
+        path.write_text(to_yaml(topo))
         again = Topology.from_yaml(str(path))
         assert again == topo and [w.code for w in again.warnings] == [
             w.code for w in topo.warnings]
@@ -395,7 +414,7 @@ def test_fewer_query_groups_than_tp_ranks_is_accepted():
     # Qwen3-30B-A3B (32 heads, 4 KV groups) on tp 8: 8 % 4 == 0, each group replicated twice
     qwen = ["--colocate", "--tensor-model-parallel-size", "8", "--sequence-parallel",
             "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "4"]
-    assert Topology.from_flags(qwen).tp == 8
+    assert Topology.from_flags(qwen).layout.tp == 8
     # 3 groups on tp 2: 3 % 2 = 1 and 2 % 3 = 2, neither: ValueError in Megatron
     e = refused(["--colocate", "--tensor-model-parallel-size", "2", "--num-attention-heads", "6",
                  "--num-query-groups", "3"])
@@ -406,7 +425,8 @@ def test_fewer_query_groups_than_tp_ranks_is_accepted():
 def test_virtual_pipeline_of_one_stage_needs_no_pp():
     # Megatron validate_args: virtual size 1 -> None, so pp = 1 is fine (no interleaving)
     base = ["--colocate", "--num-layers", "8"]
-    assert Topology.from_flags(base + ["--num-virtual-stages-per-pipeline-rank", "1"]).chunks == 1
+    one = Topology.from_flags(base + ["--num-virtual-stages-per-pipeline-rank", "1"])
+    assert one.stages.chunks == 1
     # 8 layers / 8 per virtual stage = 1 chunk: also None
     assert Topology.from_flags(base + ["--num-layers-per-virtual-pipeline-stage", "8"])
     # 8 / 4 = 2 chunks with pp = 1: asserted (pp must be > 1)
@@ -432,7 +452,7 @@ def test_uneven_stage_without_layers_is_refused():
     assert codes(e.problems) == ["layers-not-divisible-by-pp"]
     e = refused(pp3 + ["--decoder-first-pipeline-num-layers", "0"])
     assert codes(e.problems) == ["layers-not-divisible-by-pp"]
-    assert Topology.from_flags(pp3 + ["--decoder-first-pipeline-num-layers", "2"]).stage_counts \
+    assert Topology.from_flags(pp3 + ["--decoder-first-pipeline-num-layers", "2"]).stages.counts \
         == (2, 1, 1)
     # uneven stages with layers-per-virtual-stage: validate_args asserts the other spelling
     e = refused(["--colocate", "--pipeline-model-parallel-size", "2", "--num-layers", "8",
@@ -445,7 +465,7 @@ def test_eval_engines_default_to_one_gpu_each():
     # miles eval_num_gpus_per_engine defaults to 1, not --rollout-num-gpus-per-engine; 2 eval
     # GPUs with engines of 4 are two 1-GPU eval engines (2 % 1 == 0), at positions 12 and 13
     topo = Topology.from_flags(DISAGG + ["--eval-num-gpus", "2"])
-    assert topo.placement_group.engines - topo.num_engines == 2
+    assert topo.placement_group.engines - topo.placement_group.rollout_engines == 2
     assert topo.engine_gpus(2) == ((1, 4),) and topo.engine_gpus(3) == ((1, 5),)
 
 
@@ -455,11 +475,11 @@ def test_every_a2a_backend_that_sets_ep_to_tp_warns(backend):
     topo = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
                                 "--num-experts", "8", "--sglang-moe-a2a-backend", backend,
                                 "--sglang-ep-size", "2"])
-    assert topo.engine_ep_used == 4 and codes(topo.warnings) == ["sglang-ep-overridden"]
+    assert topo.rollout.engine_ep_used == 4 and codes(topo.warnings) == ["sglang-ep-overridden"]
     plain = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
                                  "--num-experts", "8", "--sglang-moe-a2a-backend", "none",
                                  "--sglang-ep-size", "2"])
-    assert plain.engine_ep_used == 2 and not plain.warnings
+    assert plain.rollout.engine_ep_used == 2 and not plain.warnings
 
 
 def test_fsdp_refuses_context_parallel():
@@ -468,18 +488,18 @@ def test_fsdp_refuses_context_parallel():
     e = refused(base + ["--context-parallel-size", "2"])
     assert codes(e.problems) == ["fsdp-cp-unsupported"]
     # validate_hybrid_shard_args: 8 % 4 == 0 -> two shards of four replicas is fine
-    assert Topology.from_flags(base + ["--dp-replicate-size", "4"]).dp_replicate == 4
+    assert Topology.from_flags(base + ["--dp-replicate-size", "4"]).layout.dp_replicate == 4
 
 
 def test_num_experts_zero_is_dense_and_ep_needs_experts():
     # Megatron-LM validate_args: num_experts == 0 -> None (a dense model), not a bad value
     topo = Topology.from_flags(["--colocate", "--num-layers", "4", "--num-experts", "0"])
-    assert topo.experts is None and not topo.is_moe
+    assert topo.model.experts is None and not topo.model.is_moe
     # ...and EP > 1 then asserts "num_experts must be non None to use expert model parallelism"
     e = refused(["--colocate", "--num-layers", "4", "--expert-model-parallel-size", "2"])
     assert codes(e.problems) == ["ep-requires-moe"]
     # no model flags at all: the shape may come from a model script, so nothing is claimed
-    assert Topology.from_flags(["--colocate", "--expert-model-parallel-size", "2"]).ep == 2
+    assert Topology.from_flags(["--colocate", "--expert-model-parallel-size", "2"]).layout.ep == 2
 
 
 def test_rollout_only_switches_colocate_off():
@@ -487,9 +507,17 @@ def test_rollout_only_switches_colocate_off():
     # takes the actor's 2 x 8 = 16 GPUs; with --rollout-num-gpus 4 the actor shape becomes
     # min(8, 4) = 4 GPUs x 4 // 4 = 1 node; either way colocate ends up False
     topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--actor-num-nodes", "2"])
-    assert not topo.colocate and topo.rollout_gpus_used == 16 and topo.placement_gpus == 16
+    assert (
+        not topo.rollout.colocate
+        and topo.placement_group.rollout_gpus == 16
+        and topo.placement_group.bundles == 16
+    )
     topo = Topology.from_flags(["--debug-rollout-only", "--colocate", "--rollout-num-gpus", "4"])
-    assert (topo.nodes, topo.gpus_per_node, topo.rollout_gpus_used) == (1, 4, 4)
+    assert (topo.layout.nodes, topo.layout.gpus_per_node, topo.placement_group.rollout_gpus) == (
+        1,
+        4,
+        4,
+    )
     assert "colocate-ignores-rollout-gpus" not in codes(topo.warnings)
 
 
@@ -501,5 +529,6 @@ def test_a_moe_layer_list_of_the_wrong_length_is_refused():
     assert codes(e.problems) == ["moe-layer-freq-length"]
     assert "lists 47 layers but --num-layers is 48" in e.problems[0].message
     ok = Topology.from_flags(base + ["--moe-layer-freq", "[0]*2+[1]*46"])
-    assert sum(ok.moe_pattern) == 46
-    assert Topology.from_flags(base + ["--moe-layer-freq", "2"]).moe_pattern[:2] == (True, False)
+    assert sum(ok.model.moe_pattern) == 46
+    every2 = Topology.from_flags(base + ["--moe-layer-freq", "2"])
+    assert every2.model.moe_pattern[:2] == (True, False)

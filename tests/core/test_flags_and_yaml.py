@@ -1,19 +1,27 @@
 """Reading the flag surface and topology YAML files."""
 
+
 import pytest
 from pydantic import ValidationError
 from support import ROOT
 
 from miles_topology import Topology, TopologyError
-from miles_topology.sources import read_flags
+from miles_topology.model import megatron_args
+from miles_topology.sources import read_flags, to_yaml
 
 
 def test_real_defaults():
     topo = Topology.from_flags(["--colocate"])
-    assert (topo.nodes, topo.gpus_per_node, topo.node_gpus) == (1, 8, 8)
-    assert (topo.tp, topo.pp, topo.cp, topo.ep, topo.etp) == (1, 1, 1, 1, 1)
-    assert topo.engine_size == 1 and topo.num_engines == 8
-    assert topo.order == "tp-cp-ep-dp-pp"
+    assert (topo.layout.nodes, topo.layout.gpus_per_node, topo.layout.node_gpus) == (1, 8, 8)
+    assert (topo.layout.tp, topo.layout.pp, topo.layout.cp, topo.layout.ep, topo.layout.etp) == (
+        1,
+        1,
+        1,
+        1,
+        1,
+    )
+    assert topo.rollout.engine_size == 1 and topo.placement_group.rollout_engines == 8
+    assert topo.layout.order == "tp-cp-ep-dp-pp"
 
 
 def test_unknown_flags_pass_through_in_order():
@@ -21,26 +29,27 @@ def test_unknown_flags_pass_through_in_order():
             "8"]
     read = read_flags(argv)
     assert read.passthrough == ["--lr", "1e-6", "--hf-checkpoint", "/x", "--use-wandb"]
-    assert read.topology.experts == 8
+    assert read.topology.model.experts == 8
 
 
 def test_tp_pp_dp_mapping_selects_order():
-    assert Topology.from_flags(["--colocate", "--use-tp-pp-dp-mapping"]).order == "tp-cp-ep-pp-dp"
+    topo = Topology.from_flags(["--colocate", "--use-tp-pp-dp-mapping"])
+    assert topo.layout.order == "tp-cp-ep-pp-dp"
 
 
 def test_etp_implied_and_explicit():
     argv = ["--colocate", "--tensor-model-parallel-size", "2", "--sequence-parallel",
             "--num-experts", "8"]
     implied = Topology.from_flags(argv)
-    assert implied.etp == 2 and [w.code for w in implied.warnings] == ["etp-implied"]
+    assert implied.layout.etp == 2 and [w.code for w in implied.warnings] == ["etp-implied"]
     explicit = Topology.from_flags(argv + ["--expert-tensor-parallel-size", "2"])
-    assert explicit.etp == 2 and not explicit.warnings
+    assert explicit.layout.etp == 2 and not explicit.warnings
 
 
 def test_last_occurrence_wins_and_equals_syntax():
     topo = Topology.from_flags(["--colocate", "--tensor-model-parallel-size", "4",
                                 "--tensor-model-parallel-size=2"])
-    assert topo.tp == 2
+    assert topo.layout.tp == 2
 
 
 def test_missing_value_is_an_error_not_a_traceback():
@@ -53,7 +62,7 @@ def test_missing_value_is_an_error_not_a_traceback():
 def test_renamed_ep_moe_sets_engine_ep():
     topo = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
                                 "--sglang-enable-ep-moe", "--num-experts", "8"])
-    assert topo.engine_ep == 4
+    assert topo.rollout.engine_ep == 4
     assert [w.code for w in topo.warnings] == ["deprecated-flag"]
     assert "--sglang-ep-size N" in topo.warnings[0].message
 
@@ -62,18 +71,18 @@ def test_vpp_from_layers_per_virtual_stage():
     topo = Topology.from_flags(["--colocate", "--pipeline-model-parallel-size", "2",
                                 "--num-layers", "8", "--num-layers-per-virtual-pipeline-stage",
                                 "2"])
-    assert topo.chunks == 2
+    assert topo.stages.chunks == 2
     assert topo.stage_layers(0, 0) == (0, 1) and topo.stage_layers(1, 0) == (2, 3)
     assert topo.stage_layers(0, 1) == (4, 5) and topo.stage_layers(1, 1) == (6, 7)
-    assert topo.megatron_args()["virtual_pipeline_model_parallel_size"] == 2
+    assert megatron_args(topo)["virtual_pipeline_model_parallel_size"] == 2
 
 
 def test_moe_layer_freq_list_expression_is_parsed_not_evaluated():
     topo = Topology.from_flags(["--colocate", "--num-layers", "6", "--num-experts", "4",
                                 "--moe-layer-freq", "([0]*2+[1]*4)",
                                 "--pipeline-model-parallel-size", "2"])
-    assert topo.moe_pattern == (False, False, True, True, True, True)
-    assert topo.replay_layers(0) == (2,) and topo.replay_layers(1) == (3, 4, 5)
+    assert topo.model.moe_pattern == (False, False, True, True, True, True)
+    assert topo.stages.replay(0) == (2,) and topo.stages.replay(1) == (3, 4, 5)
     with pytest.raises(TopologyError) as info:
         Topology.from_flags(["--colocate", "--moe-layer-freq", "__import__('os').system('x')"])
     assert info.value.codes == ["invalid-flag-value"]
@@ -84,9 +93,9 @@ def test_yaml_round_trip_and_dotlist(tmp_path):
                                 "--expert-model-parallel-size", "2", "--num-experts", "8",
                                 "--colocate", "--moe-layer-freq", "[1,0,1,0]", "--num-layers", "4"])
     path = tmp_path / "t.yaml"
-    path.write_text(topo.to_yaml())
+    path.write_text(to_yaml(topo))
     assert Topology.from_yaml(str(path)) == topo
-    assert Topology.from_yaml(str(path), ["ep=4"]).ep == 4
+    assert Topology.from_yaml(str(path), ["ep=4"]).layout.ep == 4
 
 
 def test_yaml_interpolation_from_env(tmp_path, monkeypatch):
@@ -101,7 +110,7 @@ def test_flag_conflict_between_yaml_and_flag(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text("nodes: 2\ngpus_per_node: 4\nep: 2\ncolocate: true\n")
     same = read_flags(["--topology", str(path), "--expert-model-parallel-size", "2"])
-    assert same.topology.ep == 2
+    assert same.topology.layout.ep == 2
     with pytest.raises(TopologyError) as info:
         read_flags(["--topology", str(path), "--expert-model-parallel-size", "4"])
     assert info.value.codes == ["flag-conflict"]
@@ -126,14 +135,14 @@ def test_frozen_and_hashable():
     topo = Topology.from_flags(["--colocate"])
     with pytest.raises(AttributeError, match="immutable.*model_copy") as info:
         topo.tp = 2
-    assert not isinstance(info.value, ValidationError) and topo.tp == 1
+    assert not isinstance(info.value, ValidationError) and topo.layout.tp == 1
     assert {topo: 1}[Topology.from_flags(["--colocate"])] == 1
 
 
 def test_uneven_first_last_with_vpp_matches_megatron_offsets():
     topo = Topology(nodes=1, gpus_per_node=4, pp=4, vpp=2, layers=20, first_stage_layers=2,
                     last_stage_layers=2, colocate=True)
-    assert topo.stage_counts == (2, 8, 8, 2)
+    assert topo.stages.counts == (2, 8, 8, 2)
     # chunk v of every stage precedes chunk v+1 of any stage
     assert topo.stage_layers(0, 0) == (0,) and topo.stage_layers(1, 0) == (1, 2, 3, 4)
     assert topo.stage_layers(3, 0) == (9,) and topo.stage_layers(0, 1) == (10,)
@@ -143,7 +152,7 @@ def test_uneven_first_last_with_vpp_matches_megatron_offsets():
 
 def test_engines_spanning_whole_nodes_and_disaggregated_start():
     topo = Topology(nodes=2, gpus_per_node=4, node_gpus=4, rollout_gpus=8, engine_size=8)
-    assert topo.num_engines == 1 and topo.nodes_needed == 4
+    assert topo.placement_group.rollout_engines == 1 and topo.placement_group.nodes == 4
     assert topo.engine_gpus(0) == tuple((n, g) for n in (2, 3) for g in range(4))
 
 
@@ -161,7 +170,7 @@ def test_yaml_reads_a_given_env_instead_of_the_process_env(tmp_path, monkeypatch
 
 
 def test_rank_order_switch_off_keeps_the_default():
-    assert Topology.from_flags(["--colocate", "--use-tp-pp-dp-mapping=false"]).order == (
+    assert Topology.from_flags(["--colocate", "--use-tp-pp-dp-mapping=false"]).layout.order == (
         "tp-cp-ep-dp-pp")
 
 
@@ -169,7 +178,6 @@ def test_rank_order_switch_off_keeps_the_default():
 
 
 def test_explicit_etp_round_trips_through_yaml(tmp_path):
-    from miles_topology.sources import to_yaml
 
     for given in (dict(etp=2), dict(etp=1), {}):
         topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, ep=2, experts=8, colocate=True,
@@ -177,13 +185,15 @@ def test_explicit_etp_round_trips_through_yaml(tmp_path):
         path = tmp_path / "t.yaml"
         path.write_text(to_yaml(topo))
         back = Topology.from_yaml(str(path))
-        assert back == topo and back.etp == topo.etp
-        assert back.etp_implied == topo.etp_implied == (not given)
+        assert back == topo and back.layout.etp == topo.layout.etp
+        assert back.layout.etp_implied == topo.layout.etp_implied == (not given)
         assert [w.code for w in back.warnings] == [w.code for w in topo.warnings]
 
 
 def test_etp_implied_is_derived_not_a_field():
-    assert "etp_implied" not in Topology.model_fields
+    from miles_topology.parts import FIELDS
+
+    assert "etp_implied" not in FIELDS
     with pytest.raises(TopologyError) as info:
         Topology(etp_implied=False, colocate=True)
     assert info.value.codes == ["unknown-field"]
@@ -191,7 +201,7 @@ def test_etp_implied_is_derived_not_a_field():
 
 def test_model_validate_and_copy_validate_and_raise_topology_error():
     good = Topology.model_validate({"nodes": 1, "gpus_per_node": 8, "tp": 2, "colocate": True})
-    assert good.dp == 4 and good.etp == 2
+    assert good.dp == 4 and good.layout.etp == 2
     for bad in ({"tp": "x"}, {"tp": 3, "colocate": True}, {"nodes": 0}):
         with pytest.raises(TopologyError) as info:
             Topology.model_validate(bad)
@@ -204,8 +214,8 @@ def test_model_validate_and_copy_validate_and_raise_topology_error():
     with pytest.raises(TopologyError):
         Topology.model_construct(tp=3, colocate=True)
     wider = good.model_copy(update={"tp": 4})
-    assert wider.etp == 4 and wider.etp_implied  # an implied etp follows the new tp
-    assert good.model_copy(update={"etp": 1}).etp_implied is False
+    assert wider.layout.etp == 4 and wider.layout.etp_implied  # an implied etp follows the new tp
+    assert good.model_copy(update={"etp": 1}).layout.etp_implied is False
 
 
 def test_invalid_tp_is_one_problem_not_two():
@@ -216,15 +226,15 @@ def test_invalid_tp_is_one_problem_not_two():
 
 def test_every_field_has_a_group_and_every_flag_reads_its_field():
     from miles_topology.flags import ALIASES, RENAMED, field_of, flag_of, is_switch, known
-    from miles_topology.model import GROUPS, facts, fields_in
+    from miles_topology.parts import FIELDS, GROUPS, facts, fields_in
 
-    assert sorted(n for g in GROUPS for n in fields_in(g)) == sorted(Topology.model_fields)
-    for name in Topology.model_fields:
+    assert sorted(n for g in GROUPS for n in fields_in(g)) == sorted(FIELDS)
+    for name in FIELDS:
         flag = facts(name)["flag"]
         if flag is None:
             continue
         assert known(flag) and field_of(flag) == name and flag_of(name) == flag
-        assert is_switch(flag) == (Topology.model_fields[name].annotation is bool
+        assert is_switch(flag) == (FIELDS[name].annotation is bool
                                    or "switch" in facts(name))
     for flag, name in ALIASES.items():
         assert field_of(flag) == name and flag_of(name) != flag
@@ -310,12 +320,13 @@ def test_deprecated_upstream_spellings_warn_and_pass():
 
 
 def test_repeat_and_typo_point_at_the_token_that_wrote_them():
+    from miles_topology.errors import Location
     from miles_topology.flags import parse_flags
-    from miles_topology.shell.records import Source, Token
+    from miles_topology.shell.records import Token
 
     words = [("--lr", 3), ("1e-6", 3), ("--tensor-model-paralel-size", 4), ("2", 4),
              ("--lr", 9), ("2e-6", 9), ("--colocate", 9)]
-    got = parse_flags([Token(t, Source("run.sh", line)) for t, line in words])
+    got = parse_flags([Token(t, Location("run.sh", line)) for t, line in words])
     where = {p.code: str(p.location) for p in got.warnings + got.errors}
     assert where == {"unknown-flag": "run.sh:4", "flag-given-twice": "run.sh:9"}
     assert parse_flags([t for t, _ in words]).errors[0].location is None  # plain strings
@@ -341,23 +352,14 @@ def test_the_trigram_shortlist_finds_what_full_difflib_finds():
         assert flags.suggest(typo) == (full[0] if full else None), typo
 
 
-def test_old_loader_paths_warn_and_still_work():
-    """config.py and namespace.py moved into sources.py: old imports work with a warning;
-    PartialEnv (now env.py) is still importable from config without one."""
-    import warnings
+def test_old_loader_paths_are_gone():
+    """config.py and namespace.py moved into sources.py (PartialEnv into env.py); their
+    shims are gone, so nothing imports the old paths."""
+    import miles_topology
 
-    from miles_topology import config, env, namespace, sources
-
-    with pytest.warns(DeprecationWarning, match="sources.to_yaml"):
-        assert config.to_yaml is sources.to_yaml
-    with pytest.warns(DeprecationWarning, match="sources.fields_from"):
-        assert namespace.fields_from is sources.fields_from
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from miles_topology.config import PartialEnv
-    assert PartialEnv is env.PartialEnv
-    with pytest.raises(AttributeError):
-        config.no_such_name  # noqa: B018
+    package = ROOT / "miles_topology"
+    assert miles_topology.__file__ == str(package / "__init__.py")
+    assert not [old for old in ("config", "namespace") if (package / f"{old}.py").exists()]
 
 
 def _undocumented():
@@ -367,14 +369,18 @@ def _undocumented():
 
     from pydantic import BaseModel
 
-    out = [n for n, f in Topology.model_fields.items() if not (f.description or "").strip()]
-    for name, obj in vars(Topology).items():
-        if name.startswith("_") or name in Topology.model_fields or hasattr(BaseModel, name):
-            continue
-        fn = getattr(obj, "wrapped_property", obj)  # a computed field's property
-        fn = getattr(fn, "fget", None) or getattr(fn, "func", None) or fn
-        if callable(fn) and not inspect.getdoc(fn):
-            out.append(name)
+    from miles_topology.parts import PARTS
+
+    out = []
+    for cls in (Topology, *PARTS.values()):
+        out += [n for n, f in cls.model_fields.items() if not (f.description or "").strip()]
+        for name, obj in vars(cls).items():
+            if name.startswith("_") or name in cls.model_fields or hasattr(BaseModel, name):
+                continue
+            fn = getattr(obj, "wrapped_property", obj)  # a computed field's property
+            fn = getattr(fn, "fget", None) or getattr(fn, "func", None) or fn
+            if callable(fn) and not inspect.getdoc(fn):
+                out.append(name)
     return out
 
 
@@ -386,5 +392,72 @@ def test_every_public_name_is_documented_and_the_schema_says_it():
     assert props["tp"]["description"] == (
         "Tensor-parallel size of the trainer, in GPUs, e.g. 4. "
         "(--tensor-model-parallel-size; group layout)")
-    assert all(Topology.model_fields[n].description.split()[0] in p["description"]
+    from miles_topology.parts import FIELDS
+
+    assert all(FIELDS[n].description.split()[0] in p["description"]
                for n, p in props.items())
+
+
+# ---- the flat face stays byte for byte ----------------------------------------------------
+
+GOLDEN = ROOT / "tests" / "fixtures" / "topologies"
+# The YAML fixtures; each one's `flags`, `show` and `check --format json` output was written
+# by the flat Topology before it was split into parts (the schema's is docs/
+# topology.schema.json, kept by test_cli.py), so the parts change nothing a user sees.
+YAMLS = {
+    "moe-2x4": "examples/moe-2x4.topology.yaml",
+    "m0003-after": "tests/fixtures/migrations/m0003_consolidate/after.topology.yaml",
+    "moe-every-part": "tests/fixtures/topologies/moe-every-part.topology.yaml",
+    "fsdp-colocated": "tests/fixtures/topologies/fsdp-colocated.topology.yaml",
+}
+
+
+@pytest.mark.parametrize("command", ["flags", "show", "check"])
+@pytest.mark.parametrize("name", YAMLS)
+def test_yaml_fixture_output_is_kept_byte_for_byte(name, command, monkeypatch, capsys):
+    from miles_topology.cli import main
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("NNODES", raising=False)
+    argv = [command, YAMLS[name]] if command != "check" else [command, "--format", "json",
+                                                              YAMLS[name]]
+    assert main(argv) == 0
+    assert capsys.readouterr().out == (GOLDEN / f"{name}.{command}.golden").read_text()
+
+
+def test_topology_has_at_most_20_public_names_of_its_own():
+    """Fields by concern, DESIGN.md section 5's contract, three views, the warnings: nothing
+    that only forwards to a part or a view (a flat `topo.tp` is `topo.layout.tp`)."""
+    from pydantic import BaseModel
+
+    from miles_topology.parts import FIELDS
+
+    topo = Topology.from_flags(["--colocate"])
+    own = {n for n in dir(topo) if not n.startswith("_") and not hasattr(BaseModel, n)}
+    assert len(own) <= 20, sorted(own)
+    assert {"from_flags", "from_yaml", "world_size", "dp", "edp", "rank_groups",
+            "local_experts", "placement", "engine_gpus", "stage_layers"} <= own
+    assert not own & set(FIELDS) and topo.layout.tp == 1
+
+
+def test_views_are_named_not_switched():
+    topo = Topology.from_flags(["--actor-num-gpus-per-node", "4", "--expert-model-parallel-size",
+                                "2", "--colocate"])
+    assert topo.grid("expert").groups("ep") == topo.rank_groups("ep", expert=True)
+    assert topo.grid("dense").groups("dp") == topo.rank_groups("dp") == [[0, 1, 2, 3]]
+    with pytest.raises(ValueError, match="'dense' and an 'expert' grid"):
+        topo.grid(True)  # type: ignore[arg-type]
+
+
+def test_validation_reads_no_file_and_sources_read_the_sglang_config(tmp_path):
+    path = tmp_path / "sglang.yaml"
+    path.write_text("sglang:\n  - name: default\n    server_groups:\n"
+                    "      - {worker_type: regular, num_gpus: 4}\n")
+    argv = ["--colocate", "--actor-num-gpus-per-node", "4", "--sglang-config", str(path)]
+    assert Topology.from_flags(argv).rollout.engine_groups == (("default", "regular", 4, 0),)
+    built = Topology(colocate=True, gpus_per_node=4, sglang_config=str(path))
+    assert built.rollout.engine_groups is None  # the model itself opened nothing
+    path.write_text("sglang: [1, 2]\n")  # YAML, but not of that form: the check is skipped
+    assert Topology.from_flags(argv).rollout.engine_groups is None
+    path.write_text("sglang: [\n")  # not YAML
+    assert Topology.from_flags(argv).rollout.engine_groups is None

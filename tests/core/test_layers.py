@@ -1,6 +1,7 @@
 """The core reads bottom-up: the import graph of miles_topology has no cycle, and no module
-imports one of a higher layer (lazy imports inside functions count; imports only for type
-checkers, under `if TYPE_CHECKING:`, do not run and do not count)."""
+imports one of a higher layer. Lazy imports inside functions count, and so do imports only
+for type checkers (under `if TYPE_CHECKING:`): a circle a type checker must untangle is a
+circle a reader must untangle too."""
 
 import ast
 from pathlib import Path
@@ -12,12 +13,12 @@ PKG = ROOT / "miles_topology"
 
 # bottom first; a subpackage is one unit. A unit may import its own layer or lower ones.
 LAYERS = (
-    ("errors", "grid", "layers", "env", "codes", "placement", "surface", "argscan", "stack",
+    ("errors", "grid", "layers", "env", "codes", "surface", "argscan", "stack",
      "textfilters", "commandline"),  # records, data and arithmetic
+    ("parts", "placement"),  # a Topology's fields by concern; where its GPUs land
     ("model",),  # Topology: the floor of the core
     ("checks", "flags"),  # the rules on it; the flag grammar
-    ("sources", "config", "yamlflags", "namespace", "channels",
-     "__init__"),  # reading and writing it (YAML as flags too); the package face
+    ("sources", "yamlflags", "channels", "__init__"),  # reading and writing it; the package face
     ("weightsync", "replay", "show", "report", "shell", "pylaunch", "check_script",
      "check_launcher", "migrations", "selection", "cli", "__main__"),  # what is built on a Topology
 )
@@ -31,15 +32,15 @@ def _name(path: Path, root: Path = PKG) -> str:
     return ".".join(parts)
 
 
-def _runtime_imports(tree: ast.AST):
-    """Import nodes that run, skipping `if TYPE_CHECKING:` bodies."""
+def _imports(tree: ast.AST, typing: bool = True):
+    """Import nodes, those under `if TYPE_CHECKING:` included unless `typing` is False."""
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            yield from (n for s in node.orelse for n in _runtime_imports(ast.Module([s], [])))
+        if not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for s in node.orelse for n in _imports(ast.Module([s], []), typing))
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        yield from _runtime_imports(node)
+        yield from _imports(node, typing)
 
 
 def _targets(module: str, is_pkg: bool, node, modules) -> set[str]:
@@ -72,13 +73,14 @@ MODULES = {_name(p): p for p in PKG.rglob("*.py")
            if "fixtures" not in p.parts}
 
 
-def graph(modules=MODULES) -> dict[str, set[str]]:
-    """Module -> the miles_topology modules it imports when it runs."""
+def graph(modules=MODULES, typing: bool = True) -> dict[str, set[str]]:
+    """Module -> the miles_topology modules it imports (for type checkers too, unless
+    `typing` is False)."""
     out = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
         is_pkg = path.name == "__init__.py"
-        out[name] = {t for node in _runtime_imports(tree)
+        out[name] = {t for node in _imports(tree, typing)
                      for t in _targets(name, is_pkg, node, modules)} - {name}
     return out
 
@@ -131,21 +133,36 @@ def test_no_import_runs_up_a_layer():
     assert not upward(graph())
 
 
+# The shell's reader is being rebuilt by composition (issue 25 item 2); until it lands, its
+# word expansion and command execution still name each other.
+SHELL = ["shell.builtins", "shell.expand", "shell.interpret"]
+
+
 def test_no_import_cycle():
-    assert not cycles(graph())
+    assert [c for c in cycles(graph()) if c != SHELL] == []
+    assert not cycles(graph(typing=False))
+
+
+@pytest.mark.xfail(reason="issue 25 item 2: the shell by composition removes this circle")
+def test_no_import_cycle_in_the_shell():
+    assert SHELL not in cycles(graph())
 
 
 def test_the_walk_sees_a_lazy_upward_import_and_a_cycle(tmp_path):
     """The checks above fail on the defects they guard against: a function-level import of
-    a higher layer (what model.py's from_flags once did) and a two-module circle."""
+    a higher layer (what model.py's from_flags once did), a two-module circle, and a circle
+    closed by an import for type checkers only (placement -> model once did)."""
     (tmp_path / "model.py").write_text(
         "def from_flags(argv):\n    from .sources import read_flags\n    return read_flags\n")
     (tmp_path / "sources.py").write_text("from .model import Topology\n")
     (tmp_path / "grid.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .model import T\n")
+    (tmp_path / "layers.py").write_text("from .grid import T\n")
     g = graph({_name(p, tmp_path): p for p in tmp_path.glob("*.py")})
-    assert "model -> sources" in upward(g) and g["grid"] == set()
+    assert "model -> sources" in upward(g) and "grid -> model" in upward(g)
     assert cycles(g) == [["model", "sources"]]
+    assert graph({_name(p, tmp_path): p for p in tmp_path.glob("*.py")}, typing=False)[
+        "grid"] == set()
 
 
 @pytest.mark.parametrize("module", ["model", "errors", "grid", "layers", "placement", "codes"])

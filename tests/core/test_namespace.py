@@ -5,6 +5,7 @@ from argparse import Namespace
 import pytest
 
 from miles_topology import Topology, TopologyError
+from miles_topology.model import summary
 
 
 def miles_args(**over):
@@ -47,9 +48,13 @@ def miles_args(**over):
 
 def test_the_validated_namespace_gives_the_job_that_runs():
     topo = Topology.from_namespace(miles_args())
-    assert (topo.world_size, topo.num_engines, topo.nodes_needed) == (4, 3, 2)
+    assert (topo.world_size, topo.placement_group.rollout_engines, topo.placement_group.nodes) == (
+        4,
+        3,
+        2,
+    )
     assert topo.engine_gpus(0) == ((0, 4), (0, 5), (0, 6), (0, 7))  # shape (a)
-    assert topo.moe_layer_freq == (1, 1, 1, 1) and topo.rollout_routing_replay
+    assert topo.model.moe_layer_freq == (1, 1, 1, 1) and topo.replay.rollout_routing_replay
     same = Topology.from_flags([
         "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "12",
         "--rollout-num-gpus-per-engine", "4", "--num-layers", "4", "--num-attention-heads", "4",
@@ -58,7 +63,7 @@ def test_the_validated_namespace_gives_the_job_that_runs():
         "--advantage-estimator", "grpo", "--update-weight-transfer-mode", "broadcast",
         "--expert-tensor-parallel-size", "1", "--sglang-tp-size", "4",
         "--sglang-moe-a2a-backend", "none", "--eval-num-gpus-per-engine", "1"])
-    assert topo.engine_gpus(2) == same.engine_gpus(2) and topo.summary() == same.summary()
+    assert topo.engine_gpus(2) == same.engine_gpus(2) and summary(topo) == summary(same)
     assert not topo.warnings
 
 
@@ -67,7 +72,7 @@ def test_values_miles_rewrote_raise_no_warning():
     topo = Topology.from_namespace(miles_args(
         colocate=True, rollout_num_gpus=4, advantage_estimator="ppo", use_critic=True,
         critic_num_nodes=1, critic_num_gpus_per_node=4, num_gpus_per_node=4))
-    assert topo.use_critic and topo.colocate and not topo.warnings
+    assert topo.layout.use_critic and topo.rollout.colocate and not topo.warnings
 
 
 def test_megatron_vpp_and_mapping_names_are_read():
@@ -75,7 +80,7 @@ def test_megatron_vpp_and_mapping_names_are_read():
         actor_num_gpus_per_node=8, pipeline_model_parallel_size=2,
         virtual_pipeline_model_parallel_size=2, use_tp_pp_dp_mapping=True, rollout_num_gpus=8,
         num_layers=8, moe_layer_freq=1))
-    assert topo.chunks == 2 and topo.order == "tp-cp-ep-pp-dp"
+    assert topo.stages.chunks == 2 and topo.layout.order == "tp-cp-ep-pp-dp"
 
 
 def test_a_broken_job_raises_every_problem():

@@ -30,7 +30,7 @@ def test_actor_ranks_fill_nodes_whatever_the_per_node_flag_says():
     topo = Topology.from_flags(["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4",
                                 "--num-gpus-per-node", "8", "--colocate"])
     assert [topo.placement(r) for r in (0, 4, 7)] == [(0, 0), (0, 4), (0, 7)]
-    assert topo.nodes_needed == 1 and slots(topo) == [(0, g) for g in range(8)]
+    assert topo.placement_group.nodes == 1 and slots(topo) == [(0, g) for g in range(8)]
     assert [w.code for w in topo.warnings] == ["actor-node-shape-ignored"]
 
 
@@ -38,7 +38,7 @@ def test_colocated_engines_share_the_actor_bundles():
     topo = Topology.from_flags(["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4",
                                 "--num-gpus-per-node", "4", "--colocate",
                                 "--rollout-num-gpus-per-engine", "2"])
-    assert topo.rollout_offset == 0 and topo.placement_gpus == 8
+    assert topo.placement_group.rollout_offset == 0 and topo.placement_group.bundles == 8
     assert topo.engine_gpus(3) == ((1, 2), (1, 3)) == (topo.placement(6), topo.placement(7))
     assert len(slots(topo)) == 8
 
@@ -67,33 +67,11 @@ def test_the_placement_group_is_built_once_and_inverts_every_slot():
     assert sum(len(pg.ranks_on(n)) for n in range(pg.nodes)) == topo.world_size
     wrong = {(r // 4, r % 4) for r in range(topo.world_size)}  # the actor-shape inverse
     assert wrong != {topo.placement(r) for r in range(topo.world_size)}
-    assert pg.slots() == slots(topo) and pg.engines == topo.num_engines == 4
-
-
-def test_renamed_placement_names_warn_and_agree():
-    import pytest
-
-    topo = Topology.from_flags(SHAPE_A + ["--eval-num-gpus", "2"])
-    with pytest.warns(DeprecationWarning, match="placement_group.groups"):
-        assert topo.engine_group_list == topo.placement_group.groups
-    with pytest.warns(DeprecationWarning, match="placement_group.engines"):
-        assert topo.all_engines == topo.placement_group.engines == 5
-    with pytest.warns(DeprecationWarning, match="placement_group.slot"):
-        assert topo.slot(9) == topo.placement_group.slot(9) == (1, 1)
+    assert pg.slots() == slots(topo) and pg.engines == topo.placement_group.rollout_engines == 4
 
 
 def test_pipeline_layers_are_a_ranks_virtual_stages_in_order():
     topo = Topology.from_flags(["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "2",
                                 "--pipeline-model-parallel-size", "2", "--num-layers", "8",
                                 "--num-virtual-stages-per-pipeline-rank", "2", "--colocate"])
-    assert topo.pipeline_layers(0) == (0, 1, 4, 5) and topo.pipeline_layers(1) == (2, 3, 6, 7)
-
-
-def test_renamed_node_and_rollout_sizes_warn_and_agree():
-    import pytest
-
-    topo = Topology.from_flags(SHAPE_A)
-    with pytest.warns(DeprecationWarning, match="node_gpus_used"):
-        assert topo.node_size == topo.node_gpus_used == 8
-    with pytest.warns(DeprecationWarning, match="rollout_gpus_used"):
-        assert topo.rollout_gpu_count == topo.rollout_gpus_used == 12
+    assert topo.stages.pipeline(0) == (0, 1, 4, 5) and topo.stages.pipeline(1) == (2, 3, 6, 7)

@@ -56,30 +56,31 @@ def test_groups_partition_the_world(topo, data):
         assert sorted(flat) == list(range(topo.world_size))
         size = 1
         for axis in token.split("-"):
-            size *= topo.grid(expert).size(axis)
+            size *= topo.grid("expert" if expert else "dense").size(axis)
         assert all(len(g) == size for g in groups)
 
 
 @settings(max_examples=300, deadline=None)
 @given(topologies())
 def test_coord_and_rank_are_inverse(topo):
-    for expert in (False, True):
+    for kind in ("dense", "expert"):
+        grid = topo.grid(kind)
         for r in range(topo.world_size):
-            assert topo.rank(expert=expert, **topo.coord(r, expert=expert)) == r
+            assert grid.rank(**grid.coord(r)) == r
 
 
 @settings(max_examples=300, deadline=None)
 @given(topologies())
 def test_every_expert_owned_once_per_ep_group(topo):
     owners = {e: [r for r in range(topo.world_size) if e in topo.local_experts(r)]
-              for e in range(topo.experts)}
-    for e in range(topo.experts):
+              for e in range(topo.model.experts)}
+    for e in range(topo.model.experts):
         # one owner per (edp replica, etp rank, pp stage): world / ep owners in all
-        assert len(owners[e]) == topo.world_size // topo.ep
-        assert len({topo.coord(r, expert=True)["ep"] for r in owners[e]}) == 1
+        assert len(owners[e]) == topo.world_size // topo.layout.ep
+        assert len({topo.grid("expert").coord(r)["ep"] for r in owners[e]}) == 1
     for group in topo.rank_groups("ep", expert=True):
         owned = [e for r in group for e in topo.local_experts(r)]
-        assert sorted(owned) == list(range(topo.experts))
+        assert sorted(owned) == list(range(topo.model.experts))
 
 
 @settings(max_examples=300, deadline=None)
@@ -87,18 +88,25 @@ def test_every_expert_owned_once_per_ep_group(topo):
 def test_placement_is_a_bijection_onto_the_gpus(topo):
     spots = [topo.placement(r) for r in range(topo.world_size)]
     assert len(set(spots)) == topo.world_size
-    assert set(spots) == {(n, g) for n in range(topo.nodes) for g in range(topo.gpus_per_node)}
-    engine_spots = [s for e in range(topo.num_engines) for s in topo.engine_gpus(e)]
-    assert len(set(engine_spots)) == len(engine_spots) == topo.rollout_gpus_used
-    for e in range(topo.num_engines):
+    assert set(spots) == {
+        (n, g) for n in range(topo.layout.nodes) for g in range(topo.layout.gpus_per_node)
+    }
+    engine_spots = [
+        s for e in range(topo.placement_group.rollout_engines) for s in topo.engine_gpus(e)
+    ]
+    assert len(set(engine_spots)) == len(engine_spots) == topo.placement_group.rollout_gpus
+    for e in range(topo.placement_group.rollout_engines):
         gpus = topo.engine_gpus(e)
         # engine e holds positions offset + e*size .. of the packed placement group
-        first = topo.rollout_offset + e * topo.engine_size
-        assert gpus == tuple(divmod(i, topo.node_gpus_used)
-                             for i in range(first, first + topo.engine_size))
+        first = topo.placement_group.rollout_offset + e * topo.rollout.engine_size
+        assert gpus == tuple(divmod(i, topo.layout.node_gpus_used)
+                             for i in range(first, first + topo.rollout.engine_size))
         # an engine fits in one node or spans whole nodes
-        assert len({n for n, _ in gpus}) == 1 or topo.engine_size % topo.node_gpus_used == 0
-    if topo.colocate:
+        assert (
+            len({n for n, _ in gpus}) == 1
+            or topo.rollout.engine_size % topo.layout.node_gpus_used == 0
+        )
+    if topo.rollout.colocate:
         assert set(engine_spots) == set(spots)
     else:
         assert not set(engine_spots) & set(spots)
@@ -112,10 +120,10 @@ def test_yaml_round_trip_keeps_the_topology_and_what_was_given(topo, explicit_et
     from miles_topology.sources import to_yaml
 
     if explicit_etp:
-        topo = topo.model_copy(update={"etp": topo.etp})
+        topo = topo.model_copy(update={"etp": topo.layout.etp})
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         f.write(to_yaml(topo))
         f.flush()
         back = Topology.from_yaml(f.name)
-    assert back == topo and back.etp_implied == topo.etp_implied
+    assert back == topo and back.layout.etp_implied == topo.layout.etp_implied
     assert [w.code for w in back.warnings] == [w.code for w in topo.warnings]

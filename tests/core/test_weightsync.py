@@ -28,30 +28,34 @@ def topo(**kw) -> Topology:
 def test_every_engine_gets_every_shard_once_from_a_holder(kw):
     t = topo(**kw)
     plan = sync_plan(t)
-    assert len(plan) == t.num_engines > 0
+    assert len(plan) == t.placement_group.rollout_engines > 0
     for sync in plan:
         dense, experts = set(), {}
         for rank, shard in sync.sends:
-            c = t.coord(rank)
-            x = t.coord(rank, expert=True)
+            c = t.grid("dense").coord(rank)
+            x = t.grid("expert").coord(rank)
             assert c["pp"] == shard.pp
             if shard.kind == "dense":
-                assert shard.part == c["tp"] and shard.parts == t.tp
+                assert shard.part == c["tp"] and shard.parts == t.layout.tp
                 assert (shard.pp, shard.part) not in dense
                 dense.add((shard.pp, shard.part))
                 assert set(shard.layers) == {
-                    layer for v in range(t.chunks) for layer in t.stage_layers(shard.pp, v)}
+                    layer for v in range(t.stages.chunks) for layer in t.stage_layers(shard.pp, v)}
             else:
-                assert shard.part == x["etp"] and shard.parts == t.etp
+                assert shard.part == x["etp"] and shard.parts == t.layout.etp
                 assert shard.experts == t.local_experts(rank)  # the one ownership rule
-                assert shard.layers == t.replay_layers(shard.pp)
+                assert shard.layers == t.stages.replay(shard.pp)
                 for e in shard.experts:
                     key = (shard.pp, shard.part, e)
                     assert key not in experts
                     experts[key] = rank
-        assert dense == {(p, tp) for p in range(t.pp) for tp in range(t.tp)}
+        assert dense == {(p, tp) for p in range(t.layout.pp) for tp in range(t.layout.tp)}
         assert set(experts) == {
-            (p, j, e) for p in range(t.pp) for j in range(t.etp) for e in range(t.experts)}
+            (p, j, e)
+            for p in range(t.layout.pp)
+            for j in range(t.layout.etp)
+            for e in range(t.model.experts)
+        }
         assert sync.senders == engine_senders(t, sync.engine)
         assert set(sync.senders) == {r for r, _ in sync.sends}
 

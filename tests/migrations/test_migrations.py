@@ -526,7 +526,7 @@ def test_rank_order_switch_moves_as_the_order_field(tmp_path, capsys):
     assert "order: tp-cp-ep-pp-dp" in (tmp_path / "r.topology.yaml").read_text()
     assert "--use-tp-pp-dp-mapping" not in script.read_text()
     code, out, _ = cli(["check", "--format", "json", str(script)], capsys)
-    assert code == 0 and json.loads(out)["topology"]["order"] == before.order
+    assert code == 0 and json.loads(out)["topology"]["order"] == before.layout.order
 
 
 # ---------------------------------------------------------------- write safety
@@ -765,13 +765,13 @@ def test_values_moved_to_yaml_reach_train_py_under_ray_job_submit(tmp_path, caps
     bin_, log = stand_ins(tmp_path, flag_words(run.read_text(),
                                                (run.parent / "models" / "moe.sh").read_text()))
     before = launched(run, tmp_path, bin_, log, NNODES="4")
-    assert read_flags(before["argv"]).topology.nodes == 4  # NNODES=4 reaches the flag
+    assert read_flags(before["argv"]).topology.layout.nodes == 4  # NNODES=4 reaches the flag
     assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
     text = run.read_text()
     assert "--runtime-env-json=" not in text and "--topology" not in text
     after = launched(run, tmp_path, bin_, log, NNODES="4")
     same_launch(before, after, {})  # and through the YAML, expanded on the submitting side
-    assert read_flags(after["argv"]).topology.nodes == 4
+    assert read_flags(after["argv"]).topology.layout.nodes == 4
     # upstream's parser refuses --topology: the form this step used to write does not run
     bad = run.with_name("bad.sh")
     bad.write_text(text.replace('"${TOPOLOGY_ARGS[@]}"', '--topology "${SCRIPT_DIR}/run'
@@ -934,7 +934,11 @@ def test_crlf_script_stays_crlf_and_added_words_carry_no_cr(tmp_path, capsys):
         write(out)
     r = read(State(run, run.read_text(), {}))
     assert not [w for w in r.script.flags() if "\r" in w]
-    assert (r.topology.tp, r.topology.gpus_per_node, r.topology.colocate) == (2, 4, True)
+    assert (r.topology.layout.tp, r.topology.layout.gpus_per_node, r.topology.rollout.colocate) == (
+        2,
+        4,
+        True,
+    )
 
 
 def test_a_layout_flag_added_back_is_pending_and_moves_into_the_yaml(tmp_path, capsys):
@@ -951,7 +955,7 @@ def test_a_layout_flag_added_back_is_pending_and_moves_into_the_yaml(tmp_path, c
     assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
     assert "--context-parallel-size" not in run.read_text()
     assert yaml.read_text() == old_yaml + "cp: 2  # --context-parallel-size\n"  # appended
-    assert read(State(run, run.read_text(), {})).topology.cp == 2
+    assert read(State(run, run.read_text(), {})).topology.layout.cp == 2
     assert cli(["migrate", "--check", str(run)], capsys)[0] == 0
     # a value the YAML sets otherwise: refused, both kept
     run.write_text(run.read_text().replace("   --save", "   --pipeline-model-parallel-size 1 "
@@ -1067,7 +1071,7 @@ def test_inline_then_a_flag_given_again_joins_the_array(tmp_path):
     assert out.applied == ["0003"] and "   --context-parallel-size 2\n)" in out.new
     write(out)
     assert migrate(run, inline=True).applied == []
-    assert read(State(run, run.read_text(), {})).topology.cp == 2
+    assert read(State(run, run.read_text(), {})).topology.layout.cp == 2
 
 
 @pytest.mark.slow
@@ -1134,6 +1138,10 @@ def test_source_of_an_absolute_path_in_the_checkout_migrates(tmp_path):
     out = migrate(run)
     assert out.applied == ["0003"] and "source /root/miles/scripts/models/dense-4B.sh" in out.new
     back = read(State(run, out.new, {}, files=out.files)).topology
-    assert (back.tp, back.gpus_per_node, back.layers) == (2, 4, 36)  # 36: the model file's
+    assert (back.layout.tp, back.layout.gpus_per_node, back.model.layers) == (
+        2,
+        4,
+        36,
+    )  # 36: the model file's
     (yaml,) = out.files.values()
     assert "tp: 2  # --tensor-model-parallel-size" in yaml and "num-layers" not in yaml

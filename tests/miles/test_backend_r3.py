@@ -106,15 +106,15 @@ def case(name, kw, pool):
 def test_matrix_covers_what_it_claims():
     topos = [Topology(**{**MODEL, **kw}) for kw in MATRIX.values()]
     assert len(topos) >= 12
-    assert {t.ep for t in topos} >= {1, 2, 4, 8}
-    assert {t.gpus_per_node for t in topos} >= {2, 4, 8}
-    assert sum(t.ep != t.gpus_per_node for t in topos) > len(topos) / 2
-    assert any(t.ep > t.gpus_per_node for t in topos)
-    assert any(t.etp > 1 for t in topos) and any(t.pp > 1 for t in topos)
-    assert any(t.chunks > 1 for t in topos) and any(t.cp > 1 for t in topos)
-    assert any(t.colocate for t in topos) and any(not t.colocate for t in topos)
+    assert {t.layout.ep for t in topos} >= {1, 2, 4, 8}
+    assert {t.layout.gpus_per_node for t in topos} >= {2, 4, 8}
+    assert sum(t.layout.ep != t.layout.gpus_per_node for t in topos) > len(topos) / 2
+    assert any(t.layout.ep > t.layout.gpus_per_node for t in topos)
+    assert any(t.layout.etp > 1 for t in topos) and any(t.layout.pp > 1 for t in topos)
+    assert any(t.stages.chunks > 1 for t in topos) and any(t.layout.cp > 1 for t in topos)
+    assert any(t.rollout.colocate for t in topos) and any(not t.rollout.colocate for t in topos)
     assert any(len({n for n, _ in t.engine_gpus(e)}) > 1
-               for t in topos for e in range(t.num_engines))
+               for t in topos for e in range(t.placement_group.rollout_engines))
 
 
 @pytest.mark.slow
@@ -252,7 +252,12 @@ def test_a_rank_that_fails_to_start_stops_the_others(pool):
     good = dict(topo=topo, seed=0, master=job.master, faults=Faults())
     t0 = time.monotonic()
     with pytest.raises(ProcError, match="rank0: AttributeError"):
-        job.start([dict(topo=topo, engine=e, seed=0) for e in range(topo.num_engines)],
-                  [{**good, "rank": 0, "faults": None}, {**good, "rank": 1}])
+        job.start(
+            [
+                dict(topo=topo, engine=e, seed=0)
+                for e in range(topo.placement_group.rollout_engines)
+            ],
+            [{**good, "rank": 0, "faults": None}, {**good, "rank": 1}],
+        )
     assert time.monotonic() - t0 < 60
     assert ray.get(pool.host.pids.remote()) == {}  # nothing left running

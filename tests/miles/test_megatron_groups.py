@@ -101,7 +101,7 @@ def test_megatron_groups_equal_the_topology_in_ray_actors(actors, name):
         assert groups == expected(t, r)
     # the EP group is not "a node" when EP != GPUs per node
     nodes = {tuple(sorted({t.placement(r)[0] for r in g["ep"]})) for g in got}
-    assert nodes == ({(0,), (1,)} if t.ep <= t.gpus_per_node else {(0, 1)})
+    assert nodes == ({(0,), (1,)} if t.layout.ep <= t.layout.gpus_per_node else {(0, 1)})
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""megatron-core initialize_model_parallel(**topo.megatron_args()) builds the Topology's groups.
+"""megatron-core initialize_model_parallel(**megatron_args(topo)) builds the Topology's groups.
 
 Real gloo process groups in fresh processes (8, and 4 for the small set), started from a
 forkserver that imported megatron-core once; each process joins every topology in turn.
@@ -12,6 +12,7 @@ import warnings
 import pytest
 
 from miles_topology import Topology
+from miles_topology.model import megatron_args
 
 TOPOLOGIES = {
     "ep2-on-2x4": "--actor-num-nodes 2 --actor-num-gpus-per-node 4 --expert-model-parallel-size 2"
@@ -57,7 +58,7 @@ def _worker(rank: int, store_dir: str, flags: dict[str, str], out_dir: str) -> N
             "gloo", init_method=f"file://{store_dir}/store{i}", rank=rank,
             world_size=topo.world_size,
         )
-        ps.initialize_model_parallel(**topo.megatron_args())
+        ps.initialize_model_parallel(**megatron_args(topo))
         got = groups.built()
         results[name] = {"diff": groups.compare(topo, rank, got), "got": got}
         groups.teardown()

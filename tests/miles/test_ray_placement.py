@@ -145,8 +145,8 @@ def assert_on(cluster, w: dict, slot: tuple[int, int]) -> None:
 
 
 def every(t: Topology):
-    return list(range(t.world_size)), [(e, i) for e in range(t.num_engines)
-                                       for i in range(t.engine_size)]
+    return list(range(t.world_size)), [(e, i) for e in range(t.placement_group.rollout_engines)
+                                       for i in range(t.rollout.engine_size)]
 
 
 # Each actor is a process; to stay lean a case starts the actors that prove its point.
@@ -176,14 +176,14 @@ def test_actors_land_where_the_topology_says(ray_cluster, name):
         for (e, i), w in engines.items():
             assert_on(cluster, w, t.engine_gpus(e)[i])
             assert (w["env"]["MILES_ENGINE"], w["env"]["MILES_ENGINE_RANK"]) == (str(e), str(i))
-        if t.colocate:  # an engine GPU is its train rank's very GPU
+        if t.rollout.colocate:  # an engine GPU is its train rank's very GPU
             by_slot = {t.placement(r): w["reserved"] for r, w in train.items()}
             for (e, i), w in engines.items():
                 assert by_slot[t.engine_gpus(e)[i]] == w["reserved"]
         else:  # engine GPUs are not train GPUs (they may share a node: packed placement)
             assert {t.engine_gpus(e)[i] for e, i in engines}.isdisjoint(
                 {t.placement(r) for r in range(t.world_size)})
-        if t.engine_size == 8:  # the engine really spans two nodes
+        if t.rollout.engine_size == 8:  # the engine really spans two nodes
             assert len({w["node_id"] for w in engines.values()}) == 2
 
 

@@ -62,8 +62,12 @@ def cases(draw):
 def make_routes(topo, tokens, dtype, seed=0, layer_major=False):
     """Random routes, C order or layer-major (the layout decode_routes returns)."""
     rng = np.random.default_rng(seed)
-    out = [rng.integers(0, topo.experts, (t - 1, topo.layers, topo.topk)).astype(dtype)
-           for t in tokens]
+    out = [
+        rng.integers(0, topo.model.experts, (t - 1, topo.model.layers, topo.model.topk)).astype(
+            dtype
+        )
+        for t in tokens
+    ]
     if layer_major:
         out = [np.ascontiguousarray(a.transpose(1, 0, 2)).transpose(1, 0, 2) for a in out]
     return out
@@ -74,23 +78,23 @@ def make_routes(topo, tokens, dtype, seed=0, layer_major=False):
 
 def ref_moe_layers(topo, pp_rank):
     """Megatron: chunk v of stage p holds layers from v*pp*n + p*n; MoE when i % freq == 0."""
-    vpp = topo.vpp or 1
-    n = topo.layers // (topo.pp * vpp)
-    freq = topo.moe_layer_freq
-    moe = [i % freq == 0 for i in range(topo.layers)] if isinstance(freq, int) else freq
-    return [i for v in range(vpp) for i in range(v * topo.pp * n + pp_rank * n,
-                                                    v * topo.pp * n + (pp_rank + 1) * n)
+    vpp = topo.layout.vpp or 1
+    n = topo.model.layers // (topo.layout.pp * vpp)
+    freq = topo.model.moe_layer_freq
+    moe = [i % freq == 0 for i in range(topo.model.layers)] if isinstance(freq, int) else freq
+    return [i for v in range(vpp) for i in range(v * topo.layout.pp * n + pp_rank * n,
+                                                    v * topo.layout.pp * n + (pp_rank + 1) * n)
             if moe[i]]
 
 
 def ref_micro_batches(topo, tokens, dp_rank):
     """Round-robin share, steps of gbs/dp samples, micro-batches of micro_batch_size."""
     mine = [i for i in range(len(tokens)) if i % topo.dp == dp_rank]
-    local = topo.global_batch_size // topo.dp if topo.global_batch_size else len(mine)
+    local = topo.batch.global_batch_size // topo.dp if topo.batch.global_batch_size else len(mine)
     out = []
     for at in range(0, len(mine), max(local, 1)):
         group = mine[at:at + local]
-        m = topo.micro_batch_size
+        m = topo.batch.micro_batch_size
         out += [group[k:k + m] for k in range(0, len(group), m)]
     return out
 
@@ -123,28 +127,32 @@ def reference(topo, tokens, routes, rank, pad_multiple, plan):
     """Per micro-batch replay rows of `rank`, built from the full tensors. Balanced splits
     (--balance-data, dynamic batching) are taken from the plan: their rules are checked
     against miles' in test_schedule_follows_miles_data_rules."""
-    c = topo.coord(rank)
-    k, dtype = topo.topk, routes[0].dtype
-    fill = lambda n: np.broadcast_to(np.arange(k, dtype=dtype), (n, topo.layers, k))  # noqa: E731
+    c = topo.grid("dense").coord(rank)
+    k, dtype = topo.model.topk, routes[0].dtype
+    fill = lambda n: np.broadcast_to(np.arange(k, dtype=dtype), (n, topo.model.layers, k))  # noqa: E731
     out = []
     mbs = ref_micro_batches(topo, tokens, c["dp"])
-    if topo.dynamic_batch or topo.balance_data:
+    if topo.batch.dynamic_batch or topo.batch.balance_data:
         mbs = [mb.samples for mb in plan.micro_batches]
     for mb in mbs:
         parts = []
         for s in mb:
             x = np.concatenate([routes[s], fill(1)])  # the unrecorded last token
-            if topo.cp > 1:
-                x = np.concatenate([x, fill((-len(x)) % (2 * topo.cp))])
-                ch = len(x) // (2 * topo.cp)
+            if topo.layout.cp > 1:
+                x = np.concatenate([x, fill((-len(x)) % (2 * topo.layout.cp))])
+                ch = len(x) // (2 * topo.layout.cp)
                 r = c["cp"]
-                x = np.concatenate([x[r * ch:(r + 1) * ch],
-                                    x[(2 * topo.cp - 1 - r) * ch:(2 * topo.cp - r) * ch]])
+                x = np.concatenate(
+                    [
+                        x[r * ch : (r + 1) * ch],
+                        x[(2 * topo.layout.cp - 1 - r) * ch : (2 * topo.layout.cp - r) * ch],
+                    ]
+                )
             parts.append(x)
         x = np.concatenate(parts)
-        x = np.concatenate([x, fill((-len(x)) % (topo.tp * pad_multiple))])
-        if topo.sp and topo.tp > 1:
-            n = len(x) // topo.tp
+        x = np.concatenate([x, fill((-len(x)) % (topo.layout.tp * pad_multiple))])
+        if topo.layout.sp and topo.layout.tp > 1:
+            n = len(x) // topo.layout.tp
             x = x[n * c["tp"]:n * (c["tp"] + 1)]
         out.append(x[:, ref_moe_layers(topo, c["pp"])])
     return out
@@ -161,9 +169,9 @@ def test_ship_matches_full_tensor_reference(case):
     routes = make_routes(topo, tokens, dtype, layer_major=layer_major)
     for rank in range(topo.world_size):
         plan = replay_plan(topo, tokens, rank, pad_multiple)
-        got = ship(routes, plan, topk=topo.topk, dtype=dtype)
+        got = ship(routes, plan, topk=topo.model.topk, dtype=dtype)
         want = reference(topo, tokens, routes, rank, pad_multiple, plan)
-        assert plan.layers == tuple(ref_moe_layers(topo, topo.coord(rank)["pp"]))
+        assert plan.layers == tuple(ref_moe_layers(topo, topo.grid("dense").coord(rank)["pp"]))
         assert len(got.batches) == len(want)
         for m, (g, w) in enumerate(zip(got.batches, want)):
             np.testing.assert_array_equal(g, w)
@@ -171,8 +179,10 @@ def test_ship_matches_full_tensor_reference(case):
                 assert got.router(m, i).flags.c_contiguous
                 np.testing.assert_array_equal(got.router(m, i), w[:, i])
         assert got.data.dtype == dtype and got.data.flags.c_contiguous
-        assert got.data.shape == (len(plan.layers), plan.rows, topo.topk)  # layer-major
-        assert got.nbytes == plan.rows * len(plan.layers) * topo.topk * np.dtype(dtype).itemsize
+        assert got.data.shape == (len(plan.layers), plan.rows, topo.model.topk)  # layer-major
+        assert (
+            got.nbytes == plan.rows * len(plan.layers) * topo.model.topk * np.dtype(dtype).itemsize
+        )
 
 
 @settings(max_examples=200, deadline=None)
@@ -184,14 +194,16 @@ def test_plan_partitions_rows_across_replica(case):
     plans = replay_plans(topo, tokens, pad_multiple)
     seen = Counter()
     for plan in plans:
-        c = topo.coord(plan.rank)
-        if not topo.balance_data:
+        c = topo.grid("dense").coord(plan.rank)
+        if not topo.batch.balance_data:
             assert set(plan.samples) == {i for i in range(len(tokens)) if i % topo.dp == c["dp"]}
         assert sorted(s for mb in plan.micro_batches for s in mb.samples) == sorted(plan.samples)
         for mb in plan.micro_batches:
-            assert mb.packed % (topo.tp * pad_multiple) == 0
+            assert mb.packed % (topo.layout.tp * pad_multiple) == 0
             assert mb.packed >= sum(mb.lengths)
-            assert mb.rows == (mb.packed // topo.tp if topo.sp and topo.tp > 1 else mb.packed)
+            assert mb.rows == (
+                mb.packed // topo.layout.tp if topo.layout.sp and topo.layout.tp > 1 else mb.packed
+            )
             for seg in mb.segments:
                 assert seg.rows > 0
                 if seg.sample == PAD:
@@ -200,9 +212,9 @@ def test_plan_partitions_rows_across_replica(case):
                 for t in range(seg.start, seg.stop):
                     for layer in plan.layers:
                         seen[seg.sample, t, layer, c["dp"]] += 1
-    moe = [i for i in range(topo.layers) if topo.moe_pattern[i]]
-    copies = 1 if topo.sp or topo.tp == 1 else topo.tp
-    dp_of = {s: topo.coord(p.rank)["dp"] for p in plans for s in p.samples}
+    moe = [i for i in range(topo.model.layers) if topo.model.moe_pattern[i]]
+    copies = 1 if topo.layout.sp or topo.layout.tp == 1 else topo.layout.tp
+    dp_of = {s: topo.grid("dense").coord(p.rank)["dp"] for p in plans for s in p.samples}
     want = {(s, t, layer, dp_of[s]): copies
             for s, n in enumerate(tokens) for t in range(n) for layer in moe}
     assert dict(seen) == want
@@ -219,28 +231,28 @@ def test_schedule_follows_miles_data_rules(case):
     largest-differencing method's guarantee), checked by brute force."""
     topo, tokens, _, _, _ = case
     plans = replay_plans(topo, tokens, 1)
-    shares = {topo.coord(p.rank)["dp"]: p.samples for p in plans}
+    shares = {topo.grid("dense").coord(p.rank)["dp"]: p.samples for p in plans}
     assert sorted(s for sh in shares.values() for s in sh) == list(range(len(tokens)))
-    if topo.balance_data:
+    if topo.batch.balance_data:
         assert {len(sh) for sh in shares.values()} == {len(tokens) // topo.dp}
         if len(tokens) <= 8 and topo.dp > 1:
             top = max(sum(tokens[s] for s in sh) for sh in shares.values())
             assert 3 * top <= 4 * best_max_sum(tokens, topo.dp, True)
-    local = topo.global_batch_size // topo.dp if topo.global_batch_size else None
+    local = topo.batch.global_batch_size // topo.dp if topo.batch.global_batch_size else None
     for plan in plans:
-        mine = list(shares[topo.coord(plan.rank)["dp"]])
+        mine = list(shares[topo.grid("dense").coord(plan.rank)["dp"]])
         loc = local or max(len(mine), 1)
         steps = [mine[i:i + loc] for i in range(0, len(mine), loc)]
         for step, group in enumerate(steps):
             mbs = [mb.samples for mb in plan.micro_batches if mb.step == step]
             assert sorted(s for mb in mbs for s in mb) == sorted(group)
-            if not topo.dynamic_batch:
+            if not topo.batch.dynamic_batch:
                 continue
             want = max(ref_first_fit([tokens[s] for s in sh[step * loc:(step + 1) * loc]],
-                                     topo.max_tokens_per_gpu * topo.cp)
+                                     topo.batch.max_tokens_per_gpu * topo.layout.cp)
                        for sh in shares.values())
-            if (topo.vpp or 1) > 1:
-                want = max(1, want // topo.pp * topo.pp)
+            if (topo.layout.vpp or 1) > 1:
+                want = max(1, want // topo.layout.pp * topo.layout.pp)
             assert len(mbs) == want and all(mbs)
             if len(group) <= 8 and want > 1:
                 top = max(sum(tokens[s] for s in mb) for mb in mbs)
@@ -300,7 +312,10 @@ def test_ship_only_this_ranks_share():
     routes = make_routes(topo, tokens, np.uint8)
     plan = replay_plan(topo, tokens, rank=0, pad_multiple=1)
     got = ship(routes, plan)
-    assert got.nbytes * topo.tp * topo.cp * topo.pp == replica_bytes(routes, plan) * 64 // 63
+    assert (
+        got.nbytes * topo.layout.tp * topo.layout.cp * topo.layout.pp
+        == replica_bytes(routes, plan) * 64 // 63
+    )
 
 
 def test_ship_rejects_mismatched_routes():

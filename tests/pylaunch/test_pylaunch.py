@@ -73,7 +73,7 @@ def test_torchrun_through_os_system_reads_the_environment_given():
     got = read_python_launcher(fixture("run_torchrun.py"), [], {"NPROC": "8"})
     assert (got.launcher, got.entry) == ("torchrun", "train_async.py")
     t = Topology.from_flags(got.argv)
-    assert (t.world_size, t.dp, t.tp, t.engine_size) == (4, 2, 2, 2)
+    assert (t.world_size, t.dp, t.layout.tp, t.rollout.engine_size) == (4, 2, 2, 2)
     assert got.source == (fixture("run_torchrun.py"), line_of("run_torchrun.py", "system(cmd)"))
     assert got.env == {"NCCL_DEBUG": "WARN"}  # set on the command line, beyond the launcher's
     assert [(o.kind, o.command) for o in got.others] == [("os.system", "nvidia-smi")]
@@ -412,7 +412,7 @@ def test_topology_yaml_under_ray_job_submit_as_for_bash(tmp_path, opt, tp):
     v = check_python(str(launcher), [])
     assert v.ok, [p.code for p in v.errors]
     if tp is not None:
-        assert v.topology.tp == tp and not v.extra["unresolved"]
+        assert v.topology.layout.tp == tp and not v.extra["unresolved"]
     else:
         assert v.summary is None
         assert [u["flag"] for u in v.extra["unresolved"]] == ["--tensor-model-parallel-size"]

@@ -191,7 +191,7 @@ def test_topology_yaml_under_ray_job_submit_sees_the_runtime_env(tmp_path, opt, 
     v = check_script(str(script), {})
     assert v.ok, [p.code for p in v.errors]
     if tp is not None:
-        assert v.topology.tp == tp and v.summary["tp"] == tp
+        assert v.topology.layout.tp == tp and v.summary["tp"] == tp
         return
     assert v.summary is None  # tp is a reported size: not guessed
     assert any(u["flag"] == "--tensor-model-parallel-size" and "runtime env" in u["why"]
@@ -203,7 +203,7 @@ def test_a_script_launch_still_gives_the_yaml_its_exports(tmp_path):
     yaml.write_text("tp: ${oc.env:TP,1}\nsp: true\n")
     script = tmp_path / "run.sh"
     script.write_text(f"export TP=4\npython3 train.py --topology {yaml} --colocate\n")
-    assert check_script(str(script), {}).topology.tp == 4
+    assert check_script(str(script), {}).topology.layout.tp == 4
 
 
 def test_an_unknown_used_twice_is_reported_once():
@@ -378,3 +378,37 @@ def test_a_helper_that_probes_the_machine_is_not_run(tmp_path):
     v = check_script(str(script), {})
     assert v.extra["values"]["--actor-num-gpus-per-node"]["value"] is None
     assert "probes the machine" in v.extra["unresolved"][0]["why"]
+
+
+def test_one_severity_per_code_in_every_format(capsys):
+    """sourced-from-checkout is a note: `rule`, the text report, GitHub and SARIF all say so
+    (it was printed as a warning by `check` and SARIF)."""
+    import json
+
+    from miles_topology.cli import main
+    from miles_topology.codes import CODES
+
+    assert CODES["sourced-from-checkout"].severity == "note"
+    script = str(CHECKOUT / "scripts" / "run-glm-abs-source.sh")
+    main(["rule", "sourced-from-checkout"])
+    assert capsys.readouterr().out.startswith("sourced-from-checkout (note)")
+    main(["check", script])
+    text = capsys.readouterr().out
+    assert "  note [sourced-from-checkout]" in text
+    assert "warning [sourced-from-checkout]" not in text
+    main(["check", "--format", "github", script])
+    assert "::notice " in capsys.readouterr().out
+    main(["check", "--format", "sarif", script])
+    run = json.loads(capsys.readouterr().out)["runs"][0]
+    [result] = [r for r in run["results"] if r["ruleId"] == "sourced-from-checkout"]
+    [rule] = [r for r in run["tool"]["driver"]["rules"] if r["id"] == "sourced-from-checkout"]
+    assert result["level"] == rule["defaultConfiguration"]["level"] == "note"
+
+
+def test_a_report_at_another_severity_than_its_code_is_refused():
+    from miles_topology import Problem
+
+    assert Problem("etp-implied", "m", "f").severity == "warning"  # the code's
+    assert Problem("r3-requires-moe", "m", "f", (), "skipped").severity == "skipped"
+    with pytest.raises(ValueError, match="declared error, not warning"):
+        Problem("r3-requires-moe", "m", "f", (), "warning")

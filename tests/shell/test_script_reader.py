@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from support import ROOT, SCRIPTS
 
+from miles_topology.errors import Location
 from miles_topology.shell import (
     FlagValue,
     ScriptRead,
     ScriptReadError,
-    Source,
     read_script,
 )
 
@@ -25,7 +25,7 @@ EXPECTED = json.loads((HERE / "expected.json").read_text())["fixtures"]
 CASES = [(name, k) for name, spec in EXPECTED.items() for k in range(len(spec["cases"]))]
 
 
-def rel(src: Source) -> str:
+def rel(src: Location) -> str:
     return f"{os.path.relpath(src.path, HERE)}:{src.line}"
 
 
@@ -52,7 +52,7 @@ def test_fixture(name: str, case: int):
     assert got == sorted([f or "", w] for f, w in want["unresolved"])
     assert sorted(n.code for n in read.notes) == sorted(want["notes"])
     for code, where in want.get("note_lines", {}).items():
-        assert [rel(n.source) for n in read.notes if n.code == code] == [where]
+        assert [rel(n.location) for n in read.notes if n.code == code] == [where]
     for u in read.unresolved:
         assert u.expression and u.why
     # flags() is argv without the unresolved flags, in order
@@ -80,7 +80,7 @@ def final(read: ScriptRead) -> dict[str, str | None]:
 def test_api_shapes(tmp_path):
     read = read_text(tmp_path, "python3 train.py --a 1 --b --c=x --d 1 2 3 pos\n")
     assert str(read.argv[0].source) == f"{tmp_path / 'run.sh'}:1"
-    assert read.argv[0] == FlagValue("--a", "1", Source(str(tmp_path / "run.sh"), 1))
+    assert read.argv[0] == FlagValue("--a", "1", Location(str(tmp_path / "run.sh"), 1))
     assert final(read) == {"--a": "1", "--b": "", "--c": "x", "--d": "1 2 3 pos"}
     assert read.flags() == ["--a", "1", "--b", "--c", "x", "--d", "1", "2", "3", "pos"]
 
@@ -311,7 +311,7 @@ def test_missing_continuation_after_array_expansion(tmp_path):
                      "  ${B[@]}\n")
     assert final(read) == {"--a": "1"}
     (note,) = read.notes
-    assert note.code == "missing-line-continuation" and note.source.line == 5
+    assert note.code == "missing-line-continuation" and note.location.line == 5
     assert "line 4" in note.fix
 
 
@@ -365,7 +365,7 @@ def test_heredoc_and_ansi_and_crlf(tmp_path):
                      " --a $'1'\r\n")
     assert final(read) == {"--b": "\r"}
     assert {n.code for n in read.notes} >= {"crlf-line-ends", "missing-line-continuation"}
-    assert [n.source.line for n in read.notes if n.code == "crlf-line-ends"] == [1]
+    assert [n.location.line for n in read.notes if n.code == "crlf-line-ends"] == [1]
 
 
 def test_function_positional_frames(tmp_path):
@@ -414,14 +414,14 @@ def test_spans_through_functions_sourced_files_and_branches(tmp_path):
     read = read_text(tmp_path, text, env={"X": "1"})
     by = {fv.flag: fv for fv in read.argv}
     assert by["--layers"].span.file == str(tmp_path / "models" / "m.sh")
-    assert by["--q"].span.branch == Source(str(tmp_path / "run.sh"), 2)
+    assert by["--q"].span.branch == Location(str(tmp_path / "run.sh"), 2)
     assert text[by["--k"].span.start:by["--k"].span.end] == "--k"
     n = by["--n"]
     assert n.tokens == ("2", "2")  # "$1", then "$@" passes the call's words on
     assert [text[s.start:s.end] for s in n.value_spans] == ['"$1"', "2"]
     assert n.value_spans[1].line == 6
     # $1 is read by position: removing a word before it would shift it, so the call uses it
-    call = Source(str(tmp_path / "run.sh"), 6)
+    call = Location(str(tmp_path / "run.sh"), 6)
     assert read.uses[n.value_spans[1].key] == {call, read.site.command}
     assert call not in read.uses[by["--k"].span.key]
 
@@ -436,7 +436,7 @@ def test_launch_site_entry_exports_and_uses(tmp_path):
     assert site.environ() == {"A": "1", "C": "3", "E": "5"}  # D is set by the script
     assert site.variables["D"] == "8" and site.variables["B"] == "2"
     tp = read.argv[0]
-    assert read.uses[tp.span.key] == {Source(str(tmp_path / "run.sh"), 7), site.command}
+    assert read.uses[tp.span.key] == {Location(str(tmp_path / "run.sh"), 7), site.command}
 
 
 def test_text_replaces_the_file(tmp_path):
@@ -454,7 +454,7 @@ def test_words_used_apart_count_as_used_there(tmp_path):
     text = ('A=(--tp 2 --pp 1)\nB=(--ep 4)\nC=(--cp 1)\nN=${A[1]}\necho "${B[*]}"\n'
             'L=${#C[@]}\npython3 train.py "${A[@]}" "${B[@]}" "${C[@]}"\n')
     read = read_text(tmp_path, text)
-    src = {k: Source(str(tmp_path / "run.sh"), k) for k in range(1, 8)}
+    src = {k: Location(str(tmp_path / "run.sh"), k) for k in range(1, 8)}
     users = {fv.flag: read.uses[fv.span.key] for fv in read.argv}
     assert users == {"--tp": {src[4], src[7]}, "--pp": {src[7]}, "--ep": {src[5], src[7]},
                      "--cp": {src[6], src[7]}}
