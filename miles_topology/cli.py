@@ -8,6 +8,7 @@ migrations (miles_topology/migrations/) and prints. Exit codes: 0 valid (warning
 from __future__ import annotations
 
 import argparse
+import contextvars
 import json
 import os
 import re
@@ -192,9 +193,12 @@ def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
     if flags is not None:
         if paths:
             raise InputError("give either files or `-- FLAGS...`, not both")
+        from .check_script import flag_pairs
         from .sources import read_flags
+        from .stack import for_launch, using
 
-        return [verdict_of("flags", lambda: read_flags(flags).topology)]
+        with using(for_launch(None, None, flag_pairs(flags))):  # installed, --stack, functions
+            return [verdict_of("flags", lambda: read_flags(flags).topology)]
     if not paths:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
     if not batch:
@@ -236,6 +240,7 @@ def _settings(args):
 
 
 def _stack_path(args) -> None:
+    """`--stack PATH` for this command (stack.STACK_PATH; `main` resets it when it returns)."""
     from .stack import STACK_PATH, framework_in
 
     if args.stack is None:
@@ -427,6 +432,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # in a context of its own: what a command sets (`--stack`) ends with it
+    return contextvars.copy_context().run(_main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     head, flags = _split_dashdash(argv)
     try:

@@ -272,3 +272,15 @@ def test_add_arguments_are_followed_through_imports_and_classes():
     assert [a.names for a in r.function_arguments("pkg.cls.RolloutFn")] == [("--rollout-knob",)]
     assert r.function_arguments("pkg.plain.generate") == []  # resolved, adds nothing
     assert r.function_arguments("pkg.absent.generate") is None  # unresolved
+
+
+def test_plain_flags_are_judged_against_the_stack_too(capsys):
+    from support import run_cli
+
+    flags = ["--", "--actor-num-nodes", "1", "--colocate", "--prm-enable"]
+    assert run_cli(capsys, "check", *flags)[0] == 1
+    assert run_cli(capsys, "check", "--stack", str(FORK), *flags)[0] == 0
+    fn = ["--custom-generate-function-path", "miles.rollout.generate_hub.multi_turn.generate"]
+    code, out, _ = run_cli(capsys, "check", "--", "--colocate", *fn, "--generate-max-turns", "3")
+    assert code == 0, out
+    assert stack.STACK_PATH.get() is None  # --stack ends with its command
