@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(PY) bench/check_scripts.py
 	$(PY) bench/pylaunch.py
 	$(PY) bench/startup.py
+	$(PY) bench/first_result.py
 
 wheel: $(STAMP)
 	$(PY) -m pip wheel --no-deps -q -w dist .

@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
+from . import fit
 from .channels import read_channels
 from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
 from .env import PartialEnv
@@ -126,6 +127,8 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
         else ""
     facts, why = model_facts(pairs, gap, gap_why)  # as for bash scripts: one rule
     skip_unknown(v, {u["flag"] for u in unresolved if u["flag"]}, facts)
+    fit.apply(v, argv, cluster, {u["flag"] for u in unresolved} | ({None} if gap is not None
+                                                                    else set()))
     where = None
     if got.source:  # every problem is in the flags of the call the launcher makes there
         same = os.path.realpath(got.source[0]) == os.path.realpath(path)
@@ -153,6 +156,8 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     if by[None]:
         lines.append("probes not modelled (answered with exit 0 and no output): " + "; ".join(
             f"`{c[:100]}`" for c, _ in Counter(by[None]).items()))
+    if any(s["polls"] for s in got.servers):  # [servers] the ones it waited for
+        lines.append(_servers_line(got.servers, cluster))
     lines += [f"assumed: {a}" for a in got.assumed]
     for u in tainted:
         what = f"{u['flag']} = {u['expression']}" if u["flag"] else u["expression"]
@@ -162,10 +167,26 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     v.extra = {"launcher": got.launcher, "entry": got.entry, "argv": got.argv,
                "source": at, "unresolved": unresolved,
                "launch": {"index": got.index, "of": of, "command": got.command, "source": at},
-               "cluster": cluster.as_dict(), "probes": got.probes, "assumed": got.assumed,
+               "cluster": cluster.as_dict(), "probes": got.probes, "servers": got.servers,
+               "assumed": got.assumed,
                "others": [{"kind": o.kind, "command": o.command,
                            "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
                           for o in got.others],
                "notes": got.notes, "report_lines": lines,
                "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
     return v
+
+
+def _servers_line(servers: list[dict], cluster: Cluster) -> str:
+    """The servers the launcher's commands were started to serve (pylaunch/servers.py): the
+    ones it connected to, then the others by name."""
+    def at(s: dict) -> str:
+        return f"{'127.0.0.1' if not s['node'] else cluster.ip(s['node'])}:{s['port']}"
+
+    how = {"default": "its default port", "polled": "the port the launcher polls"}
+    polled = [f"`{s['server']}` at {at(s)} ({how.get(s['flag'], s['flag'])}; connected "
+              f"{s['polls']}x)" for s in servers if s["polls"]]
+    idle = [f"`{s['server']}` ({at(s)})" for s in servers if not s["polls"]]
+    text = "servers modelled (answered by the check, nothing runs): " + (
+        "; ".join(polled) if polled else "none connected to")
+    return text + (f"; also modelled: {', '.join(idle)}" if idle else "")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from . import fit
 from .channels import read_channels
 from .errors import InputError, Location, Problem
 from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
@@ -19,6 +21,9 @@ from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
 from .sources import read_flags
 from .stack import for_launch, using
+
+if TYPE_CHECKING:
+    from .pylaunch.cluster import Cluster
 
 # checks that read whether the model is MoE (checks/, Model.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
@@ -129,9 +134,10 @@ def values_report(found: ScriptRead) -> dict:
     return out
 
 
-def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = None
-                 ) -> Verdict:
-    """`args`: the script's positional arguments (``check SCRIPT.sh -- ARGS``)."""
+def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = None,
+                 cluster: Cluster | None = None) -> Verdict:
+    """`args`: the script's positional arguments (``check SCRIPT.sh -- ARGS``); `cluster`:
+    the GPU the memory estimate is judged on (fit.py; None: assumed)."""
     found = read(path, env, args)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     stack = for_launch(path, found.entry, [(fv.flag, fv.value) for fv in found.argv])
@@ -155,6 +161,7 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     ]
     unresolved += env_unresolved(exported, _topology_file(found))
     unknown = {u["flag"] for u in unresolved if u["flag"]}
+    fit.apply(v, found.tokens(), cluster, {u["flag"] for u in unresolved})
     facts, why = unknown_facts(found)
     skip_unknown(v, unknown, facts)
     if found.gaps and _sizes_after(found, max(found.gaps)) is False:

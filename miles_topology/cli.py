@@ -13,24 +13,33 @@ import json
 import os
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 from . import __version__
 from .errors import InputError, Location, NoTrainingLaunch, Problem
-from .report import FORMATS, Verdict, exit_code, render, text_one, verdict_of
+from .output import FORMATS
+from .report import Verdict, exit_code, text_one, verdict_of
 
 USAGE = """\
-miles-topology check [--format text|json|github|sarif] [--env KEY=VALUE ...] [--quiet]
+miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY=VALUE ...]
+                     [--quiet | --verbose] [--output-file FILE] [--exit-zero]
+                     [--fix | --diff] [--unsafe-fixes]
                      [--select CODES] [--ignore CODES] [--severity error|warning|note]
-                     [--color auto|always|never] [--batch]
+                     [--color auto|always|never] [--batch] [--stdin-filename NAME]
                      [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
-                     [--real-imports]
+                     [--real-imports] [--path DIR]
                      (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
-                      | -- FLAGS...)
-miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp] [--env KEY=VALUE ...]
+                      | FOLDER... | - | -- FLAGS...)
+miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAME]
+                     [--env KEY=VALUE ...]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
-miles-topology migrate SCRIPT... [--write] [--check] [--inline] [--env KEY=VALUE ...]
+miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
+                       [--env KEY=VALUE ...]
+miles-topology plan  (CONFIG.json | MODEL.sh | -- MODEL FLAGS...) --nodes N [--gpus-per-node N]
+                     [--gpu NAME] [--top K] [--max-tokens-per-gpu T] [--recompute]
+                     [--optimizer-cpu-offload] [--format text|json]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
@@ -46,6 +55,12 @@ EXAMPLES = {
     "check": """\
 examples:
   miles-topology check run-qwen3-30B-A3B.sh
+  miles-topology check .                                    # every launch script below .
+  miles-topology check scripts/ --output-format concise     # path:line:col: code message
+  miles-topology check run.sh --verbose                     # values, sources and the map
+  miles-topology check run.sh --diff                        # the mechanical fixes, as a diff
+  miles-topology check run.sh --fix                         # ... applied in place
+  cat run.sh | miles-topology check - --stdin-filename scripts/run.sh
   miles-topology check scripts/*.sh --format github        # annotations in a GitHub workflow
   miles-topology check run.sh --env NNODES=4 --format json
   miles-topology check run.topology.yaml
@@ -65,6 +80,7 @@ examples:
   miles-topology migrate run.sh                  # show the diff, write nothing
   miles-topology migrate --write run.sh          # apply it (keeps run.sh.bak)
   miles-topology migrate --check scripts/*.sh    # exit 1 while a step is pending (CI)
+  miles-topology migrate --check --quiet --only-migrated scripts/*.sh   # the pre-commit hook
   miles-topology migrate --inline run.sh         # one TOPOLOGY_ARGS array, no YAML file""",
     "flags": """\
 examples:
@@ -73,6 +89,12 @@ examples:
   TOPOLOGY_FLAGS="$(miles-topology flags "${SCRIPT_DIR}/run.topology.yaml")" || exit 1
   eval "TOPOLOGY_ARGS=(${TOPOLOGY_FLAGS})"
   python3 train.py "${TOPOLOGY_ARGS[@]}" ...""",
+    "plan": """\
+examples:
+  miles-topology plan DeepSeek-V3/config.json --nodes 128 --gpu H100
+  miles-topology plan scripts/models/qwen3-30B-A3B.sh --nodes 2 --format json
+  miles-topology plan --nodes 1 --gpu H200 -- --num-layers 48 --hidden-size 2048 \\
+      --num-attention-heads 32 --num-query-groups 4 --num-experts 128 --moe-ffn-hidden-size 768""",
     "rule": """\
 examples:
   miles-topology rule unknown-flag     # what it means and how to turn it off
@@ -92,6 +114,8 @@ HELP = {
              "word per line",
     "schema": "print the JSON Schema of the topology YAML",
     "rule": "print a problem code's page (every code without one)",
+    "plan": "list the layouts a model trains with on a cluster, best first (memory "
+            "headroom, tp and ep inside a node), with their flags",
 }
 
 
@@ -141,8 +165,9 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
     if path.endswith(".py"):
         return _python(path, [], env, py)
     from .check_script import check_script
+    from .pylaunch.cluster import cluster_for
 
-    return [check_script(path, env)]
+    return [check_script(path, env, cluster=cluster_for(path, (py or {}).get("cluster") or {}))]
 
 
 def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:
@@ -156,62 +181,81 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
                             bool(py.get("real_imports")), bool(py.get("trust")))
 
 
-INPUTS = (".sh", ".bash", ".py", ".yaml", ".yml")  # what a folder given to `check` holds
+def _expand(paths: list[str], chosen=None):
+    """The inputs named, each folder walked for the files that launch (discover.py)."""
+    from .discover import find
 
-
-def _expand(paths: list[str]) -> tuple[list[str], bool]:
-    """A folder stands for its own launch scripts, launchers and YAML files (not its
-    subfolders: sourced model files live there), in name order; (paths, whether a batch)."""
-    out = []
-    for p in paths:
-        if not os.path.isdir(p):
-            out.append(p)
-            continue
-        got = sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith(INPUTS)
-                     and os.path.isfile(os.path.join(p, n)))
-        if not got:
-            raise InputError(f"{p}: a folder with no launch script, launcher or topology YAML "
-                             f"({', '.join(INPUTS)}) in it; give the files to check")
-        out += got
-    return out, len(out) > 1 or any(os.path.isdir(p) for p in paths)
+    exclude, base = chosen.excluded() if chosen is not None else ((), None)
+    return find(paths, exclude, base) if exclude else find(paths, base=base)
 
 
 def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
             batch: bool = False, py: dict | None = None) -> list[Verdict]:
-    """One verdict per input (a folder: each of its inputs; a Python launcher: each of its
-    launches). In a batch (several inputs, a folder, or `--batch`) an unreadable input is an
-    entry of its own and one with no training launch has nothing to check; a single named
-    input raises InputError."""
-    paths, many = _expand(paths)
-    batch = batch or many
+    """Every verdict of `_each`, as one list (show)."""
+    return [v for _, vs in _each(_expand(paths), flags, env, batch, py) for v in vs]
+
+
+def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = False,
+          py: dict | None = None):
+    """(input, its verdicts) one input at a time, in order (a folder: each launch script,
+    launcher and topology YAML found in it; a Python launcher: one verdict per launch). In a
+    batch (several inputs, a folder, or `--batch`) an unreadable input is an entry of its own
+    and one with no training launch has nothing to check; a single named input raises
+    InputError."""
+    paths = found.inputs
+    batch = batch or found.walked or len(paths) > 1
     if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
-        return _python(paths[0], flags or [], env, py)
+        yield paths[0], _python(paths[0], flags or [], env, py)
+        return
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
         from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+        from .pylaunch.cluster import cluster_for
 
-        return [check_script(paths[0], env, flags)]
+        yield paths[0], [check_script(paths[0], env, flags,
+                                      cluster_for(paths[0], (py or {}).get("cluster") or {}))]
+        return
     if flags is not None:
-        if paths:
+        if paths or found.walked:
             raise InputError("give either files or `-- FLAGS...`, not both")
         from .check_script import flag_pairs
+        from .fit import apply
+        from .pylaunch.cluster import cluster_for
         from .sources import read_flags
         from .stack import for_launch, using
 
+        cluster = cluster_for(os.getcwd(), (py or {}).get("cluster") or {})
         with using(for_launch(None, None, flag_pairs(flags))):  # installed, --stack, functions
-            return [verdict_of("flags", lambda: read_flags(flags).topology)]
-    if not paths:
+            v = verdict_of("flags", lambda: read_flags(flags).topology)
+        yield "flags", [apply(v, flags, cluster)]
+        return
+    if not paths and not found.walked:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
     if not batch:
-        return _one(paths[0], env, py)
-    out = []
-    for p in paths:
+        yield paths[0], _one(paths[0], env, py)
+        return
+
+    def judged(p: str) -> list[Verdict]:
         try:
-            out += _one(p, env, py)
+            return _one(p, env, py)
         except NoTrainingLaunch as e:  # a setup or data-prep script beside the launchers
-            out.append(Verdict(p, nothing=str(e).removeprefix(f"{p}: ")))
+            return [Verdict(p, nothing=str(e).removeprefix(f"{p}: "))]
         except InputError as e:
-            out.append(Verdict(p, unreadable=str(e)))
-    return out
+            return [Verdict(p, unreadable=str(e))]
+
+    # Python launchers wait on their sandboxed child: they run side by side, and each result
+    # is still given in order, as soon as it and those before it are done
+    launchers = [p for p in paths if p.endswith(".py")]
+    pool = ThreadPoolExecutor(max_workers=JOBS) if len(launchers) > 1 and JOBS > 1 else None
+    ahead = {p: pool.submit(judged, p) for p in launchers} if pool else {}
+    try:
+        for p in paths:
+            yield p, ahead[p].result() if p in ahead else judged(p)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+JOBS = min(8, os.cpu_count() or 1)  # Python launchers checked at once in a batch
 
 
 def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -230,6 +274,19 @@ def _color(choice: str) -> bool:
     if os.environ.get("FORCE_COLOR"):
         return True
     return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def _env(args) -> dict[str, str]:
+    """--env KEY=VALUE, and --path DIR before the PYTHONPATH Python launchers import from."""
+    env = _parse_env(args.env)
+    extra = [os.path.abspath(d) for d in getattr(args, "path", None) or []]
+    if extra:
+        for d in extra:
+            if not os.path.isdir(d):
+                raise InputError(f"--path {d}: no such folder")
+        now = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = os.pathsep.join([*extra, *([now] if now else [])])
+    return env
 
 
 def _settings(args):
@@ -252,17 +309,137 @@ def _stack_path(args) -> None:
 
 
 def cmd_check(args, flags) -> int:
+    from .output import Printer, stream_for
     from .selection import apply
 
+    if "-" in args.inputs:
+        return _check_stdin(args, flags)
     chosen = _settings(args)
     _stack_path(args)
     py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                       "gpu": args.gpu, "nvlink": args.nvlink},
           "real_imports": args.real_imports, "trust": args.trust_launcher}
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), args.batch, py)
-    apply(verdicts, chosen)
-    render(verdicts, args.format, sys.stdout, quiet=args.quiet, color=_color(args.color))
-    return exit_code(verdicts)
+    found = _expand(args.inputs, chosen)
+    if args.fix or args.diff:
+        said = _fix(args, flags, found, chosen, py)
+        if args.diff:
+            return 1 if said else 0
+    if found.walked and not found.inputs and flags is None:
+        print("miles-topology: warning: no launch script, Python launcher or topology YAML "
+              f"found under {', '.join(args.inputs)}", file=sys.stderr)
+    out, owned = stream_for(args.output_file)
+    printer = Printer(args.format, out, verbose=args.verbose, quiet=args.quiet,
+                      color=_color(args.color) and not owned,
+                      progress=sys.stderr if sys.stderr.isatty() and len(found.inputs) > 1
+                      else None,
+                      total=len(found.inputs))
+    verdicts: list[Verdict] = []
+    try:
+        for _, got in _each(found, flags, _env(args), args.batch, py):
+            apply(got, chosen)
+            verdicts += got
+            printer.add(got)
+            if len(verdicts) < len(found.inputs):
+                printer.working(found.inputs[printer.inputs])
+        printer.close(found.skipped)
+    finally:
+        if owned:
+            out.close()
+    code = exit_code(verdicts)
+    return 0 if args.exit_zero and code == 1 else code
+
+
+def _fix(args, flags, found, chosen, py) -> int:
+    """--fix / --diff: fix each input (fix.py) and say what was done; returns the number of
+    fixes applied (--fix) or that would be (--diff). The diff goes to the report's stream."""
+    from . import fix
+    from .migrations.runner import Refused
+    from .output import stream_for
+    from .report import _lines_of
+    from .selection import _parsed, apply
+
+    if flags is not None and not found.inputs:
+        raise InputError("--fix and --diff edit files; `-- FLAGS...` has none")
+    env = _env(args)
+    out, owned = stream_for(args.output_file) if args.diff else (sys.stderr, False)
+    fixes = files = held = 0
+    try:
+        for path, got in _each(found, flags, env, args.batch, py):
+            if any(v.unreadable is not None or v.nothing is not None for v in got) or \
+                    path.endswith((".yaml", ".yml")):
+                continue
+            apply(got, chosen)
+            if path.endswith(".py"):
+                f = fix.fix_launcher(path, got, lambda p: _python(p, flags or [], env, py),
+                                     args.unsafe_fixes)
+            else:
+                f = fix.fix_script(path, got[0], env, args.unsafe_fixes)
+            if f is None:
+                continue
+            held += f.left
+            if f.why is not None:
+                print(f"{path}: not fixed: {f.why}; nothing was written", file=sys.stderr)
+                continue
+            if f.new == f.old:
+                continue
+            if args.diff:
+                out.write(fix.diff(f))
+            else:
+                try:
+                    fix.write(f)
+                except Refused as e:
+                    print(f"{path}: not fixed: {e.reason}", file=sys.stderr)
+                    continue
+                for line in f.done if args.verbose else ():
+                    print(f"{path}: fixed {line}", file=sys.stderr)
+            fixes, files = fixes + len(f.done), files + 1
+    finally:
+        if owned:
+            out.close()
+    verb = "Would fix" if args.diff else "Fixed"
+    more = f" ({held} more with --unsafe-fixes)" if held else ""
+    if fixes or held:
+        print(f"{verb} {fixes} problem{'s' if fixes != 1 else ''} in {files} "
+              f"file{'s' if files != 1 else ''}{more}.", file=sys.stderr)
+    _parsed.cache_clear()  # the files changed: read their directives and lines again
+    _lines_of.cache_clear()
+    return fixes
+
+
+def _check_stdin(args, flags) -> int:
+    """`check -`: one script from standard input, named by --stdin-filename."""
+    from .output import Printer, stream_for
+    from .selection import apply
+    from .stdin import renamed, staged
+
+    if args.inputs != ["-"]:
+        raise InputError("`-` (standard input) is checked alone; give the files separately")
+    if args.fix or args.diff:
+        raise InputError("--fix and --diff edit files; give the file itself, not `-`")
+    name = args.stdin_filename or "-"
+    args.inputs = [args.stdin_filename] if args.stdin_filename else []
+    chosen = _settings(args)
+    py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+                      "gpu": args.gpu, "nvlink": args.nvlink},
+          "real_imports": args.real_imports, "trust": args.trust_launcher}
+    with staged(args.stdin_filename) as tmp:
+        from .discover import Found
+
+        got = [v for _, vs in _each(Found([tmp]), flags, _env(args), args.batch, py)
+               for v in vs]
+        apply(got, chosen)
+        got = renamed(got, tmp, name)
+    out, owned = stream_for(args.output_file)
+    printer = Printer(args.format, out, verbose=args.verbose, quiet=args.quiet,
+                      color=_color(args.color) and not owned)
+    try:
+        printer.add(got)
+        printer.close()
+    finally:
+        if owned:
+            out.close()
+    code = exit_code(got)
+    return 0 if args.exit_zero and code == 1 else code
 
 
 def cmd_rule(args, flags) -> int:
@@ -279,29 +456,60 @@ def cmd_rule(args, flags) -> int:
         near = difflib.get_close_matches(args.code, CODES, n=1)
         hint = f"; did you mean {near[0]}?" if near else " (`miles-topology rule` lists them)"
         raise InputError(f"{args.code!r} is not a problem code{hint}")
+    from .fix import SAFETY
+
     print(page(args.code), end="")
+    if args.code in SAFETY:
+        print(f"check --fix: {SAFETY[args.code]} (--unsafe-fixes for the others)")
     return 0
 
 
 def cmd_show(args, flags) -> int:
+    from .fit import rank_gib
+    from .report import memory_lines
     from .show import svg_map, text_map
 
-    verdicts = _inputs(args.inputs, flags, _parse_env(args.env))
+    py = {"cluster": {"gpu": args.gpu}}
+    verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py=py)
     code = exit_code(verdicts)
     for v in verdicts:
         if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, sys.stdout)
             continue
+        mem = rank_gib(v.topology, v.memory)
         if args.svg:
+            gpu = (v.memory or {}).get("gpu_gib")
             try:
-                Path(args.svg).write_text(svg_map(v.topology, args.color_by))
+                Path(args.svg).write_text(svg_map(v.topology, args.color_by, mem=mem,
+                                                  gpu_gib=gpu))
             except OSError as e:
                 raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
         print(f"{v.path}:")
-        print(text_map(v.topology))
+        print(text_map(v.topology, mem))
+        for line in memory_lines(v.memory):
+            print(line)
         if args.svg:
             print(f"\nwrote {args.svg}")
     return code
+
+
+def cmd_plan(args, flags) -> int:
+    from .memory import Precision, Run
+    from .plan import gpu_name, plan, read_model, report
+
+    shape, model = read_model(args.inputs, flags)
+    gpu = gpu_name(args.gpu)
+    for key in ("nodes", "gpus_per_node", "top"):
+        if getattr(args, key) < 1:
+            raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: give 1 or more")
+    from .memory import gpu_bytes
+
+    prec = Precision(offload=1.0 if args.optimizer_cpu_offload else 0.0)
+    run = Run(tokens=args.max_tokens_per_gpu, recompute="full" if args.recompute else None)
+    found = plan(shape, model, args.nodes, args.gpus_per_node, gpu_bytes(gpu), prec, run)
+    print(report(found, shape, model, args.nodes, args.gpus_per_node, gpu, args.top,
+                 args.format))
+    return 0 if found else 1
 
 
 def cmd_migrate(args, flags) -> int:
@@ -311,7 +519,7 @@ def cmd_migrate(args, flags) -> int:
 
     _stack_path(args)
     return migrate_main(args.inputs, _parse_env(args.env), write=args.write, check=args.check,
-                        inline=args.inline)
+                        inline=args.inline, quiet=args.quiet, only_migrated=args.only_migrated)
 
 
 def cmd_flags(args, flags) -> int:
@@ -354,7 +562,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"miles-topology {__version__}")
     sub = top.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    for name in ("check", "show", "migrate", "flags", "schema", "rule"):
+    for name in ("check", "show", "migrate", "flags", "schema", "rule", "plan"):
         p = sub.add_parser(name, prog=f"miles-topology {name}", help=HELP[name],
                            description=HELP[name],
                            epilog=EXAMPLES[name] + "\n\n" + EXIT,
@@ -367,9 +575,30 @@ def parser() -> argparse.ArgumentParser:
         if name == "rule":
             p.add_argument("code", nargs="?", metavar="CODE", help="a problem code")
             continue
+        if name == "plan":
+            p.add_argument("inputs", nargs="*", metavar="MODEL",
+                           help="an HF config.json or a bash model file (MODEL_ARGS=(...)); or "
+                                "`-- MODEL FLAGS` after the options")
+            p.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes")
+            p.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
+                           help="GPUs a node (default 8)")
+            p.add_argument("--gpu", metavar="NAME", help="the GPU: H100 (default), H200, B200, "
+                                                         "MI300X, ...")
+            p.add_argument("--top", type=int, default=10, metavar="K",
+                           help="layouts to print (default 10)")
+            p.add_argument("--max-tokens-per-gpu", type=int, default=8192, metavar="T",
+                           help="tokens of a micro-batch on a rank, for activations "
+                                "(default 8192)")
+            p.add_argument("--recompute", action="store_true",
+                           help="full activation recompute (--recompute-granularity full)")
+            p.add_argument("--optimizer-cpu-offload", action="store_true",
+                           help="optimizer state on the CPU")
+            p.add_argument("--format", choices=("text", "json"), default="text",
+                           metavar="FORMAT", help="text (default) or json")
+            continue
         what = "launch scripts to rewrite" if name == "migrate" else \
-            "launch scripts (.sh), Python launchers (.py), topology files (.yaml) or folders " \
-            "of them; or `-- FLAGS...` after the options"
+            "launch scripts (.sh), Python launchers (.py), topology files (.yaml), folders " \
+            "(walked for them), `-` (standard input); or `-- FLAGS...` after the options"
         p.add_argument("inputs", nargs="*", metavar="INPUT", help=what)
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
@@ -382,12 +611,36 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--trust-launcher", action="store_true",
                            help="run Python launchers with in-process recorders only, where "
                                 "the kernel cannot isolate them (docs/sandbox.md)")
-            p.add_argument("--format", choices=FORMATS, default="text", metavar="FORMAT",
-                           help="text (default), json (one object, a list for several "
+            p.add_argument("--format", "--output-format", choices=FORMATS, default="text",
+                           metavar="FORMAT", dest="format",
+                           help="text (default), concise (one `path:line:col: code message` "
+                                "line a problem), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")
             p.add_argument("-q", "--quiet", action="store_true",
-                           help="text: print only the inputs with a problem, and only the "
-                                "problems")
+                           help="text, concise: no summary line (only the problems)")
+            p.add_argument("-v", "--verbose", action="store_true",
+                           help="text: every input's full report (values and where they are "
+                                "set, the map), clean ones too")
+            p.add_argument("-o", "--output-file", metavar="FILE",
+                           help="write the report to FILE instead of standard output")
+            p.add_argument("--exit-zero", action="store_true",
+                           help="exit 0 even when an input is invalid (2 stays for inputs "
+                                "that cannot be read)")
+            p.add_argument("--stdin-filename", metavar="NAME",
+                           help="with `-`: the name of the script read from standard input "
+                                "(its folder: sourced files, settings; its suffix: the kind)")
+            p.add_argument("--fix", action="store_true",
+                           help="apply the safe fixes in place (renamed or deprecated flags, "
+                                "a unique near-miss spelling one typo away, the overridden "
+                                "occurrence of a flag given twice), atomically; the topology "
+                                "must not change")
+            p.add_argument("--diff", action="store_true",
+                           help="print the fixes --fix would apply as a unified diff; write "
+                                "nothing (exit 1 when there are any)")
+            p.add_argument("--unsafe-fixes", action="store_true",
+                           help="with --fix or --diff: also the fixes that may change what "
+                                "the script means (a near-miss spelling further away or of a "
+                                "layout flag; removing a flag upstream ignores)")
             p.add_argument("--select", action="append", metavar="CODES",
                            help="report only these codes (comma-separated, repeatable)")
             p.add_argument("--ignore", action="append", metavar="CODES",
@@ -408,18 +661,27 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--gpus-per-node", type=int, metavar="N",
                            help="Python launchers: GPUs a node (default 8; GB200/GB300: 4)")
             p.add_argument("--gpu", metavar="NAME",
-                           help="Python launchers: the GPU, e.g. H100 (default), B200, MI300X")
+                           help="the GPU memory is judged on, and Python launchers' probes "
+                                "answered for, e.g. H100 (default), B200, MI300X")
             p.add_argument("--nvlink", action=argparse.BooleanOptionalAction, default=None,
                            help="Python launchers: GPUs of a node on NVLink (default: yes)")
+            p.add_argument("--path", action="append", metavar="DIR",
+                           help="Python launchers: a folder to import from, before "
+                                "PYTHONPATH (the checkout a launcher's package lives in; "
+                                "repeatable)")
             p.add_argument("--real-imports", action="store_true",
                            help="Python launchers: import the installed ray, torch, ... "
                                 "instead of the recording stand-ins (slower)")
         if name == "show":
             p.add_argument("--svg", metavar="FILE", help="also draw the map into FILE as SVG")
-            p.add_argument("--color-by", choices=("engine", "ep", "pp", "dp"),
+            p.add_argument("--color-by", choices=("engine", "ep", "pp", "dp", "memory"),
                            default="engine", metavar="ROLE",
                            help="SVG: colour the GPUs by rollout engine (default), EP group, "
-                                "pipeline stage (pp) or data-parallel replica (dp)")
+                                "pipeline stage (pp), data-parallel replica (dp) or the "
+                                "train rank's estimated memory (memory)")
+            p.add_argument("--gpu", metavar="NAME",
+                           help="the GPU the memory estimate is judged on, e.g. H100 "
+                                "(default, assumed), H200, B200, MI300X")
         if name == "migrate":
             p.add_argument("--write", action="store_true",
                            help="apply the steps (atomically; keeps SCRIPT.bak)")
@@ -428,6 +690,12 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--inline", action="store_true",
                            help="gather the layout flags in one TOPOLOGY_ARGS array instead "
                                 "of a YAML file")
+            p.add_argument("-q", "--quiet", action="store_true",
+                           help="--check: print only the scripts with a pending step; files "
+                                "that launch nothing (model files, helpers) are not read")
+            p.add_argument("--only-migrated", action="store_true",
+                           help="--check: look only at scripts migrated before (they carry "
+                                "the `# miles-topology-migration:` line); keeps them migrated")
     return top
 
 
@@ -442,7 +710,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         args = parser().parse_args(head)
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
-               "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule}[args.cmd]
+               "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule,
+               "plan": cmd_plan}[args.cmd]
         code = run(args, flags)
         sys.stdout.flush()
         return code

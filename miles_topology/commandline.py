@@ -25,13 +25,15 @@ _PREFIX = {
 }
 _TORCHRUN_SWITCHES = frozenset(("--standalone", "--no-python", "--no_python", "--run-path",
                                 "--run_path", "--module", "-m"))
-TRAIN_FILES = frozenset(("train.py", "train_async.py"))
-TRAIN_MODULES = frozenset(("train", "train_async"))
+# miles' entries at the checkout's root; train_multi_lora_async.py parses the same arguments
+# (miles.utils.arguments.parse_args), examples/multi_lora/run_multi_lora.py launches it
+TRAIN_FILES = frozenset(("train.py", "train_async.py", "train_multi_lora_async.py"))
+TRAIN_MODULES = frozenset(("train", "train_async", "train_multi_lora_async"))
 
 
 def is_training(entry: str) -> bool:
-    """A training entry: train.py / train_async.py in any folder, or a module such as
-    miles.train (the one rule for bash scripts and Python launchers alike)."""
+    """A training entry: train.py / train_async.py (`TRAIN_FILES`) in any folder, or a module
+    such as miles.train (the one rule for bash scripts and Python launchers alike)."""
     if entry.endswith(".py"):
         return os.path.basename(entry) in TRAIN_FILES
     return "/" not in entry and "." in entry and entry.rsplit(".", 1)[1] in TRAIN_MODULES

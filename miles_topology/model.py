@@ -1,10 +1,10 @@
 """`Topology`: the one immutable, validated description of a miles job's parallel layout.
 
-The floor of the core: it imports only the arithmetic below it (errors, grid, layers,
-placement, codes), never what reads or checks it. A Topology holds one frozen part per
-concern (`layout`, `rollout`, `model`, `replay`, `batch`), each field commented with why it
-exists; it is built from flat field values (the YAML, the flags and the JSON Schema are
-flat), which are inferred in one step, split into the parts and validated; the rules
+The floor of the core: it imports only what lies below it (errors, grid, layers, codes, the
+parts and placement), never what reads or checks it. A Topology holds one frozen part per
+concern (`layout`, `rollout`, `model`, `replay`, `batch`: parts.py, each field commented
+with why it exists); it is built from flat field values (the YAML, the flags and the JSON
+Schema are flat), which are inferred in one step, split into the parts and validated; the rules
 registered in `codes.RULES` (the checks/ package registers them when `miles_topology` is
 imported) then run once. What crosses parts is a view built here, once: `grid("dense" |
 "expert")`, `stages`, `placement_group`. Each field's flag is a fact of the field (`fact`);
@@ -35,20 +35,17 @@ from . import placement as _placement
 from .codes import run_rules
 from .errors import Problem, TopologyError
 from .grid import EXPERT_AXES, Grid
-from .parts import (  # noqa: F401  (the field table, read through the model too)
+from .parts import (
     FIELDS,
     GROUP_OF,
     GROUPS,
     MEGATRON_SIZES,
-    PARTS,
     Batch,
     Layout,
     Model,
     Replay,
     Rollout,
     _immutable,
-    facts,
-    fields_in,
     flag_of,
     near_field,
     summary_fields,

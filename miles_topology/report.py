@@ -37,6 +37,7 @@ class Verdict:
     extra: dict = field(default_factory=dict)  # script reports: values, unresolved, notes
     unreadable: str | None = None
     nothing: str | None = None  # in a batch: why this input has nothing to check (passes)
+    memory: dict | None = None  # fit.py: the per-rank memory estimate (or why none)
 
     @property
     def ok(self) -> bool:
@@ -50,6 +51,8 @@ class Verdict:
             "topology": self.summary,
         }
         d["skipped"] = [p.as_dict() for p in self.skipped]
+        if self.memory is not None:
+            d["memory"] = self.memory
         if self.path != "flags":
             d = {"path": self.path, **d}
             if self.unreadable is not None:
@@ -119,11 +122,13 @@ def _launch_text(v: Verdict) -> str:
     return f"{_launch(v)}{sizes}, {'OK' if v.ok else 'INVALID'}"
 
 
-def _problems(v: Verdict):
-    """(severity, problem) of a verdict: errors, then warnings and notes, then skipped ones;
-    the severity is the code's (codes/), or skipped."""
-    for p in (*v.errors, *v.warnings, *v.skipped):
-        yield p.severity, p
+def _problems(v: Verdict) -> list[tuple[str, Problem]]:
+    """(severity, problem) of a verdict by file, line and column (unlocated ones first); at
+    one place errors, then warnings and notes, then skipped ones. The severity is the
+    code's (codes/), or skipped."""
+    found = [(p.severity, p) for p in (*v.errors, *v.warnings, *v.skipped)]
+    return sorted(found, key=lambda kp: (kp[1].location.path, kp[1].location.line,
+                                         column(kp[1]) or 0) if kp[1].location else ("", 0, 0))
 
 
 # ---------------------------------------------------------------- text
@@ -185,12 +190,41 @@ def text_one(v: Verdict, out: IO[str], quiet: bool = False, color: bool = False)
     print(f"{name(v)}: {state}{sizes}", file=out)
     for line in [] if quiet else v.extra.get("report_lines", []):
         print(f"  {line}", file=out)
+    if not quiet and v.memory is not None:
+        for line in memory_lines(v.memory):
+            print(f"  {line}", file=out)
     for kind, p in _problems(v):
         first, *rest = p.lines(kind)
         word, _, tail = first.partition(" ")
         print(f"  {paint(word, kind, color)} {tail}", file=out)
         for line in rest:
             print(f"  {line}", file=out)
+
+
+def memory_lines(report: dict | None) -> list[str]:
+    """The text of a memory estimate (fit.py's `Verdict.memory`)."""
+    if not report:
+        return []
+    if "skipped" in report:
+        return [f"memory: not estimated ({report['skipped']})"]
+    big = report["stages"][report["largest_stage"]]
+    acts = "?" if big["activations_gib"] is None else big["activations_gib"]
+    gpu = f"{report['gpu_gib']:g} GiB {report['gpu']}" + (" (assumed)" if report["gpu_assumed"]
+                                                          else "")
+    out = [f"memory (largest rank, pipeline stage {big['stage']}): weights "
+           f"{big['weights_gib']:g} + grads {big['grads_gib']:g} + optimizer "
+           f"{big['optimizer_gib']:g} + activations ~{acts} = {big['total_gib']:g} GiB of "
+           f"{gpu}" + ("" if report["vocab_known"] else " (vocabulary unknown)")]
+    if len(report["stages"]) > 1:
+        out.append("memory per rank, by pipeline stage (its ranks alike): " + ", ".join(
+            f"pp{m['stage']} {m['total_gib']:g}" for m in report["stages"]) + " GiB")
+    eng = report.get("engine")
+    if eng:
+        kv = "KV cache tokens unknown (no --sglang-mem-fraction-static)" \
+            if eng["kv_tokens"] is None else f"KV cache ~{eng['kv_tokens']:,} tokens"
+        out.append(f"rollout engine GPU (engine tp {eng['tp']}, ep {eng['ep']}, dp "
+                   f"{eng['dp']}): weights {eng['weights_gib']:g} GiB (bf16), {kv}")
+    return out
 
 
 def _table(verdicts: list[Verdict], out: IO[str]) -> None:

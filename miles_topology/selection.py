@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 DIRECTIVE = re.compile(r"#\s*miles-topology:\s*(disable|disable-file)\s*=\s*([\w, -]+)")
 LEVELS = ("error", "warning", "note")  # what --severity takes; a skipped check is a note
 KEYS = ("select", "ignore", "severity")  # of [tool.miles-topology]
+# ... the files a folder walk leaves out (discover.py), globs relative to the pyproject.toml
+WALK_KEYS = ("exclude", "extend-exclude")
 # ... and the cluster Python launchers are checked on (pylaunch/cluster.py reads them)
 CLUSTER_KEYS = ("nodes", "gpus-per-node", "gpu", "nvlink")
 TABLE = "miles-topology"
@@ -40,9 +42,21 @@ class Settings:
     ignore: frozenset[str] = frozenset()
     severity: str = "note"  # the lowest level reported
     source: str | None = None  # the pyproject.toml the settings came from
+    exclude: tuple[str, ...] | None = None  # None: discover.DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
+
+    def excluded(self) -> tuple[tuple[str, ...], str | None]:
+        """(globs a folder walk leaves out, the folder they are relative to)."""
+        from .discover import DEFAULT_EXCLUDE
+
+        base = os.path.dirname(self.source) if self.source else None
+        return (*(DEFAULT_EXCLUDE if self.exclude is None else self.exclude),
+                *self.extend_exclude), base
 
     def reports(self, p: Problem, level: str) -> bool:
         if self.select is not None and p.code not in self.select or p.code in self.ignore:
+            return False
+        if self.select is None and p.code in OFF_BY_DEFAULT:
             return False
         return LEVELS.index(level) <= LEVELS.index(self.severity)
 
@@ -99,17 +113,23 @@ def settings(start: str, select: list[str] | None, ignore: list[str] | None,
     table = _read_toml(found)["tool"][TABLE] if found else {}
     where = f"{found} [tool.{TABLE}]" if found else ""
     for key in table:
-        if key not in KEYS + CLUSTER_KEYS:
-            near = difflib.get_close_matches(key, KEYS + CLUSTER_KEYS, n=1)
+        if key not in KEYS + WALK_KEYS + CLUSTER_KEYS:
+            near = difflib.get_close_matches(key, KEYS + WALK_KEYS + CLUSTER_KEYS, n=1)
             hint = f"; did you mean {near[0]}?" if near else \
-                f" (keys: {', '.join(KEYS + CLUSTER_KEYS)})"
+                f" (keys: {', '.join(KEYS + WALK_KEYS + CLUSTER_KEYS)})"
             raise InputError(f"{where}: unknown key {key!r}{hint}")
     got = Settings(source=str(found) if found else None)
-    for key in ("select", "ignore"):
+    for key in ("select", "ignore", *WALK_KEYS):
         value = table.get(key)
-        if value is not None and not isinstance(value, list):
-            raise InputError(f"{where}: {key} must be a list of codes, e.g. {key} = "
-                             '["sp-ignored"]')
+        if value is not None and not (isinstance(value, list) and
+                                      all(isinstance(x, str) for x in value)):
+            example = '["sp-ignored"]' if key in KEYS else '["third_party/", "*.old.sh"]'
+            raise InputError(f"{where}: {key} must be a list of strings, e.g. {key} = "
+                             + example)
+    if table.get("exclude") is not None:
+        got = replace(got, exclude=tuple(table["exclude"]))
+    if table.get("extend-exclude") is not None:
+        got = replace(got, extend_exclude=tuple(table["extend-exclude"]))
     if table.get("select") is not None:
         got = replace(got, select=codes(table["select"], where))
     if table.get("ignore") is not None:
@@ -125,44 +145,102 @@ def settings(start: str, select: list[str] | None, ignore: list[str] | None,
     return got
 
 
+# codes reported only when selected by name (or `all`), as ruff's RUF100
+OFF_BY_DEFAULT = frozenset({"unused-suppression"})
+
+
 @lru_cache(maxsize=256)
-def directives(path: str) -> tuple[dict[int, frozenset[str]], frozenset[str]]:
-    """(line -> codes disabled there, codes disabled in the whole file) of one file."""
+def _parsed(path: str) -> tuple[tuple[int, str, str], ...]:
+    """Every (line, kind, code) a directive of the file names, unknown codes included."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
-        return {}, frozenset()
-    lines: dict[int, frozenset[str]] = {}
-    whole: set[str] = set()
+        return ()
+    out = []
     for n, line in enumerate(text.splitlines(), 1):
         for kind, listed in DIRECTIVE.findall(line):
-            names = {c.strip() for c in listed.split(",") if c.strip()}
-            names = set(CODES) if "all" in names else names
-            if kind == "disable-file":
-                whole |= names
-            else:
-                lines[n] = lines.get(n, frozenset()) | frozenset(names)
-    return lines, frozenset(whole)
+            out += [(n, kind, c.strip()) for c in listed.split(",") if c.strip()]
+    return tuple(out)
 
 
-def disabled(p: Problem, path: str | None) -> bool:
-    """Whether a directive turns this report off: in the file the problem is located in
-    (else the checked file), on its line or the line before, or for the whole file."""
+def directives(path: str) -> tuple[dict[int, frozenset[str]], frozenset[str]]:
+    """(line -> codes disabled there, codes disabled in the whole file) of one file."""
+    lines: dict[int, set[str]] = {}
+    whole: set[str] = set()
+    for n, kind, code in _parsed(path):
+        names = set(CODES) if code == "all" else {code}
+        if kind == "disable-file":
+            whole |= names
+        else:
+            lines.setdefault(n, set()).update(names)
+    return {n: frozenset(c) for n, c in lines.items()}, frozenset(whole)
+
+
+def suppressor(p: Problem, path: str | None) -> tuple[str, int, str] | None:
+    """The directive that turns this report off, as (file, line, code as written), or None:
+    in the file the problem is located in (else the checked file), on its line or the line
+    before, or for the whole file."""
     where = p.location.path if p.location is not None else path
     if where is None or not os.path.isfile(where):
-        return False
-    lines, whole = directives(where)
-    if p.code in whole:
-        return True
+        return None
     line = p.location.line if p.location is not None else 0
-    return line > 0 and any(p.code in lines.get(n, ()) for n in (line, line - 1))
+    for n, kind, code in _parsed(where):
+        if code not in (p.code, "all"):
+            continue
+        if kind == "disable-file" or line > 0 and n in (line, line - 1):
+            return where, n, code
+    return None
+
+
+def directive_problems(path: str, used: set[tuple[str, int, str]]) -> list[Problem]:
+    """The directives of a checked file that name no code, and those that suppressed
+    nothing in this run (`used`: what `suppressor` returned)."""
+    from .errors import Location
+
+    out = []
+    if not os.path.isfile(path):
+        return out
+    for n, kind, code in _parsed(path):
+        at = Location(path, n)
+        if code != "all" and code not in CODES:
+            near = difflib.get_close_matches(code, CODES, n=1)
+            fix = f"write {near[0]}" if near else "use a code `miles-topology rule` lists"
+            out.append(Problem("unknown-directive-code", f"`# miles-topology: {kind}={code}`: "
+                               f"{code} is not a problem code, so it suppresses nothing"
+                               + (f"; did you mean {near[0]}?" if near else "."), fix, (),
+                               "warning", at))
+        elif (path, n, code) not in used:
+            where = "on this line or the next" if kind == "disable" else "in this file"
+            out.append(Problem("unused-suppression", f"`# miles-topology: {kind}={code}` "
+                               f"suppresses nothing: no {code} report {where}",
+                               "remove the directive (or the code from its list)", (),
+                               "warning", at))
+    return out
 
 
 def apply(verdicts: list[Verdict], chosen: Settings) -> None:
-    """Drop, in place, what the settings and the files' directives turn off."""
+    """Drop, in place, what the settings and the files' directives turn off, and add what
+    is wrong with the directives of each checked file (once per file, after all its
+    verdicts: one input's launches share its directives)."""
+    used: set[tuple[str, int, str]] = set()
     for v in verdicts:
         path = v.path if v.path != "flags" else None
-        v.errors = [p for p in v.errors if chosen.reports(p, "error") and not disabled(p, path)]
+
+        def keep(p: Problem, level: str, path: str | None = path) -> bool:
+            by = suppressor(p, path)
+            if by is not None:
+                used.add(by)
+                return False
+            return chosen.reports(p, level)
+
+        v.errors = [p for p in v.errors if keep(p, "error")]
         v.warnings = [p for p in v.warnings  # warnings and notes, each at its code's level
-                      if chosen.reports(p, p.severity) and not disabled(p, path)]
-        v.skipped = [p for p in v.skipped if chosen.reports(p, "note") and not disabled(p, path)]
+                      if keep(p, p.severity)]
+        v.skipped = [p for p in v.skipped if keep(p, "note")]
+    seen = set()
+    for v in verdicts:
+        if v.path == "flags" or v.path in seen or v.unreadable is not None:
+            continue
+        seen.add(v.path)
+        v.warnings += [p for p in directive_problems(v.path, used)
+                       if chosen.reports(p, p.severity)]

@@ -32,11 +32,14 @@ def engine_of_gpu(topo: Topology) -> dict[tuple[int, int], int]:
     return {g: e for e in range(topo.placement_group.engines) for g in topo.engine_gpus(e)}
 
 
-def cells(topo: Topology) -> dict[tuple[int, int], list[str]]:
-    """(node, GPU) -> label lines, for every GPU the job uses."""
+def cells(topo: Topology, mem: dict[int, float] | None = None
+          ) -> dict[tuple[int, int], list[str]]:
+    """(node, GPU) -> label lines, for every GPU the job uses; `mem`: GiB per train rank
+    (fit.rank_gib), shown under its coordinates."""
     out: dict[tuple[int, int], list[str]] = {}
     for r in range(topo.world_size):
-        out[topo.placement(r)] = rank_label(topo, r)
+        out[topo.placement(r)] = rank_label(topo, r) + (
+            [f"~{mem[r]:.1f} GiB"] if mem is not None else [])
     for gpu, e in engine_of_gpu(topo).items():
         out.setdefault(gpu, []).append(
             f"{'eval ' if e >= topo.placement_group.rollout_engines else ''}engine {e}"
@@ -92,11 +95,12 @@ def too_big(topo: Topology) -> str | None:
         else None
 
 
-def text_map(topo: Topology) -> str:
-    """Nodes as blocks, one column per GPU; each cell: rank, coordinates, experts, engine."""
+def text_map(topo: Topology, mem: dict[int, float] | None = None) -> str:
+    """Nodes as blocks, one column per GPU; each cell: rank, coordinates, experts, memory
+    (`mem`, GiB per rank), engine."""
     if too_big(topo):
         return f"{header(topo)}\n\nGPU map not drawn: {too_big(topo)}."
-    grid = cells(topo)
+    grid = cells(topo, mem)
     nodes = sorted({n for n, _ in grid})
     width = max(len(s) for lines in grid.values() for s in lines) + 2
     out = [header(topo), ""]
@@ -124,7 +128,12 @@ COLOR_BY = {
     "ep": "EP group: the GPUs that exchange tokens in one all-to-all (same etp, edp, pp)",
     "pp": "pipeline stage (pp)",
     "dp": "data-parallel replica (dp)",
+    "memory": "estimated memory of the train rank, as a share of the GPU's",
 }
+# --color-by memory: share of the GPU -> (upper bound, fill, label)
+MEMORY_BANDS = ((0.5, "#c8e6c9", "under 50 %"), (0.75, "#f0f4c3", "50-75 %"),
+                (0.9, "#ffe0b2", "75-90 %"), (1.0, "#ffab91", "90-100 %"),
+                (float("inf"), "#e57373", "over 100 %: out of memory"))
 
 
 def _colour(i: int) -> str:
@@ -137,8 +146,18 @@ def _colour(i: int) -> str:
     return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
 
 
-def _roles(topo: Topology, color_by: str) -> tuple[dict[tuple[int, int], int], dict[int, str]]:
-    """(node, GPU) -> the value it is coloured by, and each value's legend label."""
+def _roles(topo: Topology, color_by: str, share: dict[int, float] | None = None
+           ) -> tuple[dict[tuple[int, int], int], dict[int, str]]:
+    """(node, GPU) -> the value it is coloured by, and each value's legend label (`share`:
+    each rank's memory as a share of the GPU, for color_by memory)."""
+    if color_by == "memory":
+        if share is None:
+            raise InputError("--color-by memory: no memory estimate for this input (give the "
+                             "model shape: --hidden-size and the rest)")
+        band = {r: next(i for i, b in enumerate(MEMORY_BANDS) if s <= b[0])
+                for r, s in share.items()}
+        return ({topo.placement(r): b for r, b in band.items()},
+                {b: MEMORY_BANDS[b][2] for b in band.values()})
     if color_by == "engine":
         at = engine_of_gpu(topo)
         names = {
@@ -222,21 +241,27 @@ def _width(text: str) -> float:
     return len(text) * CHAR
 
 
-def svg_map(topo: Topology, color_by: str = "engine", fold: bool = True) -> str:
+def svg_map(topo: Topology, color_by: str = "engine", fold: bool = True,
+            mem: dict[int, float] | None = None, gpu_gib: float | None = None) -> str:
     """The map as an SVG a person reads at a glance: a wrapped header, one row of GPU boxes
     per node (more than FOLD_OVER nodes: consecutive nodes laid out alike are drawn once,
     marked "x N"), each box coloured by the role asked for (`color_by`: engine, ep, pp or
-    dp), and a legend. Every text is placed in room measured for it, so none overlaps."""
+    dp; memory: each rank's estimate `mem`, GiB, against `gpu_gib`), and a legend. Every
+    text is placed in room measured for it, so none overlaps."""
     import textwrap
 
     if too_big(topo):
         raise InputError(f"no SVG: {too_big(topo)}")
     if color_by not in COLOR_BY:
         raise InputError(f"--color-by {color_by}: give one of {', '.join(COLOR_BY)}")
-    grid = cells(topo)
+    grid = cells(topo, mem)
     nodes = sorted({n for n, _ in grid})
     per_node = max(g for _, g in grid) + 1
-    role, names = _roles(topo, color_by)
+    share = {r: m / gpu_gib for r, m in mem.items()} if mem and gpu_gib else None
+    role, names = _roles(topo, color_by, share)
+
+    def colour(value: int) -> str:
+        return MEMORY_BANDS[value][1] if color_by == "memory" else _colour(value)
     rows = _rows(topo, nodes, per_node, fold)
     depth = max(len(lines) for lines in grid.values()) + 1  # + the "gpu N" line
     box_w = max(100.0, max(_width(t) for lines in grid.values() for t in lines) + 2 * INSET)
@@ -262,7 +287,7 @@ def svg_map(topo: Topology, color_by: str = "engine", fold: bool = True) -> str:
         for g in range(per_node):
             x = GAP + label_w + g * (box_w + GAP)
             lines = grid.get((n, g))
-            fill = _colour(role[(n, g)]) if (n, g) in role else UNUSED
+            fill = colour(role[(n, g)]) if (n, g) in role else UNUSED
             stroke = "#333" if lines else "#ccc"
             parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{box_w:.1f}" height="{box_h}" '
                          f'rx="6" fill="{fill}" stroke="{stroke}"/>')
@@ -276,12 +301,14 @@ def svg_map(topo: Topology, color_by: str = "engine", fold: bool = True) -> str:
         parts.append(_text(GAP, y + FONT, piece, weight="b"))
         y += LINE
     drawn = {role[(n, g)] for n, _, _ in rows for g in range(per_node) if (n, g) in role}
-    entries = [(_colour(v), names[v]) for v in sorted(drawn)]
+    entries = [(colour(v), names[v]) for v in sorted(drawn)]
     if len(drawn) < len(names):  # the folded nodes hold the others, in the same pattern
         entries.append(("none", f"+ {len(names) - len(drawn)} more in the folded nodes"))
     if any((n, g) not in role for n, _, _ in rows for g in range(per_node)):
         entries.append((UNUSED, "not coloured: no " + ("engine" if color_by == "engine"
                                                        else "train rank")))
+    if color_by == "memory":
+        entries.insert(0, ("none", f"of {gpu_gib:g} GiB a GPU"))
     entry_w = max(_width(t) for _, t in entries) + FONT + 3 * GAP
     cols = max(1, int((width - 2 * GAP) // entry_w))
     for i, (fill, text) in enumerate(entries):

@@ -166,6 +166,23 @@ declare("channels.py (YAML files that set arguments after parsing)", {
        "the --yaml-cfg YAML as the namespace.",
    source="miles utils/arguments.py miles_validate_args, parse_args; Megatron-LM "
           "training/yaml_arguments.py load_yaml")
+declare("fit.py (memory.py's per-rank estimate against the GPU; check, launchers)", {
+    'memory-exceeds-gpu': (
+        'error', "weights, main grads and optimizer state alone (no activations) exceed the "
+        "GPU's memory on some train rank: a certain out-of-memory at start-up (no `--gpu`: "
+        'judged against the largest GPU modelled)',
+        'Qwen3-235B-A22B with --tensor-model-parallel-size 4 --expert-model-parallel-size 1 '
+        'on 8 H100 (--gpu H100)'),
+    'memory-near-gpu': (
+        'warning', "a train rank's estimate with activations passes 90 % of the GPU's memory "
+        '(or, with a `--spec` plugin or the GPU assumed, its static memory passes the GPU)',
+        'a rank at 74 of 80 GiB with --max-tokens-per-gpu 65536'),
+}, why="Every train rank holds its parameters in bf16, fp32 main grads and (sharded by the "
+       "distributed optimizer over dp x cp, and over edp for experts) fp32 master weights and "
+       "Adam moments before the first step; past the GPU's memory the job dies with CUDA out "
+       "of memory at start-up. Activations come on top (an estimate).",
+   source="Megatron-LM training/theoretical_memory_usage.py; megatron-core GPTModel; "
+          "Korthikanti et al. 2022 (arXiv 2205.05198) Table 2")
 declare("report.py (where a Python launcher starts training)", {
     'launch': (
         'note', 'a training launch of a Python launcher, at its file:line: one notice per '
@@ -181,6 +198,18 @@ declare("report.py and cli.py (an input that cannot be read)", {
         'miles-topology check missing.sh'),
 }, why="Nothing can be checked in an input that cannot be read; it is reported so that a "
        "batch or a CI annotation names it.")
+declare("selection.py (suppression directives, as ruff's noqa and RUF100)", {
+    'unknown-directive-code': (
+        'warning', 'a `# miles-topology: disable=` directive names a code that does not '
+        'exist (a misspelling): it suppresses nothing',
+        '--sequence-parallel   # miles-topology: disable=sp-ignord'),
+    'unused-suppression': (
+        'warning', 'a `# miles-topology: disable=` directive suppresses no report of its '
+        'file (off unless selected: `--select unused-suppression`)',
+        '--tensor-model-parallel-size 2   # miles-topology: disable=sp-ignored'),
+}, why="A directive that names no code, or no report, turns nothing off: the report it was "
+       "written for (or a later one) would pass unseen, or the directive outlived its cause.",
+   source="ruff's noqa handling (RUF100 unused-noqa)")
 declare("the script reader (shell/ interpret.py, read.py; check_script.py reports them)", {
     'missing-line-continuation': (
         'error', 'a line starts with flags (or an unresolved `${A[@]}` and flags) but the line '

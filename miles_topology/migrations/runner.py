@@ -172,6 +172,20 @@ def write(out: Outcome) -> list[Path]:
     return written
 
 
+def replace_in_place(out: Outcome) -> None:
+    """Replace the script with `out.new`, keeping no backup (`check --fix`): refused as
+    `write` refuses, and not when it changed since it was read."""
+    writable(out)
+    target = target_of(out)
+    st = target.stat()
+    try:
+        unchanged(out, target)
+        _atomic(target, out.new.encode(), stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
+    except OSError as e:
+        raise Refused(f"cannot write ({e.strerror or e}); the script was left as it was") \
+            from None
+
+
 def unchanged(out: Outcome, target: Path) -> None:
     """Refuse when the script on disk is no longer the text that was migrated (an editor
     saved it meanwhile): replacing it would lose that edit."""
@@ -236,7 +250,7 @@ def report(out: Outcome, stream) -> None:
 
 
 def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: bool = False,
-         inline: bool = False) -> int:
+         inline: bool = False, quiet: bool = False, only_migrated: bool = False) -> int:
     """The `migrate` subcommand; returns the exit code (0 done, 1 pending or refused, 2 unreadable
     input or usage)."""
     if check and write:
@@ -248,17 +262,28 @@ def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: 
         return 2
     code = 0
     for name in inputs:
+        if quiet and check and not _launches(name):
+            continue  # a model file, a helper: no launch, nothing to move (pre-commit hook)
         try:
-            code = max(code, _one(Path(name), env, write, check, inline))
+            code = max(code, _one(Path(name), env, write, check, inline, quiet,
+                                  only_migrated))
         except Refused as e:
             print(f"{name}: refused: {e.reason}", file=sys.stderr)
             code = max(code, e.code)
     return code
 
 
-def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: bool) -> int:
+def _launches(name: str) -> bool:
+    """Whether a file is a launch script by its content (discover.py), as a walk finds it."""
+    from ..discover import kind
+
+    return not os.path.isfile(name) or kind(name) == "script"
+
+
+def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: bool,
+         quiet: bool = False, only_migrated: bool = False) -> int:
     if check:
-        return _check(path, env, inline)
+        return _check(path, env, inline, quiet, only_migrated)
     out = migrate(path, env, inline)
     if not out.applied:
         print(f"{path}: up to date (migration {LATEST})", file=sys.stderr)
@@ -274,10 +299,15 @@ def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: boo
     return 0
 
 
-def _check(path: Path, env: dict[str, str], inline: bool) -> int:
+def _check(path: Path, env: dict[str, str], inline: bool, quiet: bool = False,
+           only_migrated: bool = False) -> int:
     """Pending is what `--write` would write: a file it would refuse, or one with no launch
-    of its own (a sourced model file), is reported but not pending."""
-    load(path)  # unreadable: exit 2
+    of its own (a sourced model file), is reported but not pending. `quiet`: only pending
+    scripts are printed; `only_migrated`: a script never migrated (no marker) is not
+    looked at, so a repository can keep its migrated scripts migrated (pre-commit)."""
+    text = load(path)  # unreadable: exit 2
+    if only_migrated and not version(text):
+        return 0
     try:
         out = migrate(path, env, inline)
         if out.applied and out.changed:
@@ -285,10 +315,12 @@ def _check(path: Path, env: dict[str, str], inline: bool) -> int:
     except Refused as e:
         if e.code == 2 and not isinstance(e, NotALaunch):
             raise
-        print(f"{path}: not migrated (--write would refuse: {e.reason})")
+        if not quiet:
+            print(f"{path}: not migrated (--write would refuse: {e.reason})")
         return 0
     if not out.applied or not out.changed:
-        print(f"{path}: up to date (migration {LATEST})")
+        if not quiet:
+            print(f"{path}: up to date (migration {LATEST})")
         return 0
     todo = ", ".join(f"{s.ID} ({s.SUMMARY})" for s in STEPS if s.ID in out.applied)
     print(f"{path}: pending {todo}; run `miles-topology migrate --write {path}`")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoTrainingLaunch
+from . import checkout
 from .cluster import Cluster
 from .commands import launch_of, shown
 
@@ -86,6 +88,9 @@ class PythonLaunch:
     unknowns: dict = field(default_factory=dict)  # marker id -> {"what", "source"}
     assumed: list[str] = field(default_factory=list)  # branches on stand-in values
     probes: list[dict] = field(default_factory=list)  # captured commands, how answered
+    # servers its commands were started to serve, answered in the sandbox (servers.py):
+    # {"server", "port", "node", "flag", "command", "source", "polls"}
+    servers: list[dict] = field(default_factory=list)
 
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
@@ -272,7 +277,9 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
         "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
         "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
         "env": sandbox, "trust": trust, "deny": os.environ.get(DENY_VAR, ""),
-        "package": str(Path(__file__).resolve().parent.parent), **extra}))
+        "package": str(Path(__file__).resolve().parent.parent),
+        # the launcher's own checkout, last on sys.path: where its package lives (checkout.py)
+        "checkout": checkout.paths(target) if mode == "path" else [], **extra}))
     with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
         # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc;
         # -S: no site-packages (nor their .pth files) until the child is isolated
@@ -366,7 +373,8 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
         # it ran nothing: what it would run went through the absent module
         raise InputError(f"{name} imports {absent[0]}, which is not installed here: pip install "
                          f"{PIP_NAMES.get(absent[0], absent[0])} (or put it on PYTHONPATH); a "
-                         "recording stand-in answered it, and the launcher launched no training")
+                         "recording stand-in answered it, and the launcher launched no "
+                         f"training; {checkout.hint(absent[0])}")
     try:
         return _launches(path, found, launches, others, calls, records, notes, err, status,
                          child_env, timeout_s, memory_mb, seconds, every, end)
@@ -407,15 +415,29 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
     elif end["end"] == "missing":
         pkg = (end.get("module") or "?").split(".")[0]
         raise InputError(f"{name} imports {pkg}, which is not installed here: pip install "
-                         f"{PIP_NAMES.get(pkg, pkg)} (or put it on PYTHONPATH)")
+                         f"{PIP_NAMES.get(pkg, pkg)} (or put it on PYTHONPATH); "
+                         + checkout.hint(pkg))
     elif end["end"] == "error":
+        if found is None and end.get("sizes"):
+            raise InputError(f"{path}: the launcher's check of the cluster it expects failed "
+                             f"before it launched training: {_at(end)}; {_sizes(end['sizes'])}")
         if found is None:
             raise InputError(f"{path}: the launcher failed before it launched training: "
-                             f"{_at(end)}{_limit(end)}{_hint(calls)}")
+                             f"{_at(end)}{_limit(end)}{_hint(calls)}"
+                             f"{_unset(end.get('error') or '', child_env)}")
         notes.append(f"the launcher failed after its training launch: {_at(end)}")
+    elif end["end"] == "waiting":
+        if found is None:
+            raise InputError(f"{path}: {_waiting(end)}")
+        notes.append(f"the launcher was stopped after its training launch: {_waiting(end)}")
+    elif end["end"] == "exit" and isinstance(end.get("code"), str) and found is None:
+        raise InputError(f"{path}: the launcher stopped before it launched training: "
+                         f"{_said(end['code'], child_env)}")
     elif end["end"] == "exit" and end.get("code") not in (None, 0) and found is None:
+        gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
         raise InputError(f"{path}: the launcher exited with status {end['code']} before it "
-                         f"launched training{_tail(err)}")
+                         f"launched training{_tail(err)}"
+                         + (f"; {checkout.hint(gone)}" if gone else ""))
     if found is None:
         ran = f"ran {len(calls)} command(s)" if calls else "ran no command"
         raise NoTrainingLaunch(f"{path}: no training launch: the launcher {ran}, none of them "
@@ -430,14 +452,70 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
     probes = [{"command": _probe_text(r), "answer": r.get("answer"), "node": r.get("node"),
                "source": _where(r.get("source"))} for r in calls if r.get("captured")
               or r.get("answer") == "cluster"]
+    servers = _servers(records)
     out = []
     for i, (launch, rec) in enumerate(launches if every else launches[:1]):
         env = {k: v for k, v in launch.env.items() if launch.launcher == "ray job submit"
                or child_env.get(k) != v}
         out.append(PythonLaunch(path, launch.argv, launch.entry, launch.launcher,
                                 _where(rec.get("source")), env, others, list(notes), seconds,
-                                launch.env_known, None, i, unknowns, assumed, probes))
+                                launch.env_known, None, i, unknowns, assumed, probes,
+                                servers))
     return out
+
+
+def _servers(records: list[dict]) -> list[dict]:
+    """The modelled servers of a run, each with how often the launcher connected to it."""
+    out = {(r["node"], r["port"]): {**r, "polls": 0} for r in records if "server" in r and
+           "kind" not in r}
+    for r in records:
+        if r.get("answer") == "server" and (r.get("node"), r.get("port")) in out:
+            out[r["node"], r["port"]]["polls"] += 1
+    return list(out.values())
+
+
+def _waiting(end: dict) -> str:
+    """Why a launcher that polled the same thing again and again was stopped (servers.py)."""
+    kind, what = (end.get("poll") or ["?", "?"])[:2]
+    if kind == "connect":
+        return (f"the launcher waits for a server at {what[0] if what else '?'}, which none of "
+                f"its recorded commands serves (it connected {end.get('times')} times, "
+                "refused each time; a server is modelled on the port its command is started "
+                "with: --port, --rpc-port, a listen address, its own default, or for a command "
+                "sent to the background the port polled next)")
+    said = " ".join((end.get("answer") or "").split())[:80] or "nothing"
+    nodes, gpus = (end.get("cluster") or ["?", "?"])[:2]
+    return (f"the launcher waits for the cluster to change: it ran `{what[:160]}` "
+            f"{end.get('times')} times, sleeping between, and the modelled cluster ({nodes} "
+            f"node(s) x {gpus} GPUs) answered `{said}` each time; if it waits for more nodes "
+            "or GPUs, model the cluster it expects with --nodes N --gpus-per-node N (and "
+            "--gpu NAME)")
+
+
+def _sizes(sizes: list[dict]) -> str:
+    """Which of the launcher's options size the cluster it asserts, and how to pass them."""
+    given = ", ".join(f"{s['flag']} ({s['value']!r})" for s in sizes)
+    example = " ".join(f"{s['flag']} N" for s in sizes)
+    return (f"it reads its options {given}: pass the ones the launch needs after `--` (e.g. "
+            f"`-- {example}`), with --nodes/--gpus-per-node to model the same cluster")
+
+
+def _said(message: str, child_env: dict) -> str:
+    """A launcher's exit message, its first line, with the sandbox's HOME shown as ``~`` (a
+    file it looked for there is not the user's), and the variables to give (`_unset`)."""
+    home = child_env.get("HOME")
+    first = next((x.strip() for x in message.splitlines() if x.strip()), message)
+    if home:
+        first = first.replace(home, "~")
+    return f"{first}{_unset(message, child_env)}"
+
+
+def _unset(message: str, child_env: dict) -> str:
+    """The environment variables a launcher's message names that are not set, to give with
+    --env (its API key: DAYTONA_API_KEY)."""
+    names = [n for n in dict.fromkeys(re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", message))
+             if n not in child_env]
+    return f" (give {', '.join(f'--env {n}=...' for n in names)})" if names else ""
 
 
 def _probe_text(r: dict) -> str:
@@ -487,6 +565,10 @@ def _hint(calls: list[dict]) -> str:
             "from the environment, give it with --env KEY=VALUE)")
 
 
+_BOX = "│╭╮╰╯─┃┏┓┗┛━ |"  # rich's (typer's) frames around an error: no text of their own
+
+
 def _tail(err: str) -> str:
-    lines = [x.strip() for x in err.splitlines() if x.strip()]
+    lines = [x.strip(_BOX).strip() for x in err.splitlines()]
+    lines = [x for x in lines if any(c.isalnum() for c in x)]
     return f": {lines[-1]}" if lines else ""

@@ -105,10 +105,14 @@ class FakePopen:
         argv, string = _words(args)
         if shell and argv is not None:  # Popen(["cmd ..."], shell=True): the first is the script
             argv, string = None, argv[0] if argv else ""
-        ran, how = answer(argv, string)  # [launchers hook] the modelled cluster's answer
+        captured = stdout == subprocess.PIPE
+        # [launchers hook] the modelled cluster's answer
+        ran, how = answer(argv, string, captured)
         record("subprocess", argv, string, env, via_shell=bool(shell),
                cwd=os.fsdecode(cwd) if cwd is not None else None,
-               captured=stdout == subprocess.PIPE, answer=how, **_node())
+               captured=captured, answer=how, **_node())
+        if SERVERS is not None:  # [servers hook] the servers it starts; a wait
+            SERVERS.ran(argv, string, ran, how)
         self.args, self.returncode, self.pid = args, None, _FAKE_PID
         self._status = ran.status if ran is not None else 0
         texty = bool(text or universal_newlines or encoding or errors)
@@ -151,6 +155,8 @@ class FakePopen:
 def _system(command):
     ran, how = answer(None, os.fsdecode(command))  # [launchers hook]
     record("os.system", None, os.fsdecode(command), answer=how, **_node())
+    if SERVERS is not None:  # [servers hook]
+        SERVERS.ran(None, os.fsdecode(command), ran, how)
     return (ran.status if ran is not None else 0) << 8  # a wait status, as os.system gives
 
 
@@ -268,18 +274,34 @@ def _os_open(path, flags, mode=0o777, *, dir_fd=None):
     return _REAL["os.open"](path, flags, mode, dir_fd=dir_fd)
 
 
+def _served(sock, address):
+    """[servers hook] Record a connect; where it goes when a modelled server's, else None."""
+    if SERVERS is None:
+        record("socket.connect", _addr(address), None)
+        return None
+    return SERVERS.connect(sock, address, "socket.connect", _addr(address))
+
+
 def _connect(self, address):
-    record("socket.connect", _addr(address), None)
+    to = _served(self, address)
+    if to is not None:
+        return _REAL["connect"](self, to)
     raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
 
 
 def _connect_ex(self, address):
-    record("socket.connect", _addr(address), None)
+    to = _served(self, address)
+    if to is not None:
+        return _REAL["connect_ex"](self, to)
     return 111  # ECONNREFUSED, as connect_ex reports it
 
 
 def _create_connection(address, *a, **k):
+    if SERVERS is not None and SERVERS.serves(address):  # [servers hook] its connect does
+        return _REAL["create_connection"](address, *a, **k)
     record("socket.create_connection", _addr(address), None)
+    if SERVERS is not None:
+        SERVERS.polled(("connect", tuple(_addr(address))), None)
     raise ConnectionRefusedError(111, "the sandbox has no network (miles-topology check)")
 
 
@@ -318,7 +340,9 @@ def install() -> None:
     import subprocess
     import types
 
-    _REAL.update({"open": builtins.open, "os.open": os.open, "makedirs": os.makedirs})
+    _REAL.update({"open": builtins.open, "os.open": os.open, "makedirs": os.makedirs,
+                  "connect": socket.socket.connect, "connect_ex": socket.socket.connect_ex,
+                  "create_connection": socket.create_connection})
     _put(builtins, "open", _open)
     _put(io, "open", _open)
     _put(os, "open", _os_open)
@@ -408,6 +432,19 @@ def launchers_setup(cfg: dict) -> None:
     _STANDINS.USER = _users_code
     _STANDINS.CLUSTER = CLUSTER
     _STANDINS.install(bool(cfg.get("real_imports")))
+    global SERVERS  # [servers hook]
+    import socket
+    import time
+
+    listener = getattr(sys.modules.get("isolate"), "SWITCHBOARD", None)
+    if not _ISOLATED:  # trusted: on this machine's loopback, bound before the audit hook
+        try:
+            listener = socket.create_server(("127.0.0.1", 0))
+        except OSError:
+            listener = None
+    SERVERS = importlib.import_module("_mt.pylaunch.servers").Hooks(
+        CLUSTER, emit, record, _where, _stop, listener)
+    SERVERS.clock.install(time)
     loads = json.loads
 
     def parse(s, *args, **kwargs):  # json.load of a missing file's stand-in: its Unknown
@@ -436,13 +473,15 @@ def _copier(name, real):
     return copy
 
 
-def answer(argv, shell):
+def answer(argv, shell, captured=False):
     """(what the command prints and its status, how it was answered): "cluster" from the
     modelled cluster's probes, "filters" by text filters alone, None when not modelled (then
-    it is answered as the recorders always did: exit 0, no output)."""
+    it is answered as the recorders always did: exit 0, no output). A python program run
+    for its output (`captured`) runs here, with the stand-ins (a probe of Ray or torch)."""
     if CLUSTER is None:
         return None, None
-    ran, probed = CLUSTER.answer(argv, shell)
+    python = _STANDINS.run_python if captured and SERVERS is not None else None
+    ran, probed = CLUSTER.answer(argv, shell, python)
     return ran, None if ran is None else "cluster" if probed else "filters"
 
 
@@ -460,6 +499,21 @@ def _host_ip(host) -> str:
 
 
 _NOT_DATA = (".py", ".pyc", ".so", ".pth")
+
+# ---------------------------------------------------------------- [servers hook] (issue 29)
+
+SERVERS = None  # servers.Hooks: the servers a launcher starts, its waits (pylaunch/servers.py)
+
+
+def _stop() -> None:
+    """End the launcher at once (it waits for what will not come): its last record is the
+    end the hook wrote."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    REAL_EXIT(0)
 
 
 def _read_view(file, mode):
@@ -546,6 +600,13 @@ _PATHS = {"shutil.rmtree": 1,  # [launchers hook] inside the work folder: allowe
           "shutil.unpack_archive": 2}
 _WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _BLOCKED_IMPORTS = {"_posixsubprocess"}
+# [servers hook] what the kernel sandbox enforces itself (seccomp refuses execve, fork and the
+# rest whatever calls them, ctypes included; Landlock refuses writes): refused in-process only
+# when trusted, where the hook is all there is (miles' fault-tolerance e2e tests load C
+# libraries through ctypes). _BLOCKED_IMPORTS stays: it keeps the recorders in place (a
+# launcher that reloads subprocess would get the real Popen back), it guards no boundary
+_KERNEL_ENFORCED = {"ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function",
+                    "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at"}
 
 
 _inside_hook = threading.local()
@@ -567,6 +628,8 @@ def refuse(event: str, why: str, what=()) -> None:
 def hook(event: str, args: tuple) -> None:
     if getattr(_inside_hook, "on", False) and event == "open":
         return
+    if event == "socket.connect" and SERVERS is not None and SERVERS.to_switchboard(args[1]):
+        return  # [servers hook] a modelled server's connect, to the switchboard
     if event in _NEVER:
         refuse(event, f"{event} is not allowed in the sandbox", args[:1] if event not in (
             "socket.connect", "socket.sendto", "socket.bind") else _addr(args[1]))
@@ -622,10 +685,15 @@ def _last_line(exc: BaseException) -> dict:
     at = (mine or frames or [None])[-1]
     inner = frames[-1] if frames and frames[-1] is not at else None
     text = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    cluster = sys.modules.get("_mt.pylaunch.cluster")  # [servers hook] sizes it asserts
+    try:
+        sizes = cluster.sizes_asserted(exc) if cluster is not None else []
+    except Exception:  # noqa: BLE001 - only a better message
+        sizes = []
     return {"error": text, "type": type(exc).__name__,
             "where": [at.filename, at.lineno] if at else None,
             "inner": [inner.filename, inner.lineno, inner.name, (inner.line or "").strip()]
-            if inner else None}
+            if inner else None, **({"sizes": sizes} if sizes else {})}
 
 
 def main() -> None:
@@ -646,6 +714,7 @@ def main() -> None:
             emit({"end": "refused", "missing": str(e)})
             REAL_EXIT(0)
         _ISOLATED = True
+        _NEVER.difference_update(_KERNEL_ENFORCED)  # [servers hook]
     if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
         del sys.path[0]  # this file's folder, which python put first
     import site
@@ -666,6 +735,7 @@ def main() -> None:
     first = os.path.dirname(os.path.abspath(cfg["launcher"])) if mode == "path" else \
         ("" if mode == "code" else os.getcwd())
     sys.path[:0] = [first] + cfg["pythonpath"]
+    sys.path += cfg.get("checkout", [])  # after site-packages: what is installed comes first
     sys.argv = [cfg["launcher"] if mode == "path" else "-c" if mode == "code" else
                 cfg["launcher"], *cfg["args"]]
     sys.addaudithook(hook)

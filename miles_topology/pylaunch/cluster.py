@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..commandline import _PY
 from ..textfilters import Ran, run_pipeline
 
 # name as given -> (name the driver reports, memory MiB, NVLink links per GPU, vendor);
@@ -40,6 +42,7 @@ GPUS = {
 }
 PER_NODE = {"GB200": 4, "GB300": 4}
 DEFAULTS = {"nodes": 1, "gpus_per_node": 8, "gpu": "H100", "nvlink": True}
+Python = Callable[[list], "tuple[str, int] | None"]  # a python probe's runner: Cluster.answer
 
 
 @dataclass
@@ -215,20 +218,24 @@ class Cluster:
 
     # ------------------------------------------------------------ a command line
 
-    def answer(self, argv: list[str] | None, shell: str | None) -> tuple[Ran | None, bool]:
+    def answer(self, argv: list[str] | None, shell: str | None, python: Python | None = None
+               ) -> tuple[Ran | None, bool]:
         """(what the command prints and its status, whether it probed the cluster); None when
-        any part of it is not modelled (the caller answers as it always did)."""
+        any part of it is not modelled (the caller answers as it always did). `python` runs
+        a ``python3 -c CODE`` / ``python3 FILE`` probe with the stand-ins that answer from
+        this model (the sandbox's child gives it; p2p-weight-transfer's run.py asks Ray's
+        ``cluster_resources()`` in one): (stdout, status), or None when it cannot."""
         if argv and shell is None:
             base = argv[0].rsplit("/", 1)[-1]
             if base in ("bash", "sh") and len(argv) == 3 and argv[1] in ("-c", "-lc"):
                 shell = argv[2]
             else:
-                return self._pipeline([list(argv)])
+                return self._pipeline([list(argv)], python)
         if shell is None:
             return None, False
-        return self._script(shell)
+        return self._script(shell, python)
 
-    def _script(self, text: str) -> tuple[Ran | None, bool]:
+    def _script(self, text: str, python: Python | None = None) -> tuple[Ran | None, bool]:
         parts = _split(text)
         if parts is None:
             return None, False
@@ -237,13 +244,14 @@ class Cluster:
             if (op == "&&" and status != 0) or (op == "||" and status == 0):
                 op = nxt
                 continue
-            got, p = self._pipeline(pipeline)
+            got, p = self._pipeline(pipeline, python)
             if got is None:
                 return None, False
             out, status, probed, op = out + got.stdout, got.status, probed or p, nxt
         return Ran(out, status), probed
 
-    def _pipeline(self, commands: list[list[str]]) -> tuple[Ran | None, bool]:
+    def _pipeline(self, commands: list[list[str]], python: Python | None = None
+                  ) -> tuple[Ran | None, bool]:
         first, rest = commands[0], commands[1:]
         name = first[0].rsplit("/", 1)[-1] if first else ""
         source: Ran | None
@@ -255,6 +263,9 @@ class Cluster:
             source = {(): Ran(self.hostname(self.current) + "\n", 0),
                       ("-I",): Ran(self.ip(self.current) + " \n", 0),
                       ("-i",): Ran(self.ip(self.current) + "\n", 0)}.get(tuple(first[1:]))
+        elif python is not None and _PY.match(name):
+            got = python(first[1:])
+            source = Ran(*got) if got is not None else None
         elif name in ("true", ":", "unset", "export") and not rest:
             return Ran("", 0), False
         else:
@@ -303,11 +314,30 @@ def _ids(spec: str, ids: list[int]) -> list[int] | None:
     return out if all(x in ids for x in out) else None
 
 
+def _plain(text: str) -> bool:
+    """Whether a shell string has no expansion, subshell, group or input redirection outside
+    single quotes (inside double quotes only $, ` and \\ are special): python code quoted
+    for ``-c`` is plain."""
+    quote = ""
+    for c in text:
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif c in "$`\\":
+            return False
+        elif quote == '"':
+            quote = "" if c == '"' else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "(){}<":
+            return False
+    return not quote
+
+
 def _split(text: str) -> list[tuple[list[list[str]], str]] | None:
     """A shell string as [(pipeline, the operator after it)], each pipeline a list of argv;
     redirections to /dev/null or of stderr are dropped. None for anything else (expansions,
     subshells, loops, redirections to files)."""
-    if any(c in text for c in "$`(){}\\") or "<" in text:
+    if not _plain(text):
         return None
     lex = shlex.shlex(text, posix=True, punctuation_chars=";&|<>\n")
     lex.whitespace = " \t\r"
@@ -339,7 +369,7 @@ def _split(text: str) -> list[tuple[list[list[str]], str]] | None:
                     return None
                 out.append((pipeline, t))
             pipeline = [[]]
-        elif set(t) & set(";&|<>"):
+        elif set(t) <= set(";&|<>"):  # a punctuation token (a quoted word may hold these)
             return None  # a background job, |&, <<
         else:
             pipeline[-1].append(t)
@@ -349,3 +379,53 @@ def _split(text: str) -> list[tuple[list[list[str]], str]] | None:
             return None
         out.append((pipeline, ";"))
     return out or None
+
+
+# an option naming a cluster size: num_nodes, train_num_nodes, nnodes, num_gpus_per_node,
+# gpus_per_node, actor_num_gpus_per_node, world_size...
+_SIZE = ("node", "gpu", "world_size")
+
+
+def sizes_asserted(exc: BaseException) -> list[dict]:
+    """The launcher's own options a failed ``assert`` reads, when they size the cluster:
+    [{"option", "flag", "value"}]. A launcher that expects a cluster checks its options
+    (miles' run-glm47-flash-agentic-async.py: ``assert rollout_num_nodes > 0,
+    f"train_num_nodes ({args.train_num_nodes}) must be less than num_nodes ..."``; the
+    GLM-5.2 Daytona launcher's ``__post_init__``: ``self.num_nodes >= 10 and
+    self.num_gpus_per_node == 4``): the user must pass those options. An option is an
+    attribute of the launcher's options object (a dataclass, argparse's Namespace) read in
+    the assert statement, its test or its message. Run in the sandbox's child."""
+    import ast
+    import dataclasses
+    import linecache
+
+    if not isinstance(exc, AssertionError) or exc.__traceback__ is None:
+        return []
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    frame, line, filename = tb.tb_frame, tb.tb_lineno, tb.tb_frame.f_code.co_filename
+    text = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    asserts = [n for n in ast.walk(tree) if isinstance(n, ast.Assert) and
+               n.lineno <= line <= (n.end_lineno or n.lineno)]
+    out: dict[str, dict] = {}
+    for node in ast.walk(asserts[0]) if asserts else ():
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+            continue
+        name = node.attr
+        if not any(w in name for w in _SIZE) or name in out:
+            continue
+        owner = frame.f_locals.get(node.value.id, frame.f_globals.get(node.value.id))
+        if not ((dataclasses.is_dataclass(owner) and not isinstance(owner, type)) or
+                type(owner).__name__ == "Namespace"):
+            continue
+        value = getattr(owner, name, None)
+        flag = f"--{name}" if f"--{name}" in text else f"--{name.replace('_', '-')}"
+        out[name] = {"option": name, "flag": flag,
+                     "value": value if isinstance(value, (int, float, str, type(None)))
+                     else repr(value)}
+    return list(out.values())

@@ -7,13 +7,14 @@ the launcher's folder is on ``sys.path``. The process then splits in two:
   waits for the other and kills it when its memory in use (RssAnon + RssShmem from /proc) or
   its thread count passes the bound; it runs no launcher code;
 - the *sandboxed* process is PID 1 of a new PID namespace (in a new user, network and IPC
-  namespace: no process outside is visible or signalable by number, no network device but a
-  loopback that is down, no System V / POSIX IPC shared with the machine), restricted by
-  Landlock (writes, file creation, removal, truncation, device ioctls only under the work
-  folder; no execution; no TCP bind/connect; signals and abstract unix sockets scoped to the
-  sandbox) and by a seccomp filter (no execve, no new process but threads, no ptrace, no signal
-  to any process but itself, no change of file modes/owners/times/xattrs, which Landlock does
-  not cover, no unix/vsock sockets, no namespace or mount calls, no io_uring).
+  namespace: no process outside is visible or signalable by number, no network device but its
+  own loopback, where only the switchboard listens, no System V / POSIX IPC shared with the
+  machine), restricted by Landlock (writes, file creation, removal, truncation, device ioctls
+  only under the work folder; no execution; no TCP bind, no TCP connect but to the
+  switchboard's port; signals and abstract unix sockets scoped to the sandbox) and by a
+  seccomp filter (no execve, no new process but threads, no ptrace, no signal to any process
+  but itself, no change of file modes/owners/times/xattrs, which Landlock does not cover, no
+  unix/vsock sockets, no namespace or mount calls, no io_uring).
 
 Why these libraries: plain ``ctypes`` system calls, no dependency. Python 3.11 has no
 ``os.unshare`` (3.12+); bubblewrap would be a program to install and to trust; ``pyseccomp``
@@ -28,6 +29,7 @@ import errno
 import os
 import select
 import signal
+import socket
 import struct
 import sys
 
@@ -41,6 +43,11 @@ MAX_THREADS = 256  # torch's import starts a handful; a thread bomb is stopped h
 POLL_S = 0.02
 # what `enter` may be told to treat as missing, to test the refusal (MILES_TOPOLOGY_SANDBOX_DENY)
 FACILITIES = ("namespaces", "landlock", "seccomp")
+# [servers] the one TCP port of the sandbox's loopback: the servers a launcher starts are
+# answered there (pylaunch/servers.py). Below 1024, so it is bound before the capabilities
+# are dropped and no launcher can bind it (nor any other port: Landlock allows no bind)
+SWITCHBOARD_PORT = 1
+SWITCHBOARD = None  # its listening socket, in the sandboxed process
 
 
 class Missing(Exception):
@@ -82,6 +89,7 @@ FS_EXECUTE, FS_WRITE_FILE = 1 << 0, 1 << 1
 FS_WRITES = sum(1 << i for i in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write, remove, make_*
 FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
 NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+RULE_NET_PORT = 2
 SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
 LANDLOCK_MIN_ABI = 3  # below it, truncate(2) of any file and linking across folders are open
 
@@ -97,7 +105,8 @@ def landlock_abi() -> int:
 def landlock(work: str) -> int:
     """Reads stay allowed everywhere (imports, the launcher's own files); writing, creating,
     removing, renaming, linking, truncating and device ioctls only beneath `work`; executing
-    nothing; no TCP; signals and abstract unix sockets only within the sandbox."""
+    nothing; no TCP but a connect to the switchboard's port (`SWITCHBOARD_PORT`, in the
+    sandbox's own network namespace); signals and abstract unix sockets only within it."""
     abi = landlock_abi()
     if abi < LANDLOCK_MIN_ABI:
         raise Missing(f"Landlock ABI {LANDLOCK_MIN_ABI} or newer (this kernel offers "
@@ -117,6 +126,9 @@ def landlock(work: str) -> int:
                      ctypes.c_uint32(0))
             finally:
                 os.close(fd)
+        if net:  # struct landlock_net_port_attr: u64 allowed, u64 port
+            _sys(LANDLOCK_ADD_RULE, ruleset, RULE_NET_PORT,
+                 struct.pack("=QQ", NET_CONNECT_TCP, SWITCHBOARD_PORT), ctypes.c_uint32(0))
         _sys(LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0))
     finally:
         os.close(ruleset)
@@ -268,6 +280,37 @@ def namespaces(work: str) -> None:
                    options) != 0:
         e = ctypes.get_errno()
         raise Missing(f"a tmpfs in a mount namespace ({os.strerror(e)})")
+    _loopback_up()
+
+
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def _loopback_up() -> None:
+    """The new network namespace's loopback, up (it starts down): the servers a launcher
+    starts are answered on it (pylaunch/servers.py); there is still no other device."""
+    import fcntl
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            flags = struct.unpack_from("16sH", fcntl.ioctl(s, SIOCGIFFLAGS,
+                                                           struct.pack("16sH22x", b"lo", 0)))[1]
+            fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+    except OSError:
+        pass  # no loopback: the launcher's polls of its servers are refused, as before
+
+
+def _switchboard() -> None:
+    """Bind the switchboard's port while the capabilities allow a port below 1024."""
+    global SWITCHBOARD
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", SWITCHBOARD_PORT))
+        s.listen(64)
+    except OSError:
+        return
+    SWITCHBOARD = s
 
 
 def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
@@ -303,6 +346,7 @@ def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
     os.close(alive_r)
     try:
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        _switchboard()
         _drop_capabilities()
     except OSError as e:
         raise Missing(f"no_new_privs and capset ({e.strerror})") from None

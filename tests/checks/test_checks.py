@@ -268,7 +268,6 @@ def test_rules_run_in_registration_order():
 
 
 def test_each_rule_declares_every_code_it_reports():
-
     rules = [r for p in (ROOT / "miles_topology" / "checks")
              .glob("*.py") for r in _rule_codes(p)]
     assert sorted(name for name, _, _ in rules) == sorted(ORDER)

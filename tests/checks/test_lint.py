@@ -189,11 +189,49 @@ def test_colour_on_a_terminal_follows_no_color_and_force_color(tmp_path, capsys,
 def test_a_folder_with_a_setup_script_passes_and_says_nothing_to_check(tmp_path, capsys):
     script(tmp_path, name="run.sh")
     (tmp_path / "setup-env.sh").write_text("#!/bin/bash\nexport PYTHONPATH=/root/Megatron-LM\n")
-    assert main(["check", str(tmp_path)]) == 0
+    assert main(["check", str(tmp_path)]) == 0  # a folder: found by content, skipped
+    out = capsys.readouterr().out
+    assert "setup-env.sh" not in out and "1 other file skipped (1 no training launch)" in out
+    named = [str(tmp_path / "run.sh"), str(tmp_path / "setup-env.sh")]
+    assert main(["check", "--verbose", *named]) == 0  # named in a batch: read, and passes
     out = capsys.readouterr().out
     assert "setup-env.sh: nothing to check (no training launch" in out
     assert "2 inputs: 1 valid, 0 invalid, 1 with nothing to check" in out
-    assert main(["check", "--format", "json", str(tmp_path)]) == 0
+    assert main(["check", "--format", "json", *named]) == 0
     data = {Path(d["path"]).name: d for d in json.loads(capsys.readouterr().out)}
     assert data["setup-env.sh"]["ok"] is True and "nothing_to_check" in data["setup-env.sh"]
     assert main(["check", str(tmp_path / "setup-env.sh")]) == 2  # named alone: no job
+
+
+def test_a_misspelled_code_in_a_directive_is_a_warning_naming_it(tmp_path, capsys):
+    """`disable=sp-ignord` used to be ignored in silence; it suppresses nothing and says so."""
+    typo = script(tmp_path, same="  # miles-topology: disable=sp-ignord")
+    code, got = reported(capsys, typo)
+    assert code == 0 and sorted(got) == ["sp-ignored", "unknown-directive-code"]
+    main(["check", "--output-format", "concise", typo])
+    line = next(x for x in capsys.readouterr().out.splitlines() if "unknown-directive" in x)
+    assert f"{typo}:4:" in line and "sp-ignord is not a problem code" in line
+    assert line.endswith("did you mean sp-ignored?")
+    whole = script(tmp_path, name="w.sh", before="# miles-topology: disable-file=nothing-such\n")
+    assert sorted(reported(capsys, whole)[1]) == ["sp-ignored", "unknown-directive-code"]
+    assert reported(capsys, "--ignore", "unknown-directive-code", typo)[1] == ["sp-ignored"]
+
+
+def test_an_unused_suppression_is_reported_only_when_selected(tmp_path, capsys):
+    """Like ruff's RUF100: its own code, off by default; a directive that suppresses a report
+    (on its line, the line after, or in the whole file) is used."""
+    used = script(tmp_path, same="  # miles-topology: disable=sp-ignored", name="used.sh")
+    unused = script(tmp_path, tp=2, same="  # miles-topology: disable=sp-ignored",
+                    name="unused.sh")  # tp 2: no sp-ignored to suppress
+    whole = script(tmp_path, tp=2, name="whole.sh",
+                   before="# miles-topology: disable-file=sp-ignored,dense-grid-divisibility\n")
+    for path in (used, unused, whole):
+        assert "unused-suppression" not in reported(capsys, path)[1]
+    on = ["--select", "unused-suppression"]
+    assert reported(capsys, *on, used)[1] == []
+    assert reported(capsys, *on, unused)[1] == ["unused-suppression"]
+    assert reported(capsys, *on, whole)[1] == ["unused-suppression", "unused-suppression"]
+    assert reported(capsys, "--select", "all", unused)[1] == ["unused-suppression"]
+    main(["check", "--select", "unused-suppression", "--output-format", "concise", unused])
+    out = capsys.readouterr().out
+    assert f"{unused}:4:" in out and "disable=sp-ignored` suppresses nothing" in out

@@ -1,23 +1,22 @@
-"""pre-commit itself, with this repository's hooks (.pre-commit-hooks.yaml) at the tag the
-README names, over a repository of launch scripts: exactly the invalid script fails.
+"""pre-commit itself, with this repository's hooks (.pre-commit-hooks.yaml) pinned to a commit
+as the README says (the repository has no tags), over a repository of launch scripts.
 
-Offline: the hook repository is a local git repository holding the hooks file, tagged
-v<version>; the `-installed` hook (language: system) runs the miles-topology of this
-environment, so pre-commit builds no environment and needs no index.
+Offline: the hook repository is this checkout, cloned by pre-commit from file:// at HEAD;
+the `-installed` hooks (language: system) run the miles-topology of this environment, so
+pre-commit builds no environment and needs no index.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT
-
-from miles_topology import __version__
+from support import ROOT, SCRIPTS
 
 pytest.importorskip("pre_commit")
 
@@ -48,23 +47,44 @@ def git(cwd: Path, *args: str) -> None:
                    check=True, capture_output=True)
 
 
+def head() -> str | None:
+    """This checkout's HEAD commit, when it is a git checkout whose HEAD has the hooks."""
+    got = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                         text=True)
+    if got.returncode != 0:
+        return None
+    hooks = subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:.pre-commit-hooks.yaml"],
+                           capture_output=True, text=True).stdout
+    return got.stdout.strip() if "miles-topology-migrate-check-installed" in hooks else None
+
+
+def config(rev: str, *hooks: str) -> str:
+    ids = "".join(f"      - id: {h}\n" for h in hooks)
+    return f"repos:\n  - repo: file://{ROOT}\n    rev: {rev}\n    hooks:\n{ids}"
+
+
 @pytest.fixture
 def repos(tmp_path):
-    hooks = tmp_path / "miles-topology"  # this repository's hooks, tagged as the README says
-    hooks.mkdir()
-    shutil.copy(ROOT / ".pre-commit-hooks.yaml", hooks)
-    git(hooks, "init", "-q")
-    git(hooks, "add", ".")
-    git(hooks, "commit", "-qm", "hooks")
-    git(hooks, "tag", f"v{__version__}")
+    """A repository of upstream-style launch scripts (a model file sourced from models/, a
+    setup script, a suppressed warning, a migrated script) and one with a typo."""
+    rev = head()
+    if rev is None:
+        pytest.skip("not a git checkout with the hooks committed at HEAD")
     work = tmp_path / "launchers"
     work.mkdir()
+    shutil.copytree(SCRIPTS / "models", work / "models")
+    for name in ("run-qwen3-4B.sh", "run-qwen3-30B-A3B.sh"):
+        shutil.copy(SCRIPTS / name, work / name)
     for name, text in {"run-valid.sh": VALID, "run-typo.sh": INVALID, "setup-env.sh": SETUP,
                        "run-suppressed.sh": SUPPRESSED}.items():
         (work / name).write_text(text)
-    (work / ".pre-commit-config.yaml").write_text(
-        f"repos:\n  - repo: {hooks}\n    rev: v{__version__}\n    hooks:\n"
-        "      - id: miles-topology-check-installed\n")
+    shutil.copy(SCRIPTS / "run-qwen3-4B.sh", work / "run-migrated.sh")
+    from miles_topology.migrations.runner import migrate, write
+
+    write(migrate(work / "run-migrated.sh"))
+    (work / "run-migrated.sh.bak").unlink()
+    (work / ".pre-commit-config.yaml").write_text(config(
+        rev, "miles-topology-check-installed", "miles-topology-migrate-check-installed"))
     git(work, "init", "-q")
     git(work, "add", ".")
     git(work, "commit", "-qm", "launchers")
@@ -98,16 +118,68 @@ def test_the_suppressed_warning_is_real_without_its_directive(tmp_path, capsys):
     assert main(["check", "--batch", str(tmp_path / "setup-env.sh")]) == 0
 
 
+def _hooks(out: str) -> dict[str, str]:
+    """hook name -> Passed / Failed / Skipped, from pre-commit's report."""
+    return {m.group(1): m.group(2) for m in re.finditer(
+        r"^(miles-topology [^.\n]*?)\.{2,}(Passed|Failed|\(no files to check\)Skipped)$",
+        out, re.M)}
+
+
 @pytest.mark.slow
 def test_pre_commit_fails_exactly_the_invalid_script(repos, capsys):
+    """Both hooks on: the check fails on the script with the typo alone; migrate-check
+    passes (never-migrated scripts and model files are not its business)."""
     work, home = repos
     whole = pre_commit(work, home, "--all-files")
     assert whole.returncode == 1, whole.stdout + whole.stderr
     out = whole.stdout
+    assert _hooks(out) == {"miles-topology check (installed)": "Failed",
+                           "miles-topology migrate --check (installed)": "Passed"}, out
     assert "run-typo.sh" in out and "did you mean --tensor-model-parallel-size?" in out
-    for other in ("run-valid.sh", "setup-env.sh", "run-suppressed.sh"):
+    for other in ("run-valid.sh", "setup-env.sh", "run-suppressed.sh", "run-migrated.sh",
+                  "run-qwen3-4B.sh", "run-qwen3-30B-A3B.sh", "models/"):
         assert other not in out, out  # quiet: a passing file prints nothing
     for name, want in {"run-valid.sh": 0, "run-typo.sh": 1, "setup-env.sh": 0,
-                       "run-suppressed.sh": 0}.items():
+                       "run-suppressed.sh": 0, "run-migrated.sh": 0}.items():
         one = pre_commit(work, home, "--files", name)
         assert one.returncode == want, (name, one.stdout + one.stderr)
+    (work / "run-typo.sh").unlink()  # without it, the whole repository passes both hooks
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "the typo's script removed")
+    clean = pre_commit(work, home, "--all-files")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert set(_hooks(clean.stdout).values()) == {"Passed"}, clean.stdout
+
+
+@pytest.mark.slow
+def test_migrate_check_fails_exactly_the_script_with_a_layout_flag_to_move(repos):
+    """A migrated script that gets a layout flag back fails migrate-check, alone."""
+    work, home = repos
+    (work / "run-typo.sh").unlink()
+    text = (work / "run-migrated.sh").read_text()
+    launch = 'python3 train.py "${TOPOLOGY_ARGS[@]}" \\\n'
+    assert launch in text
+    (work / "run-regressed.sh").write_text(
+        text.replace(launch, launch + "   --context-parallel-size 1 \\\n"))
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "a layout flag written back")
+    whole = pre_commit(work, home, "--all-files")
+    assert whole.returncode == 1, whole.stdout + whole.stderr
+    out = whole.stdout
+    assert _hooks(out) == {"miles-topology check (installed)": "Passed",
+                           "miles-topology migrate --check (installed)": "Failed"}, out
+    assert "run-regressed.sh: pending 0003" in out
+    assert "run-migrated.sh" not in out and "models/" not in out and "setup-env" not in out
+
+
+def test_install_and_hook_examples_name_revisions_that_exist():
+    """The README's `pip install git+...@REV` and `rev:` examples, and the hooks file's,
+    name no tag the repository does not have (it has none: they pin a commit)."""
+    tags = set(subprocess.run(["git", "-C", str(ROOT), "tag"], capture_output=True,
+                              text=True).stdout.split())
+    for name in ("README.md", ".pre-commit-hooks.yaml"):
+        text = (ROOT / name).read_text()
+        revs = re.findall(r"rev:\s*(\S+)", text) + re.findall(r"git\+\S*@([^\"\s]+)", text)
+        assert revs, name
+        for rev in revs:
+            assert rev in tags or not re.fullmatch(r"v?\d+(\.\d+)+", rev), (name, rev)

@@ -1,6 +1,5 @@
 """Reading the flag surface and topology YAML files."""
 
-
 import pytest
 from pydantic import ValidationError
 from support import ROOT

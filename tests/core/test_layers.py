@@ -19,8 +19,10 @@ LAYERS = (
     ("model",),  # Topology: the floor of the core
     ("checks", "flags"),  # the rules on it; the flag grammar
     ("sources", "yamlflags", "channels", "__init__"),  # reading and writing it; the package face
-    ("weightsync", "replay", "show", "report", "shell", "pylaunch", "check_script",
-     "check_launcher", "migrations", "selection", "cli", "__main__"),  # what is built on a Topology
+    # what is built on a Topology
+    ("weightsync", "replay", "show", "report", "memory", "fit", "plan", "shell", "pylaunch",
+     "check_script", "check_launcher", "migrations", "selection", "discover", "output", "stdin",
+     "fix", "cli", "__main__"),
 )
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 

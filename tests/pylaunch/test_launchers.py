@@ -260,7 +260,7 @@ def test_every_launch_is_an_entry_in_every_format(fmt, capsys, monkeypatch):
     first = line_of("test_tiny_moe_parallel_check.py", "U.execute_train(")
     loop = line_of("test_tiny_moe_parallel_check.py", "        U.execute_train(")
     lines = [first] + [loop] * 5
-    assert main(["check", "--format", fmt, path]) == 1
+    assert main(["check", "--format", fmt, *(["--verbose"] if fmt == "text" else []), path]) == 1
     out = capsys.readouterr().out
     if fmt == "text":
         for i, line in enumerate(lines, 1):

@@ -613,7 +613,7 @@ def test_a_missing_facility_refuses_with_exit_2(tmp_path, monkeypatch, capsys, f
     assert err.count("\n") == 1 and not marker.exists()
     assert run_program(["-c", "print(1)"]).status == "refused"
     # given the trust, it runs with the recorders and says so
-    assert main(["check", str(launcher), "--trust-launcher"]) == 0
+    assert main(["check", str(launcher), "--trust-launcher", "--verbose"]) == 0
     assert "in-process recorders only, not isolated by the kernel" in capsys.readouterr().out
 
 

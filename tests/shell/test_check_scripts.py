@@ -84,12 +84,12 @@ def test_many_scripts_give_a_list_and_exit_1_if_any_invalid(capsys):
     assert main(["check", "--format", "json", *paths]) == 1
     data = json.loads(capsys.readouterr().out)
     assert [d["path"] for d in data] == paths and [d["ok"] for d in data] == [True, False]
-    assert main(["check", *paths]) == 1
+    assert main(["check", "--verbose", *paths]) == 1
     assert "2 inputs: 1 valid, 1 invalid" in capsys.readouterr().out
 
 
 def test_text_report_shows_sources_overrides_and_map(capsys):
-    assert main(["check", str(HERE / "flag-given-twice.sh")]) == 0
+    assert main(["check", "--verbose", str(HERE / "flag-given-twice.sh")]) == 0
     out = capsys.readouterr().out
     assert "overrides" in out and "flag-given-twice" in out
     assert "node 0" in out and "gpu 0" in out
@@ -359,8 +359,8 @@ def test_no_sizes_printed_that_depend_on_an_unresolved_value(tmp_path, capsys):
     script.write_text("NUM_GPUS=$(nvidia-smi -L | wc -l)\n"
                       "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node $NUM_GPUS"
                       " --colocate\n")
-    for cmd in ("check", "show"):
-        assert main([cmd, str(script)]) == 0
+    for cmd in (["check", "--verbose"], ["show"]):
+        assert main([*cmd, str(script)]) == 0
         out = capsys.readouterr().out
         assert "world" not in out and "gpu 0" not in out and "unresolved" in out
     extra = tmp_path / "extra.sh"  # unknown words after a switch may hold any flag

@@ -319,3 +319,47 @@ def recorded_call(what: str, args, kwargs) -> None:
     """Record a call the launcher made into a stand-in (wandb.init, requests.post...)."""
     shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
     _emit({"kind": "stand-in call", "argv": None, "shell": f"{what}({', '.join(shown)})"})
+
+
+_DEPTH = [0]
+
+
+def run_python(args: list[str]) -> tuple[str, int] | None:
+    """A python program the launcher runs for its output (``python3 -c CODE``, ``python3
+    FILE``, ``python3 -m MODULE``, with its arguments), run here, in the sandbox, with the
+    same stand-ins: a probe of the cluster through Ray or torch prints what the model says
+    (p2p-weight-transfer's run.py waits until ``ray.cluster_resources()['GPU']`` shows every
+    node). (stdout, exit status); None when it cannot be run here (no program, stdin)."""
+    import contextlib
+    import io
+    import os
+    import runpy
+
+    words = list(args)
+    while words and words[0].startswith("-") and words[0] not in ("-c", "-m"):
+        words.pop(0)  # -u, -B, -E...: nothing the output depends on
+    if not words or (words[0] in ("-c", "-m") and len(words) < 2) or _DEPTH[0] >= 3:
+        return None
+    if words[0] not in ("-c", "-m") and not os.path.isfile(words[0]):
+        return None
+    out, status = io.StringIO(), 0
+    argv, path = sys.argv, list(sys.path)
+    sys.argv = ["-c" if words[0] == "-c" else words[0 if words[0] != "-m" else 1],
+                *words[2 if words[0] in ("-c", "-m") else 1:]]
+    _DEPTH[0] += 1
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            if words[0] == "-c":
+                exec(compile(words[1], "<string>", "exec"), {"__name__": "__main__"})
+            elif words[0] == "-m":
+                runpy.run_module(words[1], run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(words[0], run_name="__main__")
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    except Exception:  # noqa: BLE001 - it fails as the program would: status 1
+        status = 1
+    finally:
+        _DEPTH[0] -= 1
+        sys.argv, sys.path[:] = argv, path
+    return out.getvalue(), status
