@@ -35,10 +35,11 @@ def model_flags() -> set[str]:
     return {flag_of(name) for name in fields_in("model")}
 
 
-def read(path: str, env: dict[str, str], args: Sequence[str] | None = None) -> ScriptRead:
+def read(path: str, env: dict[str, str], args: Sequence[str] | None = None,
+         cluster=None) -> ScriptRead:
     """Read a script or raise InputError (exit 2) saying why."""
     try:
-        found = read_script(path, env, positional=args)
+        found = read_script(path, env, positional=args, cluster=cluster)
     except ScriptReadError as e:
         raise InputError(str(e)) from None
     except OSError as e:
@@ -136,9 +137,14 @@ def values_report(found: ScriptRead) -> dict:
 
 def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = None,
                  cluster: Cluster | None = None) -> Verdict:
-    """`args`: the script's positional arguments (``check SCRIPT.sh -- ARGS``); `cluster`:
-    the GPU the memory estimate is judged on (fit.py; None: assumed)."""
-    found = read(path, env, args)
+    """`args`: the script's positional arguments (``check SCRIPT.sh -- ARGS``); `cluster`: the
+    modelled cluster (pylaunch/cluster.py): the GPU the memory estimate is judged on (fit.py;
+    None: assumed), and the answers to the script's GPU probes (``$(nvidia-smi -L | wc -l)``)
+    when the user gave it (an assumed cluster answers no probe: a guessed GPU count would
+    print sizes the script may not get)."""
+    probed = None if cluster is None or {"nodes", "gpus_per_node", "gpu"} <= set(
+        cluster.assumed) else cluster
+    found = read(path, env, args, probed)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
     stack = for_launch(path, found.entry, [(fv.flag, fv.value) for fv in found.argv])
     channel, words = read_channels(

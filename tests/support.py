@@ -3,6 +3,9 @@ on the path, see pyproject's [tool.pytest.ini_options])."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -21,3 +24,53 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+_STAND_IN = """#!/bin/bash
+# stand-in for {name}: a training launch prints its argv (one JSON line), anything else runs
+LOG_ARGV='import json, os, sys
+open(os.environ["ARGV_LOG"], "a").write(json.dumps(sys.argv[1:]) + "\\n")'
+for a in "$@"; do
+  case "$a" in
+    train.py|*/train.py|train_async.py|*/train_async.py)
+      exec {py} -c "$LOG_ARGV" "$@" ;;
+  esac
+done
+{tail}
+"""
+
+
+def bash_launch(script: Path, args: list[str], tmp: Path) -> list[str]:
+    """The argv after the entry script of the last training launch bash really runs."""
+    bin_ = tmp / "bin"
+    bin_.mkdir(exist_ok=True)
+    for name, tail in (("python3", f'exec {sys.executable} "$@"'), ("python", 'exec python3 "$@"'),
+                       ("ray", "exit 0")):
+        p = bin_ / name
+        p.write_text(_STAND_IN.format(name=name, py=sys.executable, tail=tail))
+        p.chmod(0o755)
+    log = tmp / "argv.jsonl"
+    log.write_text("")
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "ARGV_LOG": str(log), "HOME": str(tmp)}
+    subprocess.run(["bash", str(script), *args], env=env, cwd=tmp, timeout=60,
+                   capture_output=True)
+    launches = [json.loads(x) for x in log.read_text().splitlines()]
+    assert launches, f"{script.name}: bash ran no training launch"
+    argv = launches[-1]
+    k = next(i for i, a in enumerate(argv) if a.endswith(("train.py", "train_async.py")))
+    return argv[k + 1:]
+
+
+def flag_values(argv: list[str]) -> dict[str, str]:
+    """flag -> value as the launch's argv gives it (the last one wins; "" for a switch)."""
+    out: dict[str, str] = {}
+    flag = None
+    for word in argv:
+        if word.startswith("--"):
+            flag, eq, value = word.partition("=")
+            out[flag] = value if eq else ""
+            if eq:
+                flag = None
+        elif flag is not None:
+            out[flag] = f"{out[flag]} {word}" if out[flag] else word
+    return out

@@ -8,19 +8,24 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 
 from ..errors import InputError
 from ..textfilters import FILTERS, run_pipeline
 from ..yamlflags import COMMAND, env_names
 from ..yamlflags import text as flags_text
-from . import builtins, syntax
-from .records import Unresolved
+from . import syntax
+from .cursor import Cursor
+from .findings import Findings
+from .provenance import Provenance
+from .state import Shell
 from .syntax import Arith, Lit, Param, Sub
 from .values import (
     INT_LIMIT,
     MAX_ITEMS,
     MAX_VALUE,
     OWN,
+    PID,
     ArithError,
     Field,
     Unk,
@@ -43,8 +48,62 @@ _IFS_JOIN = "\"${A[*]}\" joins the words with the first character of IFS, which 
     "known at run time"
 
 
-class Expander:
-    """Expansion, mixed into the interpreter (it reads `vars`, `frames`, `stack`)."""
+class _Fields:
+    """The fields of one word as it is split: `cur` holds the text of the field being built;
+    `add` records where its pieces come from, `flush` ends it."""
+
+    __slots__ = ("fields", "owns", "cur", "cond", "has", "src", "unk", "text", "extra",
+                 "fcond", "own", "spans")
+
+    def __init__(self, cond: Unk | None):
+        self.fields: list[Field] = []
+        self.owns: list[bool] = []
+        self.cur: list[str] = []
+        self.cond = cond
+        self.reset()
+
+    def reset(self):
+        self.has, self.src, self.unk, self.text, self.extra = False, None, None, None, True
+        self.fcond, self.own, self.spans = self.cond, False, []
+
+    def add(self, f: Field, origin=OWN):
+        """`origin`: OWN for text of this word, else the span of a list item passed on."""
+        if origin is OWN:
+            self.own = True
+        else:
+            self.spans.append(origin)
+        if self.src is None:
+            self.src, self.text = f.src, f.text
+        if f.unk is not None and self.unk is None:
+            self.unk = f.unk
+        if not f.extra:
+            self.extra = False
+        if f.cond is not None and self.fcond is None:
+            self.fcond = f.cond
+        self.has = True
+
+    def flush(self):
+        if self.has:
+            unk, spans = self.unk, self.spans
+            self.fields.append(Field(None if unk else "".join(self.cur), self.src, unk,
+                                     self.text, unk is not None and self.extra, self.fcond,
+                                     spans[0] if len(spans) == 1 and not self.own else None))
+            self.owns.append(self.own and not spans)
+        self.cur.clear()
+        self.reset()
+
+
+class Words:
+    """Word expansion (Oils' word_eval beside cmd_eval): it reads the shell state and asks
+    the cursor where it is; it never runs a command of the script. The interpreter calls
+    `expand` (fields), `join` (one field), `substitute`, `filtered`, `stdin`, `path_of`,
+    `arith_lookup`, `exports` and `file_key`."""
+
+    def __init__(self, sh: Shell, at: Cursor, found: Findings, prov: Provenance):
+        self.sh, self.at, self.found, self.prov = sh, at, found, prov
+        self.helpers: dict[tuple, object] = {}  # Python helpers run, by argv, env and cwd
+        self.filter_status = 0  # exit status of the last text pipeline evaluated
+        self.cluster = None  # answers GPU probes (pylaunch.cluster.Cluster.answer), if given
 
     def expand(self, word, cond: Unk | None = None) -> list[Field]:
         """A word as the fields bash would pass (word splitting, "${A[@]}", no globbing)."""
@@ -56,11 +115,8 @@ class Expander:
             if got is not None:
                 return got
         if len(parts) == 1 and type(parts[0]) is Lit:  # the common case: plain text
-            f = Field(parts[0].text, self.src(parts[0].line), None, word.text, False, cond)
-            if word.start >= 0 and self.where:
-                f.span = (self.where[-1], word.start, word.end, self.stmt_line,
-                          self.branch[-1] if self.branch else None)
-            return [f]
+            return [Field(parts[0].text, self.at.src(parts[0].line), None, word.text, False,
+                          cond, self.at.span(word) if word.start >= 0 else None)]
         if len(parts) == 1:  # one expansion giving one known word: no splitting to do
             part = parts[0]
             items, is_list = self.part(part)
@@ -68,12 +124,9 @@ class Expander:
                 f = items[0]
                 v = f.value
                 if part.quoted or (v and not _BLANK.search(v)):
-                    self.consume(items)
-                    out = Field(v, f.src, None, f.text, False, cond or f.cond)
-                    if word.start >= 0 and self.where:
-                        out.span = (self.where[-1], word.start, word.end, self.stmt_line,
-                                    self.branch[-1] if self.branch else None)
-                    return [out]
+                    self.prov.consume(items)
+                    return [Field(v, f.src, None, f.text, False, cond or f.cond,
+                                  self.at.span(word))]
                 if not v:
                     return []
             return self.split(word, cond, [(part, items, is_list)])
@@ -114,111 +167,82 @@ class Expander:
                     # $X{a,b} is $Xa $Xb: the name goes on into the text after it
                     q = new.pop()
                     more = _NAME_CHARS.match(piece).group()
-                    new.append(Param(q.name + more, None, None, None, None, False, q.quoted,
-                                     q.text + more, q.line))
+                    new.append(Param(name=q.name + more, quoted=q.quoted,
+                                     text=q.text + more, line=q.line))
                     if piece[len(more):]:
-                        new.append(Lit(piece[len(more):], False, word.line))
+                        new.append(Lit(text=piece[len(more):], quoted=False, line=word.line))
                 else:
-                    new.append(Lit(piece, False, word.line))
+                    new.append(Lit(text=piece, quoted=False, line=word.line))
             if new:  # an empty alternative gives no word
-                out.extend(self.expand(syntax.Word(new, word.line, word.text), cond))
+                out.extend(self.expand(syntax.Word(parts=new, line=word.line, text=word.text),
+                                       cond))
         return out
 
     def split(self, word, cond: Unk | None, done) -> list[Field]:
         """The general case: parts joined, unquoted results split on blanks."""
-        fields: list[Field] = []
-        owns: list[bool] = []
-        cur: list[str] = []
-        st = {"has": False, "src": None, "unk": None, "text": None, "extra": True,
-              "cond": cond, "any": False, "own": False, "spans": []}
-
-        def add(f: Field, origin=OWN):
-            """`origin`: OWN for text of this word, else the span of a list item passed on."""
-            if origin is OWN:
-                st["own"] = True
-            else:
-                st["spans"].append(origin)
-            if st["src"] is None:
-                st["src"], st["text"] = f.src, f.text
-            if f.unk is not None and st["unk"] is None:
-                st["unk"] = f.unk
-            if not f.extra:
-                st["extra"] = False
-            if f.cond is not None and st["cond"] is None:
-                st["cond"] = f.cond
-            st["has"] = True
-            st["any"] = True
-
-        def flush():
-            if st["has"]:
-                unk = st["unk"]
-                spans = st["spans"]
-                fields.append(Field(None if unk else "".join(cur), st["src"], unk,
-                                    st["text"], unk is not None and st["extra"], st["cond"],
-                                    spans[0] if len(spans) == 1 and not st["own"] else None))
-                owns.append(st["own"] and not spans)
-            cur.clear()
-            st.update(has=False, src=None, unk=None, text=None, extra=True, cond=cond, own=False,
-                      spans=[])
-
+        acc = _Fields(cond)
         for part in word.parts:
-            t = type(part)
-            if t is Lit:
-                cur.append(part.text)
-                add(Field(part.text, self.src(part.line), text=word.text))
+            if type(part) is Lit:
+                acc.cur.append(part.text)
+                acc.add(Field(part.text, self.at.src(part.line), text=word.text))
                 continue
             if done is not None:  # already expanded by the caller
                 _, items, is_list = done[0]
             else:
                 items, is_list = self.part(part)
-            quoted = part.quoted
-            sep = self.ifs_sep() if quoted and not is_list and len(items) > 1 else " "
-            for n, f in enumerate(items):
-                if n:
-                    if is_list or not quoted:
-                        flush()
-                    elif sep is None:
-                        add(self.unknown(part, _IFS_JOIN))
-                    else:
-                        cur.append(sep)
-                if f.unk is not None:
-                    add(Field(None, f.src, f.unk, f.text, f.extra, f.cond))
-                    continue
-                if f.cond is not None and quoted and not is_list and len(items) > 1:
-                    # "${A[*]}" is one word whatever A holds: its text is what is unknown
-                    add(Field(None, f.src, Unk(part.text, f.cond.src, "it includes a value "
+            self.split_part(acc, part, items, is_list)
+        acc.flush()
+        if len(acc.fields) == 1 and acc.owns[0]:
+            acc.fields[0].span = self.at.span(word)
+        return acc.fields
+
+    def split_part(self, acc: _Fields, part, items: list[Field], is_list: bool):
+        """The fields of one expansion, added to the word being built: "$@" and unquoted
+        values split; "${A[*]}" joined by IFS."""
+        quoted = part.quoted
+        sep = self.ifs_sep() if quoted and not is_list and len(items) > 1 else " "
+        for n, f in enumerate(items):
+            if n:
+                if is_list or not quoted:
+                    acc.flush()
+                elif sep is None:
+                    acc.add(self.unknown(part, _IFS_JOIN))
+                else:
+                    acc.cur.append(sep)
+            if f.unk is not None:
+                acc.add(Field(None, f.src, f.unk, f.text, f.extra, f.cond))
+            elif f.cond is not None and quoted and not is_list and len(items) > 1:
+                # "${A[*]}" is one word whatever A holds: its text is what is unknown
+                acc.add(Field(None, f.src, Unk(part.text, f.cond.src, "it includes a value "
                                                f"added {f.cond.why}"), f.text))
-                    continue
-                v = f.value
-                if quoted:
-                    cur.append(v)
-                    add(f, f.span if is_list else OWN)
-                    if not is_list:
-                        self.consume((f,))
-                    continue
-                pieces = v.split()
-                if not pieces:
-                    if v and st["has"]:
-                        flush()
-                    continue
-                if v[0] in " \t\n":
-                    flush()
-                whole = f.span if is_list and len(pieces) == 1 and pieces[0] == v else None
-                if whole is None:
-                    self.consume((f,))
-                for k, piece in enumerate(pieces):
-                    if k:
-                        flush()
-                    cur.append(piece)
-                    add(Field(piece, f.src, None, f.text, False, f.cond),
-                        whole if is_list else OWN)
-                if v[-1] in " \t\n":
-                    flush()
-        flush()
-        if len(fields) == 1 and owns[0] and word.start >= 0 and self.where:
-            branch = self.branch[-1] if self.branch else None
-            fields[0].span = (self.where[-1], word.start, word.end, self.stmt_line, branch)
-        return fields
+            elif quoted:
+                acc.cur.append(f.value)
+                acc.add(f, f.span if is_list else OWN)
+                if not is_list:
+                    self.prov.consume((f,))
+            else:
+                self.split_value(acc, f, is_list)
+
+    def split_value(self, acc: _Fields, f: Field, is_list: bool):
+        """An unquoted known value: split on blanks."""
+        v = f.value
+        pieces = v.split()
+        if not pieces:
+            if v and acc.has:
+                acc.flush()
+            return
+        if v[0] in " \t\n":
+            acc.flush()
+        whole = f.span if is_list and len(pieces) == 1 and pieces[0] == v else None
+        if whole is None:
+            self.prov.consume((f,))
+        for k, piece in enumerate(pieces):
+            if k:
+                acc.flush()
+            acc.cur.append(piece)
+            acc.add(Field(piece, f.src, None, f.text, False, f.cond), whole if is_list else OWN)
+        if v[-1] in " \t\n":
+            acc.flush()
 
     def join(self, word) -> Field:
         """A word without splitting (assignment values, [[ ]], case): one field."""
@@ -229,7 +253,7 @@ class Expander:
                 out.append(part.text)
                 continue
             items, is_list = self.part(part)
-            self.consume(items)
+            self.prov.consume(items)
             sep = " " if is_list or len(items) < 2 else self.ifs_sep()  # "${A[*]}": IFS
             if sep is None:
                 unk = unk or self.unknown(part, _IFS_JOIN).unk
@@ -244,7 +268,7 @@ class Expander:
                 out.append(f.value)
         if unk is None and cnd is not None:
             unk = Unk(word.text, cnd.src, f"it includes a value added {cnd.why}")
-        return Field(None if unk else "".join(out), self.src(word.line), unk, word.text)
+        return Field(None if unk else "".join(out), self.at.src(word.line), unk, word.text)
 
     def ifs_sep(self) -> str | None:
         """What joins the words of "${A[*]}" / "$*": the first character of IFS (a blank
@@ -266,48 +290,29 @@ class Expander:
             return [self.substitute(part)], False
         if t is Arith:
             return [self.arith(part)], False
-        return [Field(part.text, self.src(part.line), text=part.text)], False
+        return [Field(part.text, self.at.src(part.line), text=part.text)], False
 
     def unknown(self, part, why: str, extra: bool = False) -> Field:
-        src = self.src(part.line)
+        src = self.at.src(part.line)
         return Field(None, src, Unk(part.text, src, why), part.text, extra)
 
     def lookup(self, name: str, index, part) -> tuple[list[Field] | None, bool]:
         """(fields, is_list) of a parameter, or (None, False) when it is unset."""
-        if name in ("@", "*"):
-            frame = self.sh.frames[-1]
-            if frame is None:
-                why = ("positional arguments passed when the script is run (none assumed; "
-                       "pass --env 1=VALUE ...)")
-                return [self.unknown(part, why, extra=True)], True
-            return frame, name == "@"
-        if name.isdigit():
-            if name == "0":
-                return [Field(self.main_abs, self.src(part.line), text=part.text)], False
-            frame = self.sh.frames[-1]
-            if frame is None:
-                why = f"positional argument ${name}: pass --env {name}=VALUE"
-                return [self.unknown(part, why)], False
-            k = int(name) - 1
-            self.read_position(k + 1)
-            return ([frame[k]], False) if k < len(frame) else (None, False)
-        if name == "#" and self.sh.frames[-1] is not None:
-            self.read_position(INT_LIMIT)
-            return [Field(str(len(self.sh.frames[-1])), self.src(part.line))], False
-        if name == "$" and self.pid_token:  # naming a file: the same in each use
-            return [Field("$$", self.src(part.line), text=part.text)], False
-        if name in "#?$!-":
-            return [self.unknown(part, f"${name} is only known when the script runs")], False
-        if name == "BASH_SOURCE" and (index is None or getattr(index, "text", "").strip() == "0"):
-            # the file being read, absolute, so the dirname idioms locate model files
-            return [Field(self.stack[-1][0], self.src(part.line), text=part.text)], False
+        if not (name[:1].isalpha() or name[:1] == "_") or name == "BASH_SOURCE":
+            got = self.special(name, index, part)
+            if got is not None:
+                return got
         var = self.sh.vars.get(name)
         if var is None:
-            return None, False
+            taint = self.sh.taint
+            if taint is None:
+                return None, False
+            why = f"{name} is not set here, but {taint.why}"
+            return [self.unknown(part, why, extra=index in ("@", "*"))], False
         if index is None:
             if var.array and not var.items:
                 return None, False
-            self.consume(var.items[:1])
+            self.prov.consume(var.items[:1])
             return var.items[:1], False
         if index in ("@", "*"):
             if var.keys is not None and len(var.items) > 1:
@@ -329,8 +334,40 @@ class Expander:
         items = var.items
         if k < 0:
             k += len(items)
-        self.consume(items[:k + 1] if k >= 0 else items)  # the words before it fix its place
+        self.prov.consume(items[:k + 1] if k >= 0 else items)  # the words before it fix its place
         return ([items[k]], False) if 0 <= k < len(items) else (None, False)
+
+    def special(self, name: str, index, part) -> tuple[list[Field] | None, bool] | None:
+        """Positional and special parameters (``$@ $1 $# $$ $0``, ``BASH_SOURCE``); None for
+        an ordinary variable."""
+        if name in ("@", "*"):
+            frame = self.sh.frames[-1]
+            if frame is None:
+                why = ("positional arguments passed when the script is run (none assumed; "
+                       "pass --env 1=VALUE ...)")
+                return [self.unknown(part, why, extra=True)], True
+            return frame, name == "@"
+        if name.isdigit():
+            if name == "0":
+                return [Field(self.at.main_abs, self.at.src(part.line), text=part.text)], False
+            frame = self.sh.frames[-1]
+            if frame is None:
+                why = f"positional argument ${name}: pass --env {name}=VALUE"
+                return [self.unknown(part, why)], False
+            k = int(name) - 1
+            self.prov.read_position(k + 1)
+            return ([frame[k]], False) if k < len(frame) else (None, False)
+        if name == "#" and self.sh.frames[-1] is not None:
+            self.prov.read_position(INT_LIMIT)
+            return [Field(str(len(self.sh.frames[-1])), self.at.src(part.line))], False
+        if name == "$":  # the same in each use (gen_$$.sh written, then sourced)
+            return [Field(PID, self.at.src(part.line), text=part.text)], False
+        if name in "#?$!-":
+            return [self.unknown(part, f"${name} is only known when the script runs")], False
+        if name == "BASH_SOURCE" and (index is None or getattr(index, "text", "").strip() == "0"):
+            # the file being read, absolute, so the dirname idioms locate model files
+            return [Field(self.at.file_abs, self.at.src(part.line), text=part.text)], False
+        return None
 
     def param(self, p: Param) -> tuple[list[Field], bool]:
         name, op = p.name, p.op
@@ -338,32 +375,47 @@ class Expander:
             return [self.unknown(p, "this form of ${...} is not modelled")], False
         items, is_list = self.lookup(name, p.index, p)
         if p.length:
-            if items is None:
-                return [Field("0", self.src(p.line), text=p.text)], False
-            if any(f.unk for f in items):
-                return [self.unknown(p, "length of a value only known at run time")], False
-            cond = next((f.cond for f in items if f.cond), None)
-            if cond is not None:  # words that may be absent: how many is not known
-                return [self.unknown(p, f"it counts a value added {cond.why}")], False
-            self.consume(items)
-            n = len(items) if (p.index in ("@", "*")) else len(items[0].value)
-            return [Field(str(n), self.src(p.line), text=p.text)], False
-        unknown = items is not None and any(f.unk for f in items)
+            return [self.length(p, items)], False
         if op is None:
-            if items is None and p.index in ("@", "*"):
-                # arrays are never inherited from the environment: unset is empty in bash,
-                # unless a sourced file that was not found may have set it
-                if not self.missing:
-                    return [], True
-                why = f"{name} is not set here; it may be set by {self.missing[-1]}, which " \
-                      "was not found"
-                return [self.unknown(p, why, extra=True)], False
-            if items is None:
-                why = f"{name} is not set and has no default: pass --env {name}=VALUE"
-                return [self.unknown(p, why)], False
-            return items, is_list
-        if unknown:
+            return self.plain(p, items, is_list)
+        if items is not None and any(f.unk for f in items):
             return [f for f in items if f.unk][:1], False
+        return self.operator(p, items, is_list)
+
+    def length(self, p: Param, items: list[Field] | None) -> Field:
+        """``${#X}``, ``${#A[@]}``."""
+        if items is None:
+            return Field("0", self.at.src(p.line), text=p.text)
+        if any(f.unk for f in items):
+            return self.unknown(p, "length of a value only known at run time")
+        cond = next((f.cond for f in items if f.cond), None)
+        if cond is not None:  # words that may be absent: how many is not known
+            return self.unknown(p, f"it counts a value added {cond.why}")
+        self.prov.consume(items)
+        n = len(items) if (p.index in ("@", "*")) else len(items[0].value)
+        return Field(str(n), self.at.src(p.line), text=p.text)
+
+    def plain(self, p: Param, items: list[Field] | None,
+              is_list: bool) -> tuple[list[Field], bool]:
+        """``$X``, ``${A[@]}`` with no operator."""
+        name = p.name
+        if items is None and p.index in ("@", "*"):
+            # arrays are never inherited from the environment: unset is empty in bash,
+            # unless a sourced file that was not found may have set it
+            if not self.found.missing:
+                return [], True
+            why = f"{name} is not set here; it may be set by {self.found.missing[-1]}, " \
+                  "which was not found"
+            return [self.unknown(p, why, extra=True)], False
+        if items is None:
+            why = f"{name} is not set and has no default: pass --env {name}=VALUE"
+            return [self.unknown(p, why)], False
+        return items, is_list
+
+    def operator(self, p: Param, items: list[Field] | None,
+                 is_list: bool) -> tuple[list[Field], bool]:
+        """``${X:-d}``, ``${X:=d}``, ``${X:?m}``, ``${X:+a}``, ``${X%p}``, ``${X/a/b}``..."""
+        name, op = p.name, p.op
         empty = items is None or (not is_list and items[0].value == "")
         if op in (":-", "-", ":=", "="):
             if items is None or (empty and op[0] == ":"):
@@ -380,18 +432,18 @@ class Expander:
             return items, is_list
         if op in (":+", "+"):
             if items is None or (empty and op == ":+"):
-                return [Field("", self.src(p.line), text=p.text)], False
+                return [Field("", self.at.src(p.line), text=p.text)], False
             got = self.join(p.arg)
             return [Field(got.value, got.src, got.unk, p.text)], False
         if items is None:
-            items, is_list = [Field("", self.src(p.line), text=p.text)], False
-        arg = self.join(p.arg) if p.arg is not None else Field("", self.src(p.line))
+            items, is_list = [Field("", self.at.src(p.line), text=p.text)], False
+        arg = self.join(p.arg) if p.arg is not None else Field("", self.at.src(p.line))
         if arg.unk:
             return [Field(None, arg.src, arg.unk, p.text)], False
         if op == ":" and (p.index in ("@", "*") or p.name in ("@", "*")):
             return self.slice(items, arg.value, p), is_list
         out = []
-        self.consume(items)
+        self.prov.consume(items)
         for f in items:
             try:
                 v = self.transform(f.value, op, arg.value, p)
@@ -414,10 +466,10 @@ class Expander:
             return [self.unknown(p, f"${{...}} offset: {e}", extra=True)]
         words = list(items)
         if p.name in ("@", "*"):  # $0 comes first
-            words = [Field(self.main_abs, self.src(p.line), text=p.text)] + words
+            words = [Field(self.at.main_abs, self.at.src(p.line), text=p.text)] + words
         a = max(0, len(words) + a) if a < 0 else a
         end = len(words) if b is None else (a + b if b >= 0 else len(words) + b)
-        self.consume(words)
+        self.prov.consume(words)
         return words[a:max(a, end)]
 
     def transform(self, v: str, op: str, arg: str, p: Param) -> str:
@@ -459,6 +511,8 @@ class Expander:
             f = items[0]
             if f.unk:
                 raise ArithError(f.unk.why)
+            if PID in f.value:
+                return arith(f.value, None)  # its ArithError says why
             try:
                 return int(f.value.strip() or "0")
             except ValueError:
@@ -478,12 +532,12 @@ class Expander:
                     part.text, field.src, f"{name} is assigned in {part.text}, which is not "
                     "followed"), part.text)], False)
             return field
-        return Field(str(v), self.src(part.line), text=part.text)
+        return Field(str(v), self.at.src(part.line), text=part.text)
 
     def topology_flags(self, path: str, cwd: str | None) -> tuple[str | None, str]:
         """``$(miles-topology flags FILE.yaml)``: the YAML's flags, read with the variables
         exported here (what that command sees); None and why when that is not known."""
-        sh = getattr(self, "sh", self)  # the shell state (apart from the reader, or in it)
+        sh = self.sh
         if not path.startswith("/"):
             if (cwd or sh.cwd) is None:
                 return None, "a relative topology path depends on where the script is run"
@@ -515,6 +569,9 @@ class Expander:
                 self.sh.vars["IFS"] = saved
 
     def _substitute(self, sub: Sub) -> Field:
+        probe = _gpu_probe(sub)
+        if probe is not None:
+            return self.gpus(sub, probe)
         if len(sub.body) == 1 and (type(sub.body[0]) is syntax.Pipe and not sub.body[0].neg or
                                    _filter(sub.body[0])):
             cmds = sub.body[0].cmds if type(sub.body[0]) is syntax.Pipe else sub.body
@@ -565,53 +622,85 @@ class Expander:
                                                        f"value added {f.cond.why}"), sub.text)
             if not args:  # the words expanded to nothing: no command runs
                 continue
-            vals = [f.value for f in args]
-            name, rest = vals[0], [v for v in vals[1:] if not v.startswith("-")]
-            if name == "cd" and len(rest) == 1:
-                target = rest[0]
-                if not target.startswith("/"):
-                    if cwd is None:
-                        return self.unknown(sub, "relative 'cd' depends on where the script is "
-                                                 "run from")
-                    target = os.path.join(cwd, target)
-                cwd = os.path.normpath(target)
-            elif name == "pwd" and cwd is not None:
-                out.append(cwd)
-            elif name == "dirname" and rest:
-                out.extend(dirname(v) for v in rest)
-            elif name == "basename" and rest:
-                out.append(os.path.basename(rest[0].rstrip("/")).removesuffix(
-                    rest[1] if len(rest) > 1 else "\0"))
-            elif name in ("realpath", "readlink") and len(rest) == 1 and (
-                    name == "realpath" or any(v in ("-f", "-e", "-m") for v in vals)):
-                p = rest[0]
-                if not p.startswith("/"):
-                    if cwd is None:
-                        return self.unknown(sub, f"'{name}' of a relative path depends on where "
-                                                 "the script is run from")
-                    p = os.path.join(cwd, p)
-                out.append(os.path.normpath(p))
-            elif name == "echo":
-                while vals[1:] and vals[1] in ("-n", "-e", "-E"):
-                    vals.pop(1)
-                out.append(" ".join(vals[1:]))
-            elif name == "printf" and len(vals) > 1 and vals[1] != "-v":
-                got = printf(vals[1], vals[2:])
-                if got is None:
-                    return self.unknown(sub, "printf with a format not modelled")
-                out.append(got)
-            elif name in ("true", ":"):
-                pass
-            elif tuple(vals[:2]) == COMMAND and len(vals) == 3:  # our own, see yamlflags.py
-                got, why = self.topology_flags(vals[2], cwd)
-                if got is None:  # visible: the eval of it would otherwise drop it quietly
-                    self.unresolved.append(Unresolved(None, sub.text, self.src(sub.line), why))
-                    return self.unknown(sub, why)
-                out.append(got)
-            else:
-                return self.unknown(sub, f"command substitution runs '{name}' when the script "
-                                         "runs")
-        return Field("\n".join(out).rstrip("\n"), self.src(sub.line), text=sub.text)
+            got = self.idiom(sub, [f.value for f in args], cwd, out)
+            if type(got) is Field:
+                return got
+            cwd = got
+        return Field("\n".join(out).rstrip("\n"), self.at.src(sub.line), text=sub.text)
+
+    def idiom(self, sub: Sub, vals: list[str], cwd: str | None, out: list[str]):
+        """One command of a substitution that locates files or prints: its output goes to
+        `out`; the directory after it (``cd``) is returned, or an unknown Field."""
+        name, rest = vals[0], [v for v in vals[1:] if not v.startswith("-")]
+        if name == "cd" and len(rest) == 1:
+            target = rest[0]
+            if not target.startswith("/"):
+                if cwd is None:
+                    return self.unknown(sub, "relative 'cd' depends on where the script is "
+                                             "run from")
+                target = os.path.join(cwd, target)
+            cwd = os.path.normpath(target)
+        elif name == "pwd" and cwd is not None:
+            out.append(cwd)
+        elif name == "dirname" and rest:
+            out.extend(dirname(v) for v in rest)
+        elif name == "basename" and rest:
+            out.append(os.path.basename(rest[0].rstrip("/")).removesuffix(
+                rest[1] if len(rest) > 1 else "\0"))
+        elif name in ("realpath", "readlink") and len(rest) == 1 and (
+                name == "realpath" or any(v in ("-f", "-e", "-m") for v in vals)):
+            p = rest[0]
+            if not p.startswith("/"):
+                if cwd is None:
+                    return self.unknown(sub, f"'{name}' of a relative path depends on where "
+                                             "the script is run from")
+                p = os.path.join(cwd, p)
+            out.append(os.path.normpath(p))
+        elif name == "echo":
+            while vals[1:] and vals[1] in ("-n", "-e", "-E"):
+                vals.pop(1)
+            out.append(" ".join(vals[1:]))
+        elif name == "printf" and len(vals) > 1 and vals[1] != "-v":
+            got = printf(vals[1], vals[2:])
+            if got is None:
+                return self.unknown(sub, "printf with a format not modelled")
+            out.append(got)
+        elif name in ("true", ":"):
+            pass
+        elif tuple(vals[:2]) == COMMAND and len(vals) == 3:  # our own, see yamlflags.py
+            got, why = self.topology_flags(vals[2], cwd)
+            if got is None:  # visible: the eval of it would otherwise drop it quietly
+                self.found.unknown(sub.text, self.at.src(sub.line), why)
+                return self.unknown(sub, why)
+            out.append(got)
+        else:
+            return self.unknown(sub, f"command substitution runs '{name}' when the script "
+                                     "runs")
+        return cwd
+
+    def gpus(self, sub: Sub, cmds: list) -> Field:
+        """``$(nvidia-smi -L | wc -l)``, ``$(nvidia-smi --query-gpu=name ...)``: answered
+        from the modelled cluster (the one Python launchers' probes get), else unknown."""
+        argvs = []
+        for c in cmds:
+            args = [f for w in c.words for f in self.expand(w)]
+            bad = next((f for f in args if f.unk or f.cond), None)
+            if bad is not None:
+                unk = bad.unk or Unk(sub.text, bad.cond.src, f"it includes a value added "
+                                     f"{bad.cond.why}")
+                return Field(None, unk.src, unk, sub.text)
+            argvs.append([f.value for f in args])
+        name = os.path.basename(argvs[0][0])
+        if self.cluster is None:
+            return self.unknown(sub, f"'{name}' asks the machine the script runs on; pass "
+                                     "--gpus-per-node N (and --nodes, --gpu) to answer it from "
+                                     "the modelled cluster")
+        ran, _ = self.cluster.answer(None, " | ".join(shlex.join(a) for a in argvs))
+        if ran is None:
+            return self.unknown(sub, f"this use of '{name}' is not modelled; what it prints "
+                                     "is only known when the script runs")
+        self.filter_status = ran.status
+        return Field(ran.stdout.rstrip("\n"), self.at.src(sub.line), text=sub.text)
 
     def filtered(self, cmds: list, at) -> Field:
         """What a pipeline of text filters prints over known text (textfilters.py: echo,
@@ -632,7 +721,7 @@ class Expander:
                 return Field(None, unk.src, unk, at.text)
             argv = [f.value for f in args]
             if k == 0 and c.stdin is not None:
-                got = builtins.stdin(self, c, argv[0] if argv else "")
+                got = self.stdin(c, argv[0] if argv else "")
                 if got.unk:
                     return Field(None, got.src, got.unk, at.text)
                 text = got.value
@@ -649,32 +738,50 @@ class Expander:
             return self.unknown(at, f"'{names}' is not a text filter modelled here; its "
                                     "output is only known when the script runs")
         self.filter_status = ran.status
-        return Field(ran.stdout, self.src(at.line), text=at.text)
+        return Field(ran.stdout, self.at.src(at.line), text=at.text)
+
+    def stdin(self, n: syntax.Simple, what: str) -> Field:
+        """The text a command reads: a here-string's word (plus a newline), the output of
+        ``< <(...)`` when it is known, a here-document's text, else unknown."""
+        src = self.at.src(n.line)
+        got = n.stdin
+        if type(got) is syntax.Word:
+            f = self.join(got)
+            return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
+        if type(got) is syntax.Sub:
+            f = self.substitute(got)
+            return f if f.unk else Field(f.value + "\n", f.src, text=got.text)
+        if type(got) is syntax.Heredoc:  # quoted delimiter: as written; else expanded first
+            f = self.join(got.word) if got.word is not None else Field(got.text, src,
+                                                                        text=got.text)
+            return f if f.unk or f.cond else Field(f.value, src, text=what)
+        why = "standard input, only known when the script runs" if got is None else \
+            "a file, only known when the script runs"
+        return Field(None, src, Unk(what, src, f"{what} reads {why}"), what)
 
     def path_of(self, word) -> str | None:
-        """A file name as a word gives it, ``$$`` (the shell's pid, the same all through
-        the script) kept as written; None when it is not known."""
-        self.pid_token = True
-        try:
-            got = self.join(word)
-        finally:
-            self.pid_token = False
+        """A file name as a word gives it (``$$``, the shell's pid, the same all through
+        the script); None when it is not known."""
+        got = self.join(word)
         return None if got.unk or got.cond else got.value
 
     def helper(self, node, sub: Sub) -> Field:
         """``$(python3 .../model_args_utils.py NAME)``, ``$(python3 -c ...)``: a Python
         program run in the launcher sandbox (pylaunch.run_program), with the variables this
-        shell exports; what it prints is known text. One that fails leaves the value
-        unknown with its error."""
+        shell exports and its own ``NAME=VALUE`` prefix (miles' geo3k example passes
+        ``MODEL_ARGS_ROTARY_BASE=5000000``); what it prints is known text. One that fails
+        leaves the value unknown with its error."""
         args = [f for w in node.words for f in self.expand(w)]
-        bad = next((f for f in args if f.unk or f.cond), None)
+        given = [(a.name, self.join(a.value)) for a in node.prefix if a.array is None and
+                 a.index is None and a.value is not None]
+        bad = next((f for f in args + [g for _, g in given] if f.unk or f.cond), None)
         if bad is not None:
             unk = bad.unk or Unk(sub.text, bad.cond.src, f"it includes a value added "
                                  f"{bad.cond.why}")
             return Field(None, unk.src, unk, sub.text)
         argv = [f.value for f in args[1:]]
-        env = self.exports()
-        cwd = self.sh.cwd or os.path.dirname(self.main_abs)
+        env = self.exports() | {name: f.value for name, f in given}
+        cwd = self.sh.cwd or os.path.dirname(self.at.main_abs)
         probe = _probe(argv, cwd)
         if probe:  # run here it would answer for this machine, not the cluster's
             return self.unknown(sub, f"the helper probes the machine it runs on ('{probe}'); "
@@ -694,7 +801,7 @@ class Expander:
         if len(got.stdout) > MAX_VALUE:
             return self.unknown(sub, f"the helper '{shown}' printed more than "
                                      f"{MAX_VALUE >> 20} MB")
-        return Field(got.stdout.rstrip("\n"), self.src(sub.line), text=sub.text)
+        return Field(got.stdout.rstrip("\n"), self.at.src(sub.line), text=sub.text)
 
     def exports(self) -> dict[str, str]:
         """The known variables a child process gets (export, declare -x, set -a, --env)."""
@@ -742,10 +849,24 @@ def _probe(argv: list[str], cwd: str) -> str | None:
     return m.group() if m else None
 
 
+def _gpu_probe(sub: Sub) -> list | None:
+    """The commands of ``$(nvidia-smi ... [| filters])`` / ``$(rocm-smi ...)``, else None."""
+    if sub.body is None or len(sub.body) != 1:
+        return None
+    node = sub.body[0]
+    cmds = node.cmds if type(node) is syntax.Pipe and not node.neg else [node]
+    if not all(type(c) is syntax.Simple and c.words and not c.assigns and c.stdin is None
+               for c in cmds):
+        return None
+    head = cmds[0].words[0].literal() or ""
+    return cmds if os.path.basename(head) in ("nvidia-smi", "rocm-smi") else None
+
+
 def _python(node) -> bool:
     """``python3 ...`` / ``python ...`` alone in a command substitution."""
-    if type(node) is not syntax.Simple or node.assigns or node.prefix or not node.words or \
-            node.stdin is not None:
+    if type(node) is not syntax.Simple or node.assigns or not node.words or \
+            node.stdin is not None or any(a.array is not None or a.index is not None
+                                          for a in node.prefix):
         return False
     head = node.words[0].literal() or ""
     return os.path.basename(head) in ("python3", "python") and len(node.words) > 1

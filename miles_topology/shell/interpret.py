@@ -10,52 +10,45 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import Location, Problem
+from ..errors import Location
 from ..textfilters import FILTERS
 from . import launch as launches
 from . import syntax
-from .builtins import BUILTINS, getopts_next
-from .expand import Expander
+from .budget import (
+    MAX_EXPANDED,
+    MAX_FILE,
+    MAX_READ_LOOP_STEPS,
+    MAX_STEPS,
+    Budget,
+    too_many,
+)
+from .builtins import Builtins
+from .cursor import Cursor
+from .expand import Words
+from .findings import Findings
 from .provenance import Provenance
-from .records import ScriptReadError, Unresolved, note
+from .records import ScriptReadError
 from .state import Shell
 from .values import (
     MAX_CALL_DEPTH,
     MAX_ITEMS,
     MAX_SOURCE_DEPTH,
     MAX_VALUE,
+    PID,
     ArithError,
     Field,
     Unk,
     Var,
     arith,
     arith_targets,
+    shown,
 )
 
-MAX_STEPS = 300_000  # commands run in all (function calls can fan out)
-MAX_WORDS = 50_000  # words of text parsed in one read (real launch scripts: a few thousand)
-MAX_HELD = 48 << 20  # characters (and 64 per word) the variables may hold in all
-MAX_RECORDS = 1000  # notes and unknowns kept
-MAX_KEPT = 8  # launches whose words are kept (the last one found is the one read)
-MAX_EXPANDED = 2_000_000  # words of the commands run, in all
-_WORD = re.compile(rb"\S+")
-MAX_FILE = 50 << 20  # bytes; bigger files are refused before they are read
-MAX_LOOP_STEPS = 10_000  # iterations stepped through in one outermost loop, nested ones too
-MAX_LOOP_COMMANDS = 100_000  # commands run while stepping through one outermost loop
-MAX_READ_LOOP_STEPS = 100_000  # iterations stepped through in one read, all loops together
 _STEP, _UNSTEPPED, _BARRIER = "step", "unstepped", None  # frames of `Reader.loops`
-
-
-class _Capped(list):
-    """A list that keeps its first MAX_RECORDS entries (a script that makes a million
-    unknowns reports the first thousand, in bounded memory)."""
-
-    def append(self, item):
-        if len(self) < MAX_RECORDS:
-            super().append(item)
 
 
 class _Jump(Exception):
@@ -76,72 +69,49 @@ class _Unsteppable(Exception):
         self.why, self.whole = why, whole
 
 
-class Reader(Expander, Provenance):
-    """One read of one script: the shell state, the launches found, and what stayed unknown."""
+class Reader:
+    """One read of one script (Oils' cmd_eval): runs commands over the shell state, with word
+    expansion (`w`), the built-ins, the position (`at`), the findings, provenance and the
+    budget as collaborators."""
 
     def __init__(self, path: Path, env: Mapping[str, str],
                  positional: Sequence[str] | None = None):
-        self.main_abs = os.path.abspath(path)
-        self.main_disp = str(path)
         self.env = {str(k): str(v) for k, v in env.items()}
+        self.sh = Shell(_arguments(self.env, positional), {k for k in self.env
+                                                          if not k.isdigit()})
         env_src = Location("<env>", 0)
-        args = []
-        while str(len(args) + 1) in self.env:
-            v = self.env[str(len(args) + 1)]
-            args.append(Field(v, env_src, text=f"--env {len(args) + 1}={v}"))
-        if positional is not None:
-            args = [Field(v, Location("<args>", 0), text=v) for v in positional]
-        self.sh = Shell(args if args or positional is not None else None,
-                        {k for k in self.env if not k.isdigit()})
         for k, v in self.env.items():
             if not k.isdigit():
                 self.sh.vars[k] = Var([Field(v, env_src, text=f"--env {k}={v}")], False)
+        self.at = Cursor(os.path.abspath(path), str(path))
+        self.found = Findings()
+        self.budget = Budget()
+        self.prov = Provenance(self.sh, self.at, self.found)
+        self.w = Words(self.sh, self.at, self.found, self.prov)
+        self.builtins = Builtins(self, self.w, self.prov)
         self.cache: dict[str, list] = {}
-        self.stack: list[tuple[str, str]] = []  # (abs, display) of the files being run
-        self.launches: list[launches.Launch] = []
-        self.notes: list[Problem] = _Capped()
-        self.unresolved: list[Unresolved] = _Capped()
-        self.calls = 0
-        self.steps = 0
-        self.words = 0  # words parsed (count_words)
-        self.expanded = 0  # words of the commands run
-        self.held = 0  # what the variables hold (hold)
-        self.sources: dict[tuple[str, int], Location] = {}
-        self.missing: list[str] = []  # sourced files that were not found
-        self.why_unknown = ""
-        self.helpers: dict[tuple, object] = {}  # Python helpers run, by argv, env and cwd
-        self.filter_status = 0  # exit status of the last text pipeline evaluated
-        self.pid_token = False  # $$ reads as itself (while naming a file the script writes)
-        # for rewriting: the text of each file, where each word came from
         self.text: str | None = None  # the main script's text, when given instead of its file
-        self.newlines: dict[str, list[int]] = {}
-        self.where: list[str] = []  # absolute file of the code being run (function bodies too)
-        self.stmt_line = 0
-        self.branch: list[Location] = []
-        self.uses: dict[tuple, set[Location]] = {}
+        self.why_unknown = ""
         # loops around the command being run, innermost last: _STEP (stepped through),
         # _UNSTEPPED (run once for an unknown count), _BARRIER (a function, subshell or
         # file that `break` does not reach out of)
         self.loops: list[str | None] = []
-        self.loop_steps = 0  # iterations stepped in the current outermost stepped loop
-        self.loop_start = 0  # `steps` when the current outermost stepped loop began
-        self.read_loop_steps = 0  # iterations stepped in this read (undone ones too)
         self.overlay: dict[str, int] | None = None  # assignments of a test's (( )) so far
-
-    def disp(self, abs_path: str) -> str:
-        if abs_path == self.main_abs:
-            return self.main_disp
-        try:
-            rel = os.path.relpath(abs_path, os.path.dirname(self.main_abs))
-        except ValueError:
-            return abs_path
-        return os.path.normpath(os.path.join(os.path.dirname(self.main_disp), rel))
 
     def parse_file(self, abs_path: str, disp: str) -> list:
         if abs_path in self.cache:
             return self.cache[abs_path]
+        data = self.file_bytes(abs_path, disp)
+        self.budget.take_words(data, disp)
+        text = data.decode("utf-8", "surrogateescape")
+        self.at.newlines[abs_path] = [m.start() for m in re.finditer("\n", text)]
+        body = self.parse(data, disp, counted=True)
+        self.cache[abs_path] = body
+        return body
+
+    def file_bytes(self, abs_path: str, disp: str) -> bytes:
         try:
-            if abs_path != self.main_abs or self.text is None:
+            if abs_path != self.at.main_abs or self.text is None:
                 size = os.stat(abs_path).st_size
                 if size > MAX_FILE:
                     raise ScriptReadError(
@@ -160,67 +130,118 @@ class Reader(Expander, Provenance):
         if b"\0" in data:
             raise ScriptReadError(f"{disp}:1: not a text file (it contains NUL bytes). "
                                   "Fix: pass the bash launch script.")
-        self.count_words(data, disp)
-        text = data.decode("utf-8", "surrogateescape")
-        self.newlines[abs_path] = [m.start() for m in re.finditer("\n", text)]
-        body = self.parse(data, disp, counted=True)
-        self.cache[abs_path] = body
-        return body
-
-    def count_words(self, data: bytes, disp: str):
-        """All the text a read parses (files, sourced files, eval strings, written files)
-        holds at most MAX_WORDS words: memory and time stay bounded on any input."""
-        left = MAX_WORDS - self.words
-        if len(data) <= 1 << 20:
-            n = len(data.split())  # at C speed
-        else:  # counted without a list of them
-            n = 0
-            for _ in _WORD.finditer(data):
-                n += 1
-                if n > left:
-                    break
-        if n > left:
-            raise ScriptReadError(
-                f"{disp}:0: the script (with the files it sources and the text it runs) "
-                f"has more than {MAX_WORDS} words, more than a launch script is read "
-                "for. Fix: pass the bash launch script itself, or cut it down.")
-        self.words += n
+        return data
 
     def parse(self, data: bytes, disp: str, located: bool = True, line: int = 1,
               counted: bool = False) -> list:
         if not counted:
-            self.count_words(data, disp)
+            self.budget.take_words(data, disp)
         try:
             body, notes = syntax.parse(data, located, line)
         except syntax.ShellSyntaxError as e:
             raise ScriptReadError(f"{disp}:{e.line}: {e.message}. Fix: {e.fix}.") from None
         for code, at, message, fix in notes:
-            self.notes.append(note(code, message, fix, Location(disp, at)))
+            self.found.note(code, message, fix, Location(disp, at))
         return body
 
-    def run_file(self, abs_path: str, cond: Unk | None):
-        disp = self.disp(abs_path)
-        body = self.parse_file(abs_path, disp)
-        self.stack.append((abs_path, disp))
-        self.where.append(abs_path)
+    # -- entering a file: the main script, a sourced file, a file the script wrote
+
+    @contextmanager
+    def entering(self, key: str, disp: str, code_file: str, at: Location | None = None,
+                 shown: str = "") -> Iterator[bool]:
+        """Push a file while its commands run (its name for sources, its own file for spans,
+        a barrier for `break`). A source (`at` given) of a file being read already, or
+        nested too deep, is noted and gives False: the nested read is skipped."""
+        stack = self.at.stack
+        if at is not None and (len(stack) >= MAX_SOURCE_DEPTH or any(key == s for s, _ in stack)):
+            self.found.note("source-cycle", f"'{shown}' is sourced again while it is being "
+                            "read; the nested read is skipped", "source each model file once", at)
+            yield False
+            return
+        stack.append((key, disp))
+        self.at.where.append(code_file)
         self.loops.append(_BARRIER)
+        try:
+            yield True
+        finally:
+            stack.pop()
+            self.at.where.pop()
+            self.loops.pop()
+
+    def run_main(self):
+        abs_path = self.at.main_abs
+        body = self.parse_file(abs_path, self.at.disp(abs_path))
+        with self.entering(abs_path, self.at.disp(abs_path), abs_path):
+            self.run(body, None)
+
+    def source_file(self, path: str, n: syntax.Simple, cond: Unk | None, shown: str):
+        """``source FILE`` of a file found on disk."""
+        with self.entering(path, self.at.disp(path), path, self.at.src(n.line), shown) as ok:
+            if ok:
+                self.run(self.parse_file(path, self.at.disp(path)), cond)
+
+    def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
+                  cond: Unk | None, shown: str):
+        """``bash FILE ARGS``: another shell runs the file with ARGS as $1...; it sees only
+        the exported variables, and nothing it sets comes back here."""
+        if self.budget.deep:
+            return
+        sh = self.sh
+        saved = sh.snapshot()
+        given = set(sh.vars) if sh.allexport else sh.exported | sh.inherited
+        sh.vars = {k: v for k, v in sh.vars.items() if k in given and not v.array}
+        sh.funcs, sh.func_file, sh.frames, sh.positions, sh.scopes = {}, {}, [args], [], []
+        self.budget.calls += 1
+        try:
+            self.source_file(path, n, cond, shown)
+        finally:
+            self.budget.calls -= 1
+            sh.restore(saved)
+
+    def run_written(self, key: str, n: syntax.Simple, cond: Unk | None):
+        """``source F`` of a file the script wrote: its text is read as a sourced file's
+        (its words are not the file's own text on disk, so they carry no span)."""
+        text = self.sh.written[key]
+        where = self.at.src(n.line)
+        if text is None:
+            why = f"sourced file '{shown(key)}' is written by the script with text only " \
+                  "known when it runs"
+            self.found.unknown(n.words[1].text, where, f"{why}; the flags it defines are "
+                               "unknown")
+            return self.taint(f"{n.words[0].text} {n.words[1].text}", where, why)
+        disp = shown(key)
+        with self.entering(key, disp, self.at.where[-1], where, disp) as ok:
+            if not ok:
+                return
+            try:
+                body = self.parse(text.encode("utf-8", "surrogateescape"), disp, False)
+            except ScriptReadError as e:
+                raise ScriptReadError(f"{where}: the file it sources, which the script "
+                                      f"writes, is not valid bash: {e}") from None
+            self.run(body, cond)
+
+    def taint(self, what: str, at: Location, why: str):
+        """A source or eval not read may set any variable: each is unknown from here on
+        until it is assigned again (a value given with --env stands)."""
+        why = f"it may be set by '{what}' at {at}, which is not read ({why})"
+        for name, var in list(self.sh.vars.items()):
+            unk = Unk(what, at, f"{name}: {why}")
+            if var.array:
+                self.sh.vars[name] = Var([Field(None, at, unk, what, True)], True)
+            else:
+                self.set(name, None, unk, at, None, what, what)  # --env NAME stands
+        self.sh.taint = Unk(what, at, why)
+
+    def run_text(self, text: str, line: int, cond: Unk | None, name: str, n: syntax.Simple):
+        """``eval TEXT``: parsed and run here, as deep as calls are followed."""
+        body = self.parse(text.encode("utf-8", "surrogateescape"), self.at.file, False, line)
+        if self.budget.deep:  # not followed: what it may set is unknown from here on
+            return self.too_deep(name, n, body)
+        self.budget.calls += 1
         try:
             self.run(body, cond)
         finally:
-            self.stack.pop()
-            self.where.pop()
-            self.loops.pop()
-
-    @property
-    def file(self) -> str:
-        return self.stack[-1][1]
-
-    def src(self, line: int) -> Location:
-        key = (self.stack[-1][1], line)
-        got = self.sources.get(key)
-        if got is None:
-            got = self.sources[key] = Location(*key)
-        return got
+            self.budget.calls -= 1
 
     def run(self, nodes: list, cond: Unk | None):
         for node in nodes:
@@ -234,26 +255,26 @@ class Reader(Expander, Provenance):
             status = self.status([n.items[0][1]], cond)
             reason = self.why_unknown
             self.node(n.items[0][1], cond)
-            self.branch.append(self.src(_line(n)))
+            self.at.branch.append(self.at.src(_line(n)))
             try:
                 self.and_or(n, status, reason, cond)
             finally:
-                self.branch.pop()
+                self.at.branch.pop()
         elif t is syntax.Pipe:
             for c in n.cmds:
                 self.node(c, cond)
         elif t in (syntax.If, syntax.Case, syntax.Loop):
-            self.branch.append(self.src(n.line))
+            self.at.branch.append(self.at.src(n.line))
             try:
                 self.compound(n, cond)
             finally:
-                self.branch.pop()
+                self.at.branch.pop()
         elif t is syntax.Func:
             self.sh.funcs[n.name] = [n.body]
-            self.sh.func_file[n.name] = self.where[-1]
+            self.sh.func_file[n.name] = self.at.where[-1]
         elif t is syntax.Group:
             if n.subshell:
-                saved = self.copy_vars()
+                saved = self.sh.copy_vars()
                 self.loops.append(_BARRIER)
                 try:
                     self.run(n.body, cond)
@@ -269,9 +290,9 @@ class Reader(Expander, Provenance):
         for op, cmd in n.items[1:]:
             if status is None:
                 line = _line(n)
-                why = f"only if the command before '{op}' at {self.src(line)} " + (
+                why = f"only if the command before '{op}' at {self.at.src(line)} " + (
                     "succeeds" if op == "&&" else "fails") + reason
-                self.node(cmd, cond or Unk(op, self.src(line), why))
+                self.node(cmd, cond or Unk(op, self.at.src(line), why))
                 status = None
             elif status == (op == "&&"):
                 status = self.status([cmd], cond)
@@ -290,14 +311,14 @@ class Reader(Expander, Provenance):
                 reason = self.step(n)
                 if reason is None:
                     return
-            why = f"inside a '{n.kind}' loop at {self.src(n.line)}, run a number of times known "\
-                  "only at run time" + reason
-            inner = cond or Unk(n.kind, self.src(n.line), why)
+            why = f"inside a '{n.kind}' loop at {self.at.src(n.line)}, run a number of times " \
+                  "known only at run time" + reason
+            inner = cond or Unk(n.kind, self.at.src(n.line), why)
             if n.var:
                 self.sh.vars[n.var] = Var([Field(None, inner.src, Unk(f"${n.var}", inner.src,
                                                                    f"loop variable {n.var}"))],
                                        False)
-            src = self.src(n.line)
+            src = self.at.src(n.line)
             for part in n.header or ():
                 for name in arith_targets(part.text) if part is not None else ():
                     self.set(name, None, Unk(part.text, src, f"{name} is set by the header of "
@@ -315,11 +336,11 @@ class Reader(Expander, Provenance):
         """Run a ``for`` loop whose words (or ``((...))`` header) are known, each iteration
         with its real branches. None when done; else why not (its effects are undone)."""
         outer = _STEP not in self.loops
-        if self.read_loop_steps >= MAX_READ_LOOP_STEPS:
+        if self.budget.read_loop_steps >= MAX_READ_LOOP_STEPS:
             return f" (this read has stepped through {MAX_READ_LOOP_STEPS} loop iterations " \
                    "already; no more are followed)"
         if outer:
-            self.loop_steps, self.loop_start = 0, self.steps
+            self.budget.loop_begins()
         saved = self.snapshot()
         self.loops.append(_STEP)
         try:
@@ -339,10 +360,10 @@ class Reader(Expander, Provenance):
             self.loops.pop()
 
     def step_words(self, n: syntax.Loop):
-        src = self.src(n.line)
+        src = self.at.src(n.line)
         fields: list[Field] = []
         for w in n.words:
-            fields.extend(self.expand(w))
+            fields.extend(self.w.expand(w))
             bad = next((f.unk or f.cond for f in fields if f.unk or f.cond), None)
             if bad is not None:
                 raise _Unsteppable(f"its word {w.text} is not known: {bad.why}")
@@ -391,26 +412,18 @@ class Reader(Expander, Provenance):
         return None
 
     def tick(self, n: syntax.Loop):
-        self.loop_steps += 1
-        self.read_loop_steps += 1
-        if self.loop_steps > MAX_LOOP_STEPS:
-            raise _Unsteppable(f"it runs more than {MAX_LOOP_STEPS} times, more than is "
-                               "followed", whole=True)
-        if self.steps - self.loop_start > MAX_LOOP_COMMANDS:
-            raise _Unsteppable(f"it runs more than {MAX_LOOP_COMMANDS} commands, more than is "
-                               "followed", whole=True)
-        if self.read_loop_steps > MAX_READ_LOOP_STEPS:
-            raise _Unsteppable(f"this read has stepped through {MAX_READ_LOOP_STEPS} loop "
-                               "iterations already; no more are followed", whole=True)
+        why = self.budget.loop_over()
+        if why is not None:
+            raise _Unsteppable(why, whole=True)
 
     def arith_step(self, word: syntax.Word, n: syntax.Loop) -> int:
         """A part of a ``for ((...))`` header, evaluated with its assignments."""
-        got = self.join(word)
+        got = self.w.join(word)
         if got.unk:
             raise _Unsteppable(f"((... {word.text} ...)) is not known: {got.unk.why}")
-        src = self.src(n.line)
+        src = self.at.src(n.line)
         try:
-            return arith(got.value, self.arith_lookup(word), lambda name, v: self.arith_set(
+            return arith(got.value, self.w.arith_lookup(word), lambda name, v: self.arith_set(
                 name, v, src, None, word.text))
         except ArithError as e:
             raise _Unsteppable(f"((... {word.text} ...)): {e}") from None
@@ -421,16 +434,16 @@ class Reader(Expander, Provenance):
 
     def arith_cmd(self, n: syntax.ArithCmd, cond: Unk | None):
         """``(( expr ))`` run as a command: its assignments take effect."""
-        self.stmt_line = n.line
-        self.steps += 1
+        self.at.stmt_line = n.line
+        self.budget.steps += 1
         if not arith_targets(n.expr.text):  # nothing to assign: its status is all it gives
             return
-        src = self.src(n.line)
-        got = self.join(n.expr)
+        src = self.at.src(n.line)
+        got = self.w.join(n.expr)
         why = got.unk.why if got.unk else ""
         if not got.unk:
             try:
-                arith(got.value, self.arith_lookup(n),
+                arith(got.value, self.w.arith_lookup(n),
                       lambda name, v: self.arith_set(name, v, src, cond, n.text))
                 return
             except ArithError as e:
@@ -448,7 +461,7 @@ class Reader(Expander, Provenance):
             return  # no loop is stepped through: each is already read as run at run time
         arg = fields[1].value if len(fields) > 1 else "1"
         count = int(arg) if arg is not None and arg.isdigit() and int(arg) > 0 else None
-        where = f"'{kind}' at {self.src(n.line)}"
+        where = f"'{kind}' at {self.at.src(n.line)}"
         targets = []
         for k in range(len(self.loops) - 1, -1, -1):
             frame = self.loops[k]
@@ -472,17 +485,12 @@ class Reader(Expander, Provenance):
 
     def snapshot(self) -> tuple:
         """The state a loop may change, to undo a loop that cannot be stepped through."""
-        return (self.sh.snapshot(), len(self.launches), len(self.notes), len(self.unresolved),
-                len(self.missing), {k: set(v) for k, v in self.uses.items()})
-
-    def copy_vars(self):
-        return self.sh.copy_vars()
+        return self.sh.snapshot(), self.found.mark()
 
     def restore(self, saved: tuple):
-        shell, launches, notes, unresolved, missing, self.uses = saved
+        shell, found = saved
         self.sh.restore(shell)
-        del self.launches[launches:], self.notes[notes:], self.unresolved[unresolved:]
-        del self.missing[missing:]
+        self.found.undo(found)
 
     def if_(self, n: syntax.If, cond: Unk | None):
         inner = cond
@@ -495,27 +503,27 @@ class Reader(Expander, Provenance):
                 return
             if status is None:
                 line = test[0].line if test and hasattr(test[0], "line") else n.line
-                why = f"inside the 'if' at {self.src(line)}, whose condition is decided at " \
+                why = f"inside the 'if' at {self.at.src(line)}, whose condition is decided at " \
                       "run time" + reason
-                inner = inner or Unk("if", self.src(line), why)
+                inner = inner or Unk("if", self.at.src(line), why)
                 self.run(body, inner)
         if n.orelse is not None:
             self.run(n.orelse, inner)
 
     def case(self, n: syntax.Case, cond: Unk | None):
-        word = self.join(n.word)
+        word = self.w.join(n.word)
         inner = cond
         if word.unk:
-            why = f"inside a 'case {n.word.text}' at {self.src(n.line)} whose value is only " \
+            why = f"inside a 'case {n.word.text}' at {self.at.src(n.line)} whose value is only " \
                   "known at run time"
-            inner = cond or Unk("case", self.src(n.line), why)
+            inner = cond or Unk("case", self.at.src(n.line), why)
         for pats, body in n.arms:
             if inner is not cond or word.unk:
                 self.run(body, inner)
                 continue
             matched = None
             for p in pats:
-                pv = self.join(p)
+                pv = self.w.join(p)
                 if pv.unk:
                     matched = None
                     break
@@ -527,9 +535,9 @@ class Reader(Expander, Provenance):
                 self.run(body, inner)
                 return
             if matched is None:
-                why = f"inside a 'case' arm at {self.src(n.line)} whose pattern is only known " \
+                why = f"inside a 'case' arm at {self.at.src(n.line)} whose pattern is only known " \
                       "at run time"
-                inner = inner or Unk("case", self.src(n.line), why)
+                inner = inner or Unk("case", self.at.src(n.line), why)
                 self.run(body, inner)
 
     def status(self, nodes: list, cond: Unk | None) -> bool | None:
@@ -556,8 +564,8 @@ class Reader(Expander, Provenance):
             if len(node.cmds) > 1 and all(type(c) is syntax.Simple and c.words and
                                           c.words[0].literal() in FILTERS for c in node.cmds):
                 # `echo "$M" | grep -q moe` over known text: the status of the last filter
-                out = self.filtered(node.cmds, node.cmds[0].words[0])
-                got = None if out.unk else self.filter_status == 0
+                out = self.w.filtered(node.cmds, node.cmds[0].words[0])
+                got = None if out.unk else self.w.filter_status == 0
                 if out.unk:
                     self.why_unknown = f" ({out.unk.why})"
             else:
@@ -573,29 +581,38 @@ class Reader(Expander, Provenance):
             return got
         if type(node) is syntax.ArithCmd:
             return self.arith_status(node)
-        if type(node) is not syntax.Simple or not node.words:
+        if type(node) is not syntax.Simple:
             return None
+        if not node.words:  # assignments only: true, unless a $(...) in them decides it
+            return None if any(type(p) is syntax.Sub for a in node.assigns if a.value
+                               for p in a.value.parts) or not node.assigns else True
+        return self.simple_status(node)
+
+    def simple_status(self, node: syntax.Simple) -> bool | None:
+        """``true``, ``false``, ``getopts``, ``[ ]``, ``test``, ``[[ ]]`` over known words."""
         words = node.words
         head = words[0].text
         if head in ("true", ":"):
             return True
         if head == "getopts":
-            fields = [f for w in words for f in self.expand(w)]
-            got = getopts_next(self, fields)
+            fields = [f for w in words for f in self.w.expand(w)]
+            got = self.builtins.getopts_next(fields)
             if got is None:
                 self.why_unknown = " (getopts over words only known at run time)"
             return None if got is None else got[0]
         if head == "false":
             return False
         if head == "[[":
-            vals = [self.join(w) for w in words[1:]]
+            vals = [self.w.join(w) for w in words[1:]]
             if not vals or vals[-1].value != "]]":
                 return None
             vals, fancy = vals[:-1], True
+            if len(vals) == 3 and vals[1].value == "=~":
+                return self.matches(vals, words[3])
         elif head in ("[", "test"):
             vals = []
             for w in words[1:]:
-                vals.extend(self.expand(w))
+                vals.extend(self.w.expand(w))
             if head == "[":
                 if not vals or vals[-1].value != "]":
                     return None
@@ -609,15 +626,31 @@ class Reader(Expander, Provenance):
             self.why_unknown = f" ({bad.why})"
         return got
 
+    def matches(self, vals: list[Field], pattern: syntax.Word) -> bool | None:
+        """``[[ S =~ RE ]]`` over known words: an unquoted pattern is a regular expression
+        (Python's re reads the POSIX ERE forms scripts use), a quoted one literal text."""
+        bad = next((f.unk or f.cond for f in vals if f.unk or f.cond), None)
+        if bad is not None:
+            self.why_unknown = f" ({bad.why})"
+            return None
+        quoted = {p.quoted for p in pattern.parts}
+        if len(quoted) > 1:
+            return None
+        rx = re.escape(vals[2].value) if True in quoted else vals[2].value
+        try:
+            return re.search(rx, vals[0].value) is not None
+        except re.error:
+            return None
+
     def arith_status(self, node: syntax.ArithCmd) -> bool | None:
         """The status of ``(( expr ))`` (true when nonzero), computed before it runs: its
         assignments go to `overlay`, shared by the commands of one test (a && b)."""
-        got = self.join(node.expr)
+        got = self.w.join(node.expr)
         if got.unk:
             self.why_unknown = f" ({got.unk.why})"
             return None
         overlay = self.overlay if self.overlay is not None else {}
-        base = self.arith_lookup(node)
+        base = self.w.arith_lookup(node)
         try:
             return arith(got.value, lambda name: overlay[name] if name in overlay else
                          base(name), overlay.__setitem__) != 0
@@ -626,51 +659,17 @@ class Reader(Expander, Provenance):
             return None
 
     def assign(self, a: syntax.Assign, cond: Unk | None):
-        src = self.src(a.line)
+        src = self.at.src(a.line)
         name = a.name
         self.sh.inherited.discard(name)  # --env gave it, but the script sets it itself
         if a.array is not None:
             if any(type(w) is tuple for w in a.array) or name in self.sh.assoc:
                 return self.keyed(a, src, cond)
-            items: list[Field] = []
-            for w in a.array:
-                got = self.expand(w)
-                for f in got:  # unknown words next to unknown words: still just unknown words
-                    if not (f.extra and f.unk and items and items[-1].extra and items[-1].unk):
-                        items.append(f)
-            if a.append:
-                old = self.sh.vars.get(name)
-                if cond:
-                    items = [Field(f.value, f.src, f.unk, f.text, f.extra, f.cond or cond, f.span)
-                             for f in items]
-                self.hold(0, None, items)
-                if old is not None and old.array:
-                    old.items.extend(items)  # in place: n appends cost O(n), not O(n^2)
-                    items = old.items
-                else:
-                    items = (old.items if old else []) + items
-                if len(items) > MAX_ITEMS:
-                    items = [Field(None, src, Unk(a.text + "(...)", src, f"{name} grows past "
-                                                  f"{MAX_ITEMS} words; not followed"),
-                                   a.text, True)]
-                self.sh.vars[name] = old if old is not None and old.items is items \
-                    else Var(items, True)
-            elif cond:
-                self.sh.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src, cond.why),
-                                             a.text, True)], True)
-            elif len(items) > MAX_ITEMS:
-                self.sh.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src,
-                                                            f"{name} has more than {MAX_ITEMS} "
-                                                            "words; not followed"),
-                                             a.text, True)], True)
-            else:
-                self.hold(0, self.sh.vars.get(name), items)
-                self.sh.vars[name] = Var(items, True)
-            return
-        got = self.join(a.value)
+            return self.assign_array(a, src, cond)
+        got = self.w.join(a.value)
         if a.index is not None and name in self.sh.assoc:
-            return self.keyed(syntax.Assign(name, None, True, None, [(a.index, a.value)],
-                                            a.line, a.text), src, cond)
+            return self.keyed(syntax.Assign(name=name, append=True, array=[(a.index, a.value)],
+                                            line=a.line, text=a.text), src, cond)
         if a.index is not None:
             old = self.sh.vars.get(name)
             items = list(old.items) if old else []
@@ -696,6 +695,43 @@ class Reader(Expander, Provenance):
                 value = (old.items[0].value if old and old.items else "") + value
         self.set(name, value, unk, src, cond, a.text, a.value.text)
 
+    def assign_array(self, a: syntax.Assign, src: Location, cond: Unk | None):
+        """``A=(WORDS)``, ``A+=(WORDS)``."""
+        name = a.name
+        items: list[Field] = []
+        for w in a.array:
+            got = self.w.expand(w)
+            for f in got:  # unknown words next to unknown words: still just unknown words
+                if not (f.extra and f.unk and items and items[-1].extra and items[-1].unk):
+                    items.append(f)
+        if a.append:
+            old = self.sh.vars.get(name)
+            if cond:
+                items = [Field(f.value, f.src, f.unk, f.text, f.extra, f.cond or cond, f.span)
+                         for f in items]
+            self.hold(0, None, items)
+            if old is not None and old.array:
+                old.items.extend(items)  # in place: n appends cost O(n), not O(n^2)
+                items = old.items
+            else:
+                items = (old.items if old else []) + items
+            if len(items) > MAX_ITEMS:
+                items = [Field(None, src, Unk(a.text + "(...)", src, f"{name} grows past "
+                                                  f"{MAX_ITEMS} words; not followed"),
+                               a.text, True)]
+            self.sh.vars[name] = old if old is not None and old.items is items \
+                else Var(items, True)
+        elif cond:
+            self.sh.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src, cond.why),
+                                            a.text, True)], True)
+        elif len(items) > MAX_ITEMS:
+            why = f"{name} has more than {MAX_ITEMS} words; not followed"
+            self.sh.vars[name] = Var([Field(None, src, Unk(a.text + "(...)", src, why),
+                                            a.text, True)], True)
+        else:
+            self.hold(0, self.sh.vars.get(name), items)
+            self.sh.vars[name] = Var(items, True)
+
     def keyed(self, a: syntax.Assign, src: Location, cond: Unk | None):
         """``A=([0]=x [3]=y z)`` (indexed: values in index order) and associative arrays
         (``declare -A M=([k]=v)``, ``M[k]=v``)."""
@@ -710,17 +746,18 @@ class Reader(Expander, Provenance):
         nxt = max((k for k in got if isinstance(k, int)), default=-1) + 1
         for w in a.array:
             if type(w) is tuple:
-                key = self.join(syntax.parse_word(w[0]) or syntax.Word([], a.line, w[0]))
+                key = self.w.join(syntax.parse_word(w[0]) or
+                                  syntax.Word(parts=[], line=a.line, text=w[0]))
                 if key.unk or cond:
                     why = cond.why if cond else f"a key of {name} is only known at run time"
                     self.sh.vars[name] = Var([Field(None, src, Unk(a.text, src, why), a.text,
                                                     True)], True)
                     return
                 k = key.value if assoc else int(key.value.strip())
-                got[k] = self.join(w[1])
+                got[k] = self.w.join(w[1])
                 nxt = k + 1 if not assoc else nxt
             else:
-                for f in self.expand(w):
+                for f in self.w.expand(w):
                     got[nxt] = f
                     nxt += 1
         if cond or any(f.unk for f in got.values()):
@@ -755,59 +792,29 @@ class Reader(Expander, Provenance):
         self.sh.vars[name] = Var([Field(None if unk else value, src, unk, text)], False)
 
     def hold(self, size: int, old: Var | None = None, items: list[Field] | None = None):
-        """Count what a variable now holds (a string's characters; 64 per array word and
-        their characters), less what `old` held: past MAX_HELD the read stops (exit 2)."""
-        if items is not None:
-            size += 64 * len(items)
-            if len(items) == 1:
-                size += len(items[0].value or "")
-            else:
-                size += sum([len(f.value) for f in items if f.value])
-        if old is not None and old.items:
-            f = old.items[0]
-            size -= 64 * len(old.items) if old.array else len(f.value) if f.value else 0
-        self.held += size
-        if self.held > MAX_HELD:
-            raise ScriptReadError(
-                f"{self.src(self.stmt_line)}: the script's variables grow past "
-                f"{MAX_HELD >> 20} M characters, more than a launch script is read for. "
-                "Fix: pass the bash launch script itself, or cut it down.")
+        """Count what a variable now holds, less what `old` held (Budget.take_held)."""
+        self.budget.take_held(lambda: self.at.src(self.at.stmt_line), size, old, items)
 
     def simple(self, n: syntax.Simple, cond: Unk | None):
         words = n.words
         head = words[0].text if words else ""
-        self.stmt_line = n.line
-        self.steps += 1
-        if self.steps > MAX_STEPS:
-            raise ScriptReadError(f"{self.src(n.line)}: reading the script runs more than "
-                                  f"{MAX_STEPS} commands (recursion without end?). "
-                                  "Fix: simplify the script.")
+        self.at.stmt_line = n.line
+        budget = self.budget
+        budget.steps += 1
+        if budget.steps > MAX_STEPS:
+            budget.over_steps(self.at.src(n.line))
         if not words or head in syntax.DECLARE:
             if head in ("declare", "typeset", "local"):
                 self.declare(n, head)
             for a in n.assigns:
                 self.assign(a, cond)
-            self.export(n, head)
+            self.prov.export(n, head)
         sh = self.sh
-        file = self.stack[-1][1]
+        file = self.at.file
         if not words:
             sh.prev_end[file] = n.end
             return
-        fields: list[Field] = []
-        for w in words:
-            fields.extend(self.expand(w))
-            if len(fields) > MAX_ITEMS:
-                self.too_many(n, f"a command of more than {MAX_ITEMS} words")
-        self.expanded += len(fields)
-        if self.expanded > MAX_EXPANDED:
-            self.too_many(n, f"its commands have more than {MAX_EXPANDED} words in all")
-        funcs = sh.funcs
-        if fields and fields[0].value not in funcs:  # a call's words are used inside it
-            here = None
-            for f in fields:
-                if f.span is not None:
-                    here = here or self.src(n.line)
-                    self.uses.setdefault(f.span[:3], set()).add(here)
+        fields = self.fields(n)
         prev = sh.prev_end.get(file)
         sh.prev_end[file] = n.end
         if not fields:
@@ -818,24 +825,44 @@ class Reader(Expander, Provenance):
         if lead.startswith("--") and len(lead) > 2 or name is None and _array_first(n) and any(
                 (f.value or "").startswith("--") for f in fields[1:]):
             self.orphan(n, fields, prev)
-            return
-        if name is None:
-            return
+        elif name is not None:
+            self.dispatch(name, fields, n, cond)
+
+    def fields(self, n: syntax.Simple) -> list[Field]:
+        """A command's words expanded; each located one is used by this command (unless it
+        calls a function: the words are used inside it)."""
+        fields: list[Field] = []
+        for w in n.words:
+            got = self.w.expand(w)
+            if len(got) == 1 and got[0].unk is not None and _names_py(w):
+                got[0].text = _unquoted(w)  # "${ROOT}/slime/train.py": an entry by its name
+            fields.extend(got)
+            if len(fields) > MAX_ITEMS:
+                too_many(self.at.src(n.line), f"a command of more than {MAX_ITEMS} words")
+        self.budget.expanded += len(fields)
+        if self.budget.expanded > MAX_EXPANDED:
+            self.budget.over_expanded(self.at.src(n.line))
+        if fields and fields[0].value not in self.sh.funcs:
+            here, uses = None, self.found.uses
+            for f in fields:
+                if f.span is not None:
+                    here = here or self.at.src(n.line)
+                    uses.setdefault(f.span[:3], set()).add(here)
+        return fields
+
+    def dispatch(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """A function, else a built-in, else any other command (bash's order)."""
         if n.stdout is not None:
             self.write(fields, n, cond)
-        if name in funcs:  # bash: functions before built-ins
-            if self.calls < MAX_CALL_DEPTH:
+        if name in self.sh.funcs:
+            if not self.budget.deep:
                 self.call(name, fields, n, cond)
             else:
                 self.too_deep(name, n)
             return
-        handler = BUILTINS.get(name)
-        if handler is None or handler(self, fields, n, cond) is False:
+        handler = self.builtins.table.get(name)
+        if handler is None or handler(fields, n, cond) is False:
             self.command(fields, n, cond)
-
-    def too_many(self, n: syntax.Simple, what: str):
-        raise ScriptReadError(f"{self.src(n.line)}: {what}, more than a launch script is read "
-                              "for. Fix: pass the bash launch script itself, or cut it down.")
 
     def declare(self, n: syntax.Simple, head: str):
         """``local``/``declare``/``typeset``: in a function the names are its own (unless
@@ -857,13 +884,15 @@ class Reader(Expander, Provenance):
         command is a text filter over known text (else the file is known to be written, its
         text not)."""
         word, append = n.stdout
-        path = self.path_of(word)
+        path = self.w.path_of(word)
         if path is None:
             return
-        key = self.file_key(path)
+        key = self.w.file_key(path)
         text = None
         if cond is None and fields[0].value in FILTERS and not n.prefix:
-            got = self.filtered([syntax.Simple([], n.words, n.line, n.end, -1, n.stdin)], word)
+            alone = syntax.Simple(assigns=[], words=n.words, line=n.line, end=n.end,
+                                  stdin=n.stdin)
+            got = self.w.filtered([alone], word)
             text = got.value
         if append and text is not None:
             old = self.sh.written.get(key, "" if key not in self.sh.written and
@@ -873,40 +902,10 @@ class Reader(Expander, Provenance):
             text = None
         self.sh.written[key] = text
 
-    def run_written(self, key: str, n: syntax.Simple, cond: Unk | None):
-        """``source F`` of a file the script wrote: its text is read as a sourced file's
-        (its words are not the file's own text on disk, so they carry no span)."""
-        text = self.sh.written[key]
-        where = self.src(n.line)
-        if text is None:
-            self.unresolved.append(Unresolved(
-                None, n.words[1].text, where, f"sourced file '{key}' is written by the script "
-                "with text only known when it runs; the flags it defines are unknown"))
-            return
-        if len(self.stack) >= MAX_SOURCE_DEPTH or any(key == s for s, _ in self.stack):
-            self.notes.append(note("source-cycle", f"'{key}' is sourced again while it is "
-                                   "being read; the nested read is skipped",
-                                   "source each model file once", where))
-            return
-        try:
-            body = self.parse(text.encode("utf-8", "surrogateescape"), key, False)
-        except ScriptReadError as e:
-            raise ScriptReadError(f"{where}: the file it sources, which the script writes, "
-                                  f"is not valid bash: {e}") from None
-        self.stack.append((key, key))
-        self.where.append(self.where[-1])
-        self.loops.append(_BARRIER)
-        try:
-            self.run(body, cond)
-        finally:
-            self.stack.pop()
-            self.where.pop()
-            self.loops.pop()
-
     def too_deep(self, name: str, n: syntax.Simple, body: list | None = None):
         """A call (or an eval's `body`) past the depth cap is not followed: what it (and the
         functions it calls) may set is unknown from here on."""
-        src = self.src(n.line)
+        src = self.at.src(n.line)
         why = f"it may be set by '{name}' called at {src} more than {MAX_CALL_DEPTH} calls " \
               "deep, which is not followed"
         for var in sorted(_sets(self.sh.funcs[name] if body is None else body,
@@ -920,9 +919,9 @@ class Reader(Expander, Provenance):
     def call(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """A function call: its own positional parameters and local variables."""
         sh = self.sh
-        self.calls += 1
+        self.budget.calls += 1
         sh.frames.append(fields[1:])
-        self.where.append(sh.func_file.get(name, self.where[-1]))
+        self.at.where.append(sh.func_file.get(name, self.at.where[-1]))
         sh.positions.append([0, 0])
         sh.scopes.append({})
         self.loops.append(_BARRIER)
@@ -932,18 +931,18 @@ class Reader(Expander, Provenance):
             self.loops.pop()
             sh.frames.pop()
             sh.leave()
-            self.where.pop()
-            self.calls -= 1
-            self.pin(fields[1:], sh.positions.pop()[1], n)
+            self.at.where.pop()
+            self.budget.calls -= 1
+            self.prov.pin(fields[1:], sh.positions.pop()[1], n)
 
     def command(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """Any other command: a launch, or a shell reading a here-document script."""
-        got = launches.find(fields, self.src(n.line), cond)
+        if any(f.value is not None and PID in f.value for f in fields):
+            fields = [_pid_unknown(f) if f.value is not None and PID in f.value else f
+                      for f in fields]
+        got = launches.find(fields, self.at.src(n.line), cond)
         if got:
-            self.launches.append(got._replace(site=self.site(fields, got, n)))
-            if len(self.launches) > MAX_KEPT:  # the last one is read: older words dropped
-                k = len(self.launches) - MAX_KEPT - 1
-                self.launches[k] = self.launches[k]._replace(argv=None, site=None)
+            self.found.launch(got._replace(site=self.prov.site(fields, got, n)))
         elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
                 [f.value for f in fields]):
             self.heredoc_script(n.stdin, cond)
@@ -956,20 +955,20 @@ class Reader(Expander, Provenance):
         ``eval``)."""
         text = doc.text
         if doc.word is not None:  # unquoted delimiter: this shell expands the text first
-            got = self.join(doc.word)
+            got = self.w.join(doc.word)
             if got.unk is None and got.cond is None:
                 text = got.value
-        if not text.strip() or self.calls >= MAX_CALL_DEPTH:
+        if not text.strip() or self.budget.deep:
             return
-        body = self.parse(text.encode("utf-8", "surrogateescape"), self.file, False, doc.line)
-        saved = self.copy_vars()
-        self.calls += 1
+        body = self.parse(text.encode("utf-8", "surrogateescape"), self.at.file, False, doc.line)
+        saved = self.sh.copy_vars()
+        self.budget.calls += 1
         self.loops.append(_BARRIER)
         try:
             self.run(body, cond)
         finally:
             self.loops.pop()
-            self.calls -= 1
+            self.budget.calls -= 1
             self.sh.vars = saved
 
     def orphan(self, n: syntax.Simple, fields: list[Field], prev: int | None):
@@ -977,13 +976,13 @@ class Reader(Expander, Provenance):
         flags = flags or [n.words[0].text]  # an unresolved ${A[@]}: its words are unknown
         shown = " ".join(flags[:3]) + (" ..." if len(flags) > 3 else "")
         above = f"line {prev}" if prev else "the line above"
-        self.notes.append(note(
+        self.found.note(
             "missing-line-continuation",
             f"line {n.line} starts with '{shown}' but {above} does not end in '\\', so bash "
             f"ends the command there and runs line {n.line} on its own "
             f"('{flags[0]}: command not found'); these flags never reach the launch command",
             f"end {above} with ' \\'",
-            self.src(n.line)))
+            self.at.src(n.line))
 
 
 def _sets(body: list, funcs: dict[str, list]) -> set[str]:
@@ -1078,3 +1077,30 @@ def _array_first(n: syntax.Simple) -> bool:
     return type(p) is syntax.Param and p.index in ("@", "*") and p.op is None
 
 
+def _arguments(env: dict[str, str], positional: Sequence[str] | None) -> list[Field] | None:
+    """The script's positional parameters: `positional` (``check S.sh -- ARGS``), else
+    ``--env 1=VALUE ...``; None (unknown) when neither gives any."""
+    if positional is not None:
+        return [Field(v, Location("<args>", 0), text=v) for v in positional]
+    env_src = Location("<env>", 0)
+    args = []
+    while str(len(args) + 1) in env:
+        v = env[str(len(args) + 1)]
+        args.append(Field(v, env_src, text=f"--env {len(args) + 1}={v}"))
+    return args or None
+
+
+def _pid_unknown(f: Field) -> Field:
+    """A word holding ``$$``: a file name it makes is consistent, its value unknown."""
+    why = f"'{shown(f.value)}': $$ (the shell's process id) is known only when it runs"
+    return Field(None, f.src, Unk(f.text, f.src, why), f.text, False, f.cond, f.span)
+
+
+def _names_py(w: syntax.Word) -> bool:
+    """The word ends in literal text naming a Python file (``"${ROOT}/slime/train.py"``)."""
+    last = w.parts[-1] if w.parts else None
+    return type(last) is syntax.Lit and last.text.endswith(".py") and len(w.parts) > 1
+
+
+def _unquoted(w: syntax.Word) -> str:
+    return "".join(p.text for p in w.parts)

@@ -7,13 +7,21 @@ from __future__ import annotations
 import bisect
 
 from . import syntax
+from .cursor import Cursor
+from .findings import Findings
 from .launch import Launch
 from .records import LaunchSite, Span
+from .state import Shell
 from .values import INT_LIMIT, Field
 
 
 class Provenance:
-    """Mixed into the interpreter: it fills `uses` and builds spans and the launch site."""
+    """Fills the findings' `uses` and builds spans and the launch site."""
+
+    __slots__ = ("sh", "at", "found")
+
+    def __init__(self, sh: Shell, at: Cursor, found: Findings):
+        self.sh, self.at, self.found = sh, at, found
 
     def consume(self, items):
         """Words taken apart, joined, counted or indexed here (not passed on whole): removing
@@ -21,8 +29,8 @@ class Provenance:
         here = None
         for f in items:
             if f.span is not None:
-                here = here or self.src(self.stmt_line)
-                self.uses.setdefault(f.span[:3], set()).add(here)
+                here = here or self.at.src(self.at.stmt_line)
+                self.found.uses.setdefault(f.span[:3], set()).add(here)
 
     def read_position(self, k: int):
         """The function being run read argument k (1-based, counting shifted ones)."""
@@ -33,10 +41,10 @@ class Provenance:
     def pin(self, args: list[Field], highest: int, n: syntax.Simple):
         """Removing an argument before one the function reads by position would shift it:
         such words count as used by the call too."""
-        here = self.src(n.line)
+        here = self.at.src(n.line)
         for f in args[:highest]:
             if f.span is not None:
-                self.uses.setdefault(f.span[:3], set()).add(here)
+                self.found.used(f.span, here)
 
     def export(self, n: syntax.Simple, head: str):
         """Track which variables a child process sees (``export``, ``declare -x``, ``set -a``)."""
@@ -53,10 +61,10 @@ class Provenance:
 
     def site(self, fields: list[Field], launch: Launch, n: syntax.Simple) -> LaunchSite:
         k = len(fields) - len(launch.argv) - 1
-        branch = self.branch[-1] if self.branch else None
+        branch = self.at.branch[-1] if self.at.branch else None
         statement = None
         if n.start >= 0:
-            statement = self.span((self.where[-1], n.start, n.start, n.line, branch))
+            statement = self.span((self.at.where[-1], n.start, n.start, n.line, branch))
         variables = {name: v.items[0].value for name, v in self.sh.vars.items()
                      if not v.array and v.items}
         exported = frozenset((set(variables) if self.sh.allexport else self.sh.exported)
@@ -67,10 +75,10 @@ class Provenance:
 
     def span(self, t: tuple | None) -> Span | None:
         """A Field's (file, start, end, stmt_line, branch) as a Span with lines and columns."""
-        if t is None or t[0] not in self.newlines:
+        if t is None or t[0] not in self.at.newlines:
             return None
         file, start, end, stmt_line, branch = t
-        nl = self.newlines[file]
+        nl = self.at.newlines[file]
         a, b = bisect.bisect_left(nl, start), bisect.bisect_left(nl, end)
         return Span(file, start, end, a + 1, start - (nl[a - 1] + 1 if a else 0), b + 1,
                     end - (nl[b - 1] + 1 if b else 0), stmt_line, branch)

@@ -8,25 +8,30 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import Location, NoTrainingLaunch
-from .interpret import MAX_KEPT, Reader
+from .findings import MAX_KEPT
+from .interpret import Reader
 from .launch import argv_of
 from .records import FlagValue, ScriptRead, ScriptReadError, note
 
 
 def read_script(path: str | Path, env: Mapping[str, str] | None = None,
-                text: str | None = None, positional: Sequence[str] | None = None) -> ScriptRead:
+                text: str | None = None, positional: Sequence[str] | None = None,
+                cluster=None) -> ScriptRead:
     """Read a launch script statically: the flags after its entry script, with sources.
 
     `text`, when given, is read as the script's content in place of the file's (a rewrite
     checks its result this way before writing it); files it sources are read from disk.
     `positional` are the script's arguments ($1 ...; ``check SCRIPT.sh -- ARGS``); without
-    them ``--env 1=VALUE`` gives some, else they are unknown.
+    them ``--env 1=VALUE`` gives some, else they are unknown. `cluster` (pylaunch's
+    Cluster) answers the script's GPU probes (``nvidia-smi``, ``rocm-smi``); without it they
+    stay unknown.
     Only a training launch counts (see launch.py); other commands found are listed in
     `others`, and `entry` is None when there is no training launch.
     """
     r = Reader(Path(path), env or {}, positional)
+    r.w.cluster = cluster
     r.text = text
-    abs_path = r.main_abs
+    abs_path = r.at.main_abs
     if text is None and not os.path.isfile(abs_path):
         raise ScriptReadError(f"{path}:0: no such file. Fix: check the script path.")
     # The read makes many small acyclic objects; the cyclic collector's passes over them
@@ -35,7 +40,7 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None,
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _read(r, path, abs_path)
+        return _read(r, path)
     finally:
         if collecting:
             gc.enable()
@@ -53,12 +58,13 @@ def require_launch(found: ScriptRead) -> ScriptRead:
         "wrapper is not a training job: check the script that starts train.py")
 
 
-def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
-    r.run_file(abs_path, None)
-    unresolved = list(r.unresolved)
-    notes = list(r.notes)
-    pool = [x for x in r.launches if x.training]
-    others = [(x.src, f"{x.launcher} {x.entry}") for x in r.launches if not x.training]
+def _read(r: Reader, path: str | Path) -> ScriptRead:
+    r.run_main()
+    res = r.found
+    unresolved = list(res.unresolved)
+    notes = list(res.notes)
+    pool = [x for x in res.launches if x.training]
+    others = [(x.src, f"{x.launcher} {x.entry}") for x in res.launches if not x.training]
     launch = pool[-1] if pool else None
     argv: list[FlagValue] = []
     gaps: list[int] = []
@@ -75,7 +81,7 @@ def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
                               f"{MAX_KEPT} launch commands run in a loop; its words were not kept. "
                               "Fix: launch once, after the loop.")
     else:
-        argv = argv_of(launch.argv, unresolved, r.span, gaps)
+        argv = argv_of(launch.argv, unresolved, r.prov.span, gaps)
         if len(pool) > 1:
             shown = ", ".join(str(x.src) for x in pool[:-1])
             notes.append(note("several-launch-commands",
@@ -89,5 +95,5 @@ def _read(r: Reader, path: str | Path, abs_path: str) -> ScriptRead:
     read = ScriptRead(str(path), launch.launcher if launch else None,
                       launch.entry if launch else None, argv, unresolved, notes,
                       launch.site if launch else None,
-                      {k: frozenset(v) for k, v in r.uses.items()}, gaps, others)
+                      {k: frozenset(v) for k, v in res.uses.items()}, gaps, others)
     return read

@@ -4,14 +4,14 @@ subshell can save and put it back in one place."""
 
 from __future__ import annotations
 
-from .values import Field, Var
+from .values import Field, Unk, Var
 
 
 class Shell:
     """What bash itself would hold while running the script."""
 
     __slots__ = ("vars", "funcs", "func_file", "frames", "positions", "assoc", "exported",
-                 "inherited", "cwd", "allexport", "prev_end", "scopes", "written")
+                 "inherited", "cwd", "allexport", "prev_end", "scopes", "written", "taint")
 
     def __init__(self, args: list[Field] | None, inherited: set[str]):
         self.vars: dict[str, Var] = {}
@@ -30,6 +30,8 @@ class Shell:
         self.allexport = False
         self.prev_end: dict[str, int] = {}  # per file: last line of the previous command
         self.written: dict[str, str | None] = {}  # files the script wrote (None: unknown text)
+        # the last source/eval not read: a name unset since then may have been set by it
+        self.taint: Unk | None = None
 
     def copy_vars(self) -> dict[str, Var]:
         """The variables, to put back after a subshell, a here-document script or a loop
@@ -40,12 +42,12 @@ class Shell:
         return (self.copy_vars(), dict(self.funcs), dict(self.func_file), list(self.frames),
                 [list(p) for p in self.positions], [dict(s) for s in self.scopes],
                 set(self.assoc), set(self.exported), set(self.inherited), self.cwd,
-                self.allexport, dict(self.prev_end), dict(self.written))
+                self.allexport, dict(self.prev_end), dict(self.written), self.taint)
 
     def restore(self, saved: tuple):
         (self.vars, self.funcs, self.func_file, self.frames, self.positions, self.scopes,
          self.assoc, self.exported, self.inherited, self.cwd, self.allexport,
-         self.prev_end, self.written) = saved
+         self.prev_end, self.written, self.taint) = saved
 
     def make_local(self, name: str):
         """``local NAME`` in a function: the outer value comes back when the call returns

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from dataclasses import MISSING, dataclass, fields, replace
 from functools import lru_cache
 
 __all__ = ["ShellSyntaxError", "parse", "parse_word"]
@@ -58,53 +59,81 @@ class ShellSyntaxError(Exception):
 # ---------------------------------------------------------------- the tree
 
 
+def _node(cls):
+    """A frozen, slotted dataclass built by keyword only. Its ``__init__`` sets the slots
+    through one bound ``object.__setattr__`` (dataclasses' own frozen init looks it up per
+    field: a parse makes ~10^5 nodes, and that doubled the parse's time)."""
+    cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
+    params, body = [], []
+    for f in fields(cls):
+        params.append(f.name if f.default is MISSING else f"{f.name}={f.default!r}")
+        body.append(f"    _set(self, {f.name!r}, {f.name})")
+    code = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body)
+    scope: dict = {}
+    exec("def make(_set):\n" + "\n".join("    " + x for x in code.split("\n")) +
+         "\n    return __init__", {}, scope)
+    init = scope["make"](object.__setattr__)
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init
+    return cls
+
+
+@_node
 class Lit:
     """Literal text; `quoted` text is never split into several words."""
 
-    __slots__ = ("text", "quoted", "line")
+    text: str
+    quoted: bool
+    line: int
 
-    def __init__(self, text: str, quoted: bool, line: int):
-        self.text, self.quoted, self.line = text, quoted, line
 
-
+@_node
 class Param:
     """``$X`` / ``${X...}``: `op` is the operator (``:-``, ``#``, ``/`` ...) and `arg` its word;
     `index` is "@", "*", a Word, or None."""
 
-    __slots__ = ("name", "index", "op", "arg", "arg2", "length", "quoted", "text", "line")
+    name: str
+    index: object = None
+    op: str | None = None
+    arg: Word | None = None
+    arg2: Word | None = None
+    length: bool = False
+    quoted: bool
+    text: str
+    line: int
 
-    def __init__(self, name, index, op, arg, arg2, length, quoted, text, line):
-        self.name, self.index, self.op, self.arg, self.arg2 = name, index, op, arg, arg2
-        self.length, self.quoted, self.text, self.line = length, quoted, text, line
 
-
+@_node
 class Sub:
-    """``$(...)``, backquotes, or (`body` None) a process substitution ``<(...)``."""
+    """``$(...)``, backquotes, or (`proc` set) a process substitution ``<(...)``."""
 
-    __slots__ = ("body", "quoted", "text", "line", "proc")
+    body: list | None
+    quoted: bool
+    text: str
+    line: int
+    proc: str | None = None
 
-    def __init__(self, body, quoted, text, line, proc=None):
-        self.body, self.quoted, self.text, self.line, self.proc = body, quoted, text, line, proc
 
-
+@_node
 class Arith:
     """``$((...))``; `expr` is a Word whose expansion is then evaluated as integers."""
 
-    __slots__ = ("expr", "quoted", "text", "line")
+    expr: Word
+    quoted: bool
+    text: str
+    line: int
 
-    def __init__(self, expr, quoted, text, line):
-        self.expr, self.quoted, self.text, self.line = expr, quoted, text, line
 
-
+@_node
 class Word:
     """`start`/`end`: character offsets of the word in the file (-1 when the word is not
     the file's own text, e.g. inside an ``eval`` string)."""
 
-    __slots__ = ("parts", "line", "text", "start", "end")
-
-    def __init__(self, parts: list, line: int, text: str, start: int = -1, end: int = -1):
-        self.parts, self.line, self.text = parts, line, text
-        self.start, self.end = start, end
+    parts: list
+    line: int
+    text: str
+    start: int = -1
+    end: int = -1
 
     def literal(self) -> str | None:
         """The word's text when it has no expansion at all (quotes removed)."""
@@ -116,105 +145,112 @@ class Word:
         return "".join(out)
 
 
+@_node
 class Assign:
     """``X=v``, ``X+=v``, ``A=(...)``, ``A+=(...)``, ``A[i]=v`` (also after export/declare)."""
 
-    __slots__ = ("name", "index", "append", "value", "array", "line", "text")
+    name: str
+    index: str | None = None
+    append: bool = False
+    value: Word | None = None
+    array: list | None = None
+    line: int
+    text: str
 
-    def __init__(self, name, index, append, value, array, line, text):
-        self.name, self.index, self.append = name, index, append
-        self.value, self.array, self.line, self.text = value, array, line, text
 
-
+@_node
 class Simple:
     """A simple command. `start`: character offset where it begins (-1 when not the file's
     text); `line`/`end`: its first and last line; `stdin`: what a ``<<<`` word, ``< <(...)``
-    or ``< FILE`` feeds it (a Word, a Sub, or the string "file"), else None."""
+    or ``< FILE`` feeds it (a Word, a Sub, or the string "file"), else None; `prefix`: the
+    ``X=1 cmd`` assignments; `stdout`: (Word, append) of a ``> FILE`` / ``>> FILE``."""
 
-    __slots__ = ("assigns", "words", "line", "end", "start", "stdin", "prefix", "stdout")
+    assigns: list
+    words: list
+    line: int
+    end: int
+    start: int = -1
+    stdin: object = None
+    prefix: tuple = ()
+    stdout: tuple | None = None
 
-    def __init__(self, assigns, words, line, end, start=-1, stdin=None, prefix=(), stdout=None):
-        self.assigns, self.words, self.line, self.end = assigns, words, line, end
-        self.start, self.stdin, self.prefix = start, stdin, prefix
-        self.stdout = stdout  # (Word, append) of a `> FILE` / `>> FILE`, else None
 
-
+@_node
 class Heredoc:
-    """A here-document fed to a command: its body as written, and the body's first line."""
+    """A here-document fed to a command: its body as written, and the body's first line.
+    `word`: an unquoted delimiter's body as one double-quoted-like Word, expanded by the
+    shell that feeds it; None when the delimiter is quoted (the text is literal)."""
 
-    __slots__ = ("text", "line", "word")
-
-    def __init__(self, text: str, line: int, word=None):
-        # `word`: an unquoted delimiter's body as one double-quoted-like Word, expanded
-        # by the shell that feeds it; None when the delimiter is quoted (the text is literal)
-        self.text, self.line, self.word = text, line, word
+    text: str
+    line: int
+    word: Word | None = None
 
 
+@_node
 class AndOr:
     """``a && b || c``: every item after the first runs only conditionally."""
 
-    __slots__ = ("items",)
-
-    def __init__(self, items):
-        self.items = items
+    items: list
 
 
+@_node
 class Pipe:
     """``a | b``, or ``! a`` (`neg`): the status is the last command's, maybe negated."""
 
-    __slots__ = ("cmds", "neg")
-
-    def __init__(self, cmds, neg=False):
-        self.cmds, self.neg = cmds, neg
+    cmds: list
+    neg: bool = False
 
 
+@_node
 class If:
-    __slots__ = ("branches", "orelse", "line")
+    branches: list
+    orelse: list | None
+    line: int
 
-    def __init__(self, branches, orelse, line):
-        self.branches, self.orelse, self.line = branches, orelse, line
 
-
+@_node
 class Case:
-    __slots__ = ("word", "arms", "line")
+    word: Word
+    arms: list
+    line: int
 
-    def __init__(self, word, arms, line):
-        self.word, self.arms, self.line = word, arms, line
 
-
+@_node
 class Loop:
     """A loop. `words`: the list of ``for NAME in WORDS`` (``"$@"`` when there is no ``in``);
     `header`: the (init, test, update) Words of ``for ((...))``, each None when empty, or
     `header` None when the header is not those three parts. `cond` (while/until): the test."""
 
-    __slots__ = ("kind", "var", "body", "line", "words", "header", "cond")
+    kind: str
+    var: str | None
+    body: list
+    line: int
+    words: list | None = None
+    header: tuple | None = None
+    cond: list | None = None
 
-    def __init__(self, kind, var, body, line, words=None, header=None, cond=None):
-        self.kind, self.var, self.body, self.line = kind, var, body, line
-        self.words, self.header, self.cond = words, header, cond
 
-
+@_node
 class ArithCmd:
     """``(( expr ))``: `expr` is a Word whose expansion is evaluated; true when nonzero."""
 
-    __slots__ = ("expr", "line", "text")
+    expr: Word
+    line: int
+    text: str
 
-    def __init__(self, expr, line, text):
-        self.expr, self.line, self.text = expr, line, text
 
-
+@_node
 class Func:
-    __slots__ = ("name", "body", "line")
+    name: str
+    body: list
+    line: int
 
-    def __init__(self, name, body, line):
-        self.name, self.body, self.line = name, body, line
 
-
+@_node
 class Group:
-    __slots__ = ("body", "subshell", "line")
-
-    def __init__(self, body, subshell, line):
-        self.body, self.subshell, self.line = body, subshell, line
+    body: list
+    subshell: bool
+    line: int
 
 
 # ---------------------------------------------------------------- text helpers
@@ -335,13 +371,15 @@ class _Conv:
             if m:
                 a, b = m.start(1), m.end(1)
                 t = self.gap(a, b)
-                words.append(Word([Lit(t[1:], True, self.line(n))], self.line(n), t,
-                                  *((self.char(a), self.char(b)) if self.located else ())))
+                at = (self.char(a), self.char(b)) if self.located else (-1, -1)
+                words.append(Word(parts=[Lit(text=t[1:], quoted=True, line=self.line(n))],
+                                  line=self.line(n), text=t, start=at[0], end=at[1]))
         if words:  # X=1 cmd: the assignments are the command's environment only
             prefix, assigns = assigns + prefix, []
-        return Simple(assigns, words, self.line(n), n.end_point[0] + self.base,
-                      self.char(n.start_byte) if self.located else -1, stdin, tuple(prefix),
-                      stdout)
+        return Simple(assigns=assigns, words=words, line=self.line(n),
+                      end=n.end_point[0] + self.base,
+                      start=self.char(n.start_byte) if self.located else -1, stdin=stdin,
+                      prefix=tuple(prefix), stdout=stdout)
 
     def s_declaration_command(self, n):
         assigns, words = [], []
@@ -355,19 +393,21 @@ class _Conv:
                 continue
             elif t != "comment":
                 words.append(self.word(c))
-        return Simple(assigns, words, self.line(n), n.end_point[0] + self.base,
-                      self.char(n.start_byte) if self.located else -1)
+        return Simple(assigns=assigns, words=words, line=self.line(n),
+                      end=n.end_point[0] + self.base,
+                      start=self.char(n.start_byte) if self.located else -1)
 
     s_unset_command = s_declaration_command
 
     def s_variable_assignment(self, n):
-        return Simple([self.assign(n)], [], self.line(n), n.end_point[0] + self.base,
-                      self.char(n.start_byte) if self.located else -1)
+        return Simple(assigns=[self.assign(n)], words=[], line=self.line(n),
+                      end=n.end_point[0] + self.base,
+                      start=self.char(n.start_byte) if self.located else -1)
 
     def s_variable_assignments(self, n):
         assigns = [self.assign(c) for c in n.children if c.type == "variable_assignment"]
-        return Simple(assigns, [], self.line(n), n.end_point[0] + self.base,
-                      self.char(n.start_byte) if self.located else -1)
+        return Simple(assigns=assigns, words=[], line=self.line(n), end=n.end_point[0] + self.base,
+                      start=self.char(n.start_byte) if self.located else -1)
 
     def s_redirected_statement(self, n):
         body, stdin, stdout = None, None, None
@@ -378,7 +418,7 @@ class _Conv:
             elif c.type in _STATEMENTS and body is None:
                 body = c
         if body is None:
-            return Simple([], [], self.line(n), n.end_point[0] + self.base)
+            return Simple(assigns=[], words=[], line=self.line(n), end=n.end_point[0] + self.base)
         if body.type == "command":
             self.enter(body)
             try:
@@ -387,9 +427,9 @@ class _Conv:
                 self.depth -= 1
         got = self.stmt(body)
         if type(got) is Simple and stdin is not None and got.stdin is None:
-            got.stdin = stdin
+            got = replace(got, stdin=stdin)
         if type(got) is Simple and stdout is not None and got.stdout is None:
-            got.stdout = stdout
+            got = replace(got, stdout=stdout)
         return got
 
     def to_file(self, n):
@@ -408,22 +448,25 @@ class _Conv:
         if n.type == "heredoc_redirect":
             body = next((c for c in kids if c.type == "heredoc_body"), None)
             if body is None:
-                return Heredoc("", self.line(n) + 1)
+                return Heredoc(text="", line=self.line(n) + 1)
             start = next((c for c in kids if c.type == "heredoc_start"), None)
             if start is not None and any(q in self.text(start) for q in "'\"\\"):
-                return Heredoc(self.text(body), self.line(body))
+                return Heredoc(text=self.text(body), line=self.line(body))
             parts: list = []
             pos, line = body.start_byte, self.line(body)
             for c in body.children:
                 if c.type == "heredoc_content":
                     continue
                 if c.start_byte > pos:
-                    parts.append(Lit(_dq_unescape(self.gap(pos, c.start_byte)), True, line))
+                    parts.append(Lit(text=_dq_unescape(self.gap(pos, c.start_byte)), quoted=True,
+                                     line=line))
                 self.parts(c, True, parts)
                 pos = c.end_byte
             if body.end_byte > pos:
-                parts.append(Lit(_dq_unescape(self.gap(pos, body.end_byte)), True, line))
-            return Heredoc(self.text(body), line, Word(parts, line, self.text(body)))
+                parts.append(Lit(text=_dq_unescape(self.gap(pos, body.end_byte)), quoted=True,
+                                 line=line))
+            return Heredoc(text=self.text(body), line=line, word=Word(parts=parts, line=line,
+                                                                      text=self.text(body)))
         if n.type == "herestring_redirect":
             arg = [c for c in kids if c.is_named]
             return self.word(arg[-1]) if arg else None
@@ -438,11 +481,11 @@ class _Conv:
         cmds = self.stmts(n.children)
         if len(cmds) > 1 and type(cmds[0]) is Pipe and cmds[0].neg and len(cmds[0].cmds) == 1:
             # tree-sitter reads `! a | b` as (! a) | b; bash negates the whole pipeline
-            return Pipe(cmds[0].cmds + cmds[1:], neg=True)
-        return cmds[0] if len(cmds) == 1 else Pipe(cmds)
+            return Pipe(cmds=cmds[0].cmds + cmds[1:], neg=True)
+        return cmds[0] if len(cmds) == 1 else Pipe(cmds=cmds)
 
     def s_negated_command(self, n):
-        return Pipe(self.stmts(n.children), neg=True)
+        return Pipe(cmds=self.stmts(n.children), neg=True)
 
     def s_list(self, n):
         items, op = [], None
@@ -455,7 +498,7 @@ class _Conv:
                     items.extend(got.items)
                 else:
                     items.append((op, got))
-        return items[0][1] if len(items) == 1 else AndOr(items)
+        return items[0][1] if len(items) == 1 else AndOr(items=items)
 
     def s_if_statement(self, n):
         branches, orelse = [], None
@@ -476,7 +519,7 @@ class _Conv:
                 orelse = self.stmts(c.children)
             elif t in _STATEMENTS:
                 (cond if part == "cond" else body).append(self.stmt(c))
-        return If([(cond, body)] + branches, orelse, self.line(n))
+        return If(branches=[(cond, body)] + branches, orelse=orelse, line=self.line(n))
 
     def s_case_statement(self, n):
         word, arms = None, []
@@ -493,7 +536,8 @@ class _Conv:
                 arms.append((pats, body))
             elif c.is_named and word is None and c.type != "comment":
                 word = self.word(c)
-        return Case(word or Word([], self.line(n), ""), arms, self.line(n))
+        return Case(word=word or Word(parts=[], line=self.line(n), text=""), arms=arms,
+                    line=self.line(n))
 
     def s_for_statement(self, n):
         var, body, words, listed = None, [], [], False
@@ -508,9 +552,9 @@ class _Conv:
                 words.append(self.word(c))
         if not listed:  # for NAME; do ...: the positional arguments
             line = self.line(n)
-            words = [Word([Param("@", None, None, None, None, False, True, '"$@"', line)],
-                          line, '"$@"')]
-        return Loop("for", var, body, self.line(n), words)
+            words = [Word(parts=[Param(name="@", quoted=True, text='"$@"', line=line)],
+                          line=line, text='"$@"')]
+        return Loop(kind="for", var=var, body=body, line=self.line(n), words=words)
 
     def s_c_style_for_statement(self, n):
         body = next((self.stmts(c.children) for c in n.children
@@ -528,7 +572,7 @@ class _Conv:
                 header = tuple(self.region(n, cuts[k], cuts[k + 1], True)
                                if self.gap(cuts[k], cuts[k + 1]).strip() else None
                                for k in (0, 2, 4))
-        return Loop("for", None, body, self.line(n), None, header)
+        return Loop(kind="for", var=None, body=body, line=self.line(n), words=None, header=header)
 
     def s_while_statement(self, n):
         kind = n.children[0].type if n.children else "while"
@@ -538,24 +582,25 @@ class _Conv:
                 body = self.stmts(c.children)
             elif c.type in _STATEMENTS:
                 cond.append(self.stmt(c))
-        return Loop(kind, None, cond + body, self.line(n), cond=cond)
+        return Loop(kind=kind, var=None, body=cond + body, line=self.line(n), cond=cond)
 
     def s_function_definition(self, n):
         name = next((self.text(c) for c in n.children if c.type == "word"), "")
         body = next((c for c in reversed(n.children) if c.type in _STATEMENTS), None)
-        return Func(name, self.stmt(body) if body is not None else Group([], False, 0),
-                    self.line(n))
+        empty = Group(body=[], subshell=False, line=0)
+        return Func(name=name, body=self.stmt(body) if body is not None else empty,
+                    line=self.line(n))
 
     def s_compound_statement(self, n):
         kids = n.children
         if kids and kids[0].type == "((":  # ((...)): arithmetic only
             b = kids[-1].start_byte if len(kids) > 1 and kids[-1].type == "))" else n.end_byte
-            return ArithCmd(self.region(n, kids[0].end_byte, b, True), self.line(n),
-                            self.text(n))
-        return Group(self.stmts(n.children), False, self.line(n))
+            return ArithCmd(expr=self.region(n, kids[0].end_byte, b, True), line=self.line(n),
+                            text=self.text(n))
+        return Group(body=self.stmts(n.children), subshell=False, line=self.line(n))
 
     def s_subshell(self, n):
-        return Group(self.stmts(n.children), True, self.line(n))
+        return Group(body=self.stmts(n.children), subshell=True, line=self.line(n))
 
     def s_test_command(self, n):
         """``[ ... ]`` / ``[[ ... ]]`` as the words of a command, operators included."""
@@ -575,9 +620,10 @@ class _Conv:
                 words.append(self.word(c))
             else:
                 t = self.text(c)
-                words.append(Word([Lit(t, True, self.line(c))], self.line(c), t))
-        return Simple([], words, self.line(n), n.end_point[0] + self.base,
-                      self.char(n.start_byte) if self.located else -1)
+                words.append(Word(parts=[Lit(text=t, quoted=True, line=self.line(c))],
+                                  line=self.line(c), text=t))
+        return Simple(assigns=[], words=words, line=self.line(n), end=n.end_point[0] + self.base,
+                      start=self.char(n.start_byte) if self.located else -1)
 
     # -- assignments
 
@@ -613,10 +659,11 @@ class _Conv:
                 else:
                     items.append(self.element(c))
                 prev = c
-            return Assign(name, None, append, None, items, line,
-                          self.gap(n.start_byte, eq_end))
-        word = self.word(value) if value is not None else Word([], line, "")
-        return Assign(name, index, append, word, None, line, self.text(n))
+            return Assign(name=name, index=None, append=append, value=None, array=items, line=line,
+                          text=self.gap(n.start_byte, eq_end))
+        word = self.word(value) if value is not None else Word(parts=[], line=line, text="")
+        return Assign(name=name, index=index, append=append, value=word, array=None, line=line,
+                      text=self.text(n))
 
     def element(self, n):
         """An array element: a Word, or (key, Word) for ``[key]=value``."""
@@ -650,15 +697,17 @@ class _Conv:
                 if last.text == "$":
                     parts.pop()
                 else:
-                    parts[-1] = Lit(last.text[:-1], False, last.line)
-                parts.append(Param(m.group(), None, None, None, None, False, False,
-                                   "$" + m.group(), more[0].line))
+                    parts[-1] = Lit(text=last.text[:-1], quoted=False, line=last.line)
+                parts.append(Param(name=m.group(), quoted=False,
+                                   text="$" + m.group(), line=more[0].line))
                 rest = more[0].text[m.end():]
-                more = ([Lit(rest, False, more[0].line)] if rest else []) + more[1:]
+                more = ([Lit(text=rest, quoted=False,
+                             line=more[0].line)] if rest else []) + more[1:]
         text = prev.text + self.text(n)
         if not self.located:
-            return Word(parts + more, prev.line, text)
-        return Word(parts + more, prev.line, text, prev.start, self.char(n.end_byte))
+            return Word(parts=parts + more, line=prev.line, text=text)
+        return Word(parts=parts + more, line=prev.line, text=text, start=prev.start,
+                    end=self.char(n.end_byte))
 
     def word(self, n) -> Word:
         parts: list = []
@@ -670,10 +719,10 @@ class _Conv:
             text = text.replace(_CR, "\r")
         line = parts[0].line if parts else self.line(n)
         if not self.located:
-            return Word(parts, line, text)
+            return Word(parts=parts, line=line, text=text)
         if self.marks:
             a, b = self.char(a), self.char(b)
-        return Word(parts, line, text, a, b)
+        return Word(parts=parts, line=line, text=text, start=a, end=b)
 
     def parts(self, n, quoted: bool, out: list):
         t = n.type
@@ -682,38 +731,25 @@ class _Conv:
             text = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
             if self.crlf:
                 text = text.replace(_CR, "\r")
-            out.append(Lit(_unescape(text) if "\\" in text else text, quoted, line))
+            out.append(Lit(text=_unescape(text) if "\\" in text else text, quoted=quoted,
+                           line=line))
         elif t == "string" or t == "translated_string":
-            kids = [c for c in n.children if c.type not in ('"', '$"')]
-            pos = n.start_byte + (2 if t == "translated_string" else 1)
-            end = n.end_byte - 1
-            before = len(out)
-            for c in kids:
-                if c.start_byte > pos:
-                    out.append(Lit(_dq_unescape(self.gap(pos, c.start_byte)), True, line))
-                if c.type == "string_content":
-                    out.append(Lit(_dq_unescape(self.text(c)), True, line))
-                else:
-                    self.parts(c, True, out)
-                pos = c.end_byte
-            if end > pos:
-                out.append(Lit(_dq_unescape(self.gap(pos, end)), True, line))
-            if len(out) == before:
-                out.append(Lit("", True, line))
+            self.string(n, line, out)
         elif t == "raw_string":
-            out.append(Lit(self.text(n)[1:-1], True, line))
+            out.append(Lit(text=self.text(n)[1:-1], quoted=True, line=line))
         elif t == "ansi_c_string":
-            out.append(Lit(_ansi_c(self.text(n)[2:-1]), True, line))
+            out.append(Lit(text=_ansi_c(self.text(n)[2:-1]), quoted=True, line=line))
         elif t == "concatenation":
             pos = n.start_byte
             for c in n.children:
                 if c.start_byte > pos:
-                    out.append(Lit(_unescape(self.gap(pos, c.start_byte)), quoted, line))
+                    out.append(Lit(text=_unescape(self.gap(pos, c.start_byte)), quoted=quoted,
+                                   line=line))
                 self.parts(c, quoted, out)
                 pos = c.end_byte
         elif t == "simple_expansion":
             name = self.text(n)[1:]
-            out.append(Param(name, None, None, None, None, False, quoted, self.text(n), line))
+            out.append(Param(name=name, quoted=quoted, text=self.text(n), line=line))
         elif t == "expansion":
             self.enter(n)
             try:
@@ -725,8 +761,8 @@ class _Conv:
             # ``$((`` as arithmetic whenever it can
             self.enter(n)
             try:
-                out.append(Arith(self.region(n, n.start_byte + 3, n.end_byte - 2, True),
-                                 quoted, self.text(n), line))
+                out.append(Arith(expr=self.region(n, n.start_byte + 3, n.end_byte - 2, True),
+                                 quoted=quoted, text=self.text(n), line=line))
             finally:
                 self.depth -= 1
         elif t == "command_substitution":
@@ -738,11 +774,34 @@ class _Conv:
             try:
                 a = n.children[0].end_byte if n.children else n.start_byte
                 b = n.children[-1].start_byte if len(n.children) > 1 else n.end_byte
-                out.append(Arith(self.region(n, a, b, True), quoted, self.text(n), line))
+                out.append(Arith(expr=self.region(n, a, b, True), quoted=quoted,
+                                 text=self.text(n), line=line))
             finally:
                 self.depth -= 1
+        elif t == "$" and self.text(n) == "$$":  # ends a concatenation: still the pid
+            out.append(Param(name="$", quoted=quoted, text="$$", line=line))
         else:
-            out.append(Lit(_unescape(self.text(n)), quoted, line))
+            out.append(Lit(text=_unescape(self.text(n)), quoted=quoted, line=line))
+
+    def string(self, n, line: int, out: list):
+        """``"..."`` / ``$"..."``: its text and expansions, all quoted."""
+        kids = [c for c in n.children if c.type not in ('"', '$"')]
+        pos = n.start_byte + (2 if n.type == "translated_string" else 1)
+        end = n.end_byte - 1
+        before = len(out)
+        for c in kids:
+            if c.start_byte > pos:
+                out.append(Lit(text=_dq_unescape(self.gap(pos, c.start_byte)), quoted=True,
+                               line=line))
+            if c.type == "string_content":
+                out.append(Lit(text=_dq_unescape(self.text(c)), quoted=True, line=line))
+            else:
+                self.parts(c, True, out)
+            pos = c.end_byte
+        if end > pos:
+            out.append(Lit(text=_dq_unescape(self.gap(pos, end)), quoted=True, line=line))
+        if len(out) == before:
+            out.append(Lit(text="", quoted=True, line=line))
 
     def sub(self, n, quoted: bool) -> Sub:
         self.enter(n)
@@ -751,7 +810,7 @@ class _Conv:
         finally:
             self.depth -= 1
         proc = self.text(n)[:2] if n.type == "process_substitution" else None
-        return Sub(body, quoted, self.text(n), self.line(n), proc)
+        return Sub(body=body, quoted=quoted, text=self.text(n), line=self.line(n), proc=proc)
 
     def region(self, n, a: int, b: int, quoted: bool, kids=None, line=None) -> Word:
         """Bytes [a, b) of `n` as one word: expansions inside it, the text between literal."""
@@ -765,7 +824,8 @@ class _Conv:
         if len(inner) == 1 and inner[0].start_byte == a and inner[0].end_byte == b and \
                 inner[0].type in ("word", "number"):
             text = self.gap(a, b)
-            return Word([Lit(_unescape(text), quoted, line)], line, text)
+            return Word(parts=[Lit(text=_unescape(text), quoted=quoted, line=line)], line=line,
+                        text=text)
         stack = list(reversed(kids))
         while stack:
             c = stack.pop()
@@ -773,14 +833,15 @@ class _Conv:
                 continue
             if c.type in _EXPANSIONS:
                 if c.start_byte > pos:
-                    parts.append(Lit(_unescape(self.gap(pos, c.start_byte)), quoted, line))
+                    parts.append(Lit(text=_unescape(self.gap(pos, c.start_byte)), quoted=quoted,
+                                     line=line))
                 self.parts(c, quoted, parts)
                 pos = c.end_byte
             else:
                 stack.extend(reversed(c.children))
         if b > pos:
-            parts.append(Lit(_unescape(self.gap(pos, b)), quoted, line))
-        return Word(parts, line, self.gap(a, b))
+            parts.append(Lit(text=_unescape(self.gap(pos, b)), quoted=quoted, line=line))
+        return Word(parts=parts, line=line, text=self.gap(a, b))
 
     def expansion(self, n, quoted: bool) -> Param:
         allk = n.children
@@ -828,7 +889,8 @@ class _Conv:
             op = "?bad"
         if bad or not name:
             op = "?bad"
-        return Param(name, index, op, arg, arg2, length, quoted, self.text(n), line)
+        return Param(name=name, index=index, op=op, arg=arg, arg2=arg2, length=length,
+                     quoted=quoted, text=self.text(n), line=line)
 
 
 # ---------------------------------------------------------------- errors
@@ -935,6 +997,7 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     if cr >= 0:
         cr_line = data.count(b"\n", 0, cr) + base_line
         data = _hold_cr(data)
+    data = _end_continued(data)
     tree = _parser().parse(data)
     root = tree.root_node
     conv = _Conv(data, located, base_line)
@@ -950,6 +1013,21 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
             "keeps the CR in the last word of each line ('--colocate\\r'), and a '\\' before "
             "it no longer continues the line", "convert the file to LF line ends (dos2unix)"))
     return body, conv.notes
+
+
+def _end_continued(data: bytes) -> bytes:
+    """A file whose last line ends in ``\\``: bash drops the backslash-newline and the
+    command ends with the file; tree-sitter-bash 0.25 reports an error. The backslash is
+    read as a blank (offsets unchanged)."""
+    end = len(data.rstrip(b"\n"))
+    if end == 0 or data[end - 1:end] != b"\\" or len(data) - end > 1:
+        return data
+    k = end - 1
+    while k > 0 and data[k - 1:k] == b"\\":
+        k -= 1
+    if (end - k) % 2 == 0:  # an escaped backslash: a word, not a continuation
+        return data
+    return data[:end - 1] + b" " + data[end:]
 
 
 def _hold_cr(data: bytes) -> bytes:

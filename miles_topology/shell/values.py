@@ -14,6 +14,7 @@ from ..errors import Location
 MAX_VALUE = 1 << 20  # characters in one string value; longer becomes unknown
 MAX_ITEMS = 1 << 17  # words in one array; more becomes an unknown number of words
 MAX_SOURCE_DEPTH = 16  # files being sourced inside each other
+PID = "\ue0f0"  # the value of $$: the same all through one run, known only when it runs
 MAX_CALL_DEPTH = 32  # function calls (and eval / here-document scripts) inside each other
 
 
@@ -94,12 +95,19 @@ def _tokens(text: str) -> tuple:
     return tuple(toks)
 
 
+def shown(text: str) -> str:
+    """A value as the user wrote it: the shell's pid as ``$$``."""
+    return text.replace(PID, "$$")
+
+
 def arith(text: str, lookup, assign=None) -> int:
     """Evaluate a bash arithmetic expression over ints, as bash does; no eval. Operators:
     ``, = += -= *= /= %= <<= >>= &= ^= |= ?: || && | ^ & == != < > <= >= << >> + - * / %
     ** ! ~ ++ --`` and parentheses; variables by bare name through `lookup(name)`.
     `assign(name, value)` stores an assignment; without it an assignment is an ArithError.
     ``&&``, ``||`` and ``?:`` do not evaluate (look up, assign, divide in) the side not taken."""
+    if PID in text:
+        raise ArithError("$$ (the shell's process id) is only known when it runs")
     toks = _tokens(text.strip())
     if not toks:
         return 0

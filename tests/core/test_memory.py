@@ -119,7 +119,7 @@ def test_vary_rebuilds_and_validates():
 
 @pytest.mark.parametrize("script", UPSTREAM, ids=lambda p: p.name)
 def test_upstream_big_moe_scripts_print_per_rank_figures_and_pass(capsys, script):
-    code, out, _ = run_cli(capsys, "check", str(script))
+    code, out, _ = run_cli(capsys, "check", "--verbose", str(script))
     assert code == 0, out
     assert "memory (largest rank" in out and "memory per rank, by pipeline stage" in out
     code, out, _ = run_cli(capsys, "check", "--format", "json", str(script))

@@ -3,10 +3,9 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from support import SCRIPTS
+from support import SCRIPTS, bash_launch, flag_values
 
 from miles_topology.check_script import check_script
 from miles_topology.cli import main
@@ -233,55 +232,14 @@ IDIOM_RUNS = {
     "depth-cap.sh": ([], {"--tensor-model-parallel-size"}),
     "crlf.sh": ([], set()),
     "pipe-test.sh": ([], set()),
+    "gen-source-pid.sh": ([], set()),  # $$ names one file all through the run
+    "common-train.sh": (["2", "1", "--colocate"], set()),
+    "wrapper-args.sh": (["--colocate"], set()),  # bash FILE ARGS: the wrapped launch
+    "source-args.sh": ([], set()),
+    "entry-path.sh": ([], set()),
+    "known-branch.sh": ([], set()),
+    "heredoc-wait.sh": ([], set()),
 }
-_STAND_IN = """#!/bin/bash
-# stand-in for {name}: a training launch prints its argv (one JSON line), anything else runs
-LOG_ARGV='import json, os, sys
-open(os.environ["ARGV_LOG"], "a").write(json.dumps(sys.argv[1:]) + "\\n")'
-for a in "$@"; do
-  case "$a" in
-    train.py|*/train.py|train_async.py|*/train_async.py)
-      exec {py} -c "$LOG_ARGV" "$@" ;;
-  esac
-done
-{tail}
-"""
-
-
-def bash_launch(script: Path, args: list[str], tmp: Path) -> list[str]:
-    """The argv after the entry script of the last training launch bash really runs."""
-    bin_ = tmp / "bin"
-    bin_.mkdir(exist_ok=True)
-    for name, tail in (("python3", f'exec {sys.executable} "$@"'), ("python", 'exec python3 "$@"'),
-                       ("ray", "exit 0")):
-        p = bin_ / name
-        p.write_text(_STAND_IN.format(name=name, py=sys.executable, tail=tail))
-        p.chmod(0o755)
-    log = tmp / "argv.jsonl"
-    log.write_text("")
-    env = {"PATH": f"{bin_}:/usr/bin:/bin", "ARGV_LOG": str(log), "HOME": str(tmp)}
-    subprocess.run(["bash", str(script), *args], env=env, cwd=tmp, timeout=60,
-                   capture_output=True)
-    launches = [json.loads(x) for x in log.read_text().splitlines()]
-    assert launches, f"{script.name}: bash ran no training launch"
-    argv = launches[-1]
-    k = next(i for i, a in enumerate(argv) if a.endswith(("train.py", "train_async.py")))
-    return argv[k + 1:]
-
-
-def flag_values(argv: list[str]) -> dict[str, str]:
-    """flag -> value as the launch's argv gives it (the last one wins; "" for a switch)."""
-    out: dict[str, str] = {}
-    flag = None
-    for word in argv:
-        if word.startswith("--"):
-            flag, eq, value = word.partition("=")
-            out[flag] = value if eq else ""
-            if eq:
-                flag = None
-        elif flag is not None:
-            out[flag] = f"{out[flag]} {word}" if out[flag] else word
-    return out
 
 
 @pytest.mark.parametrize("name", sorted(IDIOM_RUNS))

@@ -1,0 +1,120 @@
+"""The bash reader follows what bash does (issues 28 item 5, 29 item 5): an unresolved
+source/eval leaves every variable it may set unknown, $$ is one value all through a run, a
+checkout's helper gets its prefix assignments, wrappers pass their arguments on, ``set -o``
+takes its option name, and a file may end in a line continuation. Each idiom fixture is
+also run by bash with argv-printing stand-ins (test_check_scripts.IDIOM_RUNS)."""
+
+from support import ROOT, SCRIPTS, bash_launch, flag_values
+
+from miles_topology.shell import read_script
+
+IDIOMS = SCRIPTS / "idioms"
+CHECKOUT = SCRIPTS / "miles-checkout"
+
+
+def values(path, **kw) -> dict:
+    return {fv.flag: fv.value for fv in read_script(path, **kw).argv}
+
+
+def test_an_unread_generated_source_leaves_what_it_may_set_unknown(tmp_path):
+    script = tmp_path / "run.sh"  # the generator's output is not known here
+    script.write_text('TP=2\nGEN="${TMPDIR:-/tmp}/gen_$$.sh"\npython3 make_args.py > "$GEN"\n'
+                      'source "$GEN"\nPP=1\npython3 train.py "${PERF_ARGS[@]}" '
+                      "--tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP\n")
+    read = read_script(script)
+    got = {fv.flag: fv.value for fv in read.argv}
+    assert got == {"--tensor-model-parallel-size": None,  # set before; the file may reset it
+                   "--pipeline-model-parallel-size": "1"}  # assigned again after it
+    assert read.gaps  # ${PERF_ARGS[@]} may hold any flag: no size is claimed from defaults
+    why = " ".join(u.why for u in read.unresolved)
+    assert "gen_$$.sh" in why and "may be set by" in why
+
+
+def test_each_unresolved_source_and_eval_taints(tmp_path):
+    for line in ('source "$(cat /etc/model_path)"', "source ./not-here.sh",
+                 'eval "$(python3 gen_args.py)"'):
+        script = tmp_path / "run.sh"
+        script.write_text(f"TP=2\n{line}\npython3 train.py --tensor-model-parallel-size $TP "
+                          "--num-layers ${LAYERS:-4}\n")
+        assert values(script) == {"--tensor-model-parallel-size": None, "--num-layers": None}
+        assert values(script, env={"TP": "4"})["--tensor-model-parallel-size"] == "4"
+    script.write_text('TP=2\neval "PP=2"\npython3 train.py --tensor-model-parallel-size $TP\n')
+    assert values(script) == {"--tensor-model-parallel-size": "2"}  # a known eval is read
+
+
+def test_pid_names_one_file_but_is_no_value(tmp_path):
+    assert values(IDIOMS / "gen-source-pid.sh")["--tensor-model-parallel-size"] == "4"
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --save /ckpt/run_$$ --seed $(( $$ % 1000 )) "
+                      "--tensor-model-parallel-size 2\n")
+    read = read_script(script)
+    assert values(script) == {"--save": None, "--seed": None, "--tensor-model-parallel-size": "2"}
+    assert all("process id" in u.why for u in read.unresolved)
+
+
+def test_a_helper_gets_its_prefix_assignment(tmp_path):
+    script = CHECKOUT / "scripts" / "run-geo3k-vl.sh"
+    truth = flag_values(bash_launch(script, [], tmp_path))
+    assert truth["--rotary-base"] == "5000000"  # bash gives the helper the variable
+    assert values(script) == truth
+
+
+def test_a_wrapper_reads_as_the_wrapped_launch():
+    got = values(IDIOMS / "wrapper-args.sh", positional=["--colocate"])
+    assert got["--tensor-model-parallel-size"] == "4" and got["--actor-num-nodes"] == "2"
+    assert got["--pipeline-model-parallel-size"] == "2" and got["--colocate"] == ""
+
+
+def test_the_wrapped_shell_sees_exported_variables_only(tmp_path):
+    (tmp_path / "inner.sh").write_text("python3 train.py --tensor-model-parallel-size "
+                                       '"${TP:-1}" --pipeline-model-parallel-size "${PP:-1}"\n')
+    (tmp_path / "outer.sh").write_text('export TP=4\nPP=2\nbash "$(dirname "$0")/inner.sh"\n'
+                                       'echo "$TP"\n')
+    truth = flag_values(bash_launch(tmp_path / "outer.sh", [], tmp_path))
+    assert truth == {"--tensor-model-parallel-size": "4", "--pipeline-model-parallel-size": "1"}
+    assert values(tmp_path / "outer.sh") == truth
+
+
+def test_set_o_takes_its_option_name(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text('set -euo pipefail\nset +o xtrace\npython3 train.py --x "${1:-none}"\n')
+    assert flag_values(bash_launch(script, [], tmp_path)) == {"--x": "none"}
+    assert values(script, positional=[]) == {"--x": "none"}
+
+
+def test_a_file_ending_in_a_continuation_reads_as_bash_reads_it(tmp_path):
+    for end in ("\\\n", "\\"):
+        script = tmp_path / "run.sh"
+        script.write_text("python3 train.py --tensor-model-parallel-size 2 " + end)
+        assert flag_values(bash_launch(script, [], tmp_path)) == values(script)
+    script.write_text("python3 train.py --x a\\\\\n")  # an escaped backslash: a word
+    assert values(script) == {"--x": "a\\"}
+
+
+def test_gpu_probes_are_answered_from_the_modelled_cluster(tmp_path, capsys):
+    import json
+    import sys
+
+    from miles_topology.cli import main
+
+    script = IDIOMS / "gpu-probes.sh"
+    # bash's truth: a stand-in nvidia-smi that prints what a 1 x 4 H200 node prints
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    smi = bin_ / "nvidia-smi"
+    root = ROOT
+    smi.write_text(f"#!/bin/bash\nexec {sys.executable} -c 'import sys; sys.path.insert(0, "
+                   f"\"{root}\"); from miles_topology.pylaunch.cluster import Cluster; "
+                   "sys.stdout.write(Cluster.of(dict(gpus_per_node=4, gpu=\"H200\"))"
+                   ".nvidia_smi(sys.argv[1:]).stdout)' \"$@\"\n")
+    smi.chmod(0o755)
+    truth = flag_values(bash_launch(script, [], tmp_path))
+    assert truth["--actor-num-gpus-per-node"] == "4"
+    assert truth["--tensor-model-parallel-size"] == "4"
+    main(["check", "--format", "json", str(script), "--gpus-per-node", "4", "--gpu", "H200"])
+    got = json.loads(capsys.readouterr().out)["values"]
+    assert {f: got[f]["value"] for f in got} == {f: truth[f] for f in got}
+    main(["check", "--format", "json", str(script)])  # no cluster given: not guessed
+    data = json.loads(capsys.readouterr().out)
+    assert data["values"]["--actor-num-gpus-per-node"]["value"] is None
+    assert any("--gpus-per-node" in u["why"] for u in data["unresolved"])

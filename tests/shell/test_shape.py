@@ -1,0 +1,105 @@
+"""The shell reader's shape (issue 25): short functions, no import circle inside shell/, and
+frozen syntax nodes built by keyword."""
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+from support import ROOT
+
+SHELL = ROOT / "miles_topology" / "shell"
+LIMIT = 60  # lines of one function, decorators and docstring included
+
+
+def lengths(root: Path = SHELL) -> dict[str, int]:
+    """`module.function` (methods as `module.Class.function`) -> its number of lines."""
+    out = {}
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text())
+
+        def walk(node, prefix):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                    start = min([d.lineno for d in child.decorator_list] + [child.lineno])
+                    out[f"{prefix}.{child.name}"] = child.end_lineno - start + 1
+                    walk(child, f"{prefix}.{child.name}")
+                elif isinstance(child, ast.ClassDef):
+                    walk(child, f"{prefix}.{child.name}")
+        walk(tree, path.stem)
+    return out
+
+
+def test_no_function_over_the_limit():
+    over = {name: n for name, n in lengths().items() if n > LIMIT}
+    assert not over, f"functions over {LIMIT} lines in shell/: {over}"
+
+
+def test_the_measure_catches_a_long_function(tmp_path):
+    body = "\n".join(f"        x{k} = {k}" for k in range(LIMIT))
+    (tmp_path / "long.py").write_text(f"class C:\n    def f(self):\n{body}\n")
+    (tmp_path / "short.py").write_text("def g():\n    return 1\n")
+    got = lengths(tmp_path)
+    assert got["long.C.f"] == LIMIT + 1 and got["short.g"] == 2
+
+
+def _imports(path: Path) -> set[str]:
+    """The shell modules a module imports, type-checking imports included."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                out.add(node.module.split(".")[0])
+            else:
+                out.update(a.name for a in node.names)
+    return out & {p.stem for p in SHELL.glob("*.py")}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of `graph`, or None."""
+    state: dict[str, int] = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for t in sorted(graph.get(m, ())):
+            if state.get(t) == 1:
+                return path[path.index(t):] + [t] if t in path else [m, t]
+            if t not in state:
+                got = visit(t, path + [t])
+                if got:
+                    return got
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            got = visit(m, [m])
+            if got:
+                return got
+    return None
+
+
+def test_no_import_circle_in_shell():
+    graph = {p.stem: _imports(p) for p in SHELL.glob("*.py")}
+    assert cycle(graph) is None, cycle(graph)
+
+
+def test_the_circle_check_catches_one():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("name", ["Lit", "Param", "Sub", "Arith", "Word", "Assign", "Simple",
+                                  "Heredoc", "AndOr", "Pipe", "If", "Case", "Loop", "ArithCmd",
+                                  "Func", "Group"])
+def test_syntax_nodes_are_frozen_and_keyword_built(name):
+    from miles_topology.shell import syntax
+
+    cls = getattr(syntax, name)
+    params = dataclasses.fields(cls)
+    assert all(f.kw_only for f in params) and hasattr(cls, "__slots__")
+    node = cls(**{f.name: None for f in params})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(node, params[0].name, 1)
+    with pytest.raises(TypeError):
+        cls(*[None] * len(params))
