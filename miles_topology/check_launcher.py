@@ -9,10 +9,12 @@ never import each other's verdicts.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from . import fit
+from .channels import read_channels
 from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
 from .env import AT_RUN_TIME, PartialEnv
 from .errors import Location
@@ -22,6 +24,7 @@ from .pylaunch.cluster import Cluster
 from .pylaunch.standins import unknowns_in
 from .report import verdict_of
 from .sources import read_flags
+from .stack import for_launch, using
 
 
 def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
@@ -100,6 +103,16 @@ def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]]
     return argv, pairs, unresolved, gap
 
 
+def _imports(path: str) -> tuple[str, ...]:
+    """The frameworks a launcher imports (`import slime`, `from miles.utils ...`)."""
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return ()
+    return tuple(fw for fw in ("slime", "miles")
+                 if re.search(rf"^\s*(?:from|import)\s+{fw}\b", text, re.M))
+
+
 def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     """A ``--topology`` YAML is resolved with the environment the entry really gets: under
     ray job submit only the runtime env; else what the command sets and --env, the rest
@@ -112,7 +125,14 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
         environ = dict(got.env)
     else:
         environ = PartialEnv({**(env or {}), **got.env}, why=AT_RUN_TIME, defaults=True)
-    v = verdict_of(path, lambda: read_flags(argv, environ).topology)
+    stack = for_launch(path, getattr(got, "entry", None), pairs, imports=_imports(path))
+    channel, words = read_channels([(f, val, None) for f, val in pairs],
+                                   [os.path.dirname(os.path.abspath(path)), os.getcwd(),
+                                    *([stack.root] if stack.root else [])])
+    with using(stack):
+        v = verdict_of(path, lambda: read_flags(argv + words, environ).topology)
+    for p in channel:
+        {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
     unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
                             if getattr(environ, "dropped", None) else [])
     gap_why = f"the model shape may come from {tainted[-1]['expression']}" if gap is not None \

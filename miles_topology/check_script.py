@@ -13,12 +13,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import fit
+from .channels import read_channels
 from .errors import InputError, Location, Problem
-from .flags import TOPOLOGY, field_of, flag_of, known
+from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
 from .parts import fields_in, summary_fields
 from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
 from .sources import read_flags
+from .stack import for_launch, using
 
 if TYPE_CHECKING:
     from .pylaunch.cluster import Cluster
@@ -105,6 +107,8 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
         return
 
     def skip(p: Problem) -> bool:
+        if p.code == "unknown-flag":  # a misspelt flag is refused whatever its value
+            return False
         return bool((unknown | facts) & set(p.flags)
                     or p.code in MOE_CODES and facts & MOE_FLAGS)
     v.skipped += [replace(p, severity="skipped") for p in v.errors if skip(p)]
@@ -142,7 +146,20 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         cluster.assumed) else cluster
     found = read(path, env, args, probed)
     exported = found.site.environ() if found.site else env  # what a --topology YAML sees
-    v = verdict_of(path, lambda: read_flags(found.tokens(), exported).topology)
+    stack = for_launch(path, found.entry, [(fv.flag, fv.value) for fv in found.argv])
+    channel, words = read_channels(
+        [(fv.flag, fv.value, Location(fv.source.path, fv.source.line)) for fv in found.argv],
+        _dirs(path, stack))
+    with using(stack):
+        v = verdict_of(path, lambda: read_flags(found.tokens() + words, exported).topology)
+        for p in channel:
+            {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
+        # a flag whose value is unresolved stays out of argv: its spelling is judged here
+        for name in dict.fromkeys(u.flag for u in found.unresolved if u.flag):
+            p = spelling_problem(name)
+            if p is not None:
+                p = p.at(Location(*_first_source(found, name)))
+                {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
     unresolved = [  # one entry per unknown, though the launch may use it more than once
         dict(t) for t in dict.fromkeys(
             (("flag", u.flag), ("expression", u.expression), ("source", str(u.source)),
@@ -164,7 +181,9 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         [p.at(_locate(p, where)) if p.location is None else p for p in ps]
         for ps in (v.errors, v.warnings, v.skipped))
     values = values_report(found)
+    _channel_values(values, words)
     v.extra = {
+        "stack": stack.describe(),
         "launcher": found.launcher,
         "entry": found.entry,
         "values": values,
@@ -173,6 +192,33 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def _channel_values(values: dict, words: list) -> None:
+    """A value a YAML channel sets wins over the command line's: its source is the YAML line."""
+    i = 0
+    while i < len(words):
+        flag, eq, inline = words[i].text.partition("=")
+        value = inline if eq else words[i + 1].text if i + 1 < len(words) else ""
+        if known(flag):
+            before = values.get(flag)
+            values[flag] = {"value": value, "source": str(words[i].source),
+                            "overridden": ([*before["overridden"], {
+                                "value": before["value"], "source": before["source"]}]
+                                if before else [])}
+        i += 1 if eq else 2
+
+
+def _dirs(path: str, stack) -> list[str]:
+    """Where a file a launch names may be: beside the script, its checkout, here."""
+    import os
+
+    return [os.path.dirname(os.path.abspath(path))] + ([stack.root] if stack.root else [])
+
+
+def _first_source(found: ScriptRead, flag: str) -> tuple[str, int]:
+    src = next(u.source for u in found.unresolved if u.flag == flag)
+    return src.path, src.line
 
 
 def _sizes_after(found: ScriptRead, gap: int) -> bool:

@@ -8,6 +8,7 @@ migrations (miles_topology/migrations/) and prints. Exit codes: 0 valid (warning
 from __future__ import annotations
 
 import argparse
+import contextvars
 import json
 import os
 import re
@@ -229,13 +230,16 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
     if flags is not None:
         if paths or found.walked:
             raise InputError("give either files or `-- FLAGS...`, not both")
+        from .check_script import flag_pairs
         from .fit import apply
         from .pylaunch.cluster import cluster_for
         from .sources import read_flags
+        from .stack import for_launch, using
 
         cluster = cluster_for(os.getcwd(), (py or {}).get("cluster") or {})
-        yield "flags", [apply(verdict_of("flags", lambda: read_flags(flags).topology), flags,
-                              cluster)]
+        with using(for_launch(None, None, flag_pairs(flags))):  # installed, --stack, functions
+            v = verdict_of("flags", lambda: read_flags(flags).topology)
+        yield "flags", [apply(v, flags, cluster)]
         return
     if not paths and not found.walked:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
@@ -305,6 +309,18 @@ def _settings(args):
     return settings(start, args.select, args.ignore, args.severity)
 
 
+def _stack_path(args) -> None:
+    """`--stack PATH` for this command (stack.STACK_PATH; `main` resets it when it returns)."""
+    from .stack import STACK_PATH, framework_in
+
+    if args.stack is None:
+        return
+    if framework_in(Path(args.stack)) is None:
+        raise InputError(f"--stack {args.stack}: no miles/ or slime/ with utils/arguments.py "
+                         "there; give a checkout or a site-packages folder that holds one")
+    STACK_PATH.set(args.stack)
+
+
 def cmd_check(args, flags) -> int:
     from .output import Printer, stream_for
     from .selection import apply
@@ -312,6 +328,7 @@ def cmd_check(args, flags) -> int:
     if "-" in args.inputs:
         return _check_stdin(args, flags)
     chosen = _settings(args)
+    _stack_path(args)
     py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                       "gpu": args.gpu, "nvlink": args.nvlink},
           "real_imports": args.real_imports, "trust": args.trust_launcher,
@@ -515,6 +532,7 @@ def cmd_migrate(args, flags) -> int:
         raise InputError("migrate takes launch scripts, not `-- FLAGS...`")
     from .migrations.runner import main as migrate_main
 
+    _stack_path(args)
     return migrate_main(args.inputs, _parse_env(args.env), write=args.write, check=args.check,
                         inline=args.inline, quiet=args.quiet, only_migrated=args.only_migrated)
 
@@ -600,6 +618,11 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("inputs", nargs="*", metavar="INPUT", help=what)
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
+        if name in ("check", "migrate"):
+            p.add_argument("--stack", metavar="PATH",
+                           help="the user's stack: a checkout or site-packages holding miles "
+                                "or slime (default: installed, beside the script, else the "
+                                "bundled snapshot)")
         if name == "check":
             p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                            help="Python launchers: pass this variable of the environment on "
@@ -699,6 +722,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # in a context of its own: what a command sets (`--stack`) ends with it
+    return contextvars.copy_context().run(_main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     head, flags = _split_dashdash(argv)
     try:

@@ -153,10 +153,11 @@ SHORT: dict[str, str] = {
 
 @lru_cache(maxsize=1)
 def _spellings() -> tuple[str, ...]:
-    """Every flag a suggestion may name: miles' whole surface and our own spellings."""
+    """Every flag a suggestion may name: miles' and slime's whole surfaces and our own
+    spellings (a flag of another version is no typo: see `_unknown`)."""
     from . import surface
 
-    return tuple(sorted(surface.names() | set(table()) | {TOPOLOGY}))
+    return tuple(sorted(surface.names() | surface.slime_names() | set(table()) | {TOPOLOGY}))
 
 
 def _grams(name: str) -> set[str]:
@@ -199,23 +200,66 @@ def where(token: Any) -> Location | None:
     return Location(src.path, src.line) if src is not None and src.line > 0 else None
 
 
-def _unknown(name: str, token: Any) -> Problem:
-    """A flag miles' train.py does not define: its argparse parser exits at start-up
-    ("unrecognized arguments"; Megatron's parser has allow_abbrev=False, so no prefix of a
-    flag is taken either)."""
-    from .surface import slime_only
-
+def _near(name: str, stack: Any) -> str | None:
+    """A known flag `name` is a near miss of: of either framework's surface, ours, or one a
+    function of the launch adds."""
     near = suggest(name)
+    if near is None and name.startswith("--") and stack.added:
+        got = difflib.get_close_matches(name, list(stack.added), n=1, cutoff=0.8)
+        near = got[0] if got else None
+    return near
+
+
+def _unknown(name: str, token: Any) -> Problem:
+    """A flag the launch's stack does not define (stack.py). The real parser exits at
+    start-up ("unrecognized arguments"; Megatron's parser has allow_abbrev=False, so no
+    prefix of a flag is taken either), so it is an error when that is certain:
+    - a flag another known version or framework defines (slime vs miles, a newer SGLang or
+      Megatron-LM) warns and names which: the user's stack may be that one;
+    - a near miss of a known flag is an error with did-you-mean, whatever its value;
+    - a flag a function of the launch may add (its add_arguments could not be read here) is
+      skipped;
+    - anything else is an error."""
+    from .stack import current
+
+    st = current()
+    fw = "slime's" if st.framework == "slime" else "miles'"
+    other = st.other(name)
+    if other is not None:
+        return Problem(
+            "flag-of-other-version",
+            f"{name} is not a flag of {st.describe()}, but {other}: the launch runs only "
+            "on a stack that has it.",
+            f"run it on that stack (check it there, or with --stack PATH), or remove {name}",
+            (name,), "warning", where(token))
+    near = _near(name, st)
+    if near is None and st.unresolved:
+        funcs = ", ".join(st.unresolved)
+        return Problem(
+            "unverified-flag",
+            f"{name} is unknown: it may come from {funcs}'s add_arguments, which cannot be "
+            "read here.",
+            "check where that function is importable (its checkout, or --stack PATH)",
+            (name,), "skipped", where(token))
     hint = f"; did you mean {near}?" if near else "."
-    if name in slime_only():
-        hint = f" (a flag of slime, which miles grew from; miles does not have it){hint}"
     return Problem(
         "unknown-flag",
-        f"{name} is not a flag of miles' train.py (miles, Megatron-LM or SGLang as "
-        f"--sglang-*): its parser refuses it at start-up{hint}",
+        f"{name} is not a flag of {fw} train.py ({st.describe()}): its parser refuses it "
+        f"at start-up{hint}",
         f"write {near}" if near else f"remove {name}, or check its spelling against "
         "`python train.py --help`", (name,), "error", where(token),
     )
+
+
+def spelling_problem(name: str, token: Any = None) -> Problem | None:
+    """The unknown-flag finding of one flag spelling whose value is not known (the script
+    reader keeps such flags out of argv): a typo is a typo whatever its value."""
+    from .stack import current
+
+    if not _is_flag(name) and name not in SHORT or known(name) or \
+            current().flag(name) is not None:
+        return None
+    return _unknown(name, token)
 
 
 def _upstream_deprecated(name: str, f: Any, token: Any) -> Problem:
@@ -245,13 +289,14 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
     """A flag that is not ours: one miles does not define is an error (did-you-mean over
     the whole surface), a deprecated one warns, a repeat with another value warns. `own`:
     the caller's own flags (a launcher's), which it reads from the passthrough itself."""
-    from . import surface
+    from .stack import current
 
     if not (_is_flag(name) or name in SHORT) or name in own:
         return  # a value such as -1
-    f = surface.flag(name)
+    f = current().flag(name)
     if f is None:
-        out.errors.append(_unknown(name, argv[i - 1]))
+        p = _unknown(name, argv[i - 1])
+        (out.errors if p.severity == "error" else out.warnings).append(p)
         return
     if f.renamed_to or f.removed:
         out.warnings.append(_upstream_deprecated(name, f, argv[i - 1]))

@@ -222,8 +222,7 @@ class Topology(BaseModel):
         errors = [p for p in found if p.severity == "error"]
         warnings = [p for p in found if p.severity != "error"]  # warnings, then skipped
         if errors:
-            raise TopologyError(errors, warnings, summary(self) if self.layout.forms_grid
-                                else None)
+            raise TopologyError(errors, warnings, summary(self))  # sizes known, grid or not
         self._warnings = tuple(warnings)
         return self
 

@@ -376,3 +376,50 @@ def read_engine_groups(path: str) -> tuple[tuple[str, str, int, int], ...] | Non
 Topology.from_flags = staticmethod(from_flags)
 Topology.from_yaml = staticmethod(from_yaml)
 Topology.from_namespace = staticmethod(from_namespace)
+
+
+# ---- channels: YAML files that set arguments after the command line is parsed -------------
+
+
+@dataclass(frozen=True)
+class YamlValue:
+    """One top-level `key: value` of a YAML file and the line it is written on."""
+
+    key: str
+    value: Any
+    path: str
+    line: int
+
+
+def yaml_values(value: str, dirs: Sequence[str | Path] = ()) -> list[YamlValue] | str:
+    """The top-level keys of the YAML a flag names (a path, looked up as given and under
+    `dirs`, or miles' inline `base64:<payload>`: miles/utils/file_arg_utils.py
+    resolve_file_arg), read with yaml.safe_load as miles reads it; or why it cannot be read."""
+    import base64
+    import binascii
+
+    import yaml
+
+    if value.startswith("base64:"):
+        try:
+            text, where = base64.b64decode(value[7:], validate=True).decode(), "<base64>"
+        except (binascii.Error, UnicodeDecodeError) as e:
+            return f"its base64 payload does not decode: {e}"
+    else:
+        cands = [Path(value)] + [Path(d) / value for d in dirs if not Path(value).is_absolute()]
+        found = next((c for c in cands if c.is_file()), None)
+        if found is None:
+            return f"{value} is not found here"
+        text, where = found.read_text(errors="replace"), value
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        return f"{where} is not valid YAML: {str(e).splitlines()[0]}"
+    if data is None:
+        return []
+    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+        return f"{where} is not a mapping of key: value"
+    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value
+             if isinstance(k, yaml.ScalarNode)}
+    return [YamlValue(str(k), v, where, lines.get(str(k), 0)) for k, v in data.items()]

@@ -18,15 +18,20 @@ Sources, pinned (the commits are written into the JSON):
                  miles' Dockerfile starts from; the sgl-project/sglang git history is too
                  large to mirror here, and the wheel holds the same python sources)
   sglang-router  `pip download --no-deps sglang-router==0.3.2` (miles requires >=0.2.3)
-  slime          fetch github:THUDM/slime (optional): the flags only slime has, so that
-                 check says so for a slime script
+  slime          fetch github:THUDM/slime (optional): slime's own flags (its surface, with
+                 the same Megatron-LM and SGLang rows) and its docker/patch/latest/megatron.patch
+  other versions `pip download --no-deps sglang==0.5.23` and fetch github:NVIDIA/Megatron-LM
+                 (optional): flags of a newer SGLang / Megatron-LM (`other_versions`), with
+                 the `--sglang-*` flags miles' own code passes (its image's sglang-miles build)
 
 Regenerate:
   .venv/bin/python tools/gen_surface.py \\
       --miles /work/.mirror/radixark+miles/repo \\
       --megatron /work/.mirror/radixark+Megatron-LM/repo --megatron-rev miles-main \\
       --sglang sglang-0.5.16-*.whl --router sglang_router-0.3.2-*.whl \\
-      --slime /work/.mirror/THUDM+slime/repo > miles_topology/surface.json
+      --slime /work/.mirror/THUDM+slime/repo \\
+      --newer-sglang sglang-0.5.23-*.whl \\
+      --newer-megatron /work/.mirror/NVIDIA+Megatron-LM/repo > miles_topology/surface.json
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import argparse
 import ast
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -769,10 +775,10 @@ def record(a: Arg) -> dict:
     return out
 
 
-def slime_only(slime: Tree, known: set[str]) -> list[str]:
+def slime_arguments(slime: Tree) -> list[dict]:
     """The flags slime (THUDM/slime, the project miles grew from) defines itself
-    (slime/utils/arguments.py `get_slime_extra_args_provider`) that miles does not: a slime
-    script brought to miles fails on them."""
+    (slime/utils/arguments.py `get_slime_extra_args_provider`), as records: with the
+    Megatron-LM and SGLang rows they make slime's surface (surface.py `names("slime")`)."""
     TREES["slime"] = slime
     mod = Module.load("slime.utils.arguments")
     provider = mod.defs["get_slime_extra_args_provider"]
@@ -782,7 +788,122 @@ def slime_only(slime: Tree, known: set[str]) -> list[str]:
     w.only = mod.name
     w.call(mod, inner, [UNKNOWN], {"add_custom_arguments": None},
            Scope(mod, {"add_custom_arguments": None}))
-    return sorted({n for a in parser.args for n in a.names if n.startswith("--")} - known)
+    return [record(a) for a in parser.args]
+
+
+def patch_flags(text: str) -> list[str]:
+    """Flags a unified diff adds with `add_argument` (slime's docker/patch/*/megatron.patch:
+    the Megatron-LM slime's image runs)."""
+    added = "\n".join(line[1:] for line in text.splitlines() if line.startswith("+"))
+    return sorted(set(re.findall(r"add_argument\(\s*['\"](--[A-Za-z0-9][\w-]*)", added)))
+
+
+def patch_rows(text: str) -> list[dict]:
+    """The `add_argument` calls a unified diff adds, as surface records (their keyword
+    arguments read with ast where the call is complete on the added lines)."""
+    added = "\n".join(line[1:] for line in text.splitlines() if line.startswith("+"))
+    out = []
+    for m in re.finditer(r"add_argument\(", added):
+        depth, j = 0, m.end() - 1
+        for j in range(m.end() - 1, len(added)):
+            depth += {"(": 1, ")": -1}.get(added[j], 0)
+            if depth == 0:
+                break
+        try:
+            call = ast.parse("f" + added[m.end() - 1:j + 1].strip(), mode="eval").body
+        except SyntaxError:
+            continue
+        names = [a.value for a in call.args if isinstance(a, ast.Constant)]
+        if not names or not str(names[0]).startswith("--"):
+            continue
+        kw = {k.arg: ev(k.value, Scope(Module(ast.Module([], []), "patch"))) for k in
+              call.keywords if k.arg}
+        a = Arg(names, kw, "megatron")
+        out.append(record(a))
+    return out
+
+
+def names_of(rows: list[dict]) -> set[str]:
+    return {n for r in rows for n in r["names"]}
+
+
+def reset() -> None:
+    """Forget the trees and modules read (to read another version of a package)."""
+    TREES.clear()
+    _MODULES.clear()
+
+
+def other_versions(data: dict, a: argparse.Namespace) -> dict[str, str]:
+    """Flags another known version or framework of the stack defines, and which: a script
+    written for it is not a typo (check warns and names it). Read from the sources given:
+    a newer Megatron-LM (NVIDIA main), a newer SGLang wheel, slime's Megatron-LM patch, and
+    `--sglang-*` flags miles' own code passes that the SGLang release lacks (miles' docker
+    image installs SGLang from its `sglang-miles` branch, which is not mirrored here)."""
+    miles = names_of(data["arguments"]) | names_of(data["fsdp_arguments"])
+    slime = names_of(data.get("slime_arguments", []))
+    out: dict[str, str] = {}
+    if a.newer_sglang:
+        reset()
+        newer = surface(Tree(a.miles, a.miles_rev), Tree(a.megatron, a.megatron_rev),
+                        Tree(a.newer_sglang), Tree(a.router))
+        version = Path(a.newer_sglang).name.split("-")[1]
+        for n in sorted(names_of(newer["arguments"]) - miles):
+            if n.startswith(("--sglang-", "--eval-sglang-")):
+                out[n] = f"SGLang {version} has it (newer than the bundled {SGLANG_VERSION})"
+    if a.newer_megatron:
+        tree = Tree(a.newer_megatron)
+        text = tree.read("megatron/training/arguments.py") or ""
+        found = set(re.findall(r"add_argument\(\s*['\"](--[A-Za-z0-9][\w-]*)", text))
+        for n in sorted(found - miles - slime):
+            out.setdefault(n, f"Megatron-LM main (NVIDIA/Megatron-LM {tree.pin[:7]}) has it")
+    if a.slime:
+        slime_tree = Tree(a.slime)
+        patch = slime_tree.read("docker/patch/latest/megatron.patch") or ""
+        for n in patch_flags(patch):
+            if n not in miles:
+                out.setdefault(n, "slime's patched Megatron-LM has it "
+                                  "(THUDM/slime docker/patch/latest/megatron.patch)")
+        reset()
+        TREES["miles"] = Tree(a.miles, a.miles_rev)
+    miles_tree = Tree(a.miles, a.miles_rev)
+    files = miles_tree._git("ls-tree", "-r", "--name-only", miles_tree.pin, "miles", "scripts",
+                            "examples").split()
+    for path in files:  # its package, scripts and examples (which its CI runs in that image)
+        if not path.endswith((".py", ".sh")) or "/router/" in path:  # the router's own port
+            continue
+        for n in re.findall(r"(?:^|[\s'\"(])(--sglang-[a-z0-9][a-z0-9-]*[a-z0-9])(?=[\s'\")=\\]|$)",
+                            miles_tree.read(path) or "", re.M):
+            if n not in miles:
+                out.setdefault(n, "SGLang of miles' docker image (its sglang-miles branch) "
+                                  f"has it: miles' own {path} passes it")
+    return dict(sorted(out.items()))
+
+
+SGLANG_VERSION = "?"
+
+
+def function_arguments(miles: Tree) -> dict[str, list]:
+    """miles' own functions that carry an `add_arguments` (`generate.add_arguments = f`), by
+    dotted path, with the flags it adds (miles_topology/argscan.py, as `check` reads a user's
+    function): for a launch that names one where miles is not installed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from miles_topology.argscan import Resolver
+
+    def read(module: str) -> str | None:
+        base = module.replace(".", "/")
+        return miles.read(base + ".py") or miles.read(base + "/__init__.py")
+
+    resolver = Resolver(read)
+    out: dict[str, list] = {}
+    files = miles._git("ls-tree", "-r", "--name-only", miles.pin, "miles").split()
+    for path in (f for f in files if f.endswith(".py")):
+        text = miles.read(path) or ""
+        for name in re.findall(r"^([A-Za-z_]\w*)\.add_arguments\s*=", text, re.M):
+            dotted = path[:-3].replace("/", ".") + "." + name
+            got = resolver.function_arguments(dotted)
+            if got:
+                out[dotted] = [[list(a.names), a.takes_value] for a in got]
+    return dict(sorted(out.items()))
 
 
 def surface(miles: Tree, megatron: Tree, sglang: Tree, router: Tree) -> dict:
@@ -822,17 +943,35 @@ def main() -> int:
     p.add_argument("--megatron-rev", default="miles-main")
     p.add_argument("--sglang", required=True, help="the sglang wheel")
     p.add_argument("--router", required=True, help="the sglang-router wheel")
-    p.add_argument("--slime", help="bare git dir of THUDM/slime (its own flags, to say so)")
+    p.add_argument("--slime", help="bare git dir of THUDM/slime: slime's own flags")
+    p.add_argument("--newer-sglang", help="a newer sglang wheel: flags of that version")
+    p.add_argument("--newer-megatron", help="bare git dir of NVIDIA/Megatron-LM (main)")
     a = p.parse_args()
+    global SGLANG_VERSION
+    SGLANG_VERSION = Path(a.sglang).name.split("-")[1]
     data = surface(Tree(a.miles, a.miles_rev), Tree(a.megatron, a.megatron_rev),
                    Tree(a.sglang), Tree(a.router))
+    data["versions"] = {"SGLang": SGLANG_VERSION,
+                        "Megatron-LM": f"radixark/Megatron-LM {a.megatron_rev} "
+                                       f"{data['commits']['radixark/Megatron-LM'][:7]}",
+                        "miles": f"radixark/miles {data['commits']['radixark/miles'][:7]}"}
     if a.slime:
         slime = Tree(a.slime)
-        known = {n for key in ("arguments", "fsdp_arguments") for r in data[key]
-                 for n in r["names"]}
-        data["slime_only"] = slime_only(slime, known)
+        reset()
+        data["slime_arguments"] = slime_arguments(slime)
+        # slime's image patches Megatron-LM (docker/patch/latest/megatron.patch): on slime's
+        # stack its flags are known
+        data["slime_arguments"] += patch_rows(
+            slime.read("docker/patch/latest/megatron.patch") or "")
         data["commits"]["THUDM/slime"] = slime.pin
-    lists = ("arguments", "fsdp_arguments", "slime_only")
+        data["versions"]["slime"] = f"THUDM/slime {slime.pin[:7]}"
+    if a.newer_megatron:
+        data["commits"]["NVIDIA/Megatron-LM"] = Tree(a.newer_megatron).pin
+    if a.newer_sglang:
+        data["commits"]["sgl-project/sglang newer"] = Tree(a.newer_sglang).pin
+    data["function_arguments"] = function_arguments(Tree(a.miles, a.miles_rev))
+    data["other_versions"] = other_versions(data, a)
+    lists = ("arguments", "fsdp_arguments", "slime_arguments")
     head = {k: v for k, v in data.items() if k not in lists}
     parts = [json.dumps(head, indent=2, sort_keys=True)[:-2]]
     for key in (k for k in lists if k in data):  # one a line: regenerations diff well

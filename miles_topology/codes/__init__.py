@@ -116,11 +116,29 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
         'example': '--rollout-num-gpus-per-node 8   (now --num-gpus-per-node)'},
     'unknown-flag': {
         'severity': 'error', 'fixable': True,
-        'summary': "a flag miles' train.py does not define (miles, Megatron-LM, SGLang as "
-                   "`--sglang-*`: miles_topology/surface.json), or a short alias such as `-tp`: "
-                   "its parser exits at start-up; the message names the closest flag of the "
-                   "surface",
-        'example': '--expert-model-paralel-size 2'},
+        'summary': "a flag the launch's stack does not define (miles' or slime's train.py: "
+                   'their own flags, Megatron-LM, SGLang as `--sglang-*`, the add_arguments of '
+                   'the functions the launch names; the stack given by `--stack`, beside the '
+                   'script, installed, else miles_topology/surface.json), or a short alias '
+                   'such as `-tp`, whatever its value: its parser exits at start-up; the '
+                   'message names the closest known flag',
+        'example': '--expert-model-paralel-size "${EP}"'},
+    'flag-of-other-version': {
+        'severity': 'warning',
+        'summary': 'a flag the stack checked against does not define but another known '
+                   "version or framework does (slime vs miles, a newer SGLang or Megatron-LM, "
+                   "slime's patched Megatron-LM, the SGLang of miles' image): the message "
+                   'names which',
+        'example': '--use-gated-attention   (on miles: slime\'s patched Megatron-LM has it)'},
+    'unverified-flag': {
+        'severity': 'note',
+        'summary': 'reported as skipped: a flag the stack does not define, while a function '
+                   'the launch names (`--rollout-function-path`, `--custom-generate-function-'
+                   'path`) cannot be read here, and its add_arguments may add it',
+        'why': "miles' parse_args calls add_arguments(parser) of those functions "
+               '(add_user_provided_function_arguments) before it parses: a flag they add is '
+               'accepted',
+        'example': '--custom-generate-function-path "${FN}" --agent-max-turns 4'},
     'flag-given-twice': {
         'severity': 'warning', 'fixable': True,
         'summary': "one flag given twice with different values on a command line; miles' "
@@ -131,6 +149,23 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
        "job at start-up, and a flag given twice keeps its last value without a word.",
    source="miles utils/arguments.py parse_args; Megatron-LM training/arguments.py; SGLang "
           "python/sglang/srt/server_args.py ServerArgs.add_cli_args")
+declare("channels.py (YAML files that set arguments after parsing)", {
+    'custom-config-layout': (
+        'error', '`--custom-config-path` YAML sets a layout or rollout size: miles applies it '
+        'in miles_validate_args, after world size and placement were computed from the '
+        'command line', '--custom-config-path c.yaml   (c.yaml: tensor_model_parallel_size: 4)'),
+    'custom-config-unread': (
+        'note', 'reported as skipped: `--custom-config-path` cannot be read here (unknown '
+        'value, missing file, not YAML), so the arguments it sets are not checked',
+        '--custom-config-path "${CONFIG}"'),
+    'yaml-cfg-replaces-flags': (
+        'warning', "Megatron-LM's `--yaml-cfg` replaces every parsed argument with the YAML's: "
+        "the command line's sizes are not what runs", '--yaml-cfg megatron.yaml'),
+}, why="miles_validate_args setattr()s each key of --custom-config-path's YAML onto the parsed "
+       "arguments after parse_args computed args.world_size; Megatron-LM's parse_args returns "
+       "the --yaml-cfg YAML as the namespace.",
+   source="miles utils/arguments.py miles_validate_args, parse_args; Megatron-LM "
+          "training/yaml_arguments.py load_yaml")
 declare("fit.py (memory.py's per-rank estimate against the GPU; check, launchers)", {
     'memory-exceeds-gpu': (
         'error', "weights, main grads and optimizer state alone (no activations) exceed the "

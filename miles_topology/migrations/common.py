@@ -28,6 +28,7 @@ from ..shell import (
     syntax,
 )
 from ..sources import read_flags
+from ..stack import for_launch, using
 from ..yamlflags import STAGED
 
 # Fields the topology flags set beyond the model shape and batch sizes.
@@ -81,6 +82,20 @@ class Reading:
     script: ScriptRead
     topology: Topology
     passthrough: list[str]
+    beside: list = field(default_factory=list)  # problems elsewhere in the command
+
+
+def elsewhere(p) -> bool:
+    """A problem that does not concern the layout a migration moves: a flag of the command
+    that is none of ours (unknown, another version's, deprecated upstream). It is reported
+    beside the migration; the flag is carried over as it is written."""
+    return p.code in ("unknown-flag", "flag-of-other-version", "unverified-flag",
+                      "deprecated-flag") and bool(p.flags) and field_of(p.flags[0]) is None
+
+
+def _without(argv: list[str], names: set[str]) -> list[str]:
+    """argv less the flag words `names` (their values stay, read as passthrough words)."""
+    return [w for w in argv if w.partition("=")[0] not in names]
 
 
 # ---------------------------------------------------------------- reading
@@ -108,10 +123,21 @@ def read(state: State) -> Reading:
                 stand_in.write_text(state.files[Path(os.path.abspath(argv[i + 1]))])
                 argv[i + 1] = str(stand_in)
         environ = script.site.environ()
+        stack = for_launch(str(state.path), script.entry,
+                           [(fv.flag, fv.value) for fv in script.argv])
+        beside: list = []
         try:
-            got = read_flags(argv, environ)
+            with using(stack):
+                try:
+                    got = read_flags(argv, environ)
+                except TopologyError as e:
+                    if not all(elsewhere(p) for p in e.problems):
+                        raise
+                    beside = list(e.problems)  # only flags that are not the layout's
+                    got = read_flags(_without(argv, {p.flags[0] for p in beside}), environ)
         except TopologyError as e:
-            problems = "; ".join(f"[{p.code}] {p.message}" for p in e.problems)
+            problems = "; ".join(f"[{p.code}] {p.message}" for p in e.problems
+                                 if not elsewhere(p))
             raise Refused(f"its topology is invalid: {problems} Fix it first "
                           f"(miles-topology check {state.path}).") from None
         except InputError as e:
@@ -119,7 +145,8 @@ def read(state: State) -> Reading:
     if getattr(environ, "dropped", None):  # the job's runtime env is unknown: so is the YAML
         raise Refused(f"its topology file reads {', '.join(environ.dropped)} from the "
                       f"environment, and {environ.why}; pass it literally first.")
-    return Reading(script, got.topology, got.passthrough)
+    beside += [p for p in got.topology.warnings if elsewhere(p)]
+    return Reading(script, got.topology, got.passthrough, beside)
 
 
 def first_read(state: State) -> Reading:

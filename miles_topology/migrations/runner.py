@@ -38,6 +38,7 @@ class Outcome:
     applied: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+    beside: list = field(default_factory=list)  # problems elsewhere in the command, as found
 
     @property
     def changed(self) -> bool:
@@ -77,6 +78,7 @@ def migrate(path: str | Path, env: dict[str, str] | None = None, inline: bool = 
         state.text = mark(state.text, LATEST)
         verify(LATEST, before, reread(LATEST, state))
     out.new, out.files, out.done, out.kept = state.text, state.files, state.done, state.kept
+    out.beside = before.beside
     return out
 
 
@@ -243,6 +245,8 @@ def report(out: Outcome, stream) -> None:
         print(f"  {line}", file=stream)
     for line in out.kept:
         print(f"  kept: {line}", file=stream)
+    for p in out.beside:  # not the layout's: carried over as written, for the user to fix
+        print(f"  also ({p.severity}): [{p.code}] {p.message}", file=stream)
 
 
 def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: bool = False,

@@ -217,8 +217,7 @@ def test_fsdp_parser_and_pins(surface):
     assert data["commits"]["radixark/miles"].startswith("upstream.whl sha256:")
 
 
-def test_slime_only_flags_are_its_own_minus_miles(tmp_path, surface):
-    rows, _, _ = surface
+def test_slime_arguments_are_its_own_module_s(tmp_path):
     gen = load_gen()
     slime = wheel(tmp_path / "slime.whl", {"slime/utils/arguments.py": '''
 from slime.backends.sglang_utils.arguments import add_sglang_arguments
@@ -238,5 +237,13 @@ def add_sglang_arguments(parser):
     parser.add_argument("--sglang-only-in-slime")
     return parser
 '''})
-    got = gen.slime_only(gen.Tree(slime), set(rows))
-    assert got == ["--update-weight-mode"]  # miles has --actor-num-nodes; other modules unread
+    got = [r["names"] for r in gen.slime_arguments(gen.Tree(slime))]
+    assert got == [["--actor-num-nodes"], ["--update-weight-mode"]]  # other modules unread
+
+
+def test_patch_flags_are_the_added_lines():
+    gen = load_gen()
+    patch = (" group.add_argument('--kept', type=int)\n"
+             "-    group.add_argument('--removed', action='store_true')\n"
+             "+    group.add_argument('--use-gated-attention', action='store_true',\n")
+    assert gen.patch_flags(patch) == ["--use-gated-attention"]

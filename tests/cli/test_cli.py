@@ -28,7 +28,10 @@ def test_invalid_json_exit_1_with_fix_naming_ep_4_and_2_nodes():
     out = run("check", "--format", "json", "--", *BAD)
     assert out.returncode == 1, out.stderr
     data = json.loads(out.stdout)
-    assert data["ok"] is False and data["topology"] is None
+    assert data["ok"] is False
+    # the grid does not form, yet the sizes the user gave and the world size are reported
+    assert "dp" not in data["topology"] and data["topology"]["world_size"] == 8
+    assert data["topology"]["ep"] == 8 and data["topology"]["nodes"] == 1
     err = next(e for e in data["errors"] if e["code"] == "expert-grid-divisibility")
     assert "--expert-model-parallel-size" in err["flags"]
     assert "4" in err["fix"].split("--expert-model-parallel-size")[1].split(",")[0]

@@ -13,12 +13,12 @@ PKG = ROOT / "miles_topology"
 
 # bottom first; a subpackage is one unit. A unit may import its own layer or lower ones.
 LAYERS = (
-    ("errors", "grid", "layers", "env", "codes", "surface",
+    ("errors", "grid", "layers", "env", "codes", "surface", "argscan", "stack",
      "textfilters", "commandline", "safetext"),  # records, data and arithmetic
     ("parts", "placement"),  # a Topology's fields by concern; where its GPUs land
     ("model",),  # Topology: the floor of the core
     ("checks", "flags"),  # the rules on it; the flag grammar
-    ("sources", "yamlflags", "__init__"),  # reading and writing it; the package face
+    ("sources", "yamlflags", "channels", "__init__"),  # reading and writing it; the package face
     # what is built on a Topology
     ("weightsync", "replay", "show", "report", "memory", "fit", "plan", "shell", "pylaunch",
      "check_script", "check_launcher", "migrations", "selection", "discover", "output", "stdin",

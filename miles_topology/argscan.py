@@ -1,0 +1,188 @@
+"""Flags a Python source adds to an argparse parser, read with `ast`, never imported.
+
+Two uses: the `add_arguments(parser)` of the functions a launch names (miles'
+`add_user_provided_function_arguments`, miles/utils/arguments.py: it loads the functions of
+`--rollout-function-path` and `--custom-generate-function-path` and calls their
+`add_arguments` on the parser), and the own flags of a framework checkout (a fork of miles or
+slime beside the script). Only literal spellings count: `parser.add_argument("--x", ...)`
+and miles' `reset_arg(parser, "--x", ...)`; an argument added under a computed name is not
+seen (the reader then knows less, never more).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+VALUELESS = {"store_true", "store_false", "store_const", "append_const", "count", "help",
+             "version"}
+
+Read = Callable[[str], "str | None"]  # a module's dotted name -> its source, or None
+
+
+@dataclass(frozen=True)
+class Added:
+    """One flag added: its spellings and whether it takes a value word."""
+
+    names: tuple[str, ...]
+    takes_value: bool
+
+
+def _parse(text: str | None) -> ast.Module | None:
+    if text is None:
+        return None
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def adds(node: ast.AST) -> Iterator[Added]:
+    """Every literal `*.add_argument(...)` / `reset_arg(parser, ...)` under `node`."""
+    for call in ast.walk(node):
+        if not isinstance(call, ast.Call):
+            continue
+        f = call.func
+        head = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) \
+            else None
+        args = call.args[1:] if head == "reset_arg" else call.args
+        if head not in ("add_argument", "reset_arg"):
+            continue
+        names = tuple(a.value for a in args if isinstance(a, ast.Constant)
+                      and isinstance(a.value, str) and a.value.startswith("-"))
+        if not names:
+            continue
+        kw = {k.arg: k.value for k in call.keywords if k.arg}
+        action = kw.get("action")
+        valueless = (isinstance(action, ast.Constant) and action.value in VALUELESS) or (
+            isinstance(action, ast.Attribute) and action.attr == "BooleanOptionalAction")
+        nargs = kw.get("nargs")
+        if isinstance(nargs, ast.Constant) and nargs.value == 0:
+            valueless = True
+        out = names
+        if isinstance(action, ast.Attribute) and action.attr == "BooleanOptionalAction":
+            out = names + tuple("--no-" + n[2:] for n in names if n.startswith("--"))
+        yield Added(out, not valueless)
+
+
+@dataclass
+class _Module:
+    name: str
+    tree: ast.Module
+
+    def imported(self, local: str) -> tuple[str, str | None] | None:
+        """(module, attribute) a local name is imported as, or None."""
+        for node in self.tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    if (a.asname or a.name) == local:
+                        return node.module, a.name
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                base = self.name.split(".")[:-node.level]
+                mod = ".".join(base + ([node.module] if node.module else []))
+                for a in node.names:
+                    if (a.asname or a.name) == local:
+                        return mod, a.name
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if (a.asname or a.name.split(".")[0]) == local:
+                        return (a.name if a.asname else a.name.split(".")[0]), None
+        return None
+
+    def top(self, name: str) -> ast.AST | None:
+        for node in self.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                    and node.name == name:
+                return node
+        return None
+
+
+class Resolver:
+    """Reads `add_arguments` of a function named by its dotted path, following imports."""
+
+    def __init__(self, read: Read):
+        self.read = read
+        self._mods: dict[str, _Module | None] = {}
+
+    def module(self, name: str) -> _Module | None:
+        if name not in self._mods:
+            tree = _parse(self.read(name))
+            self._mods[name] = _Module(name, tree) if tree is not None else None
+        return self._mods[name]
+
+    def function_arguments(self, path: str) -> list[Added] | None:
+        """The flags `load_function(path).add_arguments(parser)` adds ([] when the function
+        has no `add_arguments`), or None when the path cannot be resolved here."""
+        mod_name, _, attr = path.rpartition(".")
+        if not mod_name:
+            return None
+        mod = self.module(mod_name)
+        if mod is None:
+            return None
+        return self._of(mod, attr, depth=0)
+
+    def _of(self, mod: _Module, attr: str, depth: int) -> list[Added] | None:
+        if depth > 8:
+            return None
+        # `attr.add_arguments = FUNC` at module level (miles' generate_hub functions)
+        for node in mod.tree.body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and t.attr == "add_arguments"
+                    and isinstance(t.value, ast.Name) and t.value.id == attr
+                    for t in node.targets):
+                return self._body(mod, node.value, depth)
+        node = mod.top(attr)
+        if isinstance(node, ast.ClassDef):  # a class with an add_arguments method
+            meth = next((n for n in node.body if isinstance(n, ast.FunctionDef)
+                         and n.name == "add_arguments"), None)
+            return [] if meth is None else self._scan(mod, meth, depth)
+        if node is not None:
+            return []  # a plain function: it adds nothing
+        got = mod.imported(attr)
+        if got is None:
+            return None
+        other = self.module(got[0] if got[1] is None else got[0])
+        if other is None:
+            return None
+        return self._of(other, got[1] or attr, depth + 1)
+
+    def _body(self, mod: _Module, value: ast.AST, depth: int) -> list[Added] | None:
+        """The flags the function an `add_arguments` attribute is set to adds."""
+        if isinstance(value, ast.Name):
+            node = mod.top(value.id)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return self._scan(mod, node, depth)
+            got = mod.imported(value.id)
+            other = self.module(got[0]) if got else None
+            if other is not None and isinstance(other.top(got[1] or ""), ast.FunctionDef):
+                return self._scan(other, other.top(got[1]), depth + 1)
+            return None
+        if isinstance(value, ast.Lambda):
+            return self._scan(mod, value, depth)
+        return None
+
+    def _scan(self, mod: _Module, fn: ast.AST, depth: int) -> list[Added] | None:
+        out = list(adds(fn))
+        for call in ast.walk(fn):  # `OTHER.add_arguments(parser)`: what OTHER adds too
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+                    and call.func.attr == "add_arguments" \
+                    and isinstance(call.func.value, ast.Name):
+                more = self._of(mod, call.func.value.id, depth + 1)
+                if more is None:
+                    return None
+                out += more
+        return out
+
+
+def own_flags(read: Read, package: str) -> list[Added]:
+    """The literal flags a framework package (miles or slime) adds in its arguments modules
+    (utils/arguments.py and each backend's arguments.py)."""
+    out: list[Added] = []
+    for mod in (f"{package}.utils.arguments", f"{package}.backends.sglang_utils.arguments",
+                f"{package}.backends.megatron_utils.arguments",
+                f"{package}.backends.fsdp_utils.arguments"):
+        tree = _parse(read(mod))
+        if tree is not None:
+            out += adds(tree)
+    return out

@@ -1,0 +1,314 @@
+"""The stack a launch runs on: which framework (miles or slime), the flags its parser accepts,
+and how sure that is.
+
+miles' and slime's train.py build one argparse parser (Megatron-LM's, their own flags, SGLang's
+as `--sglang-*`) and exit on a flag it does not define. Which flags that is depends on what
+the user runs, so a launch is judged against, first to last:
+
+- `--stack PATH` (a checkout or a site-packages): its miles/ or slime/ package;
+- the framework beside the script (a fork: `miles/` or `slime/` with `utils/arguments.py` in
+  a folder above it), whose own flags are added;
+- miles or slime installed where `check` runs (found on sys.path, never imported);
+- the bundled snapshot (surface.json), whose versions the report names.
+
+The framework is slime when the entry is under a slime checkout or the checkout holds slime.
+The functions the launch names in `--rollout-function-path` / `--custom-generate-function-path`
+add what their `add_arguments` adds (argscan.py); one that cannot be read here makes the
+flags the stack does not define unverified, not wrong. What a checkout or an installed
+package adds is read once per version (its files' sizes and times) and kept in the user's
+cache folder (MILES_TOPOLOGY_CACHE, else $XDG_CACHE_HOME/miles-topology).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.machinery import PathFinder
+from pathlib import Path
+
+from . import surface
+from .argscan import Added, Resolver, own_flags
+
+FRAMEWORKS = ("miles", "slime")
+# miles/utils/arguments.py add_user_provided_function_arguments: the functions whose
+# add_arguments(parser) it calls (the rollout function, then the custom generate function)
+FUNCTION_FLAGS = ("--rollout-function-path", "--custom-generate-function-path")
+
+
+@dataclass(frozen=True)
+class Stack:
+    """`framework`: miles or slime; `root`: the checkout or site-packages whose framework
+    package was read (None: the bundled snapshot); `added`: flag -> (what adds it, how it
+    reads); `unresolved`: function paths whose add_arguments could not be read."""
+
+    framework: str = "miles"
+    root: str | None = None
+    origin: str = "bundled"  # "bundled", "installed", "checkout" or "--stack"
+    added: dict[str, tuple[str, Added]] = field(default_factory=dict)
+    unresolved: tuple[str, ...] = ()
+
+    def flag(self, name: str) -> surface.Flag | None:
+        table = surface.slime_table() if self.framework == "slime" else None
+        f = table.get(name) if table is not None else surface.flag(name)
+        if f is not None:
+            return f
+        got = self.added.get(name)
+        if got is None:
+            return None
+        a = got[1]
+        return surface.Flag(name, name.lstrip("-").replace("-", "_"),
+                            None if a.takes_value else 0, a.takes_value, "user")
+
+    def other(self, name: str) -> str | None:
+        """Which other known version or framework defines `name`, or None."""
+        if name in surface.other_versions() and self.flag(name) is None:
+            return surface.other_versions()[name]
+        if self.framework == "miles" and name in surface.slime_only():
+            return "slime has it (the project miles grew from); miles does not"
+        if self.framework == "slime" and name in surface.names() \
+                and name not in surface.slime_names():
+            return "miles has it; slime does not"
+        return None
+
+    def describe(self) -> str:
+        """What the flags were judged against, for the report."""
+        v = surface.versions()
+        # slime's image runs NVIDIA Megatron-LM with slime's patch and its own SGLang build;
+        # the bundled slime surface takes miles' Megatron-LM and SGLang rows plus that patch
+        how = "bundled, as miles' with slime's Megatron-LM patch" \
+            if self.framework == "slime" else "bundled"
+        base = f"Megatron-LM {v.get('Megatron-LM', '?')}, SGLang {v.get('SGLang', '?')} ({how})"
+        own = v.get(self.framework, self.framework)
+        if self.root is not None:
+            own = f"{self.framework} of {self.root} ({self.origin})"
+        return f"{own}, {base}"
+
+
+BUNDLED = Stack()
+CURRENT: ContextVar[Stack | None] = ContextVar("stack", default=None)
+# `check --stack PATH`: a checkout or site-packages holding the user's stack (the CLI sets it)
+STACK_PATH: ContextVar[str | None] = ContextVar("stack_path", default=None)
+
+
+def current() -> Stack:
+    """The stack the flags being read are judged against (the bundled miles by default)."""
+    return CURRENT.get() or BUNDLED
+
+
+@contextmanager
+def using(stack: Stack) -> Iterator[Stack]:
+    token = CURRENT.set(stack)
+    try:
+        yield stack
+    finally:
+        CURRENT.reset(token)
+
+
+# ---- where the framework is --------------------------------------------------------------
+
+
+def framework_in(root: Path) -> str | None:
+    """miles or slime when `root/<it>/utils/arguments.py` exists (a checkout or a
+    site-packages), miles first."""
+    for name in FRAMEWORKS:
+        if (root / name / "utils" / "arguments.py").is_file():
+            return name
+    return None
+
+
+def checkout_of(path: str | Path, levels: int = 6) -> tuple[Path, str] | None:
+    """The folder above `path` (itself included) that holds a miles or slime package, and
+    which: the script's own checkout, or a fork of the framework beside it."""
+    p = Path(os.path.abspath(path))
+    p = p if p.is_dir() else p.parent
+    for _ in range(levels):
+        got = framework_in(p)
+        if got is not None:
+            return p, got
+        if p.parent == p:
+            break
+        p = p.parent
+    return None
+
+
+def installed() -> tuple[Path, str] | None:
+    """The site folder of an installed miles or slime (found on sys.path, not imported);
+    this project's own `miles/` (no utils/arguments.py) does not count."""
+    for name in FRAMEWORKS:
+        spec = PathFinder.find_spec(name, sys.path)
+        for loc in (spec.submodule_search_locations or ()) if spec is not None else ():
+            if (Path(loc) / "utils" / "arguments.py").is_file():
+                return Path(loc).parent, name
+    return None
+
+
+def entry_framework(entry: str | None, imports: Sequence[str] = ()) -> str | None:
+    """slime when the entry runs under a slime checkout (`.../slime/train.py`, `-m slime.x`)
+    or the launcher imports slime; miles likewise; else None."""
+    parts = set(Path(entry).parts[:-1]) if entry else set()
+    for name in FRAMEWORKS:
+        if name in imports or (entry or "").startswith(name + "."):
+            return name
+    for name in FRAMEWORKS:  # e.g. /root/slime/train.py
+        if any(p == name or p.lower().startswith(name + "-") or p.lower().endswith("/" + name)
+               for p in parts):
+            return name
+    return None
+
+
+# ---- reading sources (never importing them) -----------------------------------------------
+
+
+def _source(roots: Sequence[Path], module: str) -> str | None:
+    """The source of a module under one of `roots`, else found on sys.path; None if absent."""
+    rel = module.replace(".", "/")
+    for root in roots:
+        for cand in (root / f"{rel}.py", root / rel / "__init__.py"):
+            if cand.is_file():
+                return cand.read_text(errors="replace")
+    try:
+        spec = PathFinder.find_spec(module.split(".")[0], sys.path)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    base = [Path(p).parent for p in spec.submodule_search_locations or ()] or \
+        ([Path(spec.origin).parent] if spec.origin else [])
+    for root in base:
+        for cand in (root / f"{rel}.py", root / rel / "__init__.py"):
+            if cand.is_file():
+                return cand.read_text(errors="replace")
+    return None
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("MILES_TOPOLOGY_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "miles-topology"
+
+
+def _cached(tag: str, files: Sequence[Path], compute) -> list[Added]:
+    """`compute()`, kept in the cache folder per version of `files` (their sizes and times)."""
+    key = hashlib.sha256(json.dumps(
+        [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]).encode()
+    ).hexdigest()[:24]
+    path = cache_dir() / f"flags-{tag}-{key}.json"
+    try:
+        return [Added(tuple(n), t) for n, t in json.loads(path.read_text())]
+    except (OSError, ValueError, TypeError):
+        pass
+    got = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps([[list(a.names), a.takes_value] for a in got]))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: read again next time
+    return got
+
+
+def _framework_flags(root: Path, package: str) -> list[Added]:
+    """The literal flags of a framework package at `root` (argscan.own_flags)."""
+    files = sorted((root / package).glob("**/arguments.py"))
+    return _cached(package, files, lambda: own_flags(lambda m: _source([root], m), package))
+
+
+def _megatron_flags(roots: Sequence[Path]) -> tuple[str, list[Added]] | None:
+    """The literal flags of the Megatron-LM beside the framework or on sys.path
+    (megatron/training/arguments.py: miles and slime parse with Megatron's own parser, so
+    each flag it adds is accepted), and where it is; None when there is none."""
+    from .argscan import adds
+
+    for base in [*roots, *(Path(p) for p in sys.path if p)]:
+        f = base / "megatron" / "training" / "arguments.py"
+        if f.is_file():
+            def read(f=f) -> list[Added]:
+                try:
+                    import ast
+
+                    return list(adds(ast.parse(f.read_text(errors="replace"))))
+                except (SyntaxError, ValueError, OSError):
+                    return []
+            return str(f.parent.parent.parent), _cached("megatron", [f], read)
+    return None
+
+
+@lru_cache(maxsize=64)
+def _base(root: str | None, framework: str, origin: str) -> Stack:
+    added: dict[str, tuple[str, Added]] = {}
+    if root is not None:
+        for a in _framework_flags(Path(root), framework):
+            for n in a.names:
+                added[n] = (f"{framework} of {root}", a)
+    megatron = _megatron_flags([Path(root)] if root else [])
+    if megatron is not None:
+        for a in megatron[1]:
+            for n in a.names:
+                added.setdefault(n, (f"Megatron-LM of {megatron[0]}", a))
+    return Stack(framework, root, origin, added)
+
+
+def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, str | None]],
+               stack_path: str | None = None, imports: Sequence[str] = ()) -> Stack:
+    """The stack a launch (its (flag, value) pairs, value None when unknown) is judged
+    against; see the module docstring for the order."""
+    where: tuple[Path, str] | None = None
+    origin = "bundled"
+    stack_path = stack_path or STACK_PATH.get()
+    if stack_path:
+        fw = framework_in(Path(stack_path))
+        where, origin = ((Path(stack_path), fw), "--stack") if fw else (None, "bundled")
+    if where is None and script:
+        got = checkout_of(script)
+        where, origin = (got, "checkout") if got else (None, origin)
+    if where is None:
+        got = installed()
+        where, origin = (got, "installed") if got else (None, origin)
+    framework = entry_framework(entry, imports) or (where[1] if where else "miles")
+    if where is not None and where[1] != framework:
+        where, origin = None, "bundled"
+    base = _base(str(where[0]) if where else None, framework, origin)
+    roots = [Path(p) for p in (stack_path, where[0] if where else None) if p]
+    if script:  # the script's folder and those above it (its repository's root on PYTHONPATH)
+        here = Path(os.path.abspath(script)).parent
+        roots += [here, *list(here.parents)[:3]]
+    return with_functions(base, argv, roots)
+
+
+def with_functions(base: Stack, argv: Sequence[tuple[str, str | None]],
+                   roots: Sequence[Path] = ()) -> Stack:
+    """`base` with what the launch's user functions add (the last value of each flag wins,
+    as argparse has it); a path that cannot be read here is `unresolved`."""
+    paths: dict[str, str | None] = {}
+    for flag, value in argv:
+        if flag in FUNCTION_FLAGS:
+            paths[flag] = value
+    if not paths:
+        return base
+    added = dict(base.added)
+    unresolved = list(base.unresolved)
+    resolver = Resolver(lambda m: _source(roots, m))
+    bundled = surface.function_arguments()
+    for flag, path in paths.items():
+        got = None
+        if path:
+            got = resolver.function_arguments(path)
+            if got is None and path in bundled:
+                got = [Added(tuple(n), t) for n, t in bundled[path]]
+        if got is None:
+            unresolved.append(path or f"the value of {flag}")
+            continue
+        for a in got:
+            for n in a.names:
+                added.setdefault(n, (f"{path}'s add_arguments", a))
+    return Stack(base.framework, base.root, base.origin, added, tuple(unresolved))

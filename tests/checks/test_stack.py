@@ -1,0 +1,286 @@
+"""Know the user's own stack: slime vs miles, forks, user functions' add_arguments, other
+versions, YAML channels; an error only where the real parser refuses.
+
+The real parsers cannot run here: miles and slime import torch.distributed, Ray, SGLang and
+Megatron-LM's `megatron.training`, which the megatron-core wheel installed here does not ship
+(only `megatron/core`). So `test_real_argparse_*` build miles' parser as upstream composes it
+(surface.parser: argparse with Megatron's allow_abbrev=False, from the bundled surface) and
+call the fixtures' own `add_arguments` on it, as miles' add_user_provided_function_arguments
+does, then parse the launch's real argv: argparse itself confirms each verdict.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import FIXTURES, ROOT
+
+from miles_topology import stack, surface
+from miles_topology.check_script import check_script
+from miles_topology.flags import parse_flags
+from miles_topology.shell import read_script
+
+FIX = FIXTURES / "stack"
+AGENT = FIX / "agent-project"
+FORK = FIX / "slime-fork"
+
+
+@pytest.fixture(autouse=True)
+def tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MILES_TOPOLOGY_CACHE", str(tmp_path / "cache"))
+    stack._base.cache_clear()
+    yield tmp_path / "cache"
+    stack._base.cache_clear()
+
+
+def codes(v, kind="errors"):
+    return [p.code for p in getattr(v, kind)]
+
+
+def real_parser(plugin: str | None = None) -> argparse.ArgumentParser:
+    """miles' parser from the bundled surface, plus a plugin's own add_arguments, run."""
+    p = surface.parser()
+    if plugin is not None:
+        sys.path.insert(0, str(AGENT))
+        try:
+            mod, _, attr = plugin.rpartition(".")
+            getattr(importlib.import_module(mod), attr).add_arguments(p)
+        finally:
+            sys.path.remove(str(AGENT))
+    return p
+
+
+def argv_of(path: Path, env=None) -> list[str]:
+    return read_script(path, env or {}).flags()
+
+
+# ---- user functions' add_arguments -------------------------------------------------------
+
+
+def test_plugin_flags_are_read_from_the_function_the_launch_names():
+    v = check_script(str(AGENT / "scripts" / "run-agent.sh"), {})
+    assert v.ok and not v.warnings and not v.skipped, [str(p) for p in v.errors + v.skipped]
+
+
+def test_real_argparse_accepts_the_plugin_flags_and_refuses_the_near_miss():
+    p = real_parser("agent_rollout.generate.generate")
+    p.parse_args(argv_of(AGENT / "scripts" / "run-agent.sh"))
+    with pytest.raises(SystemExit):
+        p.parse_args(argv_of(AGENT / "scripts" / "run-agent-typo.sh"))
+    with pytest.raises(SystemExit):  # without the function's add_arguments, refused too
+        real_parser().parse_args(argv_of(AGENT / "scripts" / "run-agent.sh"))
+
+
+def test_a_near_miss_of_a_plugin_flag_is_an_error_with_did_you_mean():
+    v = check_script(str(AGENT / "scripts" / "run-agent-typo.sh"), {})
+    (p,) = v.errors
+    assert p.code == "unknown-flag" and "did you mean --agent-max-turns?" in p.message
+
+
+@pytest.mark.parametrize("script", ["run-agent-unread.sh", "run-agent-missing.sh"])
+def test_an_unreadable_function_makes_its_flags_skipped_not_errors(script):
+    v = check_script(str(AGENT / "scripts" / script), {})
+    assert v.ok
+    assert codes(v, "skipped") == ["unverified-flag"] * 3
+    assert "add_arguments" in v.skipped[0].message
+
+
+def test_miles_own_generate_functions_are_bundled():
+    # miles' generate_hub adds --max-seq-len / --custom-agent-function-path (issue 28)
+    got = parse_flags(["--max-seq-len", "4096"])
+    assert codes(got) == ["unknown-flag"]
+    st = stack.with_functions(stack.BUNDLED, [(
+        "--custom-generate-function-path",
+        "miles.rollout.generate_hub.agentic_tool_call.generate")])
+    with stack.using(st):
+        assert parse_flags(["--max-seq-len", "4096", "--custom-agent-function-path",
+                            "a.b"]).errors == []
+
+
+# ---- slime, forks, --stack ---------------------------------------------------------------
+
+
+def test_a_slime_script_is_checked_against_slime():
+    v = check_script(str(FIX / "run-slime-image.sh"), {})
+    assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]
+    assert v.extra["stack"].startswith("THUDM/slime")
+
+
+def test_a_fork_is_checked_against_its_own_parser():
+    v = check_script(str(FORK / "scripts" / "run-qwen3-4B-prm.sh"), {})
+    assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]
+    assert str(FORK) in v.extra["stack"]
+    typo = check_script(str(FORK / "scripts" / "run-qwen3-4B-prm-typo.sh"), {})
+    (p,) = typo.errors
+    assert p.code == "unknown-flag" and "did you mean --prm-enable?" in p.message
+
+
+def test_the_fork_s_flags_are_cached_per_version(tmp_path, tmp_cache):
+    fork = tmp_path / "fork"
+    shutil.copytree(FORK, fork)
+    first = stack.for_launch(str(fork / "scripts" / "x.sh"), None, [])
+    assert first.flag("--prm-enable") is not None and list(tmp_cache.glob("flags-slime-*"))
+    args = fork / "slime" / "utils" / "arguments.py"
+    args.write_text(args.read_text().replace("--prm-model-path", "--prm-model-dir"))
+    stack._base.cache_clear()
+    again = stack.for_launch(str(fork / "scripts" / "x.sh"), None, [])
+    assert again.flag("--prm-model-dir") is not None and again.flag("--prm-model-path") is None
+    assert len(list(tmp_cache.glob("flags-slime-*"))) == 2
+
+
+def test_stack_option_points_at_the_user_s_checkout(tmp_path, tmp_cache):
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
+                      "--colocate --prm-enable\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MILES_TOPOLOGY_CACHE": str(tmp_cache)}
+
+    def run(*extra):
+        return subprocess.run([sys.executable, "-m", "miles_topology", "check", "--format",
+                               "json", *extra, str(script)], capture_output=True, text=True,
+                              env=env, timeout=120)
+    plain, given = run(), run("--stack", str(FORK))
+    assert plain.returncode == 1 and "unknown-flag" in plain.stdout
+    assert given.returncode == 0, given.stdout + given.stderr
+    assert "slime of" in json.loads(given.stdout)["stack"]
+    bad = run("--stack", str(tmp_path))
+    assert bad.returncode == 2 and "no miles/ or slime/" in bad.stderr
+
+
+# ---- versions ------------------------------------------------------------------------------
+
+
+def test_a_flag_of_a_newer_sglang_warns_naming_it():
+    v = check_script(str(FIX / "run-newer-sglang.sh"), {})
+    assert v.ok and codes(v, "warnings") == ["flag-of-other-version"]
+    assert "SGLang 0.5.23" in v.warnings[0].message
+
+
+def test_slime_s_patched_megatron_flag_warns_on_miles_and_passes_on_slime():
+    got = parse_flags(["--use-gated-attention"])
+    assert not got.errors and "patched Megatron-LM" in got.warnings[0].message
+    with stack.using(stack.Stack("slime")):
+        assert parse_flags(["--use-gated-attention"]).warnings == []
+
+
+def test_the_true_errors_of_upstream_s_own_scripts_stay_errors():
+    # miles' Kimi-K2.5 LoRA example: nothing defines it; p2p run.py: one word with a space
+    assert codes(parse_flags(["--filter-zero-reward-samples"])) == ["unknown-flag"]
+    (p,) = parse_flags(["--sglang-load-format dummy"]).errors
+    assert p.code == "unknown-flag" and "did you mean --sglang-load-format?" in p.message
+
+
+# ---- a typo whatever its value -----------------------------------------------------------
+
+
+def test_a_misspelt_flag_with_an_unresolved_value_is_an_error():
+    v = check_script(str(FIX / "run-typo-unresolved.sh"), {})
+    (p,) = v.errors
+    assert p.code == "unknown-flag" and "did you mean --expert-model-parallel-size?" in p.message
+    assert p.location is not None and p.location.line == 7
+    known = check_script(str(FIX / "run-typo-unresolved.sh"), {"EP": "4"})
+    assert codes(known) == ["unknown-flag"]
+
+
+# ---- channels -------------------------------------------------------------------------------
+
+
+def test_a_layout_key_in_the_custom_config_is_an_error_at_its_line():
+    v = check_script(str(FIX / "custom-config" / "run.sh"), {})
+    (p,) = v.errors
+    assert p.code == "custom-config-layout" and p.location.line == 4
+    assert "world size and placement" in p.message and p.location.path.endswith("custom.yaml")
+
+
+def test_other_custom_config_keys_apply_with_the_yaml_line_as_source():
+    v = check_script(str(FIX / "custom-config" / "run.sh"), {"CONFIG": "custom-ok.yaml"})
+    assert v.ok
+    got = v.extra["values"]["--num-layers"]
+    assert got["value"] == "30" and got["source"].endswith("custom-ok.yaml:3")
+    assert got["overridden"][0]["value"] == "28"
+    assert v.topology.model.layers == 30
+
+
+def test_an_unreadable_custom_config_is_skipped(tmp_path):
+    v = check_script(str(FIX / "custom-config" / "run.sh"), {"CONFIG": "absent.yaml"})
+    assert v.ok and codes(v, "skipped") == ["custom-config-unread"]
+
+
+# ---- migrate ---------------------------------------------------------------------------------
+
+
+def test_migrate_moves_the_layout_of_a_script_with_flags_of_its_own(tmp_path):
+    from miles_topology.migrations.runner import migrate
+
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "#!/bin/bash\npython3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 \\\n"
+        "   --colocate --tensor-model-parallel-size 2 --rollout-num-gpus-per-engine 2 \\\n"
+        "   --prm-enable --rollout-min-p 0.1 --num-layers 28 --num-attention-heads 16\n")
+    out = migrate(script, {})
+    assert out.applied and "--prm-enable --rollout-min-p 0.1" in out.new
+    assert sorted(p.flags[0] for p in out.beside) == ["--prm-enable", "--rollout-min-p"]
+
+
+def test_an_installed_megatron_s_own_flags_are_known(tmp_path, monkeypatch):
+    # a newer Megatron-LM on PYTHONPATH (miles' image: /root/Megatron-LM) defines a flag
+    # the bundled snapshot does not have: the user's stack accepts it
+    mg = tmp_path / "Megatron-LM" / "megatron" / "training"
+    mg.mkdir(parents=True)
+    (mg / "arguments.py").write_text(
+        "def _add_network_size_args(parser):\n"
+        "    group = parser.add_argument_group(title='network size')\n"
+        "    group.add_argument('--use-shiny-attention', action='store_true')\n"
+        "    return parser\n")
+    assert codes(parse_flags(["--use-shiny-attention"])) == ["unknown-flag"]
+    monkeypatch.syspath_prepend(str(tmp_path / "Megatron-LM"))
+    st = stack.for_launch(None, None, [])
+    assert st.flag("--use-shiny-attention") is not None
+    with stack.using(st):
+        assert parse_flags(["--use-shiny-attention"]).errors == []
+
+
+def test_add_arguments_are_followed_through_imports_and_classes():
+    # miles' session_verify_agent style: its add_arguments calls the base function's first
+    from miles_topology.argscan import Resolver
+
+    src = {
+        "pkg.base": "import argparse\nasync def generate(x): ...\n"
+                    "def _add(parser):\n    parser.add_argument('--base-turns', type=int)\n"
+                    "generate.add_arguments = _add\n",
+        "pkg.agent": "from pkg.base import generate as _base_generate\n"
+                     "async def generate(x): ...\n"
+                     "def _add_arguments(parser):\n"
+                     "    _base_generate.add_arguments(parser)\n"
+                     "    parser.add_argument('--cycles', type=int, default=3)\n"
+                     "    parser.add_argument('--strict', action='store_true')\n"
+                     "generate.add_arguments = _add_arguments\n",
+        "pkg.cls": "class RolloutFn:\n    @staticmethod\n    def add_arguments(parser):\n"
+                   "        parser.add_argument('--rollout-knob', type=float)\n",
+        "pkg.reexport": "from pkg.agent import generate\n",
+        "pkg.plain": "def generate(x):\n    return x\n",
+    }
+    r = Resolver(src.get)
+    got = {n: a.takes_value for a in r.function_arguments("pkg.reexport.generate")
+           for n in a.names}
+    assert got == {"--base-turns": True, "--cycles": True, "--strict": False}
+    assert [a.names for a in r.function_arguments("pkg.cls.RolloutFn")] == [("--rollout-knob",)]
+    assert r.function_arguments("pkg.plain.generate") == []  # resolved, adds nothing
+    assert r.function_arguments("pkg.absent.generate") is None  # unresolved
+
+
+def test_plain_flags_are_judged_against_the_stack_too(capsys):
+    from support import run_cli
+
+    flags = ["--", "--actor-num-nodes", "1", "--colocate", "--prm-enable"]
+    assert run_cli(capsys, "check", *flags)[0] == 1
+    assert run_cli(capsys, "check", "--stack", str(FORK), *flags)[0] == 0
+    fn = ["--custom-generate-function-path", "miles.rollout.generate_hub.multi_turn.generate"]
+    code, out, _ = run_cli(capsys, "check", "--", "--colocate", *fn, "--generate-max-turns", "3")
+    assert code == 0, out
+    assert stack.STACK_PATH.get() is None  # --stack ends with its command
