@@ -186,13 +186,14 @@ STDOUT_MAX = 1 << 20
 
 
 def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
-                cwd: str | None = None, timeout_s: float = 10, trust: bool = False
-                ) -> ProgramRun:
+                cwd: str | None = None, timeout_s: float = 10, trust: bool = False,
+                cluster: Cluster | None = None) -> ProgramRun:
     """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
     is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
     MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Status
     "unavailable": there is no such file or no program given; "refused": the sandbox cannot
-    run it here (the error says why)."""
+    run it here (the error says why). `cluster`: run it with the stand-ins a launcher gets
+    (torch, ray, nvidia-smi answered from that model), for a probe of the cluster."""
     words = list(args)
     while words and words[0].startswith("-") and words[0] not in ("-c", "-m", "-"):
         words.pop(0)  # -u, -B, -O...: nothing the result depends on
@@ -208,8 +209,9 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
         if not os.path.isfile(full):
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
         target = os.path.abspath(full)
+    extra = None if cluster is None else {"cluster": cluster.as_dict(), "real_imports": False}
     got = _execute(mode, target, rest, {**os.environ, **(env or {})}, cwd, timeout_s,
-                   MEMORY_MB, trust)
+                   MEMORY_MB, trust, extra)
     calls = [r for r in got.records if "kind" in r]
     records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
     end = got.records[-1] if got.records and "end" in got.records[-1] else None
