@@ -386,8 +386,10 @@ class Words:
         """``${#X}``, ``${#A[@]}``."""
         if items is None:
             return Field("0", self.at.src(p.line), text=p.text)
-        if any(f.unk for f in items):
-            return self.unknown(p, "length of a value only known at run time")
+        cause = next((f.unk for f in items if f.unk), None)
+        if cause is not None:  # its why says what would make it known (--nodes ...)
+            return self.unknown(p, f"length of a value only known at run time ({cause.expr}: "
+                                   f"{cause.why})")
         cond = next((f.cond for f in items if f.cond), None)
         if cond is not None:  # words that may be absent: how many is not known
             return self.unknown(p, f"it counts a value added {cond.why}")

@@ -114,7 +114,7 @@ def test_the_parsers_fast_build_is_the_same_frozen_node(name):
     fast, slow = cls.make(**given), cls(**given)
     assert type(fast) is cls and fast == slow and hash(fast) == hash(slow)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        setattr(fast, "line", 1)
+        fast.line = 1
     with pytest.raises(TypeError):
         cls.make(*given.values())
     required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
