@@ -349,7 +349,8 @@ class Words:
             return frame, name == "@"
         if name.isdigit():
             if name == "0":
-                return [Field(self.at.main_abs, self.at.src(part.line), text=part.text)], False
+                return [Field(self.sh.zero or self.at.main_abs, self.at.src(part.line),
+                              text=part.text)], False
             frame = self.sh.frames[-1]
             if frame is None:
                 why = f"positional argument ${name}: pass --env {name}=VALUE"

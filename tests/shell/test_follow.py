@@ -189,3 +189,12 @@ def test_ray_status_is_answered_only_for_its_gpu_line():
     assert ran.stdout == "8.0\n" and probed
     assert c.answer(None, "ray status | grep CPU") == (None, False)  # not modelled: unknown
     assert c.answer(None, "ray status") == (None, False)
+
+
+def test_a_start_script_written_by_a_heredoc_is_run_as_bash_runs_it(tmp_path):
+    """``cat > start_train.sh <<EOF`` holding ``\\$((WAITED + 2))`` and ``\\$0``, then
+    ``bash start_train.sh``: the launch is the start script's, its $0 is start_train.sh."""
+    script = IDIOMS / "written-start.sh"
+    truth = flag_values(bash_launch(script, [], tmp_path, {"MAX_WAIT": "0"}))  # no waiting
+    assert truth["--wandb-group"] == "start_train" and truth["--sglang-router-port"] == "30000"
+    assert values(script) == truth
