@@ -60,11 +60,8 @@ class _Fields:
         self.owns: list[bool] = []
         self.cur: list[str] = []
         self.cond = cond
-        self.reset()
-
-    def reset(self):
         self.has, self.src, self.unk, self.text, self.extra = False, None, None, None, True
-        self.fcond, self.own, self.spans = self.cond, False, []
+        self.fcond, self.own, self.spans = cond, False, []
 
     def add(self, f: Field, origin=OWN):
         """`origin`: OWN for text of this word, else the span of a list item passed on."""
@@ -89,8 +86,9 @@ class _Fields:
                                      self.text, unk is not None and self.extra, self.fcond,
                                      spans[0] if len(spans) == 1 and not self.own else None))
             self.owns.append(self.own and not spans)
-        self.cur.clear()
-        self.reset()
+        self.cur.clear()  # the next field starts as __init__ left the first (one call less)
+        self.has, self.src, self.unk, self.text, self.extra = False, None, None, None, True
+        self.fcond, self.own, self.spans = self.cond, False, []
 
 
 class Words:
