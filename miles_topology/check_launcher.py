@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from . import fit
 from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
-from .env import PartialEnv
+from .env import AT_RUN_TIME, PartialEnv
 from .errors import Location
 from .flags import parse_flags
 from .pylaunch import UNKNOWN_ENV, PythonLaunch, read_python_launches
@@ -26,19 +26,25 @@ from .sources import read_flags
 
 def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
                  cluster: Cluster | None = None, real_imports: bool = False,
-                 trust: bool = False):
+                 trust: bool = False, pass_env: Sequence[str] = (),
+                 reads: Sequence[str] = ()):
     """The Verdict on the launcher's first training launch (see `check_python_all`)."""
-    return check_python_all(path, launcher_args, env, cluster, real_imports, trust)[0]
+    return check_python_all(path, launcher_args, env, cluster, real_imports, trust, pass_env,
+                            reads)[0]
 
 
 def check_python_all(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
                      cluster: Cluster | None = None, real_imports: bool = False,
-                     trust: bool = False) -> list:
+                     trust: bool = False, pass_env: Sequence[str] = (),
+                     reads: Sequence[str] = ()) -> list:
     """`check LAUNCHER.py [-- ARGS]`: one Verdict per training launch the launcher issues
-    (per typer command, per call), each pointing at its own file:line."""
+    (per typer command, per call), each pointing at its own file:line. `pass_env`
+    (--pass-env NAME) and `reads` (--read PATH): what of this machine it may see beyond
+    the sandbox's allow-lists (pylaunch.launcher_env, pylaunch.read_paths)."""
     cluster = cluster or Cluster.of({})
     got = read_python_launches(path, launcher_args, env, cluster=cluster,
-                               real_imports=real_imports, trust=trust)
+                               real_imports=real_imports, trust=trust, pass_env=pass_env,
+                               reads=reads)
     return [_verdict(path, g, env, cluster, len(got)) for g in got]
 
 
@@ -96,10 +102,16 @@ def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]]
 
 def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     """A ``--topology`` YAML is resolved with the environment the entry really gets: under
-    ray job submit only the runtime env, else the launcher's own plus what the command sets."""
+    ray job submit only the runtime env; else what the command sets and --env, the rest
+    being known only at run time (this process's environment is never read: in CI it holds
+    secrets, which a YAML's ${oc.env:NAME} would print)."""
     argv, pairs, tainted, gap = _untaint(got)
-    base = {} if got.launcher == "ray job submit" else {**os.environ, **(env or {})}
-    environ = {**base, **got.env} if got.env_known else PartialEnv(got.env, why=UNKNOWN_ENV)
+    if not got.env_known:
+        environ = PartialEnv(got.env, why=UNKNOWN_ENV)
+    elif got.launcher == "ray job submit":
+        environ = dict(got.env)
+    else:
+        environ = PartialEnv({**(env or {}), **got.env}, why=AT_RUN_TIME, defaults=True)
     v = verdict_of(path, lambda: read_flags(argv, environ).topology)
     unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
                             if getattr(environ, "dropped", None) else [])

@@ -20,6 +20,7 @@ from . import __version__
 from .errors import InputError, Location, NoTrainingLaunch, Problem
 from .output import FORMATS
 from .report import Verdict, exit_code, text_one, verdict_of
+from .safetext import line, printable
 
 USAGE = """\
 miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY=VALUE ...]
@@ -28,7 +29,7 @@ miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY
                      [--select CODES] [--ignore CODES] [--severity error|warning|note]
                      [--color auto|always|never] [--batch] [--stdin-filename NAME]
                      [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
-                     [--real-imports] [--path DIR]
+                     [--real-imports] [--path DIR] [--pass-env NAME ...] [--read PATH ...]
                      (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
                       | FOLDER... | - | -- FLAGS...)
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAME]
@@ -139,12 +140,23 @@ def keys(text: str) -> str:
     return FLAG.sub(lambda m: field_of(m.group()) or m.group(), text)
 
 
-def _yaml_verdict(path: str) -> Verdict:
+def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
+    """`env`: at check time, the only names its ${oc.env:NAME} reads (--env; else the
+    default written); the fields that read another are unresolved (env.AT_RUN_TIME). None:
+    this process's environment (`show`, as `flags` at run time)."""
+    from .check_script import env_unresolved, skip_unknown
+    from .env import AT_RUN_TIME, PartialEnv
     from .flags import field_of
     from .model import Topology
-    from .sources import key_lines
+    from .sources import key_lines, load_fields, with_files
 
-    v = verdict_of(path, lambda: Topology.from_yaml(path))
+    partial = PartialEnv(env, why=AT_RUN_TIME, defaults=True) if env is not None else None
+    v = verdict_of(path, lambda: Topology(**with_files(load_fields(path, env=partial))))
+    unresolved = env_unresolved(partial, path) if partial is not None else []
+    if unresolved:
+        v.extra = {"unresolved": unresolved, "report_lines": [
+            f"unresolved {u['expression']}: {u['why']}" for u in unresolved]}
+        skip_unknown(v, {u["flag"] for u in unresolved}, set())
     lines = key_lines(path)
 
     def at(p: Problem) -> Problem:
@@ -159,8 +171,8 @@ def _yaml_verdict(path: str) -> Verdict:
 
 
 def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
-    if path.endswith((".yaml", ".yml")):
-        return [_yaml_verdict(path)]
+    if path.endswith((".yaml", ".yml")):  # `check` (py given) reads no name of os.environ
+        return [_yaml_verdict(path, env if py is not None else None)]
     if path.endswith(".py"):
         return _python(path, [], env, py)
     from .check_script import check_script
@@ -177,7 +189,8 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
 
     py = py or {}
     return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
-                            bool(py.get("real_imports")), bool(py.get("trust")))
+                            bool(py.get("real_imports")), bool(py.get("trust")),
+                            py.get("pass_env") or (), py.get("reads") or ())
 
 
 def _expand(paths: list[str], chosen=None):
@@ -301,7 +314,8 @@ def cmd_check(args, flags) -> int:
     chosen = _settings(args)
     py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                       "gpu": args.gpu, "nvlink": args.nvlink},
-          "real_imports": args.real_imports, "trust": args.trust_launcher}
+          "real_imports": args.real_imports, "trust": args.trust_launcher,
+          "pass_env": args.pass_env, "reads": args.read}
     found = _expand(args.inputs, chosen)
     if args.fix or args.diff:
         said = _fix(args, flags, found, chosen, py)
@@ -404,7 +418,8 @@ def _check_stdin(args, flags) -> int:
     chosen = _settings(args)
     py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                       "gpu": args.gpu, "nvlink": args.nvlink},
-          "real_imports": args.real_imports, "trust": args.trust_launcher}
+          "real_imports": args.real_imports, "trust": args.trust_launcher,
+          "pass_env": args.pass_env, "reads": args.read}
     with staged(args.stdin_filename) as tmp:
         from .discover import Found
 
@@ -467,10 +482,10 @@ def cmd_show(args, flags) -> int:
                                                   gpu_gib=gpu))
             except OSError as e:
                 raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
-        print(f"{v.path}:")
+        print(line(f"{printable(v.path)}:"))
         print(text_map(v.topology, mem))
-        for line in memory_lines(v.memory):
-            print(line)
+        for mline in memory_lines(v.memory):
+            print(mline)
         if args.svg:
             print(f"\nwrote {args.svg}")
     return code
@@ -514,7 +529,8 @@ def cmd_flags(args, flags) -> int:
         sys.stdout.write(text(args.yaml))
     except TopologyError as e:
         for p in e.problems:
-            print(f"{args.yaml}: error [{p.code}] {p.message} Fix: {p.fix}", file=sys.stderr)
+            print(line(printable(f"{args.yaml}: error [{p.code}] {p.message} Fix: {p.fix}")),
+                  file=sys.stderr)
         return 1
     return 0
 
@@ -585,6 +601,12 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
         if name == "check":
+            p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                           help="Python launchers: pass this variable of the environment on "
+                                "(they get an allow-list of it, never all: docs/sandbox.md)")
+            p.add_argument("--read", action="append", default=[], metavar="PATH",
+                           help="Python launchers: a file or folder they may read beyond "
+                                "their checkout and import path (a model folder)")
             p.add_argument("--trust-launcher", action="store_true",
                            help="run Python launchers with in-process recorders only, where "
                                 "the kernel cannot isolate them (docs/sandbox.md)")
@@ -690,10 +712,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else 0
     except _Usage as e:
-        print(f"miles-topology: {e}\nusage:\n{USAGE}", file=sys.stderr)
+        print(f"miles-topology: {printable(e)}\nusage:\n{USAGE}", file=sys.stderr)
         return 2
-    except InputError as e:
-        print(f"miles-topology: {e}", file=sys.stderr)
+    except InputError as e:  # may quote a checked file or a launcher's output: printable
+        print(f"miles-topology: {printable(e)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `miles-topology ... | head`: the reader left, stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -702,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug of ours: say so in one line, keep the traceback on request
         if os.environ.get("MILES_TOPOLOGY_DEBUG"):
             raise
-        print(f"miles-topology: internal error: {type(e).__name__}: {e} "
+        print(f"miles-topology: internal error: {type(e).__name__}: {printable(e)} "
               "(set MILES_TOPOLOGY_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
 

@@ -28,6 +28,8 @@ from .report import (
     paint,
     text_one,
 )
+from .safetext import line as _line
+from .safetext import printable
 
 FORMATS = ("text", "concise", "json", "github", "sarif")
 PROGRESS_AFTER_S = 1.0
@@ -35,16 +37,18 @@ PROGRESS_AFTER_S = 1.0
 
 def concise(v: Verdict, color: bool = False) -> list[str]:
     """One `path:line:col: code message` line per problem of a verdict (ruff's concise)."""
-    if v.unreadable is not None:
-        return [f"{v.path}:1:1: {paint('unreadable', 'error', color)} {_one_line(v.unreadable)}"]
+    if v.unreadable is not None:  # every text of a checked file: printable (safetext)
+        return [_line(f"{printable(v.path)}:1:1: {paint('unreadable', 'error', color)} "
+                     f"{printable(_one_line(v.unreadable))}")]
     out = []
     for kind, p in _problems(v):
         path = p.location.path if p.location else v.path
-        line = p.location.line if p.location and p.location.line > 0 else 1
+        at = p.location.line if p.location and p.location.line > 0 else 1
         col = column(p) if p.location else None
         code = paint(p.code, kind, color)
         note = " (skipped: depends on an unresolved value)" if kind == "skipped" else ""
-        out.append(f"{path}:{line}:{col or 1}: {code} {_one_line(p.message)}{note}")
+        out.append(_line(f"{printable(path)}:{at}:{col or 1}: {code} "
+                         f"{printable(_one_line(p.message))}{note}"))
     return out
 
 
@@ -69,7 +73,8 @@ class Printer:
         """Say which input is being checked, once the batch has taken a second."""
         if self.progress is None or time.monotonic() - self.start < PROGRESS_AFTER_S:
             return
-        self.progress.write(f"\r\033[K[{self.inputs + 1}/{self.total}] checking {path}")
+        self.progress.write(f"\r\033[K[{self.inputs + 1}/{self.total}] checking "
+                            f"{printable(path)}")
         self.progress.flush()
         self._shown = True
 

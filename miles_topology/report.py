@@ -16,6 +16,8 @@ from typing import IO, TYPE_CHECKING
 from .codes import CODES, page
 from .errors import Location, Problem, TopologyError
 from .model import summary
+from .safetext import line as _line
+from .safetext import printable
 
 if TYPE_CHECKING:
     from .model import Topology
@@ -163,12 +165,15 @@ def _text(verdicts: list[Verdict], out: IO[str], quiet: bool = False,
 
 
 def text_one(v: Verdict, out: IO[str], quiet: bool = False, color: bool = False) -> None:
+    # every text here may come from the checked files: printable, and no line a workflow
+    # command (safetext)
     if v.unreadable is not None:
-        print(f"{v.path}: {paint('UNREADABLE', 'UNREADABLE', color)}: {v.unreadable}", file=out)
+        print(_line(f"{printable(v.path)}: {paint('UNREADABLE', 'UNREADABLE', color)}: "
+                    f"{printable(v.unreadable)}"), file=out)
         return
     if v.nothing is not None:
-        print(f"{v.path}: {paint('nothing to check', 'nothing', color)} ({v.nothing})",
-              file=out)
+        print(_line(f"{printable(v.path)}: {paint('nothing to check', 'nothing', color)} "
+                    f"({printable(v.nothing)})"), file=out)
         return
     s = v.summary
     state = paint("OK" if v.ok else "INVALID", "OK" if v.ok else "INVALID", color)
@@ -187,18 +192,18 @@ def text_one(v: Verdict, out: IO[str], quiet: bool = False, color: bool = False)
             f" | tp {s['tp']} cp {s['cp']} pp {s['pp']} ep {s['ep']} etp {s['etp']}"
             f" | {s['num_engines']} engine(s) x {s['engine_size']} GPU"
         )
-    print(f"{name(v)}: {state}{sizes}", file=out)
+    print(_line(f"{printable(name(v))}: {state}{sizes}"), file=out)
     for line in [] if quiet else v.extra.get("report_lines", []):
-        print(f"  {line}", file=out)
+        print(_line(f"  {printable(line)}"), file=out)
     if not quiet and v.memory is not None:
         for line in memory_lines(v.memory):
             print(f"  {line}", file=out)
     for kind, p in _problems(v):
         first, *rest = p.lines(kind)
         word, _, tail = first.partition(" ")
-        print(f"  {paint(word, kind, color)} {tail}", file=out)
+        print(_line(f"  {paint(word, kind, color)} {printable(tail)}"), file=out)
         for line in rest:
-            print(f"  {line}", file=out)
+            print(_line(f"  {printable(line)}"), file=out)
 
 
 def memory_lines(report: dict | None) -> list[str]:
@@ -234,12 +239,13 @@ def _table(verdicts: list[Verdict], out: IO[str]) -> None:
         codes = [p.code for p in v.errors] + [f"({p.code})" for p in v.skipped]
         state = "UNREADABLE" if v.unreadable is not None else "nothing to check" \
             if v.nothing is not None else "ok" if v.ok else "INVALID"
-        rows.append((name(v), state, str(s.get("world_size", "?")), str(s.get("dp", "?")),
-                     str(s.get("edp", "?")), " ".join(codes) or "-"))
+        rows.append((printable(name(v)), state, str(s.get("world_size", "?")),
+                     str(s.get("dp", "?")), str(s.get("edp", "?")), " ".join(codes) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     print(file=out)
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1], file=out)
+        print(_line("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]),
+              file=out)
     bad = sum(not v.ok and v.unreadable is None for v in verdicts)
     lost = sum(v.unreadable is not None for v in verdicts)
     idle = sum(v.nothing is not None for v in verdicts)
@@ -254,13 +260,24 @@ def _json(verdicts: list[Verdict], out: IO[str]) -> None:
     print(json.dumps(data[0] if len(data) == 1 else data, indent=2), file=out)
 
 
+SOURCE_MAX = 8 << 20  # bytes of a located file read for columns
+
+
 @lru_cache(maxsize=64)
 def _lines_of(path: str) -> tuple[str, ...]:
+    """A regular file's lines, read with a bound (a location may come from a checked file:
+    never a device or a pipe, which would fill memory or block)."""
+    import os
+    import stat
+
     try:
-        with open(path, errors="replace") as f:
-            return tuple(f.read().splitlines())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return ()
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ()
+        return tuple(f.read(SOURCE_MAX).decode(errors="replace").splitlines())
 
 
 def column(p: Problem) -> int | None:
@@ -289,6 +306,7 @@ _LEVEL = {"error": "error", "warning": "warning", "note": "notice", "skipped": "
 
 
 def _escape(text: str, prop: bool = False) -> str:
+    text = printable(text, keep_newlines=True)  # no ESC into the log; newlines are %0A
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 

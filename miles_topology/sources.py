@@ -169,7 +169,7 @@ def _substitute_env(data: Any, env: Mapping[str, str], path: Path) -> Any:
         name, default = m.group(1), m.group(2)
         if name in env:
             return env[name]
-        if isinstance(env, PartialEnv):
+        if isinstance(env, PartialEnv) and not (env.defaults and default is not None):
             raise _Unknown(name)
         if default is None:
             raise InputError(f"{path}: ${{oc.env:{name}}} is not set and has no default; "

@@ -79,3 +79,25 @@ def flag_values(argv: list[str]) -> dict[str, str]:
         elif flag is not None:
             out[flag] = f"{out[flag]} {word}" if out[flag] else word
     return out
+
+
+# the attacker's first step: clear the audit hook's tables and make every path "inside"
+UNHOOK = """\
+import os, posix, sys
+_f = sys._getframe()
+while _f is not None and "_NEVER" not in _f.f_globals:
+    _f = _f.f_back
+if _f is not None:
+    for _k in ("_NEVER", "_PATHS", "_BLOCKED_IMPORTS"):
+        _f.f_globals[_k].clear()
+    _f.f_globals["inside"].__code__ = (lambda path: True).__code__
+del _f
+
+
+def attempt(what, f, *args, **kwargs):
+    try:
+        f(*args, **kwargs)
+        print("DONE", what, flush=True)
+    except OSError as e:
+        print("FAILED", what, e.errno, flush=True)
+"""

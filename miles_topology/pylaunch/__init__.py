@@ -22,12 +22,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, NoTrainingLaunch
-from . import checkout
+from . import checkout, typerapp
+from . import records as records_mod
+from .child import REFUSED, status_of
 from .cluster import Cluster
 from .commands import launch_of, shown
 
@@ -96,44 +98,66 @@ class PythonLaunch:
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
                          = None, timeout_s: float | None = None, memory_mb: int | None = None,
                          cwd: str | None = None, cluster: Cluster | None = None,
-                         real_imports: bool = False, trust: bool = False) -> PythonLaunch:
+                         real_imports: bool = False, trust: bool = False,
+                         pass_env: Sequence[str] = (), reads: Sequence[str] = ()
+                         ) -> PythonLaunch:
     """Run the launcher at `path` with `launcher_args` in the sandbox and return its training
-    launch (the first, when it starts several: see `read_python_launches`). `env` adds to the
-    current environment (as `--env KEY=VALUE` does for scripts). The launcher runs in the
-    sandbox's temporary folder, or in `cwd` when given (for a launcher that reads files
-    relative to where it is started; its writes there are redirected all the same). Its
-    probes are answered from `cluster` (default: `Cluster.of({})`); heavy modules are
-    stand-ins unless `real_imports`. `trust`: run it with the in-process recorders only, not
-    isolated by the kernel (--trust-launcher). Raises InputError when there is no launch,
-    when the launcher cannot run to it, or when the kernel here cannot isolate it."""
-    got = _read(path, launcher_args, env, timeout_s, memory_mb, cwd, cluster, real_imports,
-                False, trust)
+    launch (the first, when it starts several: see `read_python_launches`). Its environment
+    is `launcher_env(env, pass_env)`: an allow-list of this one, never all of it. The
+    launcher runs in the sandbox's temporary folder, or in `cwd` when given (for a launcher
+    that reads files relative to where it is started; its writes there are redirected all the
+    same); it may read its checkout, its import path and `reads` (a model folder), nothing
+    else of this machine. Its probes are answered from `cluster` (default:
+    `Cluster.of({})`); heavy modules are stand-ins unless `real_imports`. `trust`: run it
+    with the in-process recorders only, not isolated by the kernel (--trust-launcher). Raises
+    InputError when there is no launch, when the launcher cannot run to it, or when the
+    kernel here cannot isolate it."""
+    budget = _budget(timeout_s, real_imports)
+    got = _read(path, launcher_args, env, budget, memory_mb, cwd, cluster, real_imports,
+                trust, pass_env, reads)
     return _trusted(_interpret(*got), trust)[0]
 
 
 def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, str] | None
                          = None, cwd: str | None = None, cluster: Cluster | None = None,
-                         real_imports: bool = False, trust: bool = False
-                         ) -> list[PythonLaunch]:
+                         real_imports: bool = False, trust: bool = False,
+                         pass_env: Sequence[str] = (), reads: Sequence[str] = (),
+                         timeout_s: float | None = None) -> list[PythonLaunch]:
     """Every training launch of the launcher, in order: one per call that starts training
-    (a test looping over configs launches many), and, for a typer app with several commands
-    run with no arguments, those of each command in turn (the launcher is run once per
-    command; a command that launches nothing is a note on the others)."""
-    got = _read(path, launcher_args, env, None, None, cwd, cluster, real_imports,
-                not launcher_args, trust)
-    commands = next((r["commands"] for r in got[1] if "commands" in r), None)
+    (a test looping over configs launches many; at most MAX_LAUNCHES, with a note), and, for
+    a typer app with several commands run with no arguments, those of each command in turn
+    (the commands read from its source, `typerapp`; the launcher is run once per command, all
+    runs within one wall-clock budget; a command that launches nothing is a note on the
+    others)."""
+    budget = _budget(timeout_s, real_imports)
+    commands = typerapp.commands(path) if not launcher_args and os.path.isfile(path) else None
     if commands is None:
-        return _trusted(_interpret(*got, every=True), trust)
+        return _trusted(_interpret(*_read(path, launcher_args, env, budget, None, cwd,
+                                          cluster, real_imports, trust, pass_env, reads),
+                                   every=True), trust)
     out, idle = [], []
+    if len(commands) > typerapp.MAX_COMMANDS:
+        idle.append(f"the typer app has {len(commands)} commands; the first "
+                    f"{typerapp.MAX_COMMANDS} are run")
+        commands = commands[:typerapp.MAX_COMMANDS]
     for name in commands:
+        if budget.left() <= 0:
+            idle.append(f"command `{name}`: not run, the wall-clock limit of "
+                        f"{budget.total:g} s for all runs of the launcher was spent")
+            continue
         try:
-            runs = _interpret(*_read(path, [name], env, None, None, cwd, cluster, real_imports,
-                                     False, trust), every=True)
+            runs = _interpret(*_read(path, [name], env, budget, None, cwd, cluster,
+                                     real_imports, trust, pass_env, reads), every=True)
         except InputError as e:
             idle.append(f"command `{name}`: {str(e).split(': ', 1)[-1]}")
             continue
         for r in runs:
             r.command = name
+        room = MAX_LAUNCHES - len(out)
+        if len(runs) > room:
+            if room:
+                runs[room - 1].notes.append(_capped(len(out) + len(runs)))
+            runs = runs[:room]
         out += runs
     if not out:
         raise InputError(f"{path}: no command of the typer app ({', '.join(commands)}) "
@@ -144,31 +168,99 @@ def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, 
     return _trusted(out, trust)
 
 
+MAX_LAUNCHES = 200  # launches checked per launcher file (a report entry each)
+
+
+def _capped(n: int) -> str:
+    return (f"it launches training {n} times or more; only the first {MAX_LAUNCHES} are "
+            "checked (the most `check` reads of one launcher)")
+
+
+@dataclass
+class _Budget:
+    """One wall-clock limit for every run of one launcher, reruns included."""
+
+    total: float
+    end: float
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+def _budget(timeout_s: float | None, real_imports: bool) -> _Budget:
+    if timeout_s is None:
+        timeout_s = REAL_TIMEOUT_S if real_imports else TIMEOUT_S
+    return _Budget(timeout_s, time.monotonic() + timeout_s)
+
+
 def _trusted(launches: list[PythonLaunch], trust: bool) -> list[PythonLaunch]:
     for launch in launches if trust else ():
         launch.notes.insert(0, TRUSTED)
     return launches
 
 
-def _read(path, launcher_args, env, timeout_s, memory_mb, cwd, cluster, real_imports,
-          discover, trust):
+# The checker's environment a launcher gets: what Python and the C library read (locale,
+# PATH, Python's own variables), and the variables miles launchers read for their layout
+# (scripts/run_*.py, tests/ci: MASTER_ADDR, SLURM_JOB_NUM_NODES, MILES_SCRIPT_*,
+# MODEL_ARGS_*; command_utils.py: NCCL_NVLS_ENABLE). Nothing else: a CI runner's environment
+# holds its secrets (GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY). HOME is only read to find the
+# user's site-packages; the launcher gets a fresh one.
+ENV_NAMES = frozenset((
+    "PATH", "LANG", "LANGUAGE", "TZ", "HOME", "USER", "LOGNAME", "PYTHONPATH",
+    "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONWARNINGS", "VIRTUAL_ENV",
+    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "NNODES",
+    "NPROC", "NPROC_PER_NODE", "GPUS_PER_NODE", "NUM_GPUS", "NUM_IB_HCAS", "RAY_ADDRESS",
+    "MLP_WORKER_0_HOST", "MLP_SOCKET_IFNAME"))
+ENV_PREFIXES = ("LC_", "MILES_SCRIPT_", "MILES_TEST_", "MODEL_ARGS_", "SLURM_", "NCCL_",
+                "NVTE_")
+
+
+def launcher_env(env: Mapping[str, str] | None = None, pass_env: Sequence[str] = ()
+                 ) -> dict[str, str]:
+    """The environment a launcher starts with: the allow-list above of this process's
+    (without this machine's device lists, DEVICE_VARS: the modelled cluster's count), each
+    `pass_env` name it holds (--pass-env NAME), then `env` (--env KEY=VALUE)."""
+    keep = {k: v for k, v in os.environ.items() if k in pass_env or k not in DEVICE_VARS
+            and (k in ENV_NAMES or k.startswith(ENV_PREFIXES))}
+    return {**keep, **(env or {})}
+
+
+def read_paths(target: str | None, cwd: str | None, env: Mapping[str, str],
+               reads: Sequence[str] = (), work: str = "") -> tuple[str, list[str]]:
+    """(the checkout, every path the launcher may read beneath): its checkout (`target`'s, or
+    the folder it runs in; `-c CODE` run in `work` has none), that folder, the import path it
+    is given (PYTHONPATH, this interpreter's prefixes and sys.path, this package) and `reads`
+    (--read). isolate.landlock adds the system's libraries and leaves .git and credential
+    files out of each."""
+    # its checkout (checkout.root_of), else its own folder
+    root = (checkout.root_of(target or os.path.join(cwd, "")) or os.path.dirname(
+        os.path.abspath(target or os.path.join(cwd, "")))) if target or cwd else work
+    pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths = [root, *([cwd] if cwd else []), *pythonpath, sys.prefix, sys.base_prefix,
+             sys.exec_prefix, sys.base_exec_prefix, *(p for p in sys.path if p),
+             str(Path(__file__).resolve().parent.parent), *reads]
+    return root, list(dict.fromkeys(os.path.abspath(p) for p in paths))
+
+
+def _read(path, launcher_args, env, budget: _Budget, memory_mb, cwd, cluster, real_imports,
+          trust, pass_env=(), reads=()):
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
-    if timeout_s is None:
-        timeout_s = REAL_TIMEOUT_S if real_imports else TIMEOUT_S
+    for r in reads:
+        if not os.path.exists(r):
+            raise InputError(f"--read {r}: no such file or folder")
     if memory_mb is None:
         memory_mb = REAL_MEMORY_MB if real_imports else MEMORY_MB
     cluster = cluster or Cluster.of({})
     # the devices a node shows are the modelled ones, not this machine's: its
     # CUDA_VISIBLE_DEVICES is not passed on (given with --env, it is)
-    child_env = {**{k: v for k, v in os.environ.items() if k not in DEVICE_VARS}, **(env or {})}
+    child_env = launcher_env(env, pass_env)
     t0 = time.perf_counter()
-    extra = {"cluster": cluster.as_dict(), "real_imports": real_imports,
-             "discover": discover}  # [launchers hook]
-    got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd, timeout_s,
-                   memory_mb, trust, extra)
-    return (path, got.records, got.err, got.status, {**child_env, **got.sandbox}, timeout_s,
-            memory_mb, time.perf_counter() - t0)
+    extra = {"cluster": cluster.as_dict(), "real_imports": real_imports}  # [launchers hook]
+    got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd,
+                   max(budget.left(), 0.0), memory_mb, trust, extra, reads)
+    return (path, got.records, got.err, got.status, {**child_env, **got.sandbox},
+            budget.total, memory_mb, time.perf_counter() - t0, got.end)
 
 
 @dataclass
@@ -183,17 +275,20 @@ class ProgramRun:
 
 
 STDOUT_MAX = 1 << 20
+STDERR_TAIL = 4096
 
 
 def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
                 cwd: str | None = None, timeout_s: float = 10, trust: bool = False,
+                pass_env: Sequence[str] = (), reads: Sequence[str] = (),
                 cluster: Cluster | None = None) -> ProgramRun:
     """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
     is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
-    MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Status
-    "unavailable": there is no such file or no program given; "refused": the sandbox cannot
-    run it here (the error says why). `cluster`: run it with the stand-ins a launcher gets
-    (torch, ray, nvidia-smi answered from that model), for a probe of the cluster."""
+    MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Its
+    environment is `launcher_env(env, pass_env)`. Status "unavailable": there is no such file
+    or no program given; "refused": the sandbox cannot run it here (the error says why).
+    `cluster`: run it with the stand-ins a launcher gets (torch, ray, nvidia-smi answered
+    from that model), for a probe of the cluster."""
     words = list(args)
     while words and words[0].startswith("-") and words[0] not in ("-c", "-m", "-"):
         words.pop(0)  # -u, -B, -O...: nothing the result depends on
@@ -210,11 +305,11 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
         target = os.path.abspath(full)
     extra = None if cluster is None else {"cluster": cluster.as_dict(), "real_imports": False}
-    got = _execute(mode, target, rest, {**os.environ, **(env or {})}, cwd, timeout_s,
-                   MEMORY_MB, trust, extra)
+    got = _execute(mode, target, rest, launcher_env(env, pass_env), cwd, timeout_s,
+                   MEMORY_MB, trust, extra, reads)
     calls = [r for r in got.records if "kind" in r]
     records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
-    end = got.records[-1] if got.records and "end" in got.records[-1] else None
+    end = got.end
     status: int | str
     error = None
     if got.status in ("timeout", -signal.SIGXCPU):
@@ -248,10 +343,12 @@ class _Ran:
     status: int | str  # the child's exit status, or "timeout"
     stdout: str
     sandbox: dict  # HOME, TMPDIR, PWD... as the child had them
+    end: dict | None = None  # how it ended, where its status agrees (`_end`)
 
 
 def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s: float,
-             memory_mb: int, trust: bool, extra: dict | None = None) -> _Ran:
+             memory_mb: int, trust: bool, extra: dict | None = None,
+             reads: Sequence[str] = ()) -> _Ran:
     """Run `target` (a file, code or a module name, by `mode`) in a fresh temporary folder."""
     with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
         work = Path(tmp, "work")
@@ -260,69 +357,146 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
         # the real HOME) are there as they are for the real launcher
         sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
         sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
-        records, err, status, out = _run(mode, target, args, env, sandbox, Path(tmp), work,
-                                         timeout_s, memory_mb, trust, extra or {})
-    return _Ran(records, err, status, out, sandbox)
+        root, paths = read_paths(target if mode == "path" else None, cwd, env, reads,
+                                 str(work))
+        records, err, status, out, verdict = _run(
+            mode, target, args, env, sandbox, Path(tmp), work, timeout_s, memory_mb, trust,
+            {**(extra or {}), "reads": paths})
+        records = records_mod.Reader(root).parse(records)
+    return _Ran(records, err, status, out, sandbox, _end(records, status, verdict))
+
+
+def _end(records: list[dict], status, verdict: dict | None) -> dict | None:
+    """How the launcher ended: the supervisor's verdict (memory, threads) when it gave one,
+    else the last end record, kept only when the exit status (from the wait, which the
+    launcher cannot write) is the one that end gives."""
+    if verdict is not None:
+        return verdict
+    end = next((r for r in reversed(records) if "end" in r), None)
+    if end is None or not isinstance(status, int) or status < 0:
+        return None
+    return end if status == (REFUSED if end["end"] == "refused" else status_of(end)) else None
 
 
 def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
          memory_mb: int, trust: bool, extra: dict):
+    """(record bytes, stderr tail, status, stdout, the supervisor's verdict)."""
     if sys.platform != "linux" and not trust:
-        return [{"end": "refused", "missing": f"Linux (namespaces, Landlock, seccomp); this "
-                 f"is {sys.platform}"}], "", 0, ""
-    record = tmp / "record.jsonl"
-    record.touch()
+        line = json.dumps({"end": "refused", "missing": f"Linux (namespaces, Landlock, "
+                           f"seccomp); this is {sys.platform}"})
+        return line.encode(), "", REFUSED, "", None
+    record_r, record_w = os.pipe()
+    verdict_r, verdict_w = os.pipe()
     cfg = tmp / "config.json"
     pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     cfg.write_text(json.dumps({
         "mode": mode, "launcher": target, "args": list(args), "work": str(work),
-        "record": str(record), "pythonpath": [os.path.abspath(p) for p in pythonpath],
+        "record_fd": record_w, "verdict_fd": verdict_w,
+        "pythonpath": [os.path.abspath(p) for p in pythonpath],
         "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 1, "cwd": sandbox["PWD"],
         "env": sandbox, "trust": trust, "deny": os.environ.get(DENY_VAR, ""),
         "package": str(Path(__file__).resolve().parent.parent),
         # the launcher's own checkout, last on sys.path: where its package lives (checkout.py)
         "checkout": checkout.paths(target) if mode == "path" else [], **extra}))
-    with open(tmp / "stdout", "wb") as so, open(tmp / "stderr", "wb") as se:
+    try:
         # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc;
-        # -S: no site-packages (nor their .pth files) until the child is isolated
+        # -S: no site-packages (nor their .pth files) until the child is isolated. Its
+        # output goes to pipes drained here with a bound, never to an inherited file.
         proc = subprocess.Popen([sys.executable, "-E", "-B", "-S", str(CHILD), str(cfg)],
-                                cwd=work,
-                                env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
-                                start_new_session=True)
-        if _ended(proc, timeout_s):
-            status = proc.wait()
-        else:
-            _kill(proc)
-            status = "timeout"
-    records = []
-    for line in record.read_text(errors="replace").splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue  # a line cut off by the kill
-    err = (tmp / "stderr").read_bytes()[-4096:].decode(errors="replace")
-    with open(tmp / "stdout", "rb") as f:
-        out = f.read(STDOUT_MAX).decode(errors="replace")
-    return records, err, status, out
-
-
-def _ended(proc: subprocess.Popen, timeout_s: float) -> bool:
-    """Whether the child ends within `timeout_s`, seen at once (Popen.wait(timeout) polls,
-    sleeping up to 50 ms between looks)."""
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        try:
-            proc.wait(timeout=timeout_s)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        poll = select.poll()
-        poll.register(fd, select.POLLIN)
-        return bool(poll.poll(timeout_s * 1000))
+                                cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=(record_w, verdict_w), start_new_session=True)
     finally:
-        os.close(fd)
+        os.close(record_w)
+        os.close(verdict_w)
+    files = [proc.stdout, proc.stderr, os.fdopen(record_r, "rb", 0),
+             os.fdopen(verdict_r, "rb", 0)]
+    streams = {f.fileno(): _Head(f, keep, tail) for f, keep, tail in zip(files, (
+        STDOUT_MAX, STDERR_TAIL, records_mod.RECORD_MAX, 4096), (False, True, False, False))}
+    try:
+        ended = _drain(proc, streams, timeout_s)
+        if not ended:
+            _kill(proc)
+            _drain(proc, streams, 1.0)
+        status = proc.wait() if ended else "timeout"
+    finally:
+        for f in files:
+            f.close()
+    out, err, rec, ver = (h.data for h in streams.values())  # in the order put in
+    verdict = None
+    try:
+        v = json.loads(ver.decode().splitlines()[0]) if ver.strip() else None
+        if isinstance(v, dict) and v.get("end") in ("memory", "threads"):
+            verdict = v
+    except (ValueError, IndexError, UnicodeDecodeError):
+        pass
+    return (rec, err.decode(errors="replace"), status,
+            out.decode(errors="replace"), verdict)
+
+
+OUTPUT_MAX = 16 << 20  # what one stream may carry in all; then it is closed (EPIPE there)
+
+
+class _Head:
+    """The first `limit` bytes of a pipe (or the last, `tail`); the rest is read and dropped,
+    up to OUTPUT_MAX in all, when the pipe is closed: the writer gets EPIPE, not a hang."""
+
+    def __init__(self, pipe, limit: int, tail: bool = False):
+        self.pipe, self.limit, self.tail, self.data, self.seen = pipe, limit, tail, b"", 0
+
+    def add(self, chunk: bytes) -> bool:
+        """Keep what fits; False once the stream has carried more than OUTPUT_MAX."""
+        self.seen += len(chunk)
+        if self.tail:
+            self.data = (self.data + chunk)[-self.limit:]
+        elif len(self.data) < self.limit:
+            self.data += chunk[:self.limit - len(self.data)]
+        return self.seen <= max(OUTPUT_MAX, self.limit)
+
+
+def _drain(proc: subprocess.Popen, streams: dict, timeout_s: float) -> bool:
+    """Read the child's pipes until they close and it has ended, within `timeout_s`;
+    whether it ended."""
+    deadline = time.monotonic() + timeout_s
+    poll = select.poll()
+    open_fds = set()
+    for fd in streams:
+        poll.register(fd, select.POLLIN)
+        open_fds.add(fd)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+        poll.register(pidfd, select.POLLIN)
+    except (AttributeError, OSError):
+        pidfd = None
+    ended = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return ended or proc.poll() is not None
+            ready = poll.poll(min(left, 0.05 if pidfd is None else left) * 1000)
+            for fd, _ in ready:
+                if fd == pidfd:
+                    ended = True
+                    poll.unregister(pidfd)
+                    continue
+                if fd not in open_fds:
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk or not streams[fd].add(chunk):
+                    poll.unregister(fd)
+                    open_fds.discard(fd)
+                    if chunk:  # over the bound: closed, so the writer fails at once
+                        streams[fd].pipe.close()
+            if pidfd is None and proc.poll() is not None:
+                ended = True
+            if ended and not open_fds:
+                return True
+            if ended and not ready:  # pipes still open after the end: a grace, then go
+                deadline = min(deadline, time.monotonic() + 1.0)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -346,11 +520,10 @@ def _where(src) -> tuple[str, int] | None:
     return (src[0], int(src[1])) if src else None
 
 
-def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds,
+def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds, end,
                every: bool = False) -> list[PythonLaunch]:
-    end = records[-1] if records and "end" in records[-1] else None
     calls = [r for r in records if "kind" in r]
-    found, others, launches = None, [], []
+    found, others, launches, since = None, [], [], []
     for r in calls:
         env = r.get("env")
         if env is None:
@@ -358,17 +531,21 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
                    if v is not None}
         got = launch_of({**r, "env": env}) if _runs(r["kind"]) else None
         if got is not None:
-            launches.append((got, r))
+            launches.append((got, r, since))
+            since = []
         if got is not None and found is None:
             found = (got, r)
         elif got is None or not every:
             others.append(Recorded(r["kind"], shown(r), _where(r.get("source"))))
+            since.append(r)
+    if launches:  # what follows the last launch is reported with it
+        launches[-1][2].extend(since)
     name = os.path.basename(path)
     notes = []
     # [launchers hook] modules the launcher's own code imports that are not installed here
     absent = list(dict.fromkeys(r["missing_module"] for r in records if "missing_module" in r))
     notes += [f"it imports {m}, which is not installed here: a recording stand-in answered it"
-              for m in absent]
+              for m in absent[:MAX_NOTES]]
     quiet_end = end is not None and (end["end"] == "ok" or end["end"] == "exit" and
                                      end.get("code") in (None, 0))
     if found is None and absent and quiet_end and not any(_runs(r["kind"]) for r in calls):
@@ -383,8 +560,11 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
     except InputError as e:
         if not absent:
             raise
-        raise type(e)(f"{e} (it also imports {', '.join(absent)}, not installed here and "
-                      "answered by recording stand-ins)") from None
+        raise type(e)(f"{e} (it also imports {', '.join(absent[:MAX_NOTES])}, not installed "
+                      "here and answered by recording stand-ins)") from None
+
+
+MAX_NOTES = 32  # distinct notes of one kind (assumed values, absent modules) per launcher
 
 
 def _launches(path, found, launches, others, calls, records, notes, err, status, child_env,
@@ -435,11 +615,14 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
     elif end["end"] == "exit" and isinstance(end.get("code"), str) and found is None:
         raise InputError(f"{path}: the launcher stopped before it launched training: "
                          f"{_said(end['code'], child_env)}")
-    elif end["end"] == "exit" and end.get("code") not in (None, 0) and found is None:
-        gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
-        raise InputError(f"{path}: the launcher exited with status {end['code']} before it "
-                         f"launched training{_tail(err)}"
-                         + (f"; {checkout.hint(gone)}" if gone else ""))
+    elif end["end"] == "exit" and end.get("code") not in (None, 0):
+        if found is None:
+            gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
+            raise InputError(f"{path}: the launcher exited with status {end['code']} before "
+                             f"it launched training{_tail(err)}"
+                             + (f"; {checkout.hint(gone)}" if gone else ""))
+        notes.append(f"the launcher exited with status {end['code']} after its training "
+                     "launch was recorded")
     if found is None:
         ran = f"ran {len(calls)} command(s)" if calls else "ran no command"
         raise NoTrainingLaunch(f"{path}: no training launch: the launcher {ran}, none of them "
@@ -447,23 +630,45 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
                          "submit ... -- python3 train.py)")
     if len(launches) > 1 and not every:
         notes.append("it launches training more than once; the first launch is the one read")
+    chosen = launches if every else launches[:1]
+    if len(chosen) > MAX_LAUNCHES:
+        chosen = chosen[:MAX_LAUNCHES]
+        chosen[-1][2].append({"kind": "capped"})  # the others of the rest are not reported
+        notes.append(_capped(len(launches)))
     unknowns = {r["unknown"]: {"what": r["what"], "source": _where(r.get("source"))}
                 for r in records if "unknown" in r}
     assumed = list(dict.fromkeys(f"{r['assumed']} taken as {r['as']}" for r in records
-                                 if "assumed" in r))
-    probes = [{"command": _probe_text(r), "answer": r.get("answer"), "node": r.get("node"),
-               "source": _where(r.get("source"))} for r in calls if r.get("captured")
-              or r.get("answer") == "cluster"]
+                                 if "assumed" in r))[:MAX_NOTES]
     servers = _servers(records)
     out = []
-    for i, (launch, rec) in enumerate(launches if every else launches[:1]):
+    for i, (launch, rec, since) in enumerate(chosen):
         env = {k: v for k, v in launch.env.items() if launch.launcher == "ray job submit"
                or child_env.get(k) != v}
+        # each launch carries what was recorded since the one before it (all of it, for
+        # the one launch read): the report stays linear in the launches
+        mine = others if not every else [
+            Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in since
+            if r["kind"] != "capped"]
+        probes = [_probe(r) for r in (calls if not every else since)
+                  if r.get("captured") or r.get("answer") == "cluster"]
+        marks = {n: unknowns[n] for n in _marks(launch.argv) if n in unknowns}
         out.append(PythonLaunch(path, launch.argv, launch.entry, launch.launcher,
-                                _where(rec.get("source")), env, others, list(notes), seconds,
-                                launch.env_known, None, i, unknowns, assumed, probes,
+                                _where(rec.get("source")), env, mine, list(notes), seconds,
+                                launch.env_known, None, i, marks, assumed, probes,
                                 servers))
     return out
+
+
+def _probe(r: dict) -> dict:
+    return {"command": _probe_text(r), "answer": r.get("answer"), "node": r.get("node"),
+            "source": _where(r.get("source"))}
+
+
+def _marks(argv: list[str]) -> list[int]:
+    """The stand-in Unknowns a launch's words hold (standins.unknowns_in)."""
+    from .standins import unknowns_in
+
+    return [n for w in argv for n in unknowns_in(w)]
 
 
 def _servers(records: list[dict]) -> list[dict]:
@@ -547,6 +752,9 @@ _LIMITS = {"[Errno 27]": "the sandbox bounds each file it writes, its output inc
                           "16 MiB",
            "[Errno 28]": "the sandbox's work folder holds 256 MiB",
            "[Errno 1]": "the sandbox refuses that: docs/sandbox.md",
+           "[Errno 32]": "the sandbox bounds its output, stdout and stderr each, to 16 MiB",
+           "[Errno 13]": "the sandbox reads only the launcher's checkout, its import path and "
+                         "each --read PATH (a model folder): docs/sandbox.md",
            "can't start new thread": "the sandbox bounds memory, thread stacks included, and "
                                      "threads"}
 

@@ -558,32 +558,6 @@ def _users_code(frame, imports: bool = False) -> bool:
     return False
 
 
-def _discover_commands(cfg: dict) -> None:
-    """A typer app with several commands (or a callback) runs one named on the command line;
-    given none, say which there are and stop: the checker runs the launcher once per command."""
-    try:
-        with _REAL.get("open", open)(cfg["launcher"], "rb") as f:
-            if b"typer" not in f.read():
-                return
-    except OSError:
-        return
-    try:
-        import typer
-        from typer.main import get_command
-    except ImportError:
-        return
-    real = typer.Typer.__call__
-
-    def call(self, *args, **kwargs):
-        names = list(getattr(get_command(self), "commands", None) or ())
-        if names:
-            emit({"commands": names})
-            raise SystemExit(0)
-        return real(self, *args, **kwargs)
-
-    typer.Typer.__call__ = call
-
-
 # ---------------------------------------------------------------- the audit hook
 
 _NEVER = {"subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork",
@@ -701,7 +675,10 @@ def main() -> None:
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
     limits(cfg)
-    _out = os.open(cfg["record"], os.O_WRONLY | os.O_APPEND)
+    # the record: a pipe the checker drains (a file in tests that run this alone)
+    _out = cfg["record_fd"] if "record_fd" in cfg else \
+        os.open(cfg["record"], os.O_WRONLY | os.O_APPEND)
+    verdict = cfg.get("verdict_fd", -1)
     WORK = os.path.realpath(cfg["work"])
     if not cfg.get("trust"):
         # isolation first: so far only the standard library is imported, sys.path holds it
@@ -709,12 +686,15 @@ def main() -> None:
         import isolate
 
         try:
-            isolate.enter(WORK, int(cfg["memory_mb"]), cfg.get("deny") or "", emit)
+            isolate.enter(WORK, int(cfg["memory_mb"]), cfg.get("deny") or "", emit,
+                          cfg.get("reads", ()), verdict)
         except isolate.Missing as e:
             emit({"end": "refused", "missing": str(e)})
-            REAL_EXIT(0)
+            REAL_EXIT(REFUSED)
         _ISOLATED = True
         _NEVER.difference_update(_KERNEL_ENFORCED)  # [servers hook]
+    elif verdict >= 0:
+        os.close(verdict)
     if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
         del sys.path[0]  # this file's folder, which python put first
     import site
@@ -726,8 +706,6 @@ def main() -> None:
     os.environ.update(cfg["env"])  # HOME, TMPDIR... in the sandbox's folder
     _BASE_ENV = dict(os.environ)
     launchers_setup(cfg)  # [launchers hook] the modelled cluster, the stand-in modules
-    if cfg.get("discover"):
-        _discover_commands(cfg)  # [launchers hook] a typer app's commands
     install()  # imports subprocess, shutil, socket: before the launcher's folder is on sys.path
     import runpy  # the same: a runpy.py beside the launcher is not ours to run
     mode = cfg.get("mode", "path")  # as `python FILE`, `python -c CODE`, `python -m MODULE`
@@ -763,7 +741,21 @@ def main() -> None:
     except Exception:  # noqa: BLE001
         pass
     emit(end)
-    REAL_EXIT(0)
+    REAL_EXIT(status_of(end))
+
+
+REFUSED = 3  # the exit status of a refusal, before the launcher ran
+
+
+def status_of(end: dict) -> int:
+    """The exit status the launcher's end gives, as python gives it: the checker takes the
+    status from the wait, never from a record line (which the launcher can write too)."""
+    if end["end"] in ("ok", "waiting"):  # waiting: stopped by the servers hook (_stop)
+        return 0
+    if end["end"] == "exit":
+        code = end.get("code")
+        return 0 if code is None else code & 0xFF if isinstance(code, int) else 1
+    return 1
 
 
 if __name__ == "__main__":

@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNS = 0x10000000, \
     0x40000000, 0x08000000, 0x20000000, 0x00020000
-MS_NOSUID, MS_NODEV = 2, 4
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 WORK_MB = 256  # the work folder is a tmpfs of this size: a launcher cannot fill the disk
 CLONE_THREAD = 0x00010000
 PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
@@ -85,7 +87,8 @@ def _unshare(flags: int) -> None:
 # ---------------------------------------------------------------- Landlock
 
 LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
-FS_EXECUTE, FS_WRITE_FILE = 1 << 0, 1 << 1
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_READS = FS_READ_FILE | FS_READ_DIR
 FS_WRITES = sum(1 << i for i in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write, remove, make_*
 FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
 NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
@@ -102,25 +105,69 @@ def landlock_abi() -> int:
         return 0
 
 
-def landlock(work: str) -> int:
-    """Reads stay allowed everywhere (imports, the launcher's own files); writing, creating,
-    removing, renaming, linking, truncating and device ioctls only beneath `work`; executing
-    nothing; no TCP but a connect to the switchboard's port (`SWITCHBOARD_PORT`, in the
-    sandbox's own network namespace); signals and abstract unix sockets only within it."""
+# Files the C library and Python read below /etc (name lookups, time zone, certificates,
+# locale): /etc as a whole holds the machine's secrets too, so only these.
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf",
+       "passwd", "group", "hosts", "host.conf", "resolv.conf", "gai.conf", "services",
+       "protocols", "ssl", "ca-certificates", "pki", "os-release", "mime.types",
+       "locale.alias", "locale.conf", "lsb-release", "debian_version", "alternatives")
+SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/sys", "/proc",
+          "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full",
+          *(f"/etc/{n}" for n in ETC))
+# Left out of a readable folder that holds them (a checkout, HOME on the import path): a
+# repository's .git (its config may hold a token) and the usual credential files.
+HIDDEN = frozenset((".git", ".ssh", ".netrc", ".git-credentials", ".aws", ".gnupg", ".docker",
+                    ".kube", ".config", ".pypirc", ".npmrc", ".azure", ".gcloud"))
+
+
+def readable(paths) -> list[tuple[str, int]]:
+    """(path, rights) to allow reads beneath: each given path, but a folder that holds a name
+    of HIDDEN is listable only (names, not contents, in all its tree) and its other entries
+    readable (Landlock allows a whole tree, never takes a part back out)."""
+    out = []
+    for path in dict.fromkeys(paths):
+        try:
+            names = os.listdir(path) if os.path.isdir(path) else None
+        except OSError:
+            names = None
+        if names is None or HIDDEN.isdisjoint(names):
+            out.append((path, FS_READS))
+            continue
+        out.append((path, FS_READ_DIR))
+        out += [(os.path.join(path, n), FS_READS) for n in names if n not in HIDDEN]
+    return out
+
+
+def landlock(work: str, reads=None, proc: bool = True) -> int:
+    """Writing, creating, removing, renaming, linking, truncating and device ioctls only
+    beneath `work`; reading only there, beneath each of `reads` (the launcher's checkout, its
+    import path, system libraries: `readable`) and SYSTEM; executing nothing; no TCP but a
+    connect to the switchboard's port (`SWITCHBOARD_PORT`, in the sandbox's own network
+    namespace); signals and abstract unix sockets only within the sandbox. `reads` None:
+    reads are not handled (the refusal's test); `proc`: /proc is the PID namespace's own."""
     abi = landlock_abi()
     if abi < LANDLOCK_MIN_ABI:
         raise Missing(f"Landlock ABI {LANDLOCK_MIN_ABI} or newer (this kernel offers "
                       f"{abi or 'none'}; it needs Linux 6.2+ with landlock in the lsm= list)")
-    fs = FS_EXECUTE | FS_WRITES | FS_REFER | FS_TRUNCATE | (FS_IOCTL_DEV if abi >= 5 else 0)
+    fs = FS_EXECUTE | FS_WRITES | FS_REFER | FS_TRUNCATE | (FS_IOCTL_DEV if abi >= 5 else 0) \
+        | (FS_READS if reads is not None else 0)
     net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0
     scoped = SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL if abi >= 6 else 0
     attr = struct.pack("QQQ", fs, net, scoped) if abi >= 6 else struct.pack("QQ", fs, net) \
         if abi >= 4 else struct.pack("Q", fs)
     ruleset = _sys(LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     try:
-        for path, allowed in ((work, fs & ~FS_EXECUTE),
-                              (os.devnull, FS_WRITE_FILE | FS_TRUNCATE)):
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        rules = [(work, fs & ~FS_EXECUTE), (os.devnull, FS_WRITE_FILE | FS_TRUNCATE)]
+        if reads is not None:
+            system = [p for p in SYSTEM if proc or p != "/proc"]
+            rules += readable([*system, *reads])
+        for path, allowed in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # not on this machine
+            if allowed == FS_READS and not stat.S_ISDIR(os.fstat(fd).st_mode):
+                allowed = FS_READ_FILE  # a file takes no folder right
             try:  # struct landlock_path_beneath_attr is packed: u64 allowed, s32 parent_fd
                 _sys(LANDLOCK_ADD_RULE, ruleset, 1, struct.pack("=Qi", allowed, fd),
                      ctypes.c_uint32(0))
@@ -152,7 +199,8 @@ _NR = {
         fchown=93, lchown=94, fchownat=260, utime=132, utimes=235, futimesat=261,
         utimensat=280, setxattr=188, lsetxattr=189, fsetxattr=190, removexattr=197,
         lremovexattr=198, fremovexattr=199, setxattrat=463, removexattrat=466, iopl=172,
-        ioperm=173),
+        ioperm=173, socketpair=53, memfd_create=319, memfd_secret=447, fallocate=285,
+        flock=73, fcntl=72, shmget=29),
     "aarch64": dict(
         arch=0xC00000B7, execve=221, execveat=281, clone=220, clone3=435, ptrace=117,
         process_vm_readv=270, process_vm_writev=271, kill=129, tkill=130, tgkill=131,
@@ -164,7 +212,8 @@ _NR = {
         perf_event_open=241, userfaultfd=282, keyctl=219, add_key=217, request_key=218,
         fchmod=52, fchmodat=53, fchmodat2=452, fchown=55, fchownat=54, utimensat=88,
         setxattr=5, lsetxattr=6, fsetxattr=7, removexattr=14, lremovexattr=15,
-        fremovexattr=16, setxattrat=463, removexattrat=466),
+        fremovexattr=16, setxattrat=463, removexattrat=466, socketpair=199,
+        memfd_create=279, memfd_secret=447, fallocate=47, flock=32, fcntl=25, shmget=194),
 }
 # refused outright (EPERM): programs, processes, other processes' memory, namespaces and
 # mounts, the kernel surfaces a launcher never needs, and metadata changes Landlock allows
@@ -176,7 +225,13 @@ _DENY = ("execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv",
          "userfaultfd", "keyctl", "add_key", "request_key", "chmod", "fchmod", "fchmodat",
          "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime", "utimes", "futimesat",
          "utimensat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
-         "fremovexattr", "setxattrat", "removexattrat", "iopl", "ioperm")
+         "fremovexattr", "setxattrat", "removexattrat", "iopl", "ioperm",
+         # memory no bound sees (a memfd's pages are counted nowhere while unmapped), and a
+         # unix socket pair, whose datagram end sends to any socket path (sendto)
+         "memfd_create", "memfd_secret", "socketpair")
+F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW = 6, 7, 37, 38
+F_SETSIG, F_SETLEASE, F_NOTIFY = 10, 1024, 1026
+SHM_MB = 16  # SysV shared memory of the sandbox's IPC namespace, all segments together
 _LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 ALLOW, KILL = 0x7FFF0000, 0x80000000
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # push input into a terminal: someone else's keystrokes
@@ -194,9 +249,10 @@ def _arg(i: int) -> int:
     return 16 + 8 * i  # offsetof(struct seccomp_data, args[i]), low word (little-endian)
 
 
-def bpf_program(self_pid: int, machine: str | None = None) -> bytes:
+def bpf_program(self_pid: int, machine: str | None = None, shm: bool = True) -> bytes:
     """The filter, as struct sock_filter[]: each rule is a test of the call number followed
-    by a block that always returns, so no jump is longer than a few instructions."""
+    by a block that always returns, so no jump is longer than a few instructions. `shm`:
+    SysV shared memory is bounded by its namespace (else `shmget` is refused)."""
     nr = _NR[machine or os.uname().machine]
     prog = [_ins(_LD, 4), _ins(_JEQ, nr["arch"], 1, 0), _ins(_RET, KILL), _ins(_LD, 0)]
     if nr["arch"] == 0xC000003E:  # the x32 call numbers of the same machine
@@ -222,6 +278,19 @@ def bpf_program(self_pid: int, machine: str | None = None) -> bytes:
     # AF_UNIX (a path socket such as a daemon's is not a file write Landlock sees), no vsock
     when("socket", _ins(_LD, _arg(0)), _ins(_JEQ, 2, 1, 0), _ins(_JEQ, 10, 0, 1),
          _ins(_RET, ALLOW), eperm)
+    # locks (flock, fcntl record and OFD locks) succeed without taking effect: the sandbox is
+    # one process, so a lock has nobody to exclude inside, and one on a file outside (which it
+    # can open for reading) would stall a process there. Leases, F_SETSIG and F_NOTIFY: refused
+    when("flock", _ins(_RET, _errno(0)))
+    when("fcntl", _ins(_LD, _arg(1)), _ins(_JEQ, F_SETLK, 3, 0), _ins(_JEQ, F_SETLKW, 2, 0),
+         _ins(_JEQ, F_OFD_SETLK, 1, 0), _ins(_JEQ, F_OFD_SETLKW, 0, 1), _ins(_RET, _errno(0)),
+         _ins(_JEQ, F_SETSIG, 2, 0), _ins(_JEQ, F_SETLEASE, 1, 0), _ins(_JEQ, F_NOTIFY, 0, 1),
+         eperm, _ins(_RET, ALLOW))
+    # fallocate can reserve blocks beyond RLIMIT_FSIZE (FALLOC_FL_KEEP_SIZE): "not supported",
+    # and glibc's posix_fallocate writes the zeros itself, which the bounds see
+    when("fallocate", _ins(_RET, _errno(errno.EOPNOTSUPP)))
+    if not shm:
+        when("shmget", eperm)
     # the parent-death signal is what ends it with the supervisor: not to be cleared
     when("prctl", _ins(_LD, _arg(0)), _ins(_JEQ, PR_SET_PDEATHSIG, 0, 1), eperm,
          _ins(_RET, ALLOW))
@@ -229,12 +298,12 @@ def bpf_program(self_pid: int, machine: str | None = None) -> bytes:
     return b"".join(prog)
 
 
-def seccomp(self_pid: int) -> None:
+def seccomp(self_pid: int, shm: bool = True) -> None:
     machine = os.uname().machine
     if machine not in _NR:
         raise Missing(f"a seccomp filter for this machine ({machine}; written for "
                       f"{', '.join(_NR)})")
-    code = bpf_program(self_pid, machine)
+    code = bpf_program(self_pid, machine, shm)
     buf = ctypes.create_string_buffer(code, len(code))
     prog = struct.pack("HxxxxxxP", len(code) // 8, ctypes.addressof(buf))
     try:
@@ -262,7 +331,9 @@ def _drop_capabilities() -> None:
         raise OSError(e, os.strerror(e))
 
 
-def namespaces(work: str) -> None:
+def namespaces(work: str) -> bool:
+    """Enter new user, network, IPC, PID and mount namespaces; mount the work tmpfs. Returns
+    whether SysV shared memory of the new IPC namespace is bounded (SHM_MB)."""
     uid, gid = os.geteuid(), os.getegid()
     try:
         _unshare(CLONE_NEWUSER)
@@ -280,7 +351,14 @@ def namespaces(work: str) -> None:
                    options) != 0:
         e = ctypes.get_errno()
         raise Missing(f"a tmpfs in a mount namespace ({os.strerror(e)})")
+    try:  # the IPC namespace's own bounds (writable by its owner since Linux 5.17)
+        _write("/proc/sys/kernel/shmmax", str(SHM_MB << 20))
+        _write("/proc/sys/kernel/shmall", str((SHM_MB << 20) // os.sysconf("SC_PAGE_SIZE")))
+        shm = True
+    except OSError:
+        shm = False
     _loopback_up()
+    return shm
 
 
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
@@ -313,10 +391,23 @@ def _switchboard() -> None:
     SWITCHBOARD = s
 
 
-def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
+def _own_proc() -> bool:
+    """A /proc of the new PID namespace mounted over /proc (the supervisor reads the
+    machine's through a descriptor it opened before): the launcher sees only itself, not
+    other processes' command lines and environments. False where the kernel refuses the
+    mount (then /proc is not readable at all). A mount namespace of its own would cost a
+    tenth of a second at exit (measured)."""
+    return _libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV |
+                                                                  MS_NOEXEC), None) == 0
+
+
+def enter(work: str, memory_mb: int, deny: str = "", emit=None, reads=(),
+          verdict_fd: int = -1) -> None:
     """Isolate this process, or raise Missing. Returns in the sandboxed process only: the
-    supervisor waits, then exits as the sandboxed process did. `emit` writes a record line
-    (the supervisor's verdict: memory, threads)."""
+    supervisor waits, then exits as the sandboxed process did. `reads`: the paths it may read
+    beneath (`landlock`). `verdict_fd`: where the supervisor writes its verdict (memory,
+    threads) as a record line, a descriptor the sandboxed process closes; `emit`, without
+    one (tests)."""
     if sys.platform != "linux":
         raise Missing(f"Linux (namespaces, Landlock, seccomp); this is {sys.platform}")
     denied = set((deny or "").split(","))
@@ -329,13 +420,17 @@ def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
     if os.uname().machine not in _NR:
         seccomp(0)  # raises Missing: no filter written for this machine
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor ends with the checker
-    namespaces(work)
+    shm = namespaces(work)
     alive_r, alive_w = os.pipe()
+    procfd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the machine's
     pid = os.fork()  # the child is PID 1 of the new PID namespace
     if pid:
         os.close(alive_r)
-        _supervise(pid, memory_mb, emit)
+        _supervise(pid, memory_mb, verdict_fd, emit, procfd)
+    os.close(procfd)
     os.close(alive_w)
+    if verdict_fd >= 0:
+        os.close(verdict_fd)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     os.set_blocking(alive_r, False)
     try:
@@ -344,6 +439,7 @@ def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
     except BlockingIOError:
         pass
     os.close(alive_r)
+    proc = _own_proc()
     try:
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
         _switchboard()
@@ -351,25 +447,42 @@ def enter(work: str, memory_mb: int, deny: str = "", emit=None) -> None:
     except OSError as e:
         raise Missing(f"no_new_privs and capset ({e.strerror})") from None
     try:
-        landlock(work)
+        landlock(work, [p for p in reads if proc or not p.startswith("/proc")], proc)
     except OSError as e:
         raise Missing(f"a Landlock ruleset ({e.strerror})") from None
-    seccomp(os.getpid())
+    seccomp(os.getpid(), shm)
 
 
-def _usage(pid: int) -> tuple[int, int]:
-    """(memory in use in KiB, threads): anonymous and shared memory, not mapped files."""
+def _usage(pid: int, procfd: int) -> tuple[int, int]:
+    """(memory in use in KiB, threads): anonymous and shared memory, not mapped files. Read
+    from a live thread: a leader that has ended (its other threads go on) shows none."""
+    got = _status(f"{pid}/status", procfd)
+    if got is None:
+        task = os.open(f"{pid}/task", os.O_RDONLY | os.O_DIRECTORY, dir_fd=procfd)
+        try:
+            for tid in os.listdir(task):
+                got = _status(f"{pid}/task/{tid}/status", procfd)
+                if got is not None:
+                    break
+        finally:
+            os.close(task)
+    return got or (0, 0)
+
+
+def _status(path: str, procfd: int) -> tuple[int, int] | None:
     kib, threads = 0, 0
-    with open(f"/proc/{pid}/status", "rb") as f:
+    with open(os.open(path, os.O_RDONLY, dir_fd=procfd), "rb") as f:
         for line in f:
             if line.startswith((b"RssAnon:", b"RssShmem:")):
                 kib += int(line.split()[1])
             elif line.startswith(b"Threads:"):
                 threads = int(line.split()[1])
+            elif line.startswith(b"State:") and line.split()[1] in (b"Z", b"X"):
+                return None
     return kib, threads
 
 
-def _supervise(pid: int, memory_mb: int, emit) -> None:
+def _supervise(pid: int, memory_mb: int, verdict_fd: int, emit, procfd: int) -> None:
     """Wait for the sandboxed process; kill it over the bounds; exit as it exited."""
     poll = select.poll()
     fd = os.pidfd_open(pid)
@@ -377,7 +490,7 @@ def _supervise(pid: int, memory_mb: int, emit) -> None:
     verdict = None
     while not poll.poll(POLL_S * 1000):
         try:
-            kib, threads = _usage(pid)
+            kib, threads = _usage(pid, procfd)
         except (OSError, ValueError):
             break
         if kib > memory_mb << 10:
@@ -388,7 +501,9 @@ def _supervise(pid: int, memory_mb: int, emit) -> None:
             os.kill(pid, signal.SIGKILL)
             break
     _, status = os.waitpid(pid, 0)
-    if verdict and emit:
+    if verdict and verdict_fd >= 0:
+        os.write(verdict_fd, (json.dumps(verdict) + "\n").encode())
+    elif verdict and emit:
         emit(verdict)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)

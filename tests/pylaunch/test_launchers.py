@@ -109,7 +109,7 @@ def test_a_model_config_that_is_not_here_is_an_unknown_model_fact(real, tmp_path
         "num_hidden_layers": 8, "hidden_size": 1024, "num_attention_heads": 16,
         "num_key_value_heads": 4, "num_experts": 12, "num_experts_per_tok": 2}))
     (v,) = check_python_all(fixture("run_from_hf_config.py"), ["--hf-dir", str(tmp_path)], UP,
-                            real_imports=real)
+                            real_imports=real, reads=[str(tmp_path)])  # --read MODEL_DIR
     assert not v.ok and [p.code for p in v.errors] == ["experts-not-divisible-by-ep"]
     assert not v.extra["unresolved"]
 

@@ -168,8 +168,9 @@ def test_sandbox_leaves_the_machine_untouched(tmp_path):
     server.setblocking(False)
     port = server.getsockname()[1]
     try:
+        # the canary is readable (--read), as a launcher's model folder: what it then tries
         got = read_python_launcher(fixture("run_hostile.py"), [str(canary), str(port),
-                                                               str(outside)])
+                                                               str(outside)], reads=[str(canary)])
         with pytest.raises(BlockingIOError):  # nothing ever connected
             server.accept()
         assert victim.poll() is None  # pkill -f did not reach it

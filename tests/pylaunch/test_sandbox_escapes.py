@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support import UNHOOK
 
 from miles_topology import pylaunch
 from miles_topology.errors import InputError
@@ -29,26 +30,6 @@ from miles_topology.pylaunch import isolate, read_python_launcher, run_program
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux's")
 
-# the attacker's first step: clear the audit hook's tables and make every path "inside"
-UNHOOK = """\
-import os, posix, sys
-_f = sys._getframe()
-while _f is not None and "_NEVER" not in _f.f_globals:
-    _f = _f.f_back
-if _f is not None:
-    for _k in ("_NEVER", "_PATHS", "_BLOCKED_IMPORTS"):
-        _f.f_globals[_k].clear()
-    _f.f_globals["inside"].__code__ = (lambda path: True).__code__
-del _f
-
-
-def attempt(what, f, *args, **kwargs):
-    try:
-        f(*args, **kwargs)
-        print("DONE", what, flush=True)
-    except OSError as e:
-        print("FAILED", what, e.errno, flush=True)
-"""
 INTACT = "intact\n"
 
 
@@ -68,15 +49,18 @@ def state(folder: Path) -> dict:
             for p in folder.iterdir()}
 
 
-def attack(tmp_path, code: str, *args, trust=False, files=None, timeout_s=20):
-    """Run the attacker's launcher (UNHOOK + `code`) in the sandbox, or trusted."""
+def attack(tmp_path, code: str, *args, trust=False, files=None, timeout_s=20, readable=True,
+           env=None):
+    """Run the attacker's launcher (UNHOOK + `code`) in the sandbox, or trusted. `readable`:
+    the test's folder is readable (--read), the worst case for the write attacks."""
     folder = tmp_path / f"launcher-{uuid.uuid4().hex[:8]}"
     folder.mkdir()
     for name, text in (files or {}).items():
         (folder / name).write_text(textwrap.dedent(text))
     path = folder / "run.py"
     path.write_text(UNHOOK + textwrap.dedent(code))
-    return run_program([str(path), *map(str, args)], trust=trust, timeout_s=timeout_s)
+    return run_program([str(path), *map(str, args)], trust=trust, timeout_s=timeout_s,
+                       reads=[str(tmp_path)] if readable else (), env=env)
 
 
 def done(got) -> list[str]:
@@ -136,7 +120,7 @@ RACE = """
 import threading, time
 out = sys.argv[1]
 posix.mkdir("real")
-stop = time.monotonic() + 1.5
+stop = time.monotonic() + float(sys.argv[2])  # seconds of racing
 def swap():  # d is a folder inside, then a link to the folder outside, and back
     while time.monotonic() < stop:
         try:
@@ -160,9 +144,9 @@ print("wrote", wrote)
 def test_symlink_race(tmp_path, outside):
     """A link swapped under the recorders' path check: the kernel resolves at the open."""
     before = state(outside)
-    got = attack(tmp_path, RACE, outside)
+    got = attack(tmp_path, RACE, outside, 1.5)
     assert state(outside) == before and got.stdout.startswith("wrote "), got
-    attack(tmp_path, RACE, outside, trust=True)  # control
+    attack(tmp_path, RACE, outside, 8, trust=True)  # control: until it wins (a busy machine)
     assert "raced" in os.listdir(outside)
 
 
@@ -204,19 +188,19 @@ fd = posix.open(os.environ["MARKER"] + "-open", posix.O_CREAT | posix.O_WRONLY)
 
 @pytest.mark.parametrize("name", ["shutil.py", "runpy.py", "site.py", "isolate.py",
                                   "sitecustomize.py", "json.py"])
-def test_stdlib_named_module_beside_the_launcher(tmp_path, monkeypatch, name):
+def test_stdlib_named_module_beside_the_launcher(tmp_path, name):
     """The set-up imports nothing from the launcher's folder; were it imported later (by the
     launcher itself), it runs isolated."""
-    monkeypatch.setenv("MARKER", str(tmp_path / "marker"))
-    got = attack(tmp_path, f"import {name[:-3]}\n", files={name: SHADOW})
+    env = {"MARKER": str(tmp_path / "marker")}
+    got = attack(tmp_path, f"import {name[:-3]}\n", files={name: SHADOW}, env=env)
     assert not list(tmp_path.glob("marker*")), got
 
 
-def test_a_module_beside_the_launcher_control(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARKER", str(tmp_path / "marker"))
-    got = attack(tmp_path, "import helper\n", files={"helper.py": SHADOW})
+def test_a_module_beside_the_launcher_control(tmp_path):
+    env = {"MARKER": str(tmp_path / "marker")}
+    got = attack(tmp_path, "import helper\n", files={"helper.py": SHADOW}, env=env)
     assert not list(tmp_path.glob("marker*")), got
-    attack(tmp_path, "import helper\n", files={"helper.py": SHADOW}, trust=True)
+    attack(tmp_path, "import helper\n", files={"helper.py": SHADOW}, trust=True, env=env)
     assert (tmp_path / "marker").exists()
 
 
@@ -432,7 +416,11 @@ def test_unix_sockets_abstract_and_by_path(tmp_path):
 
 TIOCSTI = """
 import fcntl, termios
-fd = posix.open(sys.argv[1], posix.O_RDONLY | posix.O_NOCTTY)
+try:  # no terminal is readable in the sandbox (Landlock: no /dev/pts, no /dev/tty)
+    fd = posix.open(sys.argv[1], posix.O_RDONLY | posix.O_NOCTTY)
+except OSError as e:
+    print("FAILED open", e.errno)
+    raise SystemExit(0)
 attempt("TIOCSTI", fcntl.ioctl, fd, termios.TIOCSTI, b"!")
 """
 

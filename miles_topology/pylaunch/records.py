@@ -1,0 +1,129 @@
+"""The record a launcher's run leaves, read as untrusted input.
+
+The recorders write one JSON line per action into a pipe the launcher holds too, so any line
+may be the launcher's own. Each is kept only when it fits the schema below (known keys, known
+types, bounded sizes; other keys dropped), and a source location only when it names a regular
+file inside the launcher's checkout: the checker reads those files (report columns), so a
+forged `/dev/zero` or `/dev/stdin` must never reach it. What the record cannot forge (how the
+launcher ended, the supervisor's verdict, its typer commands) is taken elsewhere
+(`pylaunch._run`, `typerapp`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+RECORD_MAX = 16 << 20  # bytes of record kept (the child's RLIMIT_FSIZE, as before)
+TEXT_MAX = 1 << 20  # one string
+WORDS_MAX = 1 << 16  # words of one command, entries of one environment
+LINE_MAX = 1 << 24  # the largest line a source location may name
+
+ENDS = ("ok", "exit", "error", "missing", "memory", "refused", "waiting")
+_STR, _OPT_STR, _BOOL, _INT = "str", "str?", "bool", "int"
+_CALL = {"kind": _STR, "argv": "words?", "shell": _OPT_STR, "source": "where",
+         "env": "env?", "env_changes": "changes?", "via_shell": _BOOL, "cwd": _OPT_STR,
+         "captured": _BOOL, "answer": _OPT_STR, "node": _INT, "via": _OPT_STR,
+         "server": _OPT_STR, "port": _INT}
+_SHAPES = {  # the key that names a record's kind -> the keys it may hold
+    "kind": _CALL,
+    "unknown": {"unknown": _INT, "what": _STR, "source": "where"},
+    "assumed": {"assumed": _STR, "as": _STR, "source": "where"},
+    "missing_module": {"missing_module": _STR, "source": "where"},
+    # a modelled server (servers.py); "json": any JSON value, bounded by the record's size,
+    # only reported (never a path the checker opens)
+    "server": {"server": _STR, "port": _INT, "node": "json", "flag": _OPT_STR,
+               "command": _STR, "source": "where"},
+    # where it failed: quoted in the message (never read), so any file, as text
+    "end": {"end": _STR, "code": "code", "error": _OPT_STR, "type": _OPT_STR, "where": "at",
+            "inner": "inner", "module": _OPT_STR, "missing": _OPT_STR, "sizes": "json",
+            "poll": "json", "answer": "json", "times": _INT, "cluster": "json"},
+}
+
+
+class Reader:
+    """Parses record lines for one launcher whose checkout is `root`."""
+
+    def __init__(self, root: str):
+        self.root = os.path.realpath(root)
+        self._seen: dict[str, bool] = {}
+
+    def parse(self, data: bytes) -> list[dict]:
+        out = []
+        for line in data[:RECORD_MAX].decode(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # a line cut off by the kill, or not JSON
+            rec = self.record(rec) if isinstance(rec, dict) else None
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    def record(self, rec: dict) -> dict | None:
+        """The record as the schema allows it, or None."""
+        kind = next((k for k in _SHAPES if k in rec), None)
+        if kind is None:
+            return None
+        out = {}
+        for key, shape in _SHAPES[kind].items():
+            if key not in rec:
+                continue
+            ok, value = self._value(shape, rec[key])
+            if not ok:
+                return None
+            out[key] = value
+        if kind == "end" and out.get("end") not in ENDS:
+            return None
+        return out
+
+    def _value(self, shape: str, v) -> tuple[bool, object]:
+        if shape == "where":
+            return True, self.where(v)
+        if shape == "json":
+            return True, v
+        if shape == _STR:
+            return _text(v), v
+        if shape == _OPT_STR:
+            return v is None or _text(v), v
+        if shape == _BOOL:
+            return isinstance(v, bool), v
+        if shape == _INT:
+            return type(v) is int and abs(v) < 1 << 62, v
+        if shape == "code":
+            return v is None or _text(v) or type(v) is int and abs(v) < 1 << 62, v
+        if shape == "words?":
+            return v is None or isinstance(v, list) and len(v) <= WORDS_MAX and all(
+                map(_text, v)), v
+        if shape in ("env?", "changes?"):
+            some = shape == "changes?"
+            return v is None or isinstance(v, dict) and len(v) <= WORDS_MAX and all(
+                _text(k) and (_text(x) or some and x is None) for k, x in v.items()), v
+        if shape in ("at", "inner"):
+            n = 2 if shape == "at" else 4
+            return True, v if isinstance(v, list) and len(v) == n and _text(v[0]) and \
+                type(v[1]) is int and all(map(_text, v[2:])) else None
+        return False, None
+
+    def where(self, src) -> list | None:
+        """A source location [path, line], only where the path is a regular file inside the
+        checkout (resolved, links followed) and the line a plausible number."""
+        if not (isinstance(src, list) and len(src) == 2 and _text(src[0]) and
+                type(src[1]) is int and 0 <= src[1] < LINE_MAX):
+            return None
+        path = src[0]
+        ok = self._seen.get(path)
+        if ok is None:
+            real = os.path.realpath(path)
+            try:
+                ok = (real == self.root or real.startswith(self.root.rstrip(os.sep) + os.sep)) \
+                    and stat.S_ISREG(os.stat(real).st_mode)
+            except (OSError, ValueError):
+                ok = False
+            self._seen[path] = ok
+        return [path, src[1]] if ok else None
+
+
+def _text(v) -> bool:
+    return isinstance(v, str) and len(v) <= TEXT_MAX
