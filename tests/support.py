@@ -40,18 +40,23 @@ done
 """
 
 
-def bash_launch(script: Path, args: list[str], tmp: Path) -> list[str]:
-    """The argv after the entry script of the last training launch bash really runs."""
+def bash_launch(script: Path, args: list[str], tmp: Path, env: dict | None = None
+                ) -> list[str]:
+    """The argv after the entry script of the last training launch bash really runs. A
+    command already in ``tmp/bin`` (a test's own stand-in) is kept; `env` is added."""
     bin_ = tmp / "bin"
     bin_.mkdir(exist_ok=True)
     for name, tail in (("python3", f'exec {sys.executable} "$@"'), ("python", 'exec python3 "$@"'),
                        ("ray", "exit 0")):
         p = bin_ / name
+        if p.exists() and name not in ("python3", "python"):
+            continue
         p.write_text(_STAND_IN.format(name=name, py=sys.executable, tail=tail))
         p.chmod(0o755)
     log = tmp / "argv.jsonl"
     log.write_text("")
-    env = {"PATH": f"{bin_}:/usr/bin:/bin", "ARGV_LOG": str(log), "HOME": str(tmp)}
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "ARGV_LOG": str(log), "HOME": str(tmp),
+           **(env or {})}
     subprocess.run(["bash", str(script), *args], env=env, cwd=tmp, timeout=60,
                    capture_output=True)
     launches = [json.loads(x) for x in log.read_text().splitlines()]

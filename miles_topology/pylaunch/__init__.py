@@ -280,12 +280,15 @@ STDERR_TAIL = 4096
 
 def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
                 cwd: str | None = None, timeout_s: float = 10, trust: bool = False,
-                pass_env: Sequence[str] = (), reads: Sequence[str] = ()) -> ProgramRun:
+                pass_env: Sequence[str] = (), reads: Sequence[str] = (),
+                cluster: Cluster | None = None) -> ProgramRun:
     """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
     is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
     MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Its
     environment is `launcher_env(env, pass_env)`. Status "unavailable": there is no such file
-    or no program given; "refused": the sandbox cannot run it here (the error says why)."""
+    or no program given; "refused": the sandbox cannot run it here (the error says why).
+    `cluster`: run it with the stand-ins a launcher gets (torch, ray, nvidia-smi answered
+    from that model), for a probe of the cluster."""
     words = list(args)
     while words and words[0].startswith("-") and words[0] not in ("-c", "-m", "-"):
         words.pop(0)  # -u, -B, -O...: nothing the result depends on
@@ -301,8 +304,9 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
         if not os.path.isfile(full):
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
         target = os.path.abspath(full)
+    extra = None if cluster is None else {"cluster": cluster.as_dict(), "real_imports": False}
     got = _execute(mode, target, rest, launcher_env(env, pass_env), cwd, timeout_s,
-                   MEMORY_MB, trust, None, reads)
+                   MEMORY_MB, trust, extra, reads)
     calls = [r for r in got.records if "kind" in r]
     records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
     end = got.end

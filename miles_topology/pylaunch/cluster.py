@@ -218,6 +218,17 @@ class Cluster:
 
     # ------------------------------------------------------------ a command line
 
+    def ray_status(self, rest: list[list[str]]) -> Ran | None:
+        """``ray status``'s resources section as ray prints it (ray/autoscaler/_private/
+        util.py, format_info_string / get_usage_report: `` USED/TOTAL NAME``), GPUs only:
+        the model knows no CPU count or memory, so only a pipeline that greps the GPU line
+        is answered (``ray status | grep GPU | ...``), anything else stays unknown."""
+        grep = rest[0] if rest else []
+        if grep[:1] != ["grep"] or not any("GPU" in a for a in grep[1:] if a[:1] != "-"):
+            return None
+        total = float(self.nodes * self.gpus_per_node)
+        return Ran(f"Resources\n{'-' * 63}\nTotal Usage:\n 0.0/{total} GPU\n", 0)
+
     def answer(self, argv: list[str] | None, shell: str | None, python: Python | None = None
                ) -> tuple[Ran | None, bool]:
         """(what the command prints and its status, whether it probed the cluster); None when
@@ -259,6 +270,10 @@ class Cluster:
             source = self.nvidia_smi(first[1:])
         elif name == "rocm-smi":
             source = self.rocm_smi(first[1:])
+        elif name == "ray" and first[1:] == ["status"]:
+            source = self.ray_status(rest)
+        elif name == "scontrol" and first[1:] == ["show", "hostnames"]:
+            source = Ran("".join(self.hostname(i) + "\n" for i in range(self.nodes)), 0)
         elif name == "hostname":
             source = {(): Ran(self.hostname(self.current) + "\n", 0),
                       ("-I",): Ran(self.ip(self.current) + " \n", 0),

@@ -31,7 +31,7 @@ class Commands(Protocol):
     def taint(self, what: str, at: Location, why: str): ...
 
     def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
-                  cond: Unk | None, shown: str): ...
+                  cond: Unk | None, shown: str, written: bool = False): ...
 
     def jump(self, kind: str, fields: list[Field], n: syntax.Simple, cond: Unk | None): ...
 
@@ -289,6 +289,10 @@ class Builtins:
         wrapped script's launch is the wrapper's. Anything else is any other command."""
         if len(fields) < 2 or fields[1].value is None or fields[1].value.startswith("-"):
             return False
+        key = self.w.file_key(fields[1].value)
+        if key in self.sh.written:  # a script it wrote (cat > start.sh <<EOF ... EOF)
+            self.r.run_child(key, _frame(fields[2:]), n, cond, fields[1].value, written=True)
+            return None
         found = self.locate(fields[1].value, self.at.src(n.line), note=False)
         if found is None or not found.endswith(".sh"):
             return False

@@ -60,11 +60,8 @@ class _Fields:
         self.owns: list[bool] = []
         self.cur: list[str] = []
         self.cond = cond
-        self.reset()
-
-    def reset(self):
         self.has, self.src, self.unk, self.text, self.extra = False, None, None, None, True
-        self.fcond, self.own, self.spans = self.cond, False, []
+        self.fcond, self.own, self.spans = cond, False, []
 
     def add(self, f: Field, origin=OWN):
         """`origin`: OWN for text of this word, else the span of a list item passed on."""
@@ -89,8 +86,9 @@ class _Fields:
                                      self.text, unk is not None and self.extra, self.fcond,
                                      spans[0] if len(spans) == 1 and not self.own else None))
             self.owns.append(self.own and not spans)
-        self.cur.clear()
-        self.reset()
+        self.cur.clear()  # the next field starts as __init__ left the first (one call less)
+        self.has, self.src, self.unk, self.text, self.extra = False, None, None, None, True
+        self.fcond, self.own, self.spans = self.cond, False, []
 
 
 class Words:
@@ -349,7 +347,8 @@ class Words:
             return frame, name == "@"
         if name.isdigit():
             if name == "0":
-                return [Field(self.at.main_abs, self.at.src(part.line), text=part.text)], False
+                return [Field(self.sh.zero or self.at.main_abs, self.at.src(part.line),
+                              text=part.text)], False
             frame = self.sh.frames[-1]
             if frame is None:
                 why = f"positional argument ${name}: pass --env {name}=VALUE"
@@ -386,8 +385,10 @@ class Words:
         """``${#X}``, ``${#A[@]}``."""
         if items is None:
             return Field("0", self.at.src(p.line), text=p.text)
-        if any(f.unk for f in items):
-            return self.unknown(p, "length of a value only known at run time")
+        cause = next((f.unk for f in items if f.unk), None)
+        if cause is not None:  # its why says what would make it known (--nodes ...)
+            return self.unknown(p, f"length of a value only known at run time ({cause.expr}: "
+                                   f"{cause.why})")
         cond = next((f.cond for f in items if f.cond), None)
         if cond is not None:  # words that may be absent: how many is not known
             return self.unknown(p, f"it counts a value added {cond.why}")
@@ -679,11 +680,15 @@ class Words:
         return cwd
 
     def gpus(self, sub: Sub, cmds: list) -> Field:
-        """``$(nvidia-smi -L | wc -l)``, ``$(nvidia-smi --query-gpu=name ...)``: answered
-        from the modelled cluster (the one Python launchers' probes get), else unknown."""
+        """``$(nvidia-smi -L | wc -l)``, ``$(nvidia-smi --query-gpu=name ...)``, ``$(ray
+        status | grep GPU ...)``, ``$(scontrol show hostnames "$SLURM_JOB_NODELIST")``:
+        answered from the modelled cluster (the one Python launchers' probes get), else
+        unknown."""
         argvs = []
         for c in cmds:
-            args = [f for w in c.words for f in self.expand(w)]
+            words = c.words[:3] if c is cmds[0] and c.words[0].literal() == "scontrol" else \
+                c.words  # scontrol show hostnames $SLURM_JOB_NODELIST: the modelled nodes
+            args = [f for w in words for f in self.expand(w)]
             bad = next((f for f in args if f.unk or f.cond), None)
             if bad is not None:
                 unk = bad.unk or Unk(sub.text, bad.cond.src, f"it includes a value added "
@@ -693,8 +698,8 @@ class Words:
         name = os.path.basename(argvs[0][0])
         if self.cluster is None:
             return self.unknown(sub, f"'{name}' asks the machine the script runs on; pass "
-                                     "--gpus-per-node N (and --nodes, --gpu) to answer it from "
-                                     "the modelled cluster")
+                                     "--nodes N --gpus-per-node N (and --gpu) to answer it "
+                                     "from the modelled cluster")
         ran, _ = self.cluster.answer(None, " | ".join(shlex.join(a) for a in argvs))
         if ran is None:
             return self.unknown(sub, f"this use of '{name}' is not modelled; what it prints "
@@ -780,18 +785,28 @@ class Words:
                                  f"{bad.cond.why}")
             return Field(None, unk.src, unk, sub.text)
         argv = [f.value for f in args[1:]]
+        if node.stdin is not None:  # python - <<PY ... PY: the here-document is the code
+            code = self.stdin(node, "python3")
+            if code.unk or code.cond:
+                return self.unknown(sub, "the code python reads from its standard input is "
+                                         "only known when the script runs")
+            argv = ["-c", code.value]  # (tree-sitter-bash drops the '-' before <<)
         env = self.exports() | {name: f.value for name, f in given}
         cwd = self.sh.cwd or os.path.dirname(self.at.main_abs)
         probe = _probe(argv, cwd)
-        if probe:  # run here it would answer for this machine, not the cluster's
+        if probe and self.cluster is None:  # here it would answer for this machine
             return self.unknown(sub, f"the helper probes the machine it runs on ('{probe}'); "
-                                     "what it prints there is only known when the script runs")
-        key = (tuple(argv), tuple(sorted(env.items())), cwd)
+                                     "pass --nodes N --gpus-per-node N (and --gpu) to answer "
+                                     "it from the modelled cluster")
+        # a probe runs with the stand-ins Python launchers get (torch, ray, nvidia-smi
+        # answered from the model); any other helper with what is installed
+        cluster = self.cluster if probe else None
+        key = (tuple(argv), tuple(sorted(env.items())), cwd, cluster and cluster.line())
         got = self.helpers.get(key)
         if got is None:
             from ..pylaunch import run_program  # the sandbox: only when a script needs it
 
-            got = self.helpers[key] = run_program(argv, env=env, cwd=cwd)
+            got = self.helpers[key] = run_program(argv, env=env, cwd=cwd, cluster=cluster)
         shown = " ".join(["python3", *argv])
         if len(shown) > 120:
             shown = shown[:117] + "..."
@@ -824,7 +839,7 @@ class Words:
         return os.path.normpath(path)
 
 
-_PROBES = re.compile(r"\b(torch|cuda|nvidia[-_]smi|pynvml|GPUtil|psutil|subprocess|popen|"
+_PROBES = re.compile(r"\b(torch|cuda|ray|nvidia[-_]smi|pynvml|GPUtil|psutil|subprocess|popen|"
                      r"gethostname|cpu_count|platform|socket|os\.system|sched_getaffinity)\b")
 
 
@@ -858,17 +873,26 @@ def _gpu_probe(sub: Sub) -> list | None:
     if not all(type(c) is syntax.Simple and c.words and not c.assigns and c.stdin is None
                for c in cmds):
         return None
-    head = cmds[0].words[0].literal() or ""
-    return cmds if os.path.basename(head) in ("nvidia-smi", "rocm-smi") else None
+    words = [w.literal() for w in cmds[0].words]
+    head = os.path.basename(words[0] or "")
+    if head == "scontrol" and words[1:3] == ["show", "hostnames"]:
+        # the job's nodes: its own list (bash reads $SLURM_JOB_NODELIST; so does scontrol
+        # with no list given) is the modelled cluster's
+        rest = [w.text.strip('"{}$') for w in cmds[0].words[3:]]
+        return cmds if rest in ([], ["SLURM_JOB_NODELIST"], ["SLURM_NODELIST"]) else None
+    return cmds if head in ("nvidia-smi", "rocm-smi") or words[:2] == ["ray", "status"] \
+        else None
 
 
 def _python(node) -> bool:
     """``python3 ...`` / ``python ...`` alone in a command substitution."""
     if type(node) is not syntax.Simple or node.assigns or not node.words or \
-            node.stdin is not None or any(a.array is not None or a.index is not None
-                                          for a in node.prefix):
+            any(a.array is not None or a.index is not None for a in node.prefix):
         return False
     head = node.words[0].literal() or ""
+    if node.stdin is not None:  # python - <<PY: the code is the here-document
+        return type(node.stdin) is syntax.Heredoc and os.path.basename(head) in \
+            ("python3", "python") and [w.literal() for w in node.words[1:]] in ([], ["-"])
     return os.path.basename(head) in ("python3", "python") and len(node.words) > 1
 
 

@@ -181,9 +181,10 @@ class Reader:
                 self.run(self.parse_file(path, self.at.disp(path)), cond)
 
     def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
-                  cond: Unk | None, shown: str):
-        """``bash FILE ARGS``: another shell runs the file with ARGS as $1...; it sees only
-        the exported variables, and nothing it sets comes back here."""
+                  cond: Unk | None, shown: str, written: bool = False):
+        """``bash FILE ARGS``: another shell runs the file (one on disk, or `written` by the
+        script: `path` is its key) with ARGS as $1... and FILE as $0; it sees only the
+        exported variables, and nothing it sets comes back here."""
         if self.budget.deep:
             return
         sh = self.sh
@@ -191,9 +192,13 @@ class Reader:
         given = set(sh.vars) if sh.allexport else sh.exported | sh.inherited
         sh.vars = {k: v for k, v in sh.vars.items() if k in given and not v.array}
         sh.funcs, sh.func_file, sh.frames, sh.positions, sh.scopes = {}, {}, [args], [], []
+        sh.zero = shown
         self.budget.calls += 1
         try:
-            self.source_file(path, n, cond, shown)
+            if written:
+                self.run_written(path, n, cond)
+            else:
+                self.source_file(path, n, cond, shown)
         finally:
             self.budget.calls -= 1
             sh.restore(saved)

@@ -11,7 +11,8 @@ class Shell:
     """What bash itself would hold while running the script."""
 
     __slots__ = ("vars", "funcs", "func_file", "frames", "positions", "assoc", "exported",
-                 "inherited", "cwd", "allexport", "prev_end", "scopes", "written", "taint")
+                 "inherited", "cwd", "allexport", "prev_end", "scopes", "written", "taint",
+                 "zero")
 
     def __init__(self, args: list[Field] | None, inherited: set[str]):
         self.vars: dict[str, Var] = {}
@@ -32,6 +33,7 @@ class Shell:
         self.written: dict[str, str | None] = {}  # files the script wrote (None: unknown text)
         # the last source/eval not read: a name unset since then may have been set by it
         self.taint: Unk | None = None
+        self.zero: str | None = None  # $0 in a `bash FILE` child: FILE (else the script's)
 
     def copy_vars(self) -> dict[str, Var]:
         """The variables, to put back after a subshell, a here-document script or a loop
@@ -42,12 +44,12 @@ class Shell:
         return (self.copy_vars(), dict(self.funcs), dict(self.func_file), list(self.frames),
                 [list(p) for p in self.positions], [dict(s) for s in self.scopes],
                 set(self.assoc), set(self.exported), set(self.inherited), self.cwd,
-                self.allexport, dict(self.prev_end), dict(self.written), self.taint)
+                self.allexport, dict(self.prev_end), dict(self.written), self.taint, self.zero)
 
     def restore(self, saved: tuple):
         (self.vars, self.funcs, self.func_file, self.frames, self.positions, self.scopes,
          self.assoc, self.exported, self.inherited, self.cwd, self.allexport,
-         self.prev_end, self.written, self.taint) = saved
+         self.prev_end, self.written, self.taint, self.zero) = saved
 
     def make_local(self, name: str):
         """``local NAME`` in a function: the outer value comes back when the call returns

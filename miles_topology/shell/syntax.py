@@ -60,21 +60,30 @@ class ShellSyntaxError(Exception):
 
 
 def _node(cls):
-    """A frozen, slotted dataclass built by keyword only. Its ``__init__`` sets the slots
-    through one bound ``object.__setattr__`` (dataclasses' own frozen init looks it up per
-    field: a parse makes ~10^5 nodes, and that doubled the parse's time)."""
+    """A frozen, slotted dataclass built by keyword only, plus ``cls.make(**fields)``: the
+    same node, built the way the parser builds ~10^5 of them a run. Calling a class with
+    keywords packs them in a dict, and a frozen class sets each slot through
+    ``object.__setattr__``: that made a parse ~35% slower than plain positional classes.
+    `make` is a plain function (keywords passed without a dict) that fills a mutable twin
+    with the same slots by direct stores, then gives it the frozen class (``__class__``
+    assignment between identical slot layouts); `__init__` sets slots through one bound
+    ``object.__setattr__`` for everyone else."""
     cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
-    params, body = [], []
-    for f in fields(cls):
-        params.append(f.name if f.default is MISSING else f"{f.name}={f.default!r}")
-        body.append(f"    _set(self, {f.name!r}, {f.name})")
-    code = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body)
-    scope: dict = {}
-    exec("def make(_set):\n" + "\n".join("    " + x for x in code.split("\n")) +
-         "\n    return __init__", {}, scope)
-    init = scope["make"](object.__setattr__)
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init
+    names = [f.name for f in fields(cls)]
+    assert tuple(names) == cls.__slots__, cls  # the twin's layout must be the class's
+    params = ", ".join(f.name if f.default is MISSING else f"{f.name}={f.default!r}"
+                       for f in fields(cls))
+    code = (f"def __init__(self, *, {params}):\n"
+            + "".join(f"    _set(self, {n!r}, {n})\n" for n in names)
+            + f"def make(*, {params}):\n    node = _Twin()\n"
+            + "".join(f"    node.{n} = {n}\n" for n in names)
+            + "    node.__class__ = _cls\n    return node\n")
+    scope = {"_set": object.__setattr__, "_cls": cls,
+             "_Twin": type(f"{cls.__name__}Draft", (), {"__slots__": cls.__slots__})}
+    exec(code, scope)
+    scope["__init__"].__qualname__ = f"{cls.__qualname__}.__init__"
+    scope["make"].__qualname__ = f"{cls.__qualname__}.make"
+    cls.__init__, cls.make = scope["__init__"], staticmethod(scope["make"])
     return cls
 
 
@@ -372,11 +381,11 @@ class _Conv:
                 a, b = m.start(1), m.end(1)
                 t = self.gap(a, b)
                 at = (self.char(a), self.char(b)) if self.located else (-1, -1)
-                words.append(Word(parts=[Lit(text=t[1:], quoted=True, line=self.line(n))],
+                words.append(Word.make(parts=[Lit.make(text=t[1:], quoted=True, line=self.line(n))],
                                   line=self.line(n), text=t, start=at[0], end=at[1]))
         if words:  # X=1 cmd: the assignments are the command's environment only
             prefix, assigns = assigns + prefix, []
-        return Simple(assigns=assigns, words=words, line=self.line(n),
+        return Simple.make(assigns=assigns, words=words, line=self.line(n),
                       end=n.end_point[0] + self.base,
                       start=self.char(n.start_byte) if self.located else -1, stdin=stdin,
                       prefix=tuple(prefix), stdout=stdout)
@@ -393,21 +402,22 @@ class _Conv:
                 continue
             elif t != "comment":
                 words.append(self.word(c))
-        return Simple(assigns=assigns, words=words, line=self.line(n),
+        return Simple.make(assigns=assigns, words=words, line=self.line(n),
                       end=n.end_point[0] + self.base,
                       start=self.char(n.start_byte) if self.located else -1)
 
     s_unset_command = s_declaration_command
 
     def s_variable_assignment(self, n):
-        return Simple(assigns=[self.assign(n)], words=[], line=self.line(n),
+        return Simple.make(assigns=[self.assign(n)], words=[], line=self.line(n),
                       end=n.end_point[0] + self.base,
                       start=self.char(n.start_byte) if self.located else -1)
 
     def s_variable_assignments(self, n):
         assigns = [self.assign(c) for c in n.children if c.type == "variable_assignment"]
-        return Simple(assigns=assigns, words=[], line=self.line(n), end=n.end_point[0] + self.base,
-                      start=self.char(n.start_byte) if self.located else -1)
+        return Simple.make(assigns=assigns, words=[], line=self.line(n),
+                           end=n.end_point[0] + self.base,
+                           start=self.char(n.start_byte) if self.located else -1)
 
     def s_redirected_statement(self, n):
         body, stdin, stdout = None, None, None
@@ -418,7 +428,8 @@ class _Conv:
             elif c.type in _STATEMENTS and body is None:
                 body = c
         if body is None:
-            return Simple(assigns=[], words=[], line=self.line(n), end=n.end_point[0] + self.base)
+            return Simple.make(assigns=[], words=[], line=self.line(n),
+                               end=n.end_point[0] + self.base)
         if body.type == "command":
             self.enter(body)
             try:
@@ -448,25 +459,25 @@ class _Conv:
         if n.type == "heredoc_redirect":
             body = next((c for c in kids if c.type == "heredoc_body"), None)
             if body is None:
-                return Heredoc(text="", line=self.line(n) + 1)
+                return Heredoc.make(text="", line=self.line(n) + 1)
             start = next((c for c in kids if c.type == "heredoc_start"), None)
             if start is not None and any(q in self.text(start) for q in "'\"\\"):
-                return Heredoc(text=self.text(body), line=self.line(body))
+                return Heredoc.make(text=self.text(body), line=self.line(body))
             parts: list = []
             pos, line = body.start_byte, self.line(body)
             for c in body.children:
                 if c.type == "heredoc_content":
                     continue
                 if c.start_byte > pos:
-                    parts.append(Lit(text=_dq_unescape(self.gap(pos, c.start_byte)), quoted=True,
-                                     line=line))
+                    parts.append(Lit.make(text=_dq_unescape(self.gap(pos, c.start_byte)),
+                                          quoted=True, line=line))
                 self.parts(c, True, parts)
                 pos = c.end_byte
             if body.end_byte > pos:
-                parts.append(Lit(text=_dq_unescape(self.gap(pos, body.end_byte)), quoted=True,
-                                 line=line))
-            return Heredoc(text=self.text(body), line=line, word=Word(parts=parts, line=line,
-                                                                      text=self.text(body)))
+                parts.append(Lit.make(text=_dq_unescape(self.gap(pos, body.end_byte)),
+                                      quoted=True, line=line))
+            word = Word.make(parts=parts, line=line, text=self.text(body))
+            return Heredoc.make(text=self.text(body), line=line, word=word)
         if n.type == "herestring_redirect":
             arg = [c for c in kids if c.is_named]
             return self.word(arg[-1]) if arg else None
@@ -481,11 +492,11 @@ class _Conv:
         cmds = self.stmts(n.children)
         if len(cmds) > 1 and type(cmds[0]) is Pipe and cmds[0].neg and len(cmds[0].cmds) == 1:
             # tree-sitter reads `! a | b` as (! a) | b; bash negates the whole pipeline
-            return Pipe(cmds=cmds[0].cmds + cmds[1:], neg=True)
-        return cmds[0] if len(cmds) == 1 else Pipe(cmds=cmds)
+            return Pipe.make(cmds=cmds[0].cmds + cmds[1:], neg=True)
+        return cmds[0] if len(cmds) == 1 else Pipe.make(cmds=cmds)
 
     def s_negated_command(self, n):
-        return Pipe(cmds=self.stmts(n.children), neg=True)
+        return Pipe.make(cmds=self.stmts(n.children), neg=True)
 
     def s_list(self, n):
         items, op = [], None
@@ -498,7 +509,7 @@ class _Conv:
                     items.extend(got.items)
                 else:
                     items.append((op, got))
-        return items[0][1] if len(items) == 1 else AndOr(items=items)
+        return items[0][1] if len(items) == 1 else AndOr.make(items=items)
 
     def s_if_statement(self, n):
         branches, orelse = [], None
@@ -519,7 +530,7 @@ class _Conv:
                 orelse = self.stmts(c.children)
             elif t in _STATEMENTS:
                 (cond if part == "cond" else body).append(self.stmt(c))
-        return If(branches=[(cond, body)] + branches, orelse=orelse, line=self.line(n))
+        return If.make(branches=[(cond, body)] + branches, orelse=orelse, line=self.line(n))
 
     def s_case_statement(self, n):
         word, arms = None, []
@@ -536,7 +547,7 @@ class _Conv:
                 arms.append((pats, body))
             elif c.is_named and word is None and c.type != "comment":
                 word = self.word(c)
-        return Case(word=word or Word(parts=[], line=self.line(n), text=""), arms=arms,
+        return Case.make(word=word or Word.make(parts=[], line=self.line(n), text=""), arms=arms,
                     line=self.line(n))
 
     def s_for_statement(self, n):
@@ -552,9 +563,9 @@ class _Conv:
                 words.append(self.word(c))
         if not listed:  # for NAME; do ...: the positional arguments
             line = self.line(n)
-            words = [Word(parts=[Param(name="@", quoted=True, text='"$@"', line=line)],
+            words = [Word.make(parts=[Param.make(name="@", quoted=True, text='"$@"', line=line)],
                           line=line, text='"$@"')]
-        return Loop(kind="for", var=var, body=body, line=self.line(n), words=words)
+        return Loop.make(kind="for", var=var, body=body, line=self.line(n), words=words)
 
     def s_c_style_for_statement(self, n):
         body = next((self.stmts(c.children) for c in n.children
@@ -572,7 +583,8 @@ class _Conv:
                 header = tuple(self.region(n, cuts[k], cuts[k + 1], True)
                                if self.gap(cuts[k], cuts[k + 1]).strip() else None
                                for k in (0, 2, 4))
-        return Loop(kind="for", var=None, body=body, line=self.line(n), words=None, header=header)
+        return Loop.make(kind="for", var=None, body=body, line=self.line(n), words=None,
+                         header=header)
 
     def s_while_statement(self, n):
         kind = n.children[0].type if n.children else "while"
@@ -582,25 +594,25 @@ class _Conv:
                 body = self.stmts(c.children)
             elif c.type in _STATEMENTS:
                 cond.append(self.stmt(c))
-        return Loop(kind=kind, var=None, body=cond + body, line=self.line(n), cond=cond)
+        return Loop.make(kind=kind, var=None, body=cond + body, line=self.line(n), cond=cond)
 
     def s_function_definition(self, n):
         name = next((self.text(c) for c in n.children if c.type == "word"), "")
         body = next((c for c in reversed(n.children) if c.type in _STATEMENTS), None)
-        empty = Group(body=[], subshell=False, line=0)
-        return Func(name=name, body=self.stmt(body) if body is not None else empty,
+        empty = Group.make(body=[], subshell=False, line=0)
+        return Func.make(name=name, body=self.stmt(body) if body is not None else empty,
                     line=self.line(n))
 
     def s_compound_statement(self, n):
         kids = n.children
         if kids and kids[0].type == "((":  # ((...)): arithmetic only
             b = kids[-1].start_byte if len(kids) > 1 and kids[-1].type == "))" else n.end_byte
-            return ArithCmd(expr=self.region(n, kids[0].end_byte, b, True), line=self.line(n),
+            return ArithCmd.make(expr=self.region(n, kids[0].end_byte, b, True), line=self.line(n),
                             text=self.text(n))
-        return Group(body=self.stmts(n.children), subshell=False, line=self.line(n))
+        return Group.make(body=self.stmts(n.children), subshell=False, line=self.line(n))
 
     def s_subshell(self, n):
-        return Group(body=self.stmts(n.children), subshell=True, line=self.line(n))
+        return Group.make(body=self.stmts(n.children), subshell=True, line=self.line(n))
 
     def s_test_command(self, n):
         """``[ ... ]`` / ``[[ ... ]]`` as the words of a command, operators included."""
@@ -620,10 +632,11 @@ class _Conv:
                 words.append(self.word(c))
             else:
                 t = self.text(c)
-                words.append(Word(parts=[Lit(text=t, quoted=True, line=self.line(c))],
+                words.append(Word.make(parts=[Lit.make(text=t, quoted=True, line=self.line(c))],
                                   line=self.line(c), text=t))
-        return Simple(assigns=[], words=words, line=self.line(n), end=n.end_point[0] + self.base,
-                      start=self.char(n.start_byte) if self.located else -1)
+        return Simple.make(assigns=[], words=words, line=self.line(n),
+                           end=n.end_point[0] + self.base,
+                           start=self.char(n.start_byte) if self.located else -1)
 
     # -- assignments
 
@@ -659,10 +672,10 @@ class _Conv:
                 else:
                     items.append(self.element(c))
                 prev = c
-            return Assign(name=name, index=None, append=append, value=None, array=items, line=line,
-                          text=self.gap(n.start_byte, eq_end))
-        word = self.word(value) if value is not None else Word(parts=[], line=line, text="")
-        return Assign(name=name, index=index, append=append, value=word, array=None, line=line,
+            return Assign.make(name=name, index=None, append=append, value=None, array=items,
+                               line=line, text=self.gap(n.start_byte, eq_end))
+        word = self.word(value) if value is not None else Word.make(parts=[], line=line, text="")
+        return Assign.make(name=name, index=index, append=append, value=word, array=None, line=line,
                       text=self.text(n))
 
     def element(self, n):
@@ -697,16 +710,16 @@ class _Conv:
                 if last.text == "$":
                     parts.pop()
                 else:
-                    parts[-1] = Lit(text=last.text[:-1], quoted=False, line=last.line)
-                parts.append(Param(name=m.group(), quoted=False,
+                    parts[-1] = Lit.make(text=last.text[:-1], quoted=False, line=last.line)
+                parts.append(Param.make(name=m.group(), quoted=False,
                                    text="$" + m.group(), line=more[0].line))
                 rest = more[0].text[m.end():]
-                more = ([Lit(text=rest, quoted=False,
+                more = ([Lit.make(text=rest, quoted=False,
                              line=more[0].line)] if rest else []) + more[1:]
         text = prev.text + self.text(n)
         if not self.located:
-            return Word(parts=parts + more, line=prev.line, text=text)
-        return Word(parts=parts + more, line=prev.line, text=text, start=prev.start,
+            return Word.make(parts=parts + more, line=prev.line, text=text)
+        return Word.make(parts=parts + more, line=prev.line, text=text, start=prev.start,
                     end=self.char(n.end_byte))
 
     def word(self, n) -> Word:
@@ -719,10 +732,10 @@ class _Conv:
             text = text.replace(_CR, "\r")
         line = parts[0].line if parts else self.line(n)
         if not self.located:
-            return Word(parts=parts, line=line, text=text)
+            return Word.make(parts=parts, line=line, text=text)
         if self.marks:
             a, b = self.char(a), self.char(b)
-        return Word(parts=parts, line=line, text=text, start=a, end=b)
+        return Word.make(parts=parts, line=line, text=text, start=a, end=b)
 
     def parts(self, n, quoted: bool, out: list):
         t = n.type
@@ -731,25 +744,25 @@ class _Conv:
             text = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
             if self.crlf:
                 text = text.replace(_CR, "\r")
-            out.append(Lit(text=_unescape(text) if "\\" in text else text, quoted=quoted,
+            out.append(Lit.make(text=_unescape(text) if "\\" in text else text, quoted=quoted,
                            line=line))
         elif t == "string" or t == "translated_string":
             self.string(n, line, out)
         elif t == "raw_string":
-            out.append(Lit(text=self.text(n)[1:-1], quoted=True, line=line))
+            out.append(Lit.make(text=self.text(n)[1:-1], quoted=True, line=line))
         elif t == "ansi_c_string":
-            out.append(Lit(text=_ansi_c(self.text(n)[2:-1]), quoted=True, line=line))
+            out.append(Lit.make(text=_ansi_c(self.text(n)[2:-1]), quoted=True, line=line))
         elif t == "concatenation":
             pos = n.start_byte
             for c in n.children:
                 if c.start_byte > pos:
-                    out.append(Lit(text=_unescape(self.gap(pos, c.start_byte)), quoted=quoted,
+                    out.append(Lit.make(text=_unescape(self.gap(pos, c.start_byte)), quoted=quoted,
                                    line=line))
                 self.parts(c, quoted, out)
                 pos = c.end_byte
         elif t == "simple_expansion":
             name = self.text(n)[1:]
-            out.append(Param(name=name, quoted=quoted, text=self.text(n), line=line))
+            out.append(Param.make(name=name, quoted=quoted, text=self.text(n), line=line))
         elif t == "expansion":
             self.enter(n)
             try:
@@ -761,7 +774,7 @@ class _Conv:
             # ``$((`` as arithmetic whenever it can
             self.enter(n)
             try:
-                out.append(Arith(expr=self.region(n, n.start_byte + 3, n.end_byte - 2, True),
+                out.append(Arith.make(expr=self.region(n, n.start_byte + 3, n.end_byte - 2, True),
                                  quoted=quoted, text=self.text(n), line=line))
             finally:
                 self.depth -= 1
@@ -774,14 +787,14 @@ class _Conv:
             try:
                 a = n.children[0].end_byte if n.children else n.start_byte
                 b = n.children[-1].start_byte if len(n.children) > 1 else n.end_byte
-                out.append(Arith(expr=self.region(n, a, b, True), quoted=quoted,
+                out.append(Arith.make(expr=self.region(n, a, b, True), quoted=quoted,
                                  text=self.text(n), line=line))
             finally:
                 self.depth -= 1
         elif t == "$" and self.text(n) == "$$":  # ends a concatenation: still the pid
-            out.append(Param(name="$", quoted=quoted, text="$$", line=line))
+            out.append(Param.make(name="$", quoted=quoted, text="$$", line=line))
         else:
-            out.append(Lit(text=_unescape(self.text(n)), quoted=quoted, line=line))
+            out.append(Lit.make(text=_unescape(self.text(n)), quoted=quoted, line=line))
 
     def string(self, n, line: int, out: list):
         """``"..."`` / ``$"..."``: its text and expansions, all quoted."""
@@ -791,17 +804,17 @@ class _Conv:
         before = len(out)
         for c in kids:
             if c.start_byte > pos:
-                out.append(Lit(text=_dq_unescape(self.gap(pos, c.start_byte)), quoted=True,
+                out.append(Lit.make(text=_dq_unescape(self.gap(pos, c.start_byte)), quoted=True,
                                line=line))
             if c.type == "string_content":
-                out.append(Lit(text=_dq_unescape(self.text(c)), quoted=True, line=line))
+                out.append(Lit.make(text=_dq_unescape(self.text(c)), quoted=True, line=line))
             else:
                 self.parts(c, True, out)
             pos = c.end_byte
         if end > pos:
-            out.append(Lit(text=_dq_unescape(self.gap(pos, end)), quoted=True, line=line))
+            out.append(Lit.make(text=_dq_unescape(self.gap(pos, end)), quoted=True, line=line))
         if len(out) == before:
-            out.append(Lit(text="", quoted=True, line=line))
+            out.append(Lit.make(text="", quoted=True, line=line))
 
     def sub(self, n, quoted: bool) -> Sub:
         self.enter(n)
@@ -810,7 +823,7 @@ class _Conv:
         finally:
             self.depth -= 1
         proc = self.text(n)[:2] if n.type == "process_substitution" else None
-        return Sub(body=body, quoted=quoted, text=self.text(n), line=self.line(n), proc=proc)
+        return Sub.make(body=body, quoted=quoted, text=self.text(n), line=self.line(n), proc=proc)
 
     def region(self, n, a: int, b: int, quoted: bool, kids=None, line=None) -> Word:
         """Bytes [a, b) of `n` as one word: expansions inside it, the text between literal."""
@@ -824,8 +837,8 @@ class _Conv:
         if len(inner) == 1 and inner[0].start_byte == a and inner[0].end_byte == b and \
                 inner[0].type in ("word", "number"):
             text = self.gap(a, b)
-            return Word(parts=[Lit(text=_unescape(text), quoted=quoted, line=line)], line=line,
-                        text=text)
+            lit = Lit.make(text=_unescape(text), quoted=quoted, line=line)
+            return Word.make(parts=[lit], line=line, text=text)
         stack = list(reversed(kids))
         while stack:
             c = stack.pop()
@@ -833,15 +846,15 @@ class _Conv:
                 continue
             if c.type in _EXPANSIONS:
                 if c.start_byte > pos:
-                    parts.append(Lit(text=_unescape(self.gap(pos, c.start_byte)), quoted=quoted,
-                                     line=line))
+                    parts.append(Lit.make(text=_unescape(self.gap(pos, c.start_byte)),
+                                          quoted=quoted, line=line))
                 self.parts(c, quoted, parts)
                 pos = c.end_byte
             else:
                 stack.extend(reversed(c.children))
         if b > pos:
-            parts.append(Lit(text=_unescape(self.gap(pos, b)), quoted=quoted, line=line))
-        return Word(parts=parts, line=line, text=self.gap(a, b))
+            parts.append(Lit.make(text=_unescape(self.gap(pos, b)), quoted=quoted, line=line))
+        return Word.make(parts=parts, line=line, text=self.gap(a, b))
 
     def expansion(self, n, quoted: bool) -> Param:
         allk = n.children
@@ -889,7 +902,7 @@ class _Conv:
             op = "?bad"
         if bad or not name:
             op = "?bad"
-        return Param(name=name, index=index, op=op, arg=arg, arg2=arg2, length=length,
+        return Param.make(name=name, index=index, op=op, arg=arg, arg2=arg2, length=length,
                      quoted=quoted, text=self.text(n), line=line)
 
 

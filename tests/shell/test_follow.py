@@ -118,3 +118,83 @@ def test_gpu_probes_are_answered_from_the_modelled_cluster(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["values"]["--actor-num-gpus-per-node"]["value"] is None
     assert any("--gpus-per-node" in u["why"] for u in data["unresolved"])
+
+
+RAY_STATUS = """\
+======== Autoscaler status: 2026-01-01 00:00:00.000000 ========
+Node status
+---------------------------------------------------------------
+Active:
+ 1 node_a
+ 1 node_b
+Pending:
+ (no pending nodes)
+Recent failures:
+ (no failures)
+
+Resources
+---------------------------------------------------------------
+Total Usage:
+ 0.0/256.0 CPU
+ 0.0/8.0 GPU
+ 0B/1.50TiB memory
+ 0B/200.00GiB object_store_memory
+
+Pending Demands:
+ (no resource demands)
+"""
+
+
+def test_cluster_probes_are_answered_from_the_modelled_cluster(tmp_path, capsys):
+    """scontrol's node list, `ray status`, and python helpers asking torch, Ray and
+    nvidia-smi: bash runs them against stand-ins of a 2 x 4-GPU job (written here, not the
+    checker's), the checker answers them from --nodes 2 --gpus-per-node 4."""
+    import json
+    import sys
+
+    from miles_topology.cli import main
+
+    script = IDIOMS / "cluster-probes.sh"
+    bin_, site = tmp_path / "bin", tmp_path / "site"
+    bin_.mkdir()
+    site.mkdir()
+    tools = {"scontrol": 'echo node-a; echo node-b',
+             "ray": f"cat <<'EOF'\n{RAY_STATUS}EOF",
+             "nvidia-smi": 'for i in 0 1 2 3; do echo "GPU $i: NVIDIA H100 80GB HBM3"; done'}
+    for name, body in tools.items():
+        (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    (site / "torch.py").write_text("class cuda:\n    device_count = staticmethod(lambda: 4)\n")
+    (site / "ray.py").write_text("def init(**kw):\n    pass\n\n\ndef cluster_resources():\n"
+                                 "    return {'GPU': 8.0, 'CPU': 256.0}\n")
+    truth = flag_values(bash_launch(script, [], tmp_path, {"PYTHONPATH": str(site)}))
+    assert truth == {"--actor-num-nodes": "2", "--actor-num-gpus-per-node": "4",
+                     "--rollout-num-gpus": "8", "--rollout-num-gpus-per-engine": "2",
+                     "--tensor-model-parallel-size": "2"}, sys.executable
+    main(["check", "--format", "json", str(script), "--nodes", "2", "--gpus-per-node", "4"])
+    got = json.loads(capsys.readouterr().out)["values"]
+    assert {f: got[f]["value"] for f in truth} == truth
+    main(["check", "--format", "json", str(script)])  # no cluster given: not guessed
+    data = json.loads(capsys.readouterr().out)
+    assert all(data["values"][f]["value"] is None for f in truth)
+    whys = [u["why"] for u in data["unresolved"]]
+    assert whys and all("--nodes N --gpus-per-node N" in w for w in whys), whys
+
+
+def test_ray_status_is_answered_only_for_its_gpu_line():
+    from miles_topology.pylaunch.cluster import Cluster
+
+    c = Cluster.of({"nodes": 2, "gpus_per_node": 4})
+    ran, probed = c.answer(None, "ray status | grep GPU | awk '{print $1}' | cut -d/ -f2")
+    assert ran.stdout == "8.0\n" and probed
+    assert c.answer(None, "ray status | grep CPU") == (None, False)  # not modelled: unknown
+    assert c.answer(None, "ray status") == (None, False)
+
+
+def test_a_start_script_written_by_a_heredoc_is_run_as_bash_runs_it(tmp_path):
+    """``cat > start_train.sh <<EOF`` holding ``\\$((WAITED + 2))`` and ``\\$0``, then
+    ``bash start_train.sh``: the launch is the start script's, its $0 is start_train.sh."""
+    script = IDIOMS / "written-start.sh"
+    truth = flag_values(bash_launch(script, [], tmp_path, {"MAX_WAIT": "0"}))  # no waiting
+    assert truth["--wandb-group"] == "start_train" and truth["--sglang-router-port"] == "30000"
+    assert values(script) == truth

@@ -103,3 +103,24 @@ def test_syntax_nodes_are_frozen_and_keyword_built(name):
         setattr(node, params[0].name, 1)
     with pytest.raises(TypeError):
         cls(*[None] * len(params))
+
+
+@pytest.mark.parametrize("name", ["Lit", "Word", "Simple", "Param", "Loop"])
+def test_the_parsers_fast_build_is_the_same_frozen_node(name):
+    from miles_topology.shell import syntax
+
+    cls = getattr(syntax, name)
+    given = {f.name: f"v{k}" for k, f in enumerate(dataclasses.fields(cls))}
+    fast, slow = cls.make(**given), cls(**given)
+    assert type(fast) is cls and fast == slow and hash(fast) == hash(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.line = 1
+    with pytest.raises(TypeError):
+        cls.make(*given.values())
+    required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+    with pytest.raises(TypeError):
+        cls.make(**{k: v for k, v in given.items() if k != required[0]})
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING}
+    only = {k: given[k] for k in required}
+    assert all(getattr(cls.make(**only), k) == v for k, v in defaults.items())
