@@ -12,6 +12,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from . import fit
 from .channels import read_channels
@@ -141,6 +142,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     skip_unknown(v, {u["flag"] for u in unresolved if u["flag"]}, facts)
     fit.apply(v, argv, cluster, {u["flag"] for u in unresolved} | ({None} if gap is not None
                                                                     else set()))
+    _assumed_cluster_is_no_proof(v, cluster)
     where = None
     if got.source:  # every problem is in the flags of the call the launcher makes there
         same = os.path.realpath(got.source[0]) == os.path.realpath(path)
@@ -187,6 +189,22 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
                "notes": got.notes, "report_lines": lines,
                "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
     return v
+
+
+def _assumed_cluster_is_no_proof(v, cluster: Cluster) -> None:
+    """A launcher sizes its job from the cluster it runs on (miles' ExecuteTrainConfig reads
+    SLURM_JOB_NUM_NODES, its options default to one node): on the assumed cluster a layout
+    meant for many nodes puts a whole model on one, and `memory-exceeds-gpu` would promise an
+    OOM the real run never has (upstream's scripts/run_deepseek.py and run_glm45_355b_a32b.py
+    with their defaults). Without `--nodes` the finding is skipped, saying what to pass."""
+    if "nodes" not in cluster.assumed:
+        return
+    moved = [p for p in v.errors if p.code == "memory-exceeds-gpu"]
+    v.errors = [p for p in v.errors if p.code != "memory-exceeds-gpu"]
+    v.skipped += [replace(p, severity="skipped", message=f"{p.message} (on the assumed cluster: "
+                          "the launcher may size its job from the nodes it runs on)",
+                          fix=f"pass --nodes N --gpus-per-node N --gpu NAME of the cluster it "
+                              f"runs on; {p.fix}") for p in moved]
 
 
 def _servers_line(servers: list[dict], cluster: Cluster) -> str:

@@ -320,3 +320,25 @@ def test_an_unknown_gpu_is_no_estimate(capsys):
     code, out, _ = run_cli(capsys, "check", "--gpu", "L40S", "--format", "json", "--",
                            *QWEN235, *ON_8, "--expert-model-parallel-size", "1")
     assert code == 0 and "not modelled" in json.loads(out)["memory"]["skipped"]
+
+
+def test_a_launcher_on_the_assumed_cluster_skips_the_oom_and_errs_on_a_given_one(tmp_path,
+                                                                                   capsys):
+    """A Python launcher sizes its job from the cluster it runs on: on the assumed one (no
+    --nodes) the certain-OOM error is skipped with what to pass; on a cluster the user names
+    it is the error again (the arithmetic is the same: only the proof differs)."""
+    launcher = tmp_path / "run_big.py"
+    launcher.write_text("import subprocess\n\nFLAGS = %r\n\nif __name__ == '__main__':\n"
+                        "    subprocess.run(['python3', 'train.py', *FLAGS], check=True)\n"
+                        % (QWEN235 + ON_8 + ["--expert-model-parallel-size", "1"]))
+    code, out, _ = run_cli(capsys, "check", "--format", "json", str(launcher))
+    got = json.loads(out)
+    got = got[0] if isinstance(got, list) else got
+    assert code == 0, out
+    assert "memory-exceeds-gpu" in [p["code"] for p in got["skipped"]]
+    assert "--nodes" in next(p["fix"] for p in got["skipped"] if p["code"] == "memory-exceeds-gpu")
+    code, out, _ = run_cli(capsys, "check", "--format", "json", "--nodes", "1",
+                           "--gpus-per-node", "8", "--gpu", "H100", str(launcher))
+    got = json.loads(out)
+    got = got[0] if isinstance(got, list) else got
+    assert code == 1 and "memory-exceeds-gpu" in [p["code"] for p in got["errors"]], out
