@@ -7,9 +7,18 @@
   here as if given last on the command line, its source the YAML line); a layout or rollout
   key is an error: world size and placement were computed from the command line's values
   before it applies, so the job runs a layout that is neither.
-- `--yaml-cfg FILE` (Megatron-LM): `parse_args` replaces the whole namespace with the YAML
-  (megatron/training/yaml_arguments.py `load_yaml`, "argparse arguments will be ignored"),
-  so the command line's sizes are not what runs: a warning.
+- `--yaml-cfg FILE` (Megatron-LM): `parse_args` (megatron/training/arguments.py) replaces the
+  whole parsed namespace with the YAML's top-level keys (yaml_arguments.py `load_yaml`, a
+  nested mapping becoming a sub-namespace), before miles' parse_args computes world size from
+  it: each top-level key is the value that runs (consistently, so it is read as given last, its
+  source the YAML line), a command-line size the YAML lacks is dropped (a warning), and a YAML
+  without `actor_num_nodes`/`actor_num_gpus_per_node` at top level makes miles' parse_args
+  (miles/utils/arguments.py) raise AttributeError reading them (an error; slime merges its
+  pre-parsed arguments back, so not there).
+- SGLang's `--config` does not reach SGLang through miles or slime: both leave `config` out of
+  the `--sglang-*` flags they forward (`_SKIPPED_SERVER_ARGS` in
+  backends/sglang_utils/arguments.py); miles' own `--sglang-config` is its engine-group file
+  (sources.read_engine_groups), so there is no SGLang config channel to read.
 """
 
 from __future__ import annotations
@@ -26,6 +35,9 @@ from .sources import yaml_values
 
 CUSTOM_CONFIG = "--custom-config-path"
 YAML_CFG = "--yaml-cfg"
+TRAIN_BACKEND = "--train-backend"
+# what miles' parse_args reads from the namespace --yaml-cfg returned (miles/utils/arguments.py)
+YAML_CFG_READ = ("actor_num_nodes", "actor_num_gpus_per_node")
 LAYOUT_GROUPS = ("layout", "rollout")  # what world size and placement are computed from
 
 
@@ -57,7 +69,8 @@ def _last(pairs: Sequence[tuple[str, Any]], flag: str):
 
 
 def read_channels(pairs: Sequence[tuple[str, str | None, Location | None]],
-                  dirs: Sequence[str] = ()) -> tuple[list[Problem], list[Word]]:
+                  dirs: Sequence[str] = (), framework: str = "miles"
+                  ) -> tuple[list[Problem], list[Word]]:
     """Problems of the launch's YAML channels and the words they add to argv. `pairs`:
     the launch's (flag, value or None when unknown, where it is written)."""
     problems: list[Problem] = []
@@ -66,33 +79,78 @@ def read_channels(pairs: Sequence[tuple[str, str | None, Location | None]],
     if got is not None:
         problems, words = _custom_config(got[0], got[1], dirs)
     cfg = _last(pairs, YAML_CFG)
-    if cfg is not None:
+    backend = _last(pairs, TRAIN_BACKEND)
+    if cfg is not None and (backend is None or backend[0] != "fsdp"):  # fsdp: no Megatron
+        more, cfg_words = _yaml_cfg(cfg[0], cfg[1], dirs, pairs, framework)
+        problems += more
+        words = cfg_words + words  # miles_validate_args' setattr comes after parse_args
+    return problems, words
+
+
+def _unread(flag: str, code: str, why: str, at: Location | None) -> Problem:
+    """A channel whose file cannot be read: what it sets is not checked (skipped)."""
+    return Problem(code, f"{flag} {why}; the arguments it sets are not checked.",
+                   "pass its value with --env, or give its path as seen from here",
+                   (flag,), "skipped", at)
+
+
+def _yaml_cfg(value: str | None, at: Location | None, dirs: Sequence[str],
+              pairs: Sequence[tuple[str, str | None, Location | None]], framework: str
+              ) -> tuple[list[Problem], list[Word]]:
+    if value is None:
+        return [_unread(YAML_CFG, "yaml-cfg-unread", "is not known here", at)], []
+    values = yaml_values(value, dirs, base64=False)  # load_yaml opens a path, nothing else
+    if isinstance(values, str):
+        return [_unread(YAML_CFG, "yaml-cfg-unread", f"{value}: {values}", at)], []
+    problems: list[Problem] = []
+    keys = {yv.key for yv in values}
+    missing = [k for k in YAML_CFG_READ if k not in keys]
+    if framework == "miles" and missing:
+        problems.append(Problem(
+            "yaml-cfg-incomplete",
+            f"{YAML_CFG} {value}: Megatron-LM's parse_args replaces the parsed arguments with "
+            f"the YAML's top-level keys (yaml_arguments.py load_yaml), which has no "
+            f"{' or '.join(missing)}, so miles' parse_args fails reading "
+            f"args.{missing[0]} (AttributeError).",
+            f"drop {YAML_CFG} and give the arguments on the command line, or write every "
+            f"argument, {', '.join(missing)} included, at the top level of {value}",
+            (YAML_CFG,), "error", at))
+    words = _words([yv for yv in values if yv.key in _by_dest()])
+    sizes = {flag_of(name) for name in _by_dest().values()}
+    dropped = sorted({f for f, _, _ in pairs if f in sizes}
+                     - {flag_of(_by_dest()[k]) for k in keys & _by_dest().keys()})
+    if dropped:
         problems.append(Problem(
             "yaml-cfg-replaces-flags",
-            f"{YAML_CFG} {cfg[0] or '?'}: Megatron-LM's parse_args replaces every parsed "
-            "argument with the YAML's (megatron/training/yaml_arguments.py load_yaml), so "
-            "the sizes on the command line are not the ones that run.",
-            f"give the sizes on the command line and drop {YAML_CFG}, or check the YAML "
-            "itself", (YAML_CFG,), "warning", cfg[1]))
+            f"{YAML_CFG} {value}: Megatron-LM's parse_args replaces every parsed argument with "
+            f"the YAML's (yaml_arguments.py load_yaml), which does not set "
+            f"{', '.join(dropped)}: the command line's value is dropped, not what runs.",
+            f"set them at the top level of {value}, or drop {YAML_CFG}",
+            tuple(dropped), "warning", at))
     return problems, words
+
+
+def _words(values) -> list[Word]:
+    """A YAML key's value as the argv words that set it (a switch as --flag=true/false)."""
+    words: list[Word] = []
+    for yv in values:
+        flag = flag_of(_by_dest()[yv.key])
+        loc = Location(yv.path, yv.line)
+        if is_switch(flag):
+            words.append(Word(f"{flag}={'true' if yv.value else 'false'}", loc))
+        else:
+            words += [Word(flag, loc), Word(str(yv.value), loc)]
+    return words
 
 
 def _custom_config(value: str | None, at: Location | None, dirs: Sequence[str]
                    ) -> tuple[list[Problem], list[Word]]:
     if value is None:
-        return [Problem(
-            "custom-config-unread",
-            f"{CUSTOM_CONFIG} is not known here, so the arguments its YAML sets after "
-            "parsing are not checked.", "pass its value with --env, or check the YAML",
-            (CUSTOM_CONFIG,), "skipped", at)], []
+        return [_unread(CUSTOM_CONFIG, "custom-config-unread", "is not known here", at)], []
     values = yaml_values(value, dirs)
     if isinstance(values, str):
-        return [Problem(
-            "custom-config-unread",
-            f"{CUSTOM_CONFIG} {value}: {values}; the arguments it sets after parsing are "
-            "not checked.", "check where the file is, or give its path as seen from here",
-            (CUSTOM_CONFIG,), "skipped", at)], []
-    problems, words = [], []
+        return [_unread(CUSTOM_CONFIG, "custom-config-unread", f"{value}: {values}", at)], []
+    problems, keep = [], []
     for yv in values:
         name = _by_dest().get(yv.key)
         if name is None:
@@ -109,8 +167,5 @@ def _custom_config(value: str | None, at: Location | None, dirs: Sequence[str]
                 f"give {flag} {yv.value} on the command line and remove {yv.key} from "
                 f"{yv.path}", (flag,), "error", loc))
             continue
-        if is_switch(flag):
-            words.append(Word(f"{flag}={'true' if yv.value else 'false'}", loc))
-        else:
-            words += [Word(flag, loc), Word(str(yv.value), loc)]
-    return problems, words
+        keep.append(yv)
+    return problems, _words(keep)

@@ -129,7 +129,8 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     stack = for_launch(path, getattr(got, "entry", None), pairs, imports=_imports(path))
     channel, words = read_channels([(f, val, None) for f, val in pairs],
                                    [os.path.dirname(os.path.abspath(path)), os.getcwd(),
-                                    *([stack.root] if stack.root else [])])
+                                    *([stack.root] if stack.root else [])],
+                                   stack.framework)
     with using(stack):
         v = verdict_of(path, lambda: read_flags(argv + words, environ).topology)
     for p in channel:

@@ -149,7 +149,7 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     stack = for_launch(path, found.entry, [(fv.flag, fv.value) for fv in found.argv])
     channel, words = read_channels(
         [(fv.flag, fv.value, Location(fv.source.path, fv.source.line)) for fv in found.argv],
-        _dirs(path, stack))
+        _dirs(path, stack), stack.framework)
     with using(stack):
         v = verdict_of(path, lambda: read_flags(found.tokens() + words, exported).topology)
         for p in channel:

@@ -391,18 +391,20 @@ class YamlValue:
     line: int
 
 
-def yaml_values(value: str, dirs: Sequence[str | Path] = ()) -> list[YamlValue] | str:
+def yaml_values(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
+                ) -> list[YamlValue] | str:
     """The top-level keys of the YAML a flag names (a path, looked up as given and under
-    `dirs`, or miles' inline `base64:<payload>`: miles/utils/file_arg_utils.py
-    resolve_file_arg), read with yaml.safe_load as miles reads it; or why it cannot be read."""
-    import base64
+    `dirs`, or, with `base64`, miles' inline `base64:<payload>`: miles/utils/file_arg_utils.py
+    resolve_file_arg), read with yaml.safe_load as miles and Megatron-LM's load_yaml read it;
+    or why it cannot be read."""
     import binascii
+    from base64 import b64decode
 
     import yaml
 
-    if value.startswith("base64:"):
+    if base64 and value.startswith("base64:"):
         try:
-            text, where = base64.b64decode(value[7:], validate=True).decode(), "<base64>"
+            text, where = b64decode(value[7:], validate=True).decode(), "<base64>"
         except (binascii.Error, UnicodeDecodeError) as e:
             return f"its base64 payload does not decode: {e}"
     else:

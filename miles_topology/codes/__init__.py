@@ -158,12 +158,20 @@ declare("channels.py (YAML files that set arguments after parsing)", {
         'note', 'reported as skipped: `--custom-config-path` cannot be read here (unknown '
         'value, missing file, not YAML), so the arguments it sets are not checked',
         '--custom-config-path "${CONFIG}"'),
+    'yaml-cfg-incomplete': (
+        'error', "Megatron-LM's `--yaml-cfg` YAML replaces the parsed arguments and has no "
+        'top-level actor_num_nodes / actor_num_gpus_per_node, which miles\' parse_args reads '
+        'next (AttributeError)', '--yaml-cfg gpt_config.yaml   (nested language_model: ...)'),
     'yaml-cfg-replaces-flags': (
         'warning', "Megatron-LM's `--yaml-cfg` replaces every parsed argument with the YAML's: "
-        "the command line's sizes are not what runs", '--yaml-cfg megatron.yaml'),
+        "a command-line size the YAML does not set is dropped", '--yaml-cfg megatron.yaml'),
+    'yaml-cfg-unread': (
+        'note', 'reported as skipped: `--yaml-cfg` cannot be read here (unknown value, '
+        'missing file, not YAML), so the arguments it sets are not checked',
+        '--yaml-cfg "${CFG}"'),
 }, why="miles_validate_args setattr()s each key of --custom-config-path's YAML onto the parsed "
        "arguments after parse_args computed args.world_size; Megatron-LM's parse_args returns "
-       "the --yaml-cfg YAML as the namespace.",
+       "the --yaml-cfg YAML as the namespace, before miles computes world size from it.",
    source="miles utils/arguments.py miles_validate_args, parse_args; Megatron-LM "
           "training/yaml_arguments.py load_yaml")
 declare("fit.py (memory.py's per-rank estimate against the GPU; check, launchers)", {

@@ -211,6 +211,63 @@ def test_an_unreadable_custom_config_is_skipped(tmp_path):
     assert v.ok and codes(v, "skipped") == ["custom-config-unread"]
 
 
+YAML_CFG = FIX / "yaml-cfg"
+
+
+def megatron_load_yaml(path: Path):
+    """What Megatron-LM's parse_args returns for --yaml-cfg (yaml_arguments.py load_yaml: the
+    YAML's top-level keys as the namespace, nested mappings as sub-namespaces). The module
+    itself imports torch and megatron.training, absent here, so its one step is done here."""
+    import types
+
+    import yaml
+
+    return json.loads(json.dumps(yaml.safe_load(path.read_text())),
+                      object_hook=lambda d: types.SimpleNamespace(**d))
+
+
+def test_a_complete_yaml_cfg_sets_the_sizes_with_the_yaml_line_as_source():
+    v = check_script(str(YAML_CFG / "run.sh"), {"CONFIG": "full.yaml"})
+    assert v.ok and v.summary["tp"] == 4 and v.summary["dp"] == 2
+    got = v.extra["values"]["--tensor-model-parallel-size"]
+    assert got["value"] == "4" and got["source"].endswith("full.yaml:5")
+    ns = megatron_load_yaml(YAML_CFG / "full.yaml")  # what runs: the YAML's value
+    assert ns.tensor_model_parallel_size == 4 and ns.actor_num_nodes * \
+        ns.actor_num_gpus_per_node == v.summary["world_size"]
+
+
+def test_a_yaml_cfg_without_miles_world_size_keys_is_an_error():
+    v = check_script(str(YAML_CFG / "run.sh"), {"CONFIG": "megatron-style.yaml"})
+    assert codes(v) == ["yaml-cfg-incomplete"] and v.errors[0].location.line == 8
+    assert "actor_num_nodes" in v.errors[0].message
+    # the command line's sizes are dropped, and said so
+    assert codes(v, "warnings") == ["yaml-cfg-replaces-flags"]
+    assert "--tensor-model-parallel-size" in v.warnings[0].message
+    ns = megatron_load_yaml(YAML_CFG / "megatron-style.yaml")
+    with pytest.raises(AttributeError):  # miles' parse_args: args.actor_num_nodes * ...
+        ns.actor_num_nodes  # noqa: B018
+    assert ns.model_parallel.tensor_model_parallel_size == 4  # nested, not args.<name>
+
+
+def test_an_unreadable_yaml_cfg_is_skipped():
+    v = check_script(str(YAML_CFG / "run.sh"), {"CONFIG": "absent.yaml"})
+    assert v.ok and codes(v, "skipped") == ["yaml-cfg-unread"]
+
+
+def test_yaml_cfg_is_not_read_as_base64_and_not_on_fsdp(tmp_path):
+    from miles_topology.channels import read_channels
+
+    inline = "base64:dGVuc29yX21vZGVsX3BhcmFsbGVsX3NpemU6IDQK"  # a custom-config form only
+    problems, words = read_channels([("--yaml-cfg", inline, None)])
+    assert [p.code for p in problems] == ["yaml-cfg-unread"] and words == []
+    cfg = str(YAML_CFG / "megatron-style.yaml")
+    assert read_channels([("--train-backend", "fsdp", None), ("--yaml-cfg", cfg, None)]) \
+        == ([], [])
+    # slime merges its pre-parsed arguments back after Megatron's parse_args: no error there
+    problems, _ = read_channels([("--yaml-cfg", cfg, None)], framework="slime")
+    assert "yaml-cfg-incomplete" not in [p.code for p in problems]
+
+
 # ---- migrate ---------------------------------------------------------------------------------
 
 
