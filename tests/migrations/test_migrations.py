@@ -1163,3 +1163,10 @@ def test_the_diff_of_a_hostile_script_is_printed_escaped(tmp_path, capsys):
     assert "\\x1b]0;title\\x07" in out and "\\r::error" in out and " \\x3a:add-mask" in out
     # the control: the same text unescaped is what the diff held
     assert "\x1b]0;title" in migrate(run).new
+    # --check names the file: a file name is a pull request's text too
+    named = tmp_path / "pr\x1b[2J" / "run.sh"
+    named.parent.mkdir()
+    named.write_text(text)
+    code, out, err = cli(["migrate", "--check", str(named)], capsys)
+    assert code == 1 and "pending" in out and "\x1b" not in out + err
+    assert not any(x.startswith("::") for x in (out + err).splitlines())
