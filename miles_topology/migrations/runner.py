@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -20,6 +21,8 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..safetext import line as _line
+from ..safetext import printable
 from . import m0001_rename_flags, m0002_explicit_and_dead, m0003_consolidate
 from .common import NotALaunch, Refused, State, first_read, mark, read, verify, version
 
@@ -233,20 +236,32 @@ def diff(out: Outcome) -> str:
     return "".join(parts)
 
 
+_LINES = re.compile(r"[^\n]*\n|[^\n]+$")
+
+
 def _udiff(a: str, b: str, fa: str, fb: str) -> str:
-    lines = difflib.unified_diff(a.splitlines(True), b.splitlines(True), fa, fb)
+    # lines as bash ends them, at "\n" only (splitlines also ends one at "\r", "\x1c"...)
+    lines = difflib.unified_diff(_LINES.findall(a), _LINES.findall(b), fa, fb)
     return "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n"
                    for x in lines)
 
 
+def say(text: str, file=None) -> None:
+    """Print text that holds a script's words (a pull request's, in CI): each control
+    character escaped, no line starting with a workflow command's ``::`` (safetext, as
+    `check` prints)."""
+    print("\n".join(_line(printable(x)) for x in str(text).split("\n")),
+          file=file or sys.stdout)
+
+
 def report(out: Outcome, stream) -> None:
-    print(f"{out.path}: applied {', '.join(out.applied)}", file=stream)
+    say(f"{out.path}: applied {', '.join(out.applied)}", stream)
     for line in out.done:
-        print(f"  {line}", file=stream)
+        say(f"  {line}", stream)
     for line in out.kept:
-        print(f"  kept: {line}", file=stream)
+        say(f"  kept: {line}", stream)
     for p in out.beside:  # not the layout's: carried over as written, for the user to fix
-        print(f"  also ({p.severity}): [{p.code}] {p.message}", file=stream)
+        say(f"  also ({p.severity}): [{p.code}] {p.message}", stream)
 
 
 def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: bool = False,
@@ -268,7 +283,7 @@ def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: 
             code = max(code, _one(Path(name), env, write, check, inline, quiet,
                                   only_migrated))
         except Refused as e:
-            print(f"{name}: refused: {e.reason}", file=sys.stderr)
+            say(f"{name}: refused: {e.reason}", sys.stderr)
             code = max(code, e.code)
     return code
 
@@ -286,16 +301,16 @@ def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: boo
         return _check(path, env, inline, quiet, only_migrated)
     out = migrate(path, env, inline)
     if not out.applied:
-        print(f"{path}: up to date (migration {LATEST})", file=sys.stderr)
+        say(f"{path}: up to date (migration {LATEST})", sys.stderr)
         return 0
     if not write_:
-        sys.stdout.write(diff(out))
+        say(diff(out).removesuffix("\n"))
         report(out, sys.stderr)
         return 0
     written = write(out)
     report(out, sys.stdout)
-    print(f"  wrote {', '.join(str(p) for p in written[:-1])} (previous script in "
-          f"{written[-1].name})")
+    say(f"  wrote {', '.join(str(p) for p in written[:-1])} (previous script in "
+        f"{written[-1].name})")
     return 0
 
 
@@ -316,12 +331,12 @@ def _check(path: Path, env: dict[str, str], inline: bool, quiet: bool = False,
         if e.code == 2 and not isinstance(e, NotALaunch):
             raise
         if not quiet:
-            print(f"{path}: not migrated (--write would refuse: {e.reason})")
+            say(f"{path}: not migrated (--write would refuse: {e.reason})")
         return 0
     if not out.applied or not out.changed:
         if not quiet:
-            print(f"{path}: up to date (migration {LATEST})")
+            say(f"{path}: up to date (migration {LATEST})")
         return 0
     todo = ", ".join(f"{s.ID} ({s.SUMMARY})" for s in STEPS if s.ID in out.applied)
-    print(f"{path}: pending {todo}; run `miles-topology migrate --write {path}`")
+    say(f"{path}: pending {todo}; run `miles-topology migrate --write {path}`")
     return 1

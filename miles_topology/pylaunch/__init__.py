@@ -546,6 +546,10 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
     absent = list(dict.fromkeys(r["missing_module"] for r in records if "missing_module" in r))
     notes += [f"it imports {m}, which is not installed here: a recording stand-in answered it"
               for m in absent[:MAX_NOTES]]
+    cut = next((r["cut"] for r in records if "cut" in r), 0)
+    if cut:
+        notes.append(f"it recorded more than {records_mod.ACTIONS_MAX} actions; the "
+                     f"{cut} after them are not read (the most `check` reads of one run)")
     quiet_end = end is not None and (end["end"] == "ok" or end["end"] == "exit" and
                                      end.get("code") in (None, 0))
     if found is None and absent and quiet_end and not any(_runs(r["kind"]) for r in calls):
@@ -678,7 +682,7 @@ def _servers(records: list[dict]) -> list[dict]:
     for r in records:
         if r.get("answer") == "server" and (r.get("node"), r.get("port")) in out:
             out[r["node"], r["port"]]["polls"] += 1
-    return list(out.values())
+    return list(out.values())[:MAX_NOTES]  # each launch's report lists them
 
 
 def _waiting(end: dict) -> str:

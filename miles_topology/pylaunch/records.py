@@ -19,6 +19,10 @@ RECORD_MAX = 16 << 20  # bytes of record kept (the child's RLIMIT_FSIZE, as befo
 TEXT_MAX = 1 << 20  # one string
 WORDS_MAX = 1 << 16  # words of one command, entries of one environment
 LINE_MAX = 1 << 24  # the largest line a source location may name
+BYTES_MAX = 4 << 20  # one record line: parsed JSON takes ~30x its bytes in memory
+ACTIONS_MAX = 20_000  # records kept; past them only an end record is read (a marker says so)
+JSON_MAX = 4096  # values and depth (JSON_DEPTH) of a free-form field ("json" below)
+JSON_DEPTH = 16
 
 ENDS = ("ok", "exit", "error", "missing", "memory", "refused", "waiting")
 _STR, _OPT_STR, _BOOL, _INT = "str", "str?", "bool", "int"
@@ -31,9 +35,9 @@ _SHAPES = {  # the key that names a record's kind -> the keys it may hold
     "unknown": {"unknown": _INT, "what": _STR, "source": "where"},
     "assumed": {"assumed": _STR, "as": _STR, "source": "where"},
     "missing_module": {"missing_module": _STR, "source": "where"},
-    # a modelled server (servers.py); "json": any JSON value, bounded by the record's size,
-    # only reported (never a path the checker opens)
-    "server": {"server": _STR, "port": _INT, "node": "json", "flag": _OPT_STR,
+    # a modelled server (servers.py); "json": any small JSON value (`_small`), only reported
+    # (never a path the checker opens)
+    "server": {"server": _STR, "port": _INT, "node": _INT, "flag": _OPT_STR,
                "command": _STR, "source": "where"},
     # where it failed: quoted in the message (never read), so any file, as text
     "end": {"end": _STR, "code": "code", "error": _OPT_STR, "type": _OPT_STR, "where": "at",
@@ -50,16 +54,24 @@ class Reader:
         self._seen: dict[str, bool] = {}
 
     def parse(self, data: bytes) -> list[dict]:
-        out = []
-        for line in data[:RECORD_MAX].decode(errors="replace").splitlines():
+        """The records that fit the schema; past ACTIONS_MAX of them, only end records, and
+        a last {"cut": N} (a key no launcher can write: unknown kinds are dropped) counting
+        the lines left unread."""
+        out, cut = [], 0
+        for line in data[:RECORD_MAX].splitlines():
+            if len(line) > BYTES_MAX:
+                continue
+            if len(out) >= ACTIONS_MAX and not line.startswith(b'{"end"'):
+                cut += 1
+                continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(line.decode(errors="replace"))
             except (ValueError, RecursionError):
                 continue  # a line cut off by the kill, or not JSON
             rec = self.record(rec) if isinstance(rec, dict) else None
             if rec is not None:
                 out.append(rec)
-        return out
+        return out + [{"cut": cut}] if cut else out
 
     def record(self, rec: dict) -> dict | None:
         """The record as the schema allows it, or None."""
@@ -73,7 +85,7 @@ class Reader:
             ok, value = self._value(shape, rec[key])
             if not ok:
                 return None
-            out[key] = value
+            out[key] = _clean(value)
         if kind == "end" and out.get("end") not in ENDS:
             return None
         return out
@@ -82,7 +94,7 @@ class Reader:
         if shape == "where":
             return True, self.where(v)
         if shape == "json":
-            return True, v
+            return _small(v), v
         if shape == _STR:
             return _text(v), v
         if shape == _OPT_STR:
@@ -127,3 +139,40 @@ class Reader:
 
 def _text(v) -> bool:
     return isinstance(v, str) and len(v) <= TEXT_MAX
+
+
+def _clean(v):
+    """`v` with each lone surrogate (JSON's "\\ud800", or a non-UTF-8 file name Python
+    decoded) as a `\\udcff`-style escape: UTF-8 cannot encode one, the report's print
+    would fail on it."""
+    if isinstance(v, str):
+        try:
+            v.encode()
+            return v
+        except UnicodeEncodeError:
+            return v.encode(errors="backslashreplace").decode()
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    if isinstance(v, dict):
+        return {_clean(k): _clean(x) for k, x in v.items()}
+    return v
+
+
+def _small(v) -> bool:
+    """A JSON value of at most JSON_MAX values, JSON_DEPTH deep, its strings `_text`: the
+    report prints it with every launch."""
+    todo, seen = [(v, 0)], 0
+    while todo:
+        x, depth = todo.pop()
+        seen += 1
+        if seen > JSON_MAX or depth > JSON_DEPTH:
+            return False
+        if isinstance(x, dict):
+            if not all(map(_text, x)):
+                return False
+            todo += [(y, depth + 1) for y in x.values()]
+        elif isinstance(x, list):
+            todo += [(y, depth + 1) for y in x]
+        elif isinstance(x, str) and not _text(x):
+            return False
+    return True

@@ -1145,3 +1145,28 @@ def test_source_of_an_absolute_path_in_the_checkout_migrates(tmp_path):
     )  # 36: the model file's
     (yaml,) = out.files.values()
     assert "tp: 2  # --tensor-model-parallel-size" in yaml and "num-layers" not in yaml
+
+
+def test_the_diff_of_a_hostile_script_is_printed_escaped(tmp_path, capsys):
+    """A pull request's script is migrated in CI: its text (a comment beside a renamed flag,
+    kept as context) must not drive the terminal or make a workflow
+    command of its own (safetext, as `check` prints)."""
+    text = (step_dir(STEPS[0]) / "before.sh").read_text().replace(
+        "ENGINE_GPUS=4",
+        "ENGINE_GPUS=4\nNOTE='x\x1b]0;title\x07\x1b[2J\r::error file=ci.yml::pwned\n::add-mask::y'")
+    run = tmp_path / "run.sh"
+    run.write_text(text)
+    code, out, err = cli(["migrate", str(run)], capsys)
+    assert code == 0 and "--sglang-enable-deepep-moe" in out, err  # the diff is there
+    assert "\x1b" not in out + err and "\r" not in out + err
+    assert not any(x.lstrip(" +-").startswith("::") for x in (out + err).splitlines())
+    assert "\\x1b]0;title\\x07" in out and "\\r::error" in out and " \\x3a:add-mask" in out
+    # the control: the same text unescaped is what the diff held
+    assert "\x1b]0;title" in migrate(run).new
+    # --check names the file: a file name is a pull request's text too
+    named = tmp_path / "pr\x1b[2J" / "run.sh"
+    named.parent.mkdir()
+    named.write_text(text)
+    code, out, err = cli(["migrate", "--check", str(named)], capsys)
+    assert code == 1 and "pending" in out and "\x1b" not in out + err
+    assert not any(x.startswith("::") for x in (out + err).splitlines())
