@@ -31,8 +31,9 @@ def line_of(name: str, text: str) -> int:
 
 
 def sizes(v) -> tuple | None:
+    """(world, dp, edp); an invalid grid keeps its world size but has no dp or edp."""
     s = v.summary
-    return (s["world_size"], s["dp"], s["edp"]) if s else None
+    return (s["world_size"], s.get("dp"), s.get("edp")) if s else None
 
 
 def sizes_of(d: dict) -> tuple:
@@ -79,7 +80,7 @@ def test_a_test_file_launching_in_a_loop_is_one_entry_per_launch(real):
     # edp 2; (8,1,4,2) dp 2 edp 1; (8,1,1,3): 16 experts over ep 3 -> invalid
     assert [(sizes(v), v.ok) for v in vs] == [
         ((8, 8, 1), True), ((8, 4, 1), True), ((8, 1, 1), True), ((4, 4, 2), True),
-        ((8, 2, 1), True), (None, False)]
+        ((8, 2, 1), True), ((8, None, None), False)]
     assert {p.code for p in vs[-1].errors} == {"experts-not-divisible-by-ep",
                                                "expert-grid-divisibility"}
     first = line_of("test_tiny_moe_parallel_check.py", "U.execute_train(")
