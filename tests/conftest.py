@@ -92,7 +92,7 @@ def launchers():
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    if PHASES:
+    if any(v >= 0.5 for v in PHASES.values()):
         took = ", ".join(f"{k} {v:.0f}s" for k, v in sorted(PHASES.items(), key=lambda kv: -kv[1])
                          if v >= 0.5)
         terminalreporter.write_line(f"wall time by phase: {took} "

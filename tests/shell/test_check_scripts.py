@@ -370,3 +370,18 @@ def test_a_report_at_another_severity_than_its_code_is_refused():
     assert Problem("r3-requires-moe", "m", "f", (), "skipped").severity == "skipped"
     with pytest.raises(ValueError, match="declared error, not warning"):
         Problem("r3-requires-moe", "m", "f", (), "warning")
+
+
+def test_an_invalid_value_is_the_error_and_what_its_default_implied_is_skipped(tmp_path):
+    """`--actor-num-nodes None` is refused by miles' parser (an error); the expert grid the
+    rules checked with the default node count in its place is not proven, so it is skipped."""
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --actor-num-nodes None --actor-num-gpus-per-node 8 "
+                      "--expert-model-parallel-size 16 --pipeline-model-parallel-size 4 "
+                      "--num-experts 256 --colocate\n")
+    v = check_script(str(script), {})
+    assert [p.code for p in v.errors] == ["invalid-flag-value"]
+    assert "expert-grid-divisibility" in [p.code for p in v.skipped]
+    script.write_text(script.read_text().replace("None", "1"))
+    v = check_script(str(script), {})
+    assert "expert-grid-divisibility" in [p.code for p in v.errors]  # with a real value: proven
