@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) bench/pylaunch.py
 	$(PY) bench/startup.py
 	$(PY) bench/first_result.py
+	$(PY) bench/plan.py
 
 wheel: $(STAMP)
 	$(PY) -m pip wheel --no-deps -q -w dist .

@@ -117,14 +117,17 @@ def launcher(folder, code: str):
     return path
 
 
+# The checker's own peak: VmHWM of its address space (ru_maxrss is not: across exec it keeps
+# the forking parent's peak, ~600 MB when a whole pytest run forks it)
 MEASURED = """
-import contextlib, io, json, resource, sys, time
+import contextlib, io, json, re, sys, time
 from miles_topology.cli import main
 t0 = time.perf_counter()
 with contextlib.redirect_stdout(io.StringIO()) as out:
     code = main(["check", "--format", "json", *sys.argv[1:]])
+hwm = int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))
 print(json.dumps({"code": code, "s": time.perf_counter() - t0, "report": out.getvalue(),
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "rss_mib": hwm / 1024}))
 """
 
 
