@@ -1,4 +1,4 @@
-"""Paths and the CLI runner every test module shares (imported by name: pytest puts tests/
+"""Paths and the CLI runner every test module shares (imported by name: pytest puts tests/lib
 on the path, see pyproject's [tool.pytest.ini_options])."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # this file is tests/lib/support.py
 ROOT = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 SCRIPTS = FIXTURES / "scripts"
