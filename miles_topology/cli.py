@@ -19,9 +19,9 @@ from pathlib import Path
 
 from . import __version__
 from .errors import InputError, Location, NoTrainingLaunch, Problem
-from .output import FORMATS
-from .report import Verdict, exit_code, text_one, verdict_of
-from .safetext import line, printable
+from .formats import FORMATS
+from .report import Verdict, exit_code, verdict_of
+from .safetext import ERR, OUT, Sink
 
 USAGE = """\
 miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY=VALUE ...]
@@ -194,12 +194,13 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
                             py.get("pass_env") or (), py.get("reads") or ())
 
 
-def _expand(paths: list[str], chosen=None):
-    """The inputs named, each folder walked for the files that launch (discover.py)."""
-    from .discover import find
+def _expand(paths: list[str], chosen=None, gitignore: bool = True):
+    """The inputs named, each folder walked for the files that launch (discover.py);
+    `gitignore` False: --no-respect-gitignore."""
+    from .discover import DEFAULT_EXCLUDE, find
 
     exclude, base = chosen.excluded() if chosen is not None else ((), None)
-    return find(paths, exclude, base) if exclude else find(paths, base=base)
+    return find(paths, exclude or DEFAULT_EXCLUDE, base, gitignore)
 
 
 def _inputs(paths: list[str], flags: list[str] | None, env: dict[str, str],
@@ -218,14 +219,14 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
     paths = found.inputs
     batch = batch or found.walked or len(paths) > 1
     if not batch and paths and paths[0].endswith(".py"):  # LAUNCHER.py [-- LAUNCHER ARGS]
-        yield paths[0], _python(paths[0], flags or [], env, py)
+        yield paths[0], _guarded(paths[0], lambda: _python(paths[0], flags or [], env, py))
         return
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
         from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
         from .pylaunch.cluster import cluster_for
 
-        yield paths[0], [check_script(paths[0], env, flags,
-                                      cluster_for(paths[0], (py or {}).get("cluster") or {}))]
+        yield paths[0], _guarded(paths[0], lambda: [check_script(
+            paths[0], env, flags, cluster_for(paths[0], (py or {}).get("cluster") or {}))])
         return
     if flags is not None:
         if paths or found.walked:
@@ -237,19 +238,23 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
         from .stack import for_launch, using
 
         cluster = cluster_for(os.getcwd(), (py or {}).get("cluster") or {})
-        with using(for_launch(None, None, flag_pairs(flags))):  # installed, --stack, functions
-            v = verdict_of("flags", lambda: read_flags(flags).topology)
-        yield "flags", [apply(v, flags, cluster)]
+
+        def given() -> list[Verdict]:
+            with using(for_launch(None, None, flag_pairs(flags))):  # installed, --stack, ...
+                v = verdict_of("flags", lambda: read_flags(flags).topology)
+            return [apply(v, flags, cluster)]
+
+        yield "flags", _guarded("flags", given)
         return
     if not paths and not found.walked:
         raise InputError("nothing to check: give SCRIPT.sh, TOPOLOGY.yaml or -- FLAGS...")
     if not batch:
-        yield paths[0], _one(paths[0], env, py)
+        yield paths[0], _guarded(paths[0], lambda: _one(paths[0], env, py))
         return
 
     def judged(p: str) -> list[Verdict]:
         try:
-            return _one(p, env, py)
+            return _guarded(p, lambda: _one(p, env, py))
         except NoTrainingLaunch as e:  # a setup or data-prep script beside the launchers
             return [Verdict(p, nothing=str(e).removeprefix(f"{p}: "))]
         except InputError as e:
@@ -269,6 +274,22 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
 
 
 JOBS = min(8, os.cpu_count() or 1)  # Python launchers checked at once in a batch
+
+
+def _guarded(path: str, judge) -> list[Verdict]:
+    """`judge()`, where a bug of ours (any exception but InputError, which stays the
+    input's own unreadable or usage error) is this input's verdict: internal-error, exit 2,
+    and the batch goes on to the next input. MILES_TOPOLOGY_DEBUG=1 raises it instead."""
+    try:
+        return judge()
+    except InputError:
+        raise
+    except Exception as e:
+        if os.environ.get("MILES_TOPOLOGY_DEBUG"):
+            raise
+        return [Verdict(path, internal=True, unreadable=(
+            f"internal error: {type(e).__name__}: {e} (a bug of miles-topology; "
+            "MILES_TOPOLOGY_DEBUG=1 shows the traceback)"))]
 
 
 def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -306,7 +327,7 @@ def _settings(args):
     from .selection import settings
 
     start = next((p for p in args.inputs if os.path.exists(p)), os.getcwd())
-    return settings(start, args.select, args.ignore, args.severity)
+    return settings(start, args.select, args.ignore, args.severity, args.isolated)
 
 
 def _stack_path(args) -> None:
@@ -322,7 +343,7 @@ def _stack_path(args) -> None:
 
 
 def cmd_check(args, flags) -> int:
-    from .output import Printer, stream_for
+    from .formats import Printer, stream_for
     from .selection import apply
 
     if "-" in args.inputs:
@@ -330,17 +351,17 @@ def cmd_check(args, flags) -> int:
     chosen = _settings(args)
     _stack_path(args)
     py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
-                      "gpu": args.gpu, "nvlink": args.nvlink},
+                      "gpu": args.gpu, "nvlink": args.nvlink, "isolated": args.isolated},
           "real_imports": args.real_imports, "trust": args.trust_launcher,
           "pass_env": args.pass_env, "reads": args.read}
-    found = _expand(args.inputs, chosen)
+    found = _expand(args.inputs, chosen, not args.no_respect_gitignore)
     if args.fix or args.diff:
         said = _fix(args, flags, found, chosen, py)
         if args.diff:
             return 1 if said else 0
     if found.walked and not found.inputs and flags is None:
-        print("miles-topology: warning: no launch script, Python launcher or topology YAML "
-              f"found under {', '.join(args.inputs)}", file=sys.stderr)
+        ERR.line("miles-topology: warning: no launch script, Python launcher or topology YAML "
+                 f"found under {', '.join(args.inputs)}")
     out, owned = stream_for(args.output_file)
     printer = Printer(args.format, out, verbose=args.verbose, quiet=args.quiet,
                       color=_color(args.color) and not owned,
@@ -367,8 +388,8 @@ def _fix(args, flags, found, chosen, py) -> int:
     """--fix / --diff: fix each input (fix.py) and say what was done; returns the number of
     fixes applied (--fix) or that would be (--diff). The diff goes to the report's stream."""
     from . import fix
+    from .formats import stream_for
     from .migrations.runner import Refused
-    from .output import stream_for
     from .report import _lines_of
     from .selection import _parsed, apply
 
@@ -376,6 +397,7 @@ def _fix(args, flags, found, chosen, py) -> int:
         raise InputError("--fix and --diff edit files; `-- FLAGS...` has none")
     env = _env(args)
     out, owned = stream_for(args.output_file) if args.diff else (sys.stderr, False)
+    sink = Sink(out)
     fixes = files = held = 0
     try:
         for path, got in _each(found, flags, env, args.batch, py):
@@ -392,20 +414,20 @@ def _fix(args, flags, found, chosen, py) -> int:
                 continue
             held += f.left
             if f.why is not None:
-                print(f"{path}: not fixed: {f.why}; nothing was written", file=sys.stderr)
+                ERR.line(f"{path}: not fixed: {f.why}; nothing was written")
                 continue
             if f.new == f.old:
                 continue
             if args.diff:
-                out.write(fix.diff(f))
+                sink.diff(fix.diff(f))
             else:
                 try:
                     fix.write(f)
                 except Refused as e:
-                    print(f"{path}: not fixed: {e.reason}", file=sys.stderr)
+                    ERR.line(f"{path}: not fixed: {e.reason}")
                     continue
                 for line in f.done if args.verbose else ():
-                    print(f"{path}: fixed {line}", file=sys.stderr)
+                    ERR.line(f"{path}: fixed {line}")
             fixes, files = fixes + len(f.done), files + 1
     finally:
         if owned:
@@ -413,8 +435,8 @@ def _fix(args, flags, found, chosen, py) -> int:
     verb = "Would fix" if args.diff else "Fixed"
     more = f" ({held} more with --unsafe-fixes)" if held else ""
     if fixes or held:
-        print(f"{verb} {fixes} problem{'s' if fixes != 1 else ''} in {files} "
-              f"file{'s' if files != 1 else ''}{more}.", file=sys.stderr)
+        ERR.line(f"{verb} {fixes} problem{'s' if fixes != 1 else ''} in {files} "
+                 f"file{'s' if files != 1 else ''}{more}.")
     _parsed.cache_clear()  # the files changed: read their directives and lines again
     _lines_of.cache_clear()
     return fixes
@@ -422,7 +444,7 @@ def _fix(args, flags, found, chosen, py) -> int:
 
 def _check_stdin(args, flags) -> int:
     """`check -`: one script from standard input, named by --stdin-filename."""
-    from .output import Printer, stream_for
+    from .formats import Printer, stream_for
     from .selection import apply
     from .stdin import renamed, staged
 
@@ -434,7 +456,7 @@ def _check_stdin(args, flags) -> int:
     args.inputs = [args.stdin_filename] if args.stdin_filename else []
     chosen = _settings(args)
     py = {"cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
-                      "gpu": args.gpu, "nvlink": args.nvlink},
+                      "gpu": args.gpu, "nvlink": args.nvlink, "isolated": args.isolated},
           "real_imports": args.real_imports, "trust": args.trust_launcher,
           "pass_env": args.pass_env, "reads": args.read}
     with staged(args.stdin_filename) as tmp:
@@ -465,7 +487,7 @@ def cmd_rule(args, flags) -> int:
     if args.code is None:
         width = max(map(len, CODES))
         for code, c in CODES.items():
-            print(f"{code.ljust(width)}  {c.severity}{'  fixable' if c.fixable else ''}")
+            OUT.line(f"{code.ljust(width)}  {c.severity}{'  fixable' if c.fixable else ''}")
         return 0
     if args.code not in CODES:
         near = difflib.get_close_matches(args.code, CODES, n=1)
@@ -473,23 +495,23 @@ def cmd_rule(args, flags) -> int:
         raise InputError(f"{args.code!r} is not a problem code{hint}")
     from .fix import SAFETY
 
-    print(page(args.code), end="")
+    OUT.text(page(args.code), end="")
     if args.code in SAFETY:
-        print(f"check --fix: {SAFETY[args.code]} (--unsafe-fixes for the others)")
+        OUT.line(f"check --fix: {SAFETY[args.code]} (--unsafe-fixes for the others)")
     return 0
 
 
 def cmd_show(args, flags) -> int:
     from .fit import rank_gib
-    from .report import memory_lines
+    from .formats.text import memory_lines, text_one
     from .show import svg_map, text_map
 
-    py = {"cluster": {"gpu": args.gpu}}
+    py = {"cluster": {"gpu": args.gpu, "isolated": args.isolated}}
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py=py)
     code = exit_code(verdicts)
     for v in verdicts:
         if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
-            text_one(v, sys.stdout)
+            text_one(v, OUT)
             continue
         mem = rank_gib(v.topology, v.memory)
         if args.svg:
@@ -499,12 +521,13 @@ def cmd_show(args, flags) -> int:
                                                   gpu_gib=gpu))
             except OSError as e:
                 raise InputError(f"--svg {args.svg}: cannot write: {e.strerror or e}") from None
-        print(line(f"{printable(v.path)}:"))
-        print(text_map(v.topology, mem))
+        OUT.line(v.path, ":")
+        OUT.text(text_map(v.topology, mem))
         for mline in memory_lines(v.memory):
-            print(mline)
+            OUT.line(mline)
         if args.svg:
-            print(f"\nwrote {args.svg}")
+            OUT.line()
+            OUT.line(f"wrote {args.svg}")
     return code
 
 
@@ -522,8 +545,12 @@ def cmd_plan(args, flags) -> int:
     prec = Precision(offload=1.0 if args.optimizer_cpu_offload else 0.0)
     run = Run(tokens=args.max_tokens_per_gpu, recompute="full" if args.recompute else None)
     found = plan(shape, model, args.nodes, args.gpus_per_node, gpu_bytes(gpu), prec, run)
-    print(report(found, shape, model, args.nodes, args.gpus_per_node, gpu, args.top,
-                 args.format))
+    text = report(found, shape, model, args.nodes, args.gpus_per_node, gpu, args.top,
+                  args.format)
+    if args.format == "json":  # a document: its values exact (safetext)
+        OUT.document(json.loads(text))
+    else:
+        OUT.text(text)
     return 0 if found else 1
 
 
@@ -544,11 +571,10 @@ def cmd_flags(args, flags) -> int:
     if flags is not None:
         raise InputError("flags takes one topology YAML, not `-- FLAGS...`")
     try:
-        sys.stdout.write(text(args.yaml))
+        OUT.text(text(args.yaml), end="")
     except TopologyError as e:
         for p in e.problems:
-            print(line(printable(f"{args.yaml}: error [{p.code}] {p.message} Fix: {p.fix}")),
-                  file=sys.stderr)
+            ERR.line(f"{args.yaml}: error [{p.code}] {p.message} Fix: {p.fix}")
         return 1
     return 0
 
@@ -556,7 +582,7 @@ def cmd_flags(args, flags) -> int:
 def cmd_schema(args, flags) -> int:
     from .sources import schema
 
-    print(json.dumps(schema(), indent=2))
+    OUT.document(schema())
     return 0
 
 
@@ -623,7 +649,15 @@ def parser() -> argparse.ArgumentParser:
                            help="the user's stack: a checkout or site-packages holding miles "
                                 "or slime (default: installed, beside the script, else the "
                                 "bundled snapshot)")
+        if name in ("check", "show"):
+            p.add_argument("--isolated", action="store_true",
+                           help="read no configuration file: no [tool.miles-topology] table "
+                                "(select, ignore, exclude, cluster keys); only the options "
+                                "given count (CI on a pull request)")
         if name == "check":
+            p.add_argument("--no-respect-gitignore", action="store_true",
+                           help="a folder walk does not read .gitignore files: every file "
+                                "that launches is checked")
             p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                            help="Python launchers: pass this variable of the environment on "
                                 "(they get an allow-list of it, never all: docs/sandbox.md)")
@@ -740,10 +774,11 @@ def _main(argv: list[str] | None) -> int:
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else 0
     except _Usage as e:
-        print(f"miles-topology: {printable(e)}\nusage:\n{USAGE}", file=sys.stderr)
+        ERR.line(f"miles-topology: {e}")
+        ERR.text(f"usage:\n{USAGE}")
         return 2
     except InputError as e:  # may quote a checked file or a launcher's output: printable
-        print(f"miles-topology: {printable(e)}", file=sys.stderr)
+        ERR.line(f"miles-topology: {e}")
         return 2
     except BrokenPipeError:  # `miles-topology ... | head`: the reader left, stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -752,8 +787,8 @@ def _main(argv: list[str] | None) -> int:
     except Exception as e:  # a bug of ours: say so in one line, keep the traceback on request
         if os.environ.get("MILES_TOPOLOGY_DEBUG"):
             raise
-        print(f"miles-topology: internal error: {type(e).__name__}: {printable(e)} "
-              "(set MILES_TOPOLOGY_DEBUG=1 for the traceback)", file=sys.stderr)
+        ERR.line(f"miles-topology: internal error: {type(e).__name__}: {e} "
+                 "(set MILES_TOPOLOGY_DEBUG=1 for the traceback)")
         return 2
 
 

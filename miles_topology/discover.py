@@ -2,7 +2,8 @@
 
 A folder is walked recursively in name order; `.gitignore` files met on the way (and the
 `exclude` / `extend-exclude` globs of `[tool.miles-topology]`, relative to that
-pyproject.toml) leave files out, as ruff does. A file is an input by its content, not its
+pyproject.toml) leave files out, as ruff does (`--no-respect-gitignore`: the .gitignore
+files do not). A file is an input by its content, not its
 name: a shell script that starts train.py (or train_async.py, `miles.train`), a Python file
 with a `__main__` guard that starts one (miles' scripts/run_*.py call
 `U.execute_train`), a topology YAML. The rest (model files that only set MODEL_ARGS,
@@ -89,9 +90,10 @@ def _shebang_shell(path: str) -> bool:
 
 
 def find(paths: list[str], exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
-         base: str | None = None) -> Found:
+         base: str | None = None, gitignore: bool = True) -> Found:
     """Named files as given; each named folder walked. `exclude`: gitignore-style globs,
-    relative to `base` (the pyproject.toml's folder; else matched against any part)."""
+    relative to `base` (the pyproject.toml's folder; else matched against any part).
+    `gitignore` False (--no-respect-gitignore): no .gitignore file is read."""
     out = Found()
     root_rules = Ignore.of(exclude, base)
     for p in paths:
@@ -99,7 +101,8 @@ def find(paths: list[str], exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
             out.inputs.append(p)
             continue
         out.walked = True
-        for f in _walk(p, [root_rules, *_parent_gitignores(p)]):
+        above = _parent_gitignores(p) if gitignore else []
+        for f in _walk(p, [root_rules, *above], gitignore):
             what = kind(f)
             if what is None:
                 out.skipped[_why(f)] += 1
@@ -114,20 +117,20 @@ def _why(path: str) -> str:
     return "not a launch script"
 
 
-def _walk(top: str, rules: list[Ignore]):
+def _walk(top: str, rules: list[Ignore], gitignore: bool = True):
     try:
         entries = sorted(os.scandir(top), key=lambda e: e.name)
     except OSError:
         return
     gi = os.path.join(top, ".gitignore")
-    if os.path.isfile(gi):
+    if gitignore and os.path.isfile(gi):
         rules = [*rules, Ignore.file(gi)]
     for e in entries:
         is_dir = e.is_dir(follow_symlinks=False)
         if any(r.ignored(e.path, is_dir) for r in rules):
             continue
         if is_dir:
-            yield from _walk(e.path, rules)
+            yield from _walk(e.path, rules, gitignore)
         elif e.is_file() and (e.name.endswith((*SHELL, ".py", *YAML)) or
                               not os.path.splitext(e.name)[1]):
             yield e.path

@@ -107,9 +107,10 @@ def _read_toml(path: Path) -> dict:
 
 
 def settings(start: str, select: list[str] | None, ignore: list[str] | None,
-             severity: str | None) -> Settings:
-    """The pyproject table found from `start`, with the command-line options over it."""
-    found = find_pyproject(start)
+             severity: str | None, isolated: bool = False) -> Settings:
+    """The pyproject table found from `start`, with the command-line options over it;
+    `isolated` (--isolated, as ruff's): no table is read, only the options count."""
+    found = None if isolated else find_pyproject(start)
     table = _read_toml(found)["tool"][TABLE] if found else {}
     where = f"{found} [tool.{TABLE}]" if found else ""
     for key in table:
@@ -161,19 +162,6 @@ def _parsed(path: str) -> tuple[tuple[int, str, str], ...]:
         for kind, listed in DIRECTIVE.findall(line):
             out += [(n, kind, c.strip()) for c in listed.split(",") if c.strip()]
     return tuple(out)
-
-
-def directives(path: str) -> tuple[dict[int, frozenset[str]], frozenset[str]]:
-    """(line -> codes disabled there, codes disabled in the whole file) of one file."""
-    lines: dict[int, set[str]] = {}
-    whole: set[str] = set()
-    for n, kind, code in _parsed(path):
-        names = set(CODES) if code == "all" else {code}
-        if kind == "disable-file":
-            whole |= names
-        else:
-            lines.setdefault(n, set()).update(names)
-    return {n: frozenset(c) for n, c in lines.items()}, frozenset(whole)
 
 
 def suppressor(p: Problem, path: str | None) -> tuple[str, int, str] | None:

@@ -206,6 +206,15 @@ declare("report.py and cli.py (an input that cannot be read)", {
         'miles-topology check missing.sh'),
 }, why="Nothing can be checked in an input that cannot be read; it is reported so that a "
        "batch or a CI annotation names it.")
+declare("cli.py (a bug of the checker while judging one input)", {
+    'internal-error': (
+        'error', 'the checker failed on this input (an exception of its own, e.g. a '
+        'RecursionError on a deeply nested expression): exit 2; the other inputs of the batch '
+        'are still judged, and no directive or `ignore` silences it',
+        'miles-topology check scripts/'),
+}, why="A checker bug on one pull-request file must neither pass that file unseen nor take "
+       "the verdicts of every other file with it; report it with MILES_TOPOLOGY_DEBUG=1's "
+       "traceback.")
 declare("selection.py (suppression directives, as ruff's noqa and RUF100)", {
     'unknown-directive-code': (
         'warning', 'a `# miles-topology: disable=` directive names a code that does not '

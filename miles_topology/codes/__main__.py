@@ -1,5 +1,6 @@
 """`python -m miles_topology.codes > docs/problem-codes.md`: the registry as markdown."""
 
 from miles_topology.codes import markdown
+from miles_topology.safetext import OUT
 
-print(markdown(), end="")
+OUT.text(markdown(), end="")

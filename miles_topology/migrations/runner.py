@@ -15,14 +15,12 @@ import difflib
 import os
 import re
 import stat
-import sys
 import tempfile
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..safetext import line as _line
-from ..safetext import printable
+from ..safetext import ERR, OUT, Sink
 from . import m0001_rename_flags, m0002_explicit_and_dead, m0003_consolidate
 from .common import NotALaunch, Refused, State, first_read, mark, read, verify, version
 
@@ -246,15 +244,13 @@ def _udiff(a: str, b: str, fa: str, fb: str) -> str:
                    for x in lines)
 
 
-def say(text: str, file=None) -> None:
-    """Print text that holds a script's words (a pull request's, in CI): each control
-    character escaped, no line starting with a workflow command's ``::`` (safetext, as
-    `check` prints)."""
-    print("\n".join(_line(printable(x)) for x in str(text).split("\n")),
-          file=file or sys.stdout)
+def say(text: str, sink: Sink = OUT) -> None:
+    """Print text that holds a script's words (a pull request's, in CI) through the sink:
+    each control character escaped, no workflow command (safetext, as `check` prints)."""
+    sink.text(text)
 
 
-def report(out: Outcome, stream) -> None:
+def report(out: Outcome, stream: Sink) -> None:
     say(f"{out.path}: applied {', '.join(out.applied)}", stream)
     for line in out.done:
         say(f"  {line}", stream)
@@ -269,11 +265,10 @@ def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: 
     """The `migrate` subcommand; returns the exit code (0 done, 1 pending or refused, 2 unreadable
     input or usage)."""
     if check and write:
-        print("miles-topology migrate: --check only reports; give it without --write",
-              file=sys.stderr)
+        ERR.line("miles-topology migrate: --check only reports; give it without --write")
         return 2
     if not inputs:
-        print("miles-topology migrate: give the launch scripts to migrate", file=sys.stderr)
+        ERR.line("miles-topology migrate: give the launch scripts to migrate")
         return 2
     code = 0
     for name in inputs:
@@ -283,7 +278,7 @@ def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: 
             code = max(code, _one(Path(name), env, write, check, inline, quiet,
                                   only_migrated))
         except Refused as e:
-            say(f"{name}: refused: {e.reason}", sys.stderr)
+            say(f"{name}: refused: {e.reason}", ERR)
             code = max(code, e.code)
     return code
 
@@ -301,14 +296,14 @@ def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: boo
         return _check(path, env, inline, quiet, only_migrated)
     out = migrate(path, env, inline)
     if not out.applied:
-        say(f"{path}: up to date (migration {LATEST})", sys.stderr)
+        say(f"{path}: up to date (migration {LATEST})", ERR)
         return 0
     if not write_:
-        say(diff(out).removesuffix("\n"))
-        report(out, sys.stderr)
+        OUT.diff(diff(out))
+        report(out, ERR)
         return 0
     written = write(out)
-    report(out, sys.stdout)
+    report(out, OUT)
     say(f"  wrote {', '.join(str(p) for p in written[:-1])} (previous script in "
         f"{written[-1].name})")
     return 0

@@ -297,16 +297,18 @@ def cluster_for(launcher: str, given: dict) -> Cluster:
     """The cluster `check LAUNCHER.py` models: the flags given, over the keys `nodes`,
     `gpus-per-node`, `gpu`, `nvlink` of the ``[tool.miles-topology]`` table (the closest
     pyproject.toml from the launcher up, else from the current folder; selection.py reads
-    it), over the defaults. Raises InputError on a bad value."""
+    it; none with `isolated` given, as --isolated), over the defaults. Raises InputError on
+    a bad value."""
     from ..errors import InputError
     from ..selection import CLUSTER_KEYS, TABLE, _read_toml, find_pyproject
 
-    found = find_pyproject(launcher) or find_pyproject(os.getcwd())
+    found = None if given.get("isolated") else \
+        find_pyproject(launcher) or find_pyproject(os.getcwd())
     table = _read_toml(found)["tool"][TABLE] if found else {}
     values = {k.replace("-", "_"): table[k] for k in CLUSTER_KEYS if k in table}
     origin = {k: f" in {found}" for k in values}
     for k, v in given.items():
-        if v is not None:
+        if v is not None and k != "isolated":
             values[k], origin[k] = v, ""
     for key in ("nodes", "gpus_per_node"):
         v = values.get(key)

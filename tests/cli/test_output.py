@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from support import SCRIPTS
 
-from miles_topology import cli, output
+from miles_topology import cli, formats
 from miles_topology.cli import main
 from miles_topology.report import Verdict
+from miles_topology.safetext import Sink
 
 CLEAN = str(SCRIPTS / "run-qwen3-4B.sh")
 BAD = str(SCRIPTS / "err-expert-grid.sh")
@@ -101,31 +102,31 @@ def test_results_stream_in_order_as_each_input_finishes(tmp_path, monkeypatch):
         events.append(f"read {Path(path).name}")
         return [Verdict(path, unreadable="stand-in")]
 
-    class Sink(io.StringIO):
+    class Stream(io.StringIO):
         def write(self, s):
             if s.strip():
                 events.append(f"print {s.split(':')[0].rsplit('/', 1)[-1]}")
             return super().write(s)
 
     monkeypatch.setattr(cli, "_one", judge)
-    monkeypatch.setattr(output, "stream_for", lambda _: (Sink(), False))
+    monkeypatch.setattr(formats, "stream_for", lambda _: (Stream(), False))
     assert main(["check", "--output-format", "concise", "--quiet", str(tmp_path)]) == 2
     assert events == ["read a.sh", "print a.sh", "read b.sh", "print b.sh",
                       "read c.sh", "print c.sh"]
 
 
 def test_progress_line_on_a_terminal_is_erased_before_results(monkeypatch):
-    monkeypatch.setattr(output, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(formats, "PROGRESS_AFTER_S", 0.0)
     out, err = io.StringIO(), io.StringIO()
-    p = output.Printer("concise", out, progress=err, total=2)
+    p = formats.Printer("concise", out, progress=err, total=2)
     p.working("a.sh")
     p.add([Verdict("a.sh", unreadable="gone")])
     p.working("b.sh")
     p.close()
     assert err.getvalue() == "\r\033[K[1/2] checking a.sh\r\033[K\r\033[K[2/2] checking b.sh" \
                              "\r\033[K"
-    quiet = output.Printer("concise", io.StringIO(), progress=err, total=2)
-    monkeypatch.setattr(output, "PROGRESS_AFTER_S", 3600.0)
+    quiet = formats.Printer("concise", io.StringIO(), progress=err, total=2)
+    monkeypatch.setattr(formats, "PROGRESS_AFTER_S", 3600.0)
     quiet.working("a.sh")  # under a second: nothing
     assert err.getvalue().endswith("b.sh\r\033[K")
 
@@ -166,5 +167,7 @@ def test_launchers_run_side_by_side_and_report_in_order(tmp_path, monkeypatch, c
 
 def test_concise_is_one_line_a_problem_even_for_a_message_of_several():
     v = Verdict("run.py", unreadable="the launcher exited:\n  mkdir -p ~/.config && echo key\n")
-    assert output.concise(v) == ["run.py:1:1: unreadable the launcher exited: mkdir -p "
-                                 "~/.config && echo key"]
+    out = io.StringIO()
+    formats.concise.Writer(Sink(out)).add(v)
+    assert out.getvalue() == "run.py:1:1: unreadable the launcher exited: mkdir -p " \
+                             "~/.config && echo key\n"

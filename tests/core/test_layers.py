@@ -21,7 +21,7 @@ LAYERS = (
     ("sources", "yamlflags", "channels", "__init__"),  # reading and writing it; the package face
     # what is built on a Topology
     ("weightsync", "replay", "show", "report", "memory", "fit", "plan", "shell", "pylaunch",
-     "check_script", "check_launcher", "migrations", "selection", "discover", "output", "stdin",
+     "check_script", "check_launcher", "migrations", "selection", "discover", "formats", "stdin",
      "fix", "cli", "__main__"),
 )
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
