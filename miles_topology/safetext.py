@@ -100,15 +100,16 @@ class Sink:
             return self._stream
         return sys.stderr if self.err else sys.stdout
 
-    def _part(self, p: str) -> str:
-        text = printable(p)
-        if isinstance(p, Paint) and self.color and p.what in COLORS:
-            return f"\033[{COLORS[p.what]}m{text}\033[0m"
-        return text
-
     def line(self, *parts: str) -> None:
-        """One line of parts, each escaped (a newline in one is shown as ``\\n``)."""
-        self.stream.write(line("".join(self._part(p) for p in parts)) + "\n")
+        """One line of parts, each escaped (a newline in one is shown as ``\\n``); a line
+        that `line` must change (a workflow command) loses its colour."""
+        texts = [printable(p) for p in parts]
+        plain = "".join(texts)
+        safe_ = line(plain)
+        if self.color and safe_ == plain:
+            safe_ = "".join(f"\033[{COLORS[p.what]}m{t}\033[0m" if isinstance(p, Paint) and
+                            p.what in COLORS else t for p, t in zip(parts, texts))
+        self.stream.write(safe_ + "\n")
 
     def text(self, text: str, end: str = "\n") -> None:
         """Text of several lines, each escaped as a `line`; `end` after the last."""
