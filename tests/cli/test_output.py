@@ -171,3 +171,43 @@ def test_concise_is_one_line_a_problem_even_for_a_message_of_several():
     formats.concise.Writer(Sink(out)).add(v)
     assert out.getvalue() == "run.py:1:1: unreadable the launcher exited: mkdir -p " \
                              "~/.config && echo key\n"
+
+
+@pytest.mark.parametrize("error", [RecursionError("maximum recursion depth exceeded"),
+                                   TypeError("'list' object cannot be interpreted")])
+def test_an_internal_error_is_that_inputs_verdict_and_the_batch_goes_on(
+        tmp_path, monkeypatch, capsys, error):
+    """A bug of ours on one input (issue 33 item 6): that input's internal-error verdict,
+    exit 2, unsuppressible; the inputs after it are still judged and printed."""
+    from miles_topology import check_script
+
+    real = check_script.check_script
+
+    def judge(path, *args, **kw):
+        if Path(path).name == "a.sh":
+            raise error
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(check_script, "check_script", judge)
+    (tmp_path / "a.sh").write_text("# miles-topology: disable-file=all\n" +
+                                   Path(BAD).read_text())
+    (tmp_path / "b.sh").write_text(Path(BAD).read_text())
+    (tmp_path / "c.sh").write_text(Path(CLEAN).read_text())
+    args = [str(tmp_path / n) for n in ("a.sh", "b.sh", "c.sh")]
+    assert main(["check", "--format", "json", "--ignore", "internal-error", *args]) == 2
+    got = json.loads(capsys.readouterr().out)
+    assert got[0]["internal_error"] and type(error).__name__ in got[0]["unreadable"]
+    assert [v["ok"] for v in got] == [False, False, True]  # b and c judged as ever
+    assert got[1]["errors"][0]["code"] == "expert-grid-divisibility"
+    assert main(["check", "--format", "concise", "--exit-zero", *args]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{args[0]}:1:1: internal-error internal error: ")
+    assert "expert-grid-divisibility" in out[1]
+    assert main(["check", "--format", "sarif", *args]) == 2
+    results = json.loads(capsys.readouterr().out)["runs"][0]["results"]
+    assert results[0]["ruleId"] == "internal-error"
+    assert main(["check", args[0]]) == 2  # one input alone: its verdict too
+    assert "INTERNAL ERROR: internal error: " in capsys.readouterr().out
+    monkeypatch.setenv("MILES_TOPOLOGY_DEBUG", "1")
+    with pytest.raises(type(error)):
+        main(["check", *args])

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 # what an attacker writes: controls, ESC sequences, CR, workflow commands (both spellings),
 # invisible, bidi and tag characters, lone surrogates, next to plain text
-HOSTILE = ["\x1b[5;41m", "\x1b[2J", "\x1b]0;t\x07", "\r", "\n", "\x00", "\x7f", "\x85", "\x9b", "\t",
+HOSTILE = ["\x1b[5;41m", "\x1b[2J", "\x1b]0;t\x07", "\r", "\n", "\x00", "\x7f", "\x85", "\x9b",
+           "\t",
            "::error::x", "::add-mask::", "##[error]", "##[add-mask]", "##[stop-commands]",
            "#", "[", ":", "\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u061c", "\u00ad",
            "\u2060", "\u2061", "\u2064", "\ufeff", "\U000e0041", "\U000e007f", "\U000e0000",
