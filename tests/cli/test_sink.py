@@ -95,3 +95,30 @@ def test_a_crlf_scripts_diff_applies(tmp_path, capsys):
         subprocess.run(["patch", "-s", str(script)], input=out.encode().split(b"\n", 2)[2],
                        check=True)
         assert b"--num-gpus-per-node 8\r\n" in script.read_bytes()
+
+
+def test_the_progress_line_and_a_stdin_name_are_escaped(monkeypatch, capsys):
+    import io
+
+    from miles_topology import formats
+    from miles_topology.report import Verdict
+
+    h = NASTY.replace("\x00", "").replace("\udc80", "")
+    monkeypatch.setattr(formats, "PROGRESS_AFTER_S", 0.0)
+    out, err = io.StringIO(), io.StringIO()
+    p = formats.Printer("text", out, progress=err, total=2, color=True)
+    p.working(h)
+    p.add([Verdict(h, unreadable=h)])
+    p.close()
+    clean(out.getvalue())
+    clean(err.getvalue().replace("\r\x1b[K", ""))
+    assert err.getvalue().startswith("\r\x1b[K[1/2] checking \\x1b[5;41m")
+    monkeypatch.setattr("sys.stdin", io.StringIO(
+        "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
+        "--tensor-model-parallel-size 3 --num-attention-heads 4\n"))
+    assert main(["check", "-", "--stdin-filename", f"/tmp/{h.replace('/', '')}.sh",
+                 "--format", "concise"]) == 1
+    got = capsys.readouterr()
+    clean(got.out)
+    clean(got.err)
+    assert "heads-not-divisible-by-tp" in got.out
