@@ -132,7 +132,8 @@ def summary(verdicts: list[Verdict], inputs: int, skipped: Counter) -> str:
     """"All checks passed: 3 inputs" or "Found 2 errors, 1 warning in 5 inputs (1 invalid)",
     with what a folder walk skipped."""
     counts = Counter(kind for v in verdicts for kind, _ in _problems(v))
-    lost = sum(v.unreadable is not None for v in verdicts)
+    lost = sum(v.unreadable is not None and not v.internal for v in verdicts)
+    bugs = sum(v.internal for v in verdicts)
     bad = sum(not v.ok and v.unreadable is None for v in verdicts)
     idle = sum(v.nothing is not None for v in verdicts)
     n = f"{inputs} input{'s' if inputs != 1 else ''}"
@@ -140,6 +141,7 @@ def summary(verdicts: list[Verdict], inputs: int, skipped: Counter) -> str:
              (("error", "error"), ("warning", "warning"), ("skipped", "skipped check"))
              if counts[k]]
     parts += [f"{lost} unreadable"] if lost else []
+    parts += [f"{bugs} internal error{'s' if bugs != 1 else ''}"] if bugs else []
     tail = [f"{bad} invalid"] if bad else []
     tail += [f"{idle} with nothing to check"] if idle else []
     left = sum(skipped.values())

@@ -203,6 +203,7 @@ def test_an_internal_error_is_that_inputs_verdict_and_the_batch_goes_on(
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{args[0]}:1:1: internal-error internal error: ")
     assert "expert-grid-divisibility" in out[1]
+    assert out[-1] == "Found 1 error, 1 internal error in 3 inputs; 1 invalid."
     assert main(["check", "--format", "sarif", *args]) == 2
     results = json.loads(capsys.readouterr().out)["runs"][0]["results"]
     assert results[0]["ruleId"] == "internal-error"
