@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from .model import Topology
 
 
-
 @dataclass
 class Verdict:
     """What `check` found for one input (`unreadable`: why it could not be read at all)."""
