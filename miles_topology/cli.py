@@ -31,10 +31,11 @@ miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY
                      [--color auto|always|never] [--batch] [--stdin-filename NAME]
                      [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
                      [--real-imports] [--path DIR] [--pass-env NAME ...] [--read PATH ...]
+                     [--isolated] [--no-respect-gitignore]
                      (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
                       | FOLDER... | - | -- FLAGS...)
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAME]
-                     [--env KEY=VALUE ...]
+                     [--env KEY=VALUE ...] [--isolated]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
                        [--env KEY=VALUE ...]
@@ -66,6 +67,8 @@ examples:
   miles-topology check run.sh --env NNODES=4 --format json
   miles-topology check run.topology.yaml
   miles-topology check --batch --quiet scripts/*.sh         # what the pre-commit hook runs
+  miles-topology check --isolated --no-respect-gitignore --nodes 4 --gpu H100 \\
+      --format github scripts/                              # CI on a pull request
   miles-topology check run.sh --ignore sp-ignored --severity warning
   miles-topology check -- --actor-num-nodes 2 --actor-num-gpus-per-node 8 \\
       --expert-model-parallel-size 8 --num-experts 64 --colocate""",
