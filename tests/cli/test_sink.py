@@ -32,7 +32,7 @@ def quoted(s: str) -> str:
 def tree(root: Path, h: str) -> tuple[Path, Path]:
     """A pull request's folder: a script and a topology YAML named and filled with `h`."""
     name = h.replace("/", "")
-    (root / "pyproject.toml").write_text(f"[tool.miles-topology]\ngpu = {quoted(h)}\n")
+    (root / "pyproject.toml").write_text(f"[tool.miles-topology]\ngpu = {quoted('G' + h)}\n")
     script = root / f"run{name}.sh"
     script.write_text(
         f"#!/bin/bash\n# {h.replace(chr(10), ' ')}\n"
@@ -54,7 +54,7 @@ def run(capsys, *argv) -> tuple[str, str]:
     return got.out, got.err
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(text)
 @example(NASTY.replace("\x00", "").replace("\udc80", ""))
 def test_hostile_text_never_reaches_the_output_raw(capsys, h):
