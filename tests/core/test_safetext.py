@@ -81,6 +81,7 @@ def test_a_diff_keeps_tabs_and_crlf_ends_and_escapes_the_rest(rows, crlf):
 def test_invisible_and_bidi_characters_are_shown():
     assert printable("--tensor\u200b-model") == "--tensor\\u200b-model"
     assert printable("a\U000e0041\u061c\u00ad") == "a\\U000e0041\\u061c\\xad"
+    assert printable("é 中文 ✓ │") == "é 中文 ✓ │"  # visible text stays as written
     s, out = sink()
     s.line("x ##[error] y", " ::notice::")
     assert out.getvalue() == "x ##\\x5berror] y ::notice::\n"  # :: only at a line's start
