@@ -27,6 +27,7 @@ from .memory import (
     gpu_bytes,
     layout_of,
     precision_from_flags,
+    reserve_bytes,
     run_from_flags,
     shape_from_flags,
     train_memory,
@@ -157,12 +158,13 @@ def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None
         return [], {"skipped": why}
     assert shape is not None
     lay = layout_of(topo)
-    prec, run = precision_from_flags(argv), run_from_flags(argv, lay)
-    est = train_memory(shape, lay, prec, run)
     gpu = gpu_of(cluster)
     if gpu is None:
         return [], {"skipped": f"GPU {cluster.gpu if cluster else '?'} is not modelled (its "
                                f"memory is unknown; one of {', '.join(GPUS)})"}
+    prec = precision_from_flags(argv)
+    run = replace(run_from_flags(argv, lay), reserve=reserve_bytes(gpu.bytes))
+    est = train_memory(shape, lay, prec, run)
     certain = gpu.bytes if not gpu.assumed else gpu_bytes(LARGEST) or gpu.bytes
     top = est.largest_static
     problems = []
@@ -185,11 +187,14 @@ def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None
         if big.total > NEAR * gpu.bytes or top.static > certain:
             got = fixes(topo, shape, prec, run, NEAR * gpu.bytes, False)
             acts = "unknown" if big.activations is None else f"{gib(big.activations):g} GiB"
+            over = (f"exceeds {gpu.text} ({big.total / gpu.bytes:.1f} x)"
+                    if big.total > gpu.bytes else f"over {NEAR:.0%} of {gpu.text}")
             problems.append(Problem(
                 "memory-near-gpu",
                 f"pipeline stage {big.stage}: {gib(big.static):g} GiB of weights, grads and "
-                f"optimizer + {acts} of activations (estimate) = {gib(big.total):g} GiB, "
-                f"over {NEAR:.0%} of {gpu.text}" + (
+                f"optimizer + {acts} of activations (estimate) + {gib(big.reserve):g} GiB "
+                f"reserved (CUDA context, NCCL, fragmentation) = {gib(big.total):g} GiB, "
+                f"{over}{_assumed_cluster(cluster)}" + (
                     " (--spec: a plugin's layers, estimated as Megatron's standard ones)"
                     if custom else "") + ".",
                 ("try " + ", or ".join(got)) if got else
@@ -206,6 +211,17 @@ def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None
     if lay.engines:
         report["engine"] = engine_memory(shape, lay, gpu.bytes, run.mem_fraction).as_dict()
     return problems, report
+
+
+def _assumed_cluster(cluster: Cluster | None) -> str:
+    """Where the cluster a launcher sized its job from was assumed: the flags that give it."""
+    if cluster is None:
+        return ""
+    missing = [k for k in ("nodes", "gpus_per_node") if k in cluster.assumed]
+    if not missing:
+        return ""
+    return (f", on the assumed cluster of {cluster.nodes} x {cluster.gpus_per_node} GPUs "
+            f"(give {' / '.join('--' + k.replace('_', '-') for k in missing)})")
 
 
 def rank_gib(topo: Topology, report: dict[str, Any] | None) -> dict[int, float] | None:
