@@ -89,6 +89,7 @@ class Shape:
     v_head: int = 128
     groups: int | None = None  # query groups as Megatron builds them (None: the Topology's)
     output_gate: bool = False  # --attention-output-gate: heads x kv more QKV columns
+    dispatcher: str = "allgather"  # --moe-token-dispatcher-type (Megatron's default)
 
     @property
     def vocab_known(self) -> bool:
@@ -248,6 +249,8 @@ class Counter:
 
     def __init__(self, shape: Shape, lay: Layout):
         self.s, self.l = shape, lay
+        self._layers: dict[tuple[bool, int], Params] = {}
+        self._stages: dict[int, Params] = {}
 
     def norm(self, d: int) -> int:
         return d if self.s.rms else 2 * d
@@ -293,6 +296,12 @@ class Counter:
                                                                           tp, bias)
 
     def layer(self, moe: bool, local_experts: int) -> Params:
+        key = (moe, local_experts)
+        if key not in self._layers:
+            self._layers[key] = self._layer(moe, local_experts)
+        return self._layers[key]
+
+    def _layer(self, moe: bool, local_experts: int) -> Params:
         s, h = self.s, self.s.hidden
         common = self.attention + 2 * self.norm(h)  # input and pre-MLP norms
         if not moe:
@@ -330,10 +339,12 @@ class Counter:
         return got + Params(d)
 
     def stage(self, p: int) -> Params:
-        got = Params()
-        for v in range(self.l.vpp):
-            got += self.chunk(p, v)
-        return got
+        if p not in self._stages:
+            got = Params()
+            for v in range(self.l.vpp):
+                got += self.chunk(p, v)
+            self._stages[p] = got
+        return self._stages[p]
 
 
 # ---- bytes --------------------------------------------------------------------------------
@@ -427,9 +438,10 @@ class Estimate:
 
 
 def train_memory(shape: Shape, lay: Layout, prec: Precision = Precision(),
-                 run: Run = Run()) -> Estimate:
-    """Per-rank training memory of every pipeline stage: the one function (see module doc)."""
-    counter = Counter(shape, lay)
+                 run: Run = Run(), counter: Counter | None = None) -> Estimate:
+    """Per-rank training memory of every pipeline stage: the one function (see module doc).
+    `counter`: the layout's Counter, when the caller estimates it more than once."""
+    counter = counter or Counter(shape, lay)
     out = []
     for p in range(lay.pp):
         par = counter.stage(p)
@@ -522,6 +534,7 @@ READS = (
     "--megatron-to-hf-mode", "--moe-latent-size", "--use-rotary-position-embeddings",
     "--group-query-attention", "--moe-shared-expert-gate", "--attention-output-gate",
     "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--fp16",
+    "--moe-token-dispatcher-type",
 )
 
 
@@ -586,6 +599,7 @@ def shape_from_flags(argv: Sequence[str]) -> Shape | None:
         rope_head=_int(v, "--qk-pos-emb-head-dim") or 64, v_head=_int(v, "--v-head-dim") or 128,
         groups=groups, output_gate="--attention-output-gate" in v,
         shared_gate="--moe-shared-expert-gate" in v,
+        dispatcher=v.get("--moe-token-dispatcher-type") or "allgather",
     )
 
 
@@ -699,6 +713,7 @@ def from_hf_config(cfg: Mapping[str, Any]) -> tuple[Shape, dict[str, Any]]:
         tied=bool(cfg.get("tie_word_embeddings", False)), mla=mla, q_lora=g["q_lora"],
         kv_lora=g["kv_lora"] or 512, qk_head=g["qk_head"] or 128, rope_head=g["rope_head"] or 64,
         v_head=g["v_head"] or 128,
+        dispatcher="alltoall",  # what miles' and slime's model files for these models use
     )
     return shape, fields
 

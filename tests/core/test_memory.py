@@ -256,7 +256,7 @@ def test_plan_lists_valid_layouts_that_fit_best_first(capsys):
     assert code == 0
     got = json.loads(out)
     assert got["layouts"] and got["cluster"]["gpu"] == "H100"
-    keys = [(not x["tp_in_node"], not x["ep_in_node"], x["total_gib"]) for x in got["layouts"]]
+    keys = [x["step_s"] for x in got["layouts"]]  # fastest first (tests/core/test_plan_cost)
     assert keys == sorted(keys)
     shape, model = read_hf_config(DSV3)
     for x in got["layouts"][:5]:  # its flags are a valid layout whose largest rank fits
@@ -264,7 +264,7 @@ def test_plan_lists_valid_layouts_that_fit_best_first(capsys):
                                                  "--num-attention-heads", "128",
                                                  "--num-experts", "256"])
         assert (topo.layout.tp, topo.layout.pp, topo.layout.ep) == (x["tp"], x["pp"], x["ep"])
-        assert x["total_gib"] <= gpu_bytes("H100") / GIB
+        assert x["total_gib"] <= 0.9 * gpu_bytes("H100") / GIB
 
 
 def test_plan_from_a_model_script_and_flags(tmp_path, capsys):
