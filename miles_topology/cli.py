@@ -40,7 +40,8 @@ miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]]
                        [--env KEY=VALUE ...]
 miles-topology plan  (CONFIG.json | MODEL.sh | -- MODEL FLAGS...) --nodes N [--gpus-per-node N]
                      [--gpu NAME] [--top K] [--max-tokens-per-gpu T] [--recompute]
-                     [--optimizer-cpu-offload] [--format text|json]
+                     [--optimizer-cpu-offload] [--margin SHARE] [--tokens-per-step T]
+                     [--seq-length L] [--colocate] [--explain] [--format text|json]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
@@ -94,6 +95,8 @@ examples:
 examples:
   miles-topology plan DeepSeek-V3/config.json --nodes 128 --gpu H100
   miles-topology plan scripts/models/qwen3-30B-A3B.sh --nodes 2 --format json
+  miles-topology plan scripts/models/qwen3-30B-A3B.sh --nodes 1 --recompute \
+      --optimizer-cpu-offload --max-tokens-per-gpu 20480 --colocate --explain
   miles-topology plan --nodes 1 --gpu H200 -- --num-layers 48 --hidden-size 2048 \\
       --num-attention-heads 32 --num-query-groups 4 --num-experts 128 --moe-ffn-hidden-size 768""",
     "rule": """\
@@ -115,8 +118,8 @@ HELP = {
              "word per line",
     "schema": "print the JSON Schema of the topology YAML",
     "rule": "print a problem code's page (every code without one)",
-    "plan": "list the layouts a model trains with on a cluster, best first (memory "
-            "headroom, tp and ep inside a node), with their flags",
+    "plan": "list the layouts a model trains with on a cluster, fastest first by an "
+            "estimated step time (10% of the GPU kept free), with their flags",
 }
 
 

@@ -534,7 +534,6 @@ READS = (
     "--megatron-to-hf-mode", "--moe-latent-size", "--use-rotary-position-embeddings",
     "--group-query-attention", "--moe-shared-expert-gate", "--attention-output-gate",
     "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--fp16",
-    "--moe-token-dispatcher-type",
 )
 
 
