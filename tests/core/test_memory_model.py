@@ -111,3 +111,11 @@ def test_a_many_fold_excess_says_exceeds_with_what_was_assumed(tmp_path, capsys)
     assert "exceeds" in out and "(assumed; give --gpu)" in out
     assert "assumed cluster of 1 x 8 GPUs (give --nodes / --gpus-per-node)" in out
     assert "over 90%" not in out
+
+
+def test_a_script_gives_its_own_cluster_so_none_is_said_assumed(capsys):
+    argv = ["--actor-num-gpus-per-node", "8", "--colocate", "--num-layers", "40",
+            "--hidden-size", "8192", "--num-attention-heads", "64", "--vocab-size", "1000",
+            "--use-rotary-position-embeddings", "--optimizer-cpu-offload"]
+    code, out, _ = run_cli(capsys, "check", "--", *argv)
+    assert "memory-near-gpu" in out and "exceeds" in out and "assumed cluster" not in out
