@@ -23,6 +23,7 @@ from typing import Any
 
 from .cost import HARDWARE, TERMS, Cost, spans, step_cost
 from .errors import InputError, TopologyError
+from .fit import NEAR
 from .flags import parse_flags
 from .memory import (
     GIB,
@@ -48,7 +49,7 @@ from .pylaunch.cluster import GPUS
 
 MODEL_FIELDS = ("layers", "heads", "query_groups", "experts", "topk", "moe_layer_freq",
                 "mtp_layers")
-MARGIN = 0.1  # the share of the GPU a proposal leaves free: where `check` warns (fit.NEAR)
+MARGIN = round(1 - NEAR, 6)  # the share of the GPU a proposal leaves free: where check warns
 SGLANG_OWN = 0.1  # SGLang's memory outside its static pool (activations, CUDA graphs)
 RECOMPUTE = ["--recompute-granularity", "full", "--recompute-method", "uniform",
              "--recompute-num-layers", "1"]
@@ -123,12 +124,6 @@ class Candidate:
 
 def _divisors(n: int, most: int) -> list[int]:
     return [d for d in range(1, min(n, most) + 1) if n % d == 0]
-
-
-def _in_node(topo: Topology, token: str, expert: bool) -> bool:
-    """Whether the first group of `token` sits on one node (groups are translates)."""
-    group = topo.rank_groups(token, expert=expert)[0]
-    return len({topo.placement(r)[0] for r in group}) == 1
 
 
 def flags_of(topo: Topology) -> list[str]:
