@@ -166,7 +166,8 @@ def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None,
         return [], {"skipped": f"GPU {cluster.gpu if cluster else '?'} is not modelled (its "
                                f"memory is unknown; one of {', '.join(GPUS)})"}
     prec = precision_from_flags(argv)
-    run = replace(run_from_flags(argv, lay), reserve=reserve_bytes(gpu.bytes))
+    run = replace(run_from_flags(argv, lay),
+                  reserve=reserve_bytes(gpu.bytes, topo.rollout.colocate))
     est = train_memory(shape, lay, prec, run)
     certain = gpu.bytes if not gpu.assumed else gpu_bytes(LARGEST) or gpu.bytes
     top = est.largest_static

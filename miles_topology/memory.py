@@ -150,11 +150,15 @@ RESERVE_NCCL_GIB = 4.0
 RESERVE_FRAGMENTATION = 0.03
 
 
-def reserve_bytes(gpu: int | None) -> int:
-    """The per-GPU reserve (see above) for a GPU of `gpu` bytes; 0 when the GPU is unknown."""
+def reserve_bytes(gpu: int | None, colocated: bool = False) -> int:
+    """The per-GPU reserve (see above) for a GPU of `gpu` bytes; 0 when the GPU is unknown.
+    `colocated`: a rollout engine's process shares the GPU and keeps its own CUDA context
+    while it sleeps during training (SGLang releases its weights and KV cache only)."""
     if not gpu:
         return 0
-    return int((RESERVE_CONTEXT_GIB + RESERVE_NCCL_GIB) * GIB + RESERVE_FRAGMENTATION * gpu)
+    contexts = 2 if colocated else 1
+    return int((contexts * RESERVE_CONTEXT_GIB + RESERVE_NCCL_GIB) * GIB
+               + RESERVE_FRAGMENTATION * gpu)
 
 
 # ---- reading the Topology: the one adapter -----------------------------------------------

@@ -192,7 +192,7 @@ def propose_rollout(shape: Shape, lay: Layout, world: int, gpu: int,
     most half of SGLang's static pool, with the static fraction left by the margin, the
     training process's reserve (it stays resident while the engines run) and SGLang's
     buffers outside the pool; None when no engine of the cluster holds the weights."""
-    fraction = int((1 - margin - reserve_bytes(gpu) / gpu - SGLANG_OWN) * 20) / 20
+    fraction = int((1 - margin - reserve_bytes(gpu, True) / gpu - SGLANG_OWN) * 20) / 20
     if fraction <= 0:
         return None
     for g in _pow2(world):
@@ -224,7 +224,7 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
     hw = HARDWARE.get(gpu_name.upper(), HARDWARE["H100"])
     world = nodes * per_node
     step_tokens = opts.step_tokens or 4 * world * opts.tokens
-    reserve = reserve_bytes(gpu)
+    reserve = reserve_bytes(gpu, opts.colocate)
     limit = (1 - opts.margin) * gpu
     context = opts.seq_length // 2 if opts.seq_length else None  # causal: half a sample
     cps = [c for c in _pow2(min(world, 16))
@@ -362,7 +362,8 @@ def report(cands: list[Candidate], shape: Shape, model: dict[str, Any], nodes: i
     if fmt == "json":
         return json.dumps({
             "cluster": {"nodes": nodes, "gpus_per_node": per_node, "gpu": gpu_name,
-                        "gpu_gib": gib(gpu), "reserve_gib": gib(reserve_bytes(gpu)),
+                        "gpu_gib": gib(gpu),
+                        "reserve_gib": gib(reserve_bytes(gpu, opts.colocate)),
                         "margin": opts.margin},
             "model": {**{k: v for k, v in model.items() if k != "moe_layer_freq"},
                       "hidden": shape.hidden, "vocab": shape.vocab, "parameters": total},
@@ -372,7 +373,8 @@ def report(cands: list[Candidate], shape: Shape, model: dict[str, Any], nodes: i
             "layouts": [c.as_dict(gpu) for c in shown]}, indent=2)
     lines = [f"{total:,} parameters; {len(cands)} layout(s) fit {nodes} x {per_node} "
              f"{gpu_name} ({gib(gpu):g} GiB a GPU, {opts.margin:.0%} kept free, "
-             f"{gib(reserve_bytes(gpu)):g} GiB reserved); fastest {len(shown)}:"]
+             f"{gib(reserve_bytes(gpu, opts.colocate)):g} GiB reserved); "
+             f"fastest {len(shown)}:"]
     for i, c in enumerate(shown, 1):
         t = c.topo.layout
         where = ", ".join(w for w, ok in (("tp in node", c.tp_in_node),

@@ -6,6 +6,7 @@ import pytest
 from support import FIXTURES, run_cli
 
 from miles_topology import Topology, TopologyError
+from miles_topology.fit import judge
 from miles_topology.memory import (
     GIB,
     Run,
@@ -17,6 +18,7 @@ from miles_topology.memory import (
     train_memory,
 )
 from miles_topology.plan import read_model
+from miles_topology.pylaunch.cluster import Cluster
 
 MODELS = FIXTURES / "models"
 BASE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8"]
@@ -83,6 +85,12 @@ def test_the_reserve_is_counted_per_gpu():
     h100, b200 = gpu_bytes("H100"), gpu_bytes("B200")
     assert 5 * GIB < reserve_bytes(h100) < reserve_bytes(b200) < 12 * GIB
     assert reserve_bytes(None) == 0
+    # colocated: the sleeping engine's process keeps its own CUDA context
+    assert reserve_bytes(h100, True) - reserve_bytes(h100) == GIB
+    problems, report = judge(Topology.from_flags(BASE + ["--actor-num-gpus-per-node", "8",
+                                                         "--colocate"]),
+                             BASE + ["--colocate"], Cluster.of({"gpu": "H100"}))
+    assert report["stages"][0]["reserve_gib"] == round(reserve_bytes(h100, True) / GIB, 2)
     argv = BASE + ["--actor-num-gpus-per-node", "1"]
     topo = Topology.from_flags(argv)
     shape = shape_from_flags(argv)
