@@ -157,9 +157,8 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
     counts = topo.stages.counts
     pad = topo.stages.pad
     if counts is None and any(pad):
-        named = [flag for flag, on in (
-            ("--account-for-embedding-in-pipeline-split", pad[0]),
-            ("--account-for-loss-in-pipeline-split", pad[1])) if on]
+        named = [flag for flag, on in ((F.embedding_in_split, pad[0]),
+                                       (F.loss_in_split, pad[1])) if on]
         if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
             # megatron-core TransformerConfig.__post_init__ raises ValueError
             yield _err(
