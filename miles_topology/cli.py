@@ -119,7 +119,7 @@ HELP = {
     "schema": "print the JSON Schema of the topology YAML",
     "rule": "print a problem code's page (every code without one)",
     "plan": "list the layouts a model trains with on a cluster, fastest first by an "
-            "estimated step time (10% of the GPU kept free), with their flags",
+            "estimated step time (a tenth of the GPU kept free), with their flags",
 }
 
 
