@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from miles_topology.memory import GIB, Run, gpu_bytes, read_hf_config  # noqa: E402
-from miles_topology.plan import candidates, plan  # noqa: E402
+from miles_topology.memory import GIB, gpu_bytes, read_hf_config  # noqa: E402
+from miles_topology.plan import Options, candidates, plan  # noqa: E402
 
 CONFIG = ROOT / "tests" / "fixtures" / "hf" / "deepseek-v3.config.json"
 
@@ -26,14 +26,15 @@ def main() -> None:
     walls, cpus = [], []
     for _ in range(3):
         w, c = time.perf_counter(), time.process_time()
-        found = plan(shape, model, 128, 8, gpu_bytes("H100"), run=Run(tokens=8192))
+        found = plan(shape, model, 128, 8, gpu_bytes("H100"), opts=Options(tokens=8192))
         walls.append(time.perf_counter() - w)
         cpus.append(time.process_time() - c)
-    tried = len(candidates(model, 128, 8))
+    tried = len(candidates(model, 128, 8, (1, 2, 4, 8, 16), (1, 2, 4)))
     best = found[0]
     print(f"671B MoE on 128 x 8 H100: {tried} valid layouts built, {len(found)} fit; best "
-          f"tp {best.topo.layout.tp} pp {best.topo.layout.pp} ep {best.topo.layout.ep} at "
-          f"{best.total / GIB:.1f} GiB a rank")
+          f"tp {best.topo.layout.tp} pp {best.topo.layout.pp} cp {best.topo.layout.cp} ep "
+          f"{best.topo.layout.ep} at {best.total / GIB:.1f} GiB a rank, "
+          f"~{best.cost.total:.1f} s a step")
     print(f"RESULT plan_s {min(walls):.3f}")
     print(f"RESULT plan_cpu_s {min(cpus):.3f}")
     print(f"RESULT plan_s_over_target_2s {min(walls) / 2:.3f}")

@@ -142,7 +142,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     facts, why = model_facts(pairs, gap, gap_why)  # as for bash scripts: one rule
     skip_unknown(v, {u["flag"] for u in unresolved if u["flag"]}, facts)
     fit.apply(v, argv, cluster, {u["flag"] for u in unresolved} | ({None} if gap is not None
-                                                                    else set()))
+                                                                    else set()), launcher=True)
     _assumed_cluster_is_no_proof(v, cluster)
     where = None
     if got.source:  # every problem is in the flags of the call the launcher makes there

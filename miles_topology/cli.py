@@ -41,7 +41,8 @@ miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]]
                        [--env KEY=VALUE ...]
 miles-topology plan  (CONFIG.json | MODEL.sh | -- MODEL FLAGS...) --nodes N [--gpus-per-node N]
                      [--gpu NAME] [--top K] [--max-tokens-per-gpu T] [--recompute]
-                     [--optimizer-cpu-offload] [--format text|json]
+                     [--optimizer-cpu-offload] [--margin SHARE] [--tokens-per-step T]
+                     [--seq-length L] [--colocate] [--explain] [--format text|json]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
@@ -97,6 +98,8 @@ examples:
 examples:
   miles-topology plan DeepSeek-V3/config.json --nodes 128 --gpu H100
   miles-topology plan scripts/models/qwen3-30B-A3B.sh --nodes 2 --format json
+  miles-topology plan scripts/models/qwen3-30B-A3B.sh --nodes 1 --recompute \
+      --optimizer-cpu-offload --max-tokens-per-gpu 20480 --colocate --explain
   miles-topology plan --nodes 1 --gpu H200 -- --num-layers 48 --hidden-size 2048 \\
       --num-attention-heads 32 --num-query-groups 4 --num-experts 128 --moe-ffn-hidden-size 768""",
     "rule": """\
@@ -118,8 +121,8 @@ HELP = {
              "word per line",
     "schema": "print the JSON Schema of the topology YAML",
     "rule": "print a problem code's page (every code without one)",
-    "plan": "list the layouts a model trains with on a cluster, best first (memory "
-            "headroom, tp and ep inside a node), with their flags",
+    "plan": "list the layouts a model trains with on a cluster, fastest first by an "
+            "estimated step time (a tenth of the GPU kept free), with their flags",
 }
 
 
@@ -535,21 +538,26 @@ def cmd_show(args, flags) -> int:
 
 
 def cmd_plan(args, flags) -> int:
-    from .memory import Precision, Run
-    from .plan import gpu_name, plan, read_model, report
+    from .memory import gpu_bytes
+    from .plan import Options, gpu_name, plan, read_model, report
 
     shape, model = read_model(args.inputs, flags)
     gpu = gpu_name(args.gpu)
-    for key in ("nodes", "gpus_per_node", "top"):
-        if getattr(args, key) < 1:
-            raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: give 1 or more")
-    from .memory import gpu_bytes
-
-    prec = Precision(offload=1.0 if args.optimizer_cpu_offload else 0.0)
-    run = Run(tokens=args.max_tokens_per_gpu, recompute="full" if args.recompute else None)
-    found = plan(shape, model, args.nodes, args.gpus_per_node, gpu_bytes(gpu), prec, run)
+    for key in ("nodes", "gpus_per_node", "top", "max_tokens_per_gpu", "tokens_per_step",
+                "seq_length"):
+        value = getattr(args, key)
+        if value is not None and value < 1:
+            raise InputError(f"--{key.replace('_', '-')} {value}: give 1 or more")
+    if not 0 <= args.margin < 1:
+        raise InputError(f"--margin {args.margin}: give a share of the GPU in [0, 1)")
+    opts = Options(tokens=args.max_tokens_per_gpu, recompute=args.recompute or None,
+                   offload=args.optimizer_cpu_offload or None, margin=args.margin,
+                   step_tokens=args.tokens_per_step, seq_length=args.seq_length,
+                   colocate=args.colocate)
+    found = plan(shape, model, args.nodes, args.gpus_per_node, gpu_bytes(gpu), opts=opts,
+                 gpu_name=gpu)
     text = report(found, shape, model, args.nodes, args.gpus_per_node, gpu, args.top,
-                  args.format)
+                  args.format, opts, args.explain)
     if args.format == "json":  # a document: its values exact (safetext)
         OUT.document(json.loads(text))
     else:
@@ -635,9 +643,24 @@ def parser() -> argparse.ArgumentParser:
                            help="tokens of a micro-batch on a rank, for activations "
                                 "(default 8192)")
             p.add_argument("--recompute", action="store_true",
-                           help="full activation recompute (--recompute-granularity full)")
+                           help="full activation recompute (--recompute-granularity full; "
+                                "else both ways are weighed)")
             p.add_argument("--optimizer-cpu-offload", action="store_true",
-                           help="optimizer state on the CPU")
+                           help="optimizer state on the CPU (else both ways are weighed)")
+            p.add_argument("--margin", type=float, default=0.1, metavar="SHARE",
+                           help="share of the GPU a layout leaves free (default 0.1, where "
+                                "check warns)")
+            p.add_argument("--tokens-per-step", type=int, metavar="T",
+                           help="tokens of a training step, for the micro-batch count "
+                                "(default 4 micro-batches of --max-tokens-per-gpu a GPU)")
+            p.add_argument("--seq-length", type=int, metavar="L",
+                           help="the longest sample (prompt + response): cp x "
+                                "--max-tokens-per-gpu must hold it")
+            p.add_argument("--colocate", action="store_true",
+                           help="rollout engines on the training GPUs: propose their size "
+                                "and --sglang-mem-fraction-static")
+            p.add_argument("--explain", action="store_true",
+                           help="print each step-time term of every layout shown")
             p.add_argument("--format", choices=("text", "json"), default="text",
                            metavar="FORMAT", help="text (default) or json")
             continue

@@ -2,8 +2,10 @@
 
 memory-exceeds-gpu (error) is certain: weights, main grads and optimizer state alone, before
 any activation, exceed the GPU on some rank (the vocabulary left out when unknown, so a lower
-bound). memory-near-gpu (warning): with the activation estimate the largest rank passes 90 %
-of the GPU. Otherwise the report carries the largest rank's figures (`Verdict.memory`).
+bound). memory-near-gpu (warning): with the activation estimate and the GPU's reserve (CUDA
+context, NCCL buffers, fragmentation: memory.reserve_bytes) the largest rank passes 90 % of
+the GPU; past the whole GPU the message says "exceeds" and what was assumed. Otherwise the
+report carries the largest rank's figures (`Verdict.memory`).
 The GPU is `check --gpu` (pylaunch/cluster.py's table); when it is assumed, the error is
 judged against the largest GPU of the table, so no real cluster can make it wrong.
 """
@@ -27,6 +29,7 @@ from .memory import (
     gpu_bytes,
     layout_of,
     precision_from_flags,
+    reserve_bytes,
     run_from_flags,
     shape_from_flags,
     train_memory,
@@ -148,21 +151,24 @@ def fixes(topo: Topology, shape: Shape, prec: Precision, run: Run, limit: float,
     return [text for _, _, text in sorted(found)[:most]]
 
 
-def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None
-          ) -> tuple[list[Problem], dict[str, Any] | None]:
-    """(problems, report) of the memory of a valid Topology launched with `argv`."""
+def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None,
+          launcher: bool = False) -> tuple[list[Problem], dict[str, Any] | None]:
+    """(problems, report) of the memory of a valid Topology launched with `argv`;
+    `launcher`: a Python launcher that sizes its job from the cluster it runs on."""
     shape = shape_from_flags(argv)
     why = _skip_reason(topo, argv) or (None if shape else "--hidden-size not given")
     if why:
         return [], {"skipped": why}
     assert shape is not None
     lay = layout_of(topo)
-    prec, run = precision_from_flags(argv), run_from_flags(argv, lay)
-    est = train_memory(shape, lay, prec, run)
     gpu = gpu_of(cluster)
     if gpu is None:
         return [], {"skipped": f"GPU {cluster.gpu if cluster else '?'} is not modelled (its "
                                f"memory is unknown; one of {', '.join(GPUS)})"}
+    prec = precision_from_flags(argv)
+    run = replace(run_from_flags(argv, lay),
+                  reserve=reserve_bytes(gpu.bytes, topo.rollout.colocate))
+    est = train_memory(shape, lay, prec, run)
     certain = gpu.bytes if not gpu.assumed else gpu_bytes(LARGEST) or gpu.bytes
     top = est.largest_static
     problems = []
@@ -185,11 +191,14 @@ def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None
         if big.total > NEAR * gpu.bytes or top.static > certain:
             got = fixes(topo, shape, prec, run, NEAR * gpu.bytes, False)
             acts = "unknown" if big.activations is None else f"{gib(big.activations):g} GiB"
+            over = (f"exceeds {gpu.text} ({big.total / gpu.bytes:.1f} x)"
+                    if big.total > gpu.bytes else f"over {NEAR:.0%} of {gpu.text}")
             problems.append(Problem(
                 "memory-near-gpu",
                 f"pipeline stage {big.stage}: {gib(big.static):g} GiB of weights, grads and "
-                f"optimizer + {acts} of activations (estimate) = {gib(big.total):g} GiB, "
-                f"over {NEAR:.0%} of {gpu.text}" + (
+                f"optimizer + {acts} of activations (estimate) + {gib(big.reserve):g} GiB "
+                f"reserved (CUDA context, NCCL, fragmentation) = {gib(big.total):g} GiB, "
+                f"{over}{_assumed_cluster(cluster) if launcher else ''}" + (
                     " (--spec: a plugin's layers, estimated as Megatron's standard ones)"
                     if custom else "") + ".",
                 ("try " + ", or ".join(got)) if got else
@@ -208,6 +217,17 @@ def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None
     return problems, report
 
 
+def _assumed_cluster(cluster: Cluster | None) -> str:
+    """Where the cluster a launcher sized its job from was assumed: the flags that give it."""
+    if cluster is None:
+        return ""
+    missing = [k for k in ("nodes", "gpus_per_node") if k in cluster.assumed]
+    if not missing:
+        return ""
+    return (f", on the assumed cluster of {cluster.nodes} x {cluster.gpus_per_node} GPUs "
+            f"(give {' / '.join('--' + k.replace('_', '-') for k in missing)})")
+
+
 def rank_gib(topo: Topology, report: dict[str, Any] | None) -> dict[int, float] | None:
     """Estimated GiB per train rank from a verdict's memory report (for `show`); None when
     there is no estimate."""
@@ -218,7 +238,7 @@ def rank_gib(topo: Topology, report: dict[str, Any] | None) -> dict[int, float] 
 
 
 def apply(v: Verdict, argv: Sequence[Any], cluster: Cluster | None,
-          unknown: Collection[str | None] = ()) -> Verdict:
+          unknown: Collection[str | None] = (), launcher: bool = False) -> Verdict:
     """Add the memory findings and figures to a verdict whose Topology was built. `unknown`:
     the flags whose value is known only at run time (None: words that may hold any flag); one
     the estimate reads, or unknown sizes (no summary), and there is no estimate."""
@@ -230,7 +250,7 @@ def apply(v: Verdict, argv: Sequence[Any], cluster: Cluster | None,
     if hit or v.summary is None:
         v.memory = {"skipped": f"{', '.join(hit) or 'the sizes'}: known only at run time"}
         return v
-    problems, v.memory = judge(v.topology, argv, cluster)
+    problems, v.memory = judge(v.topology, argv, cluster, launcher)
     v.errors += [p for p in problems if p.severity == "error"]
     v.warnings += [p for p in problems if p.severity == "warning"]
     return v

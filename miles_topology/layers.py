@@ -118,9 +118,23 @@ def moe_pattern(num_layers: int, freq: int | tuple[int, ...]) -> tuple[bool, ...
 
 
 def stage_counts(
-    num_layers: int, pp: int, first: int | None, last: int | None
+    num_layers: int, pp: int, first: int | None, last: int | None,
+    pad: tuple[int, int] = (0, 0),
 ) -> tuple[int, ...] | None:
-    """Layers per pipeline stage, or None when they cannot be split as given."""
+    """Layers per pipeline stage, or None when they cannot be split as given. `pad`: the
+    embedding and the loss counted as a layer each (--account-for-*-in-pipeline-split):
+    megatron-core get_num_layers_to_build splits layers + pad evenly and builds one fewer
+    on the first (last) stage; TransformerConfig refuses it with uneven first/last stages."""
+    if any(pad):
+        if first is not None or last is not None:
+            return None
+        slots = num_layers + sum(pad)
+        if slots % pp:
+            return None
+        counts = [slots // pp] * pp
+        counts[0] -= pad[0]
+        counts[-1] -= pad[1]
+        return tuple(counts) if min(counts) >= 0 else None
     if pp == 1:
         return (num_layers,) if first is None and last is None else None
     head = [first] if first is not None else []
@@ -136,8 +150,18 @@ def stage_counts(
     return tuple(head + [middle_layers // middle_stages] * middle_stages + tail)
 
 
-def chunk_layers(counts: tuple[int, ...], vpp: int, pp_rank: int, vpp_rank: int) -> range:
-    """Global layer ids of chunk (pp_rank, vpp_rank); each stage count divides by vpp."""
+def chunk_layers(counts: tuple[int, ...], vpp: int, pp_rank: int, vpp_rank: int,
+                 pad: tuple[int, int] = (0, 0)) -> range:
+    """Global layer ids of chunk (pp_rank, vpp_rank); each stage count divides by vpp.
+    With `pad` (see stage_counts) the layers + pad slots are cut into pp x vpp equal chunks,
+    virtual stage major (megatron-core get_transformer_layer_offset); slot 0 is the
+    embedding, the last slot the loss."""
+    if any(pad):
+        layers = sum(counts)
+        per = (layers + sum(pad)) // (len(counts) * vpp)
+        start = (vpp_rank * len(counts) + pp_rank) * per
+        lo = max(0, start - pad[0])
+        return range(lo, min(layers, start + per - pad[0]))
     per_chunk = [c // vpp for c in counts]
     start = vpp_rank * sum(per_chunk) + sum(per_chunk[:pp_rank])
     return range(start, start + per_chunk[pp_rank])

@@ -87,6 +87,9 @@ class Shape:
     qk_head: int = 128
     rope_head: int = 64
     v_head: int = 128
+    groups: int | None = None  # query groups as Megatron builds them (None: the Topology's)
+    output_gate: bool = False  # --attention-output-gate: heads x kv more QKV columns
+    dispatcher: str = "allgather"  # --moe-token-dispatcher-type (Megatron's default)
 
     @property
     def vocab_known(self) -> bool:
@@ -123,11 +126,39 @@ class Precision:
 
 @dataclass(frozen=True)
 class Run:
-    """What sets the activations and the rollout memory."""
+    """What sets the activations and the rollout memory; `reserve`: bytes a rank holds beyond
+    its tensors (`reserve_bytes`)."""
 
     tokens: int | None = None  # tokens of one micro-batch on one rank (after cp)
     recompute: str | None = None  # None, "selective" or "full"
     mem_fraction: float | None = None  # --sglang-mem-fraction-static
+    reserve: int = 0
+
+
+# What a training process holds on a GPU beyond weights, grads, optimizer state and
+# activations, in GiB (a judgment from the sources, frozen here):
+# - CUDA context with PyTorch's kernels, cuBLAS and cuDNN workspaces: about 1 GiB per process
+#   on NVIDIA and AMD GPUs alike (PyTorch "CUDA semantics" notes: the context is created
+#   lazily and holds hundreds of MiB; larger with more kernels loaded);
+# - NCCL communicator buffers: slime's v0.1.0 release post
+#   (https://thudm.github.io/slime/blogs/release_v0.1.0.html) measured more than 10 GB on
+#   large MoE jobs before its fixes and 3-5 GB after; 4 GiB, the middle;
+# - allocator fragmentation: 3 % of the GPU's memory (PyTorch's caching allocator rounds
+#   and splits blocks; the share grows with the memory in use).
+RESERVE_CONTEXT_GIB = 1.0
+RESERVE_NCCL_GIB = 4.0
+RESERVE_FRAGMENTATION = 0.03
+
+
+def reserve_bytes(gpu: int | None, colocated: bool = False) -> int:
+    """The per-GPU reserve (see above) for a GPU of `gpu` bytes; 0 when the GPU is unknown.
+    `colocated`: a rollout engine's process shares the GPU and keeps its own CUDA context
+    while it sleeps during training (SGLang releases its weights and KV cache only)."""
+    if not gpu:
+        return 0
+    contexts = 2 if colocated else 1
+    return int((contexts * RESERVE_CONTEXT_GIB + RESERVE_NCCL_GIB) * GIB
+               + RESERVE_FRAGMENTATION * gpu)
 
 
 # ---- reading the Topology: the one adapter -----------------------------------------------
@@ -222,9 +253,15 @@ class Counter:
 
     def __init__(self, shape: Shape, lay: Layout):
         self.s, self.l = shape, lay
+        self._layers: dict[tuple[bool, int], Params] = {}
+        self._stages: dict[int, Params] = {}
 
     def norm(self, d: int) -> int:
         return d if self.s.rms else 2 * d
+
+    @property
+    def groups(self) -> int:
+        return self.s.groups or self.l.groups
 
     def column(self, d_in: int, d_out: int, tp: int, bias: bool) -> int:
         """ColumnParallelLinear: d_out split over tp (its bias too)."""
@@ -251,7 +288,8 @@ class Counter:
                   + (self.norm(s.kv_lora) if s.qk_norm else 0))
             return q + kv + self.row(lay.heads * s.v_head, h, t, s.bias)
         kv = s.kv_channels or h // lay.heads
-        qkv = (lay.heads + 2 * lay.groups) * kv
+        # megatron-core SelfAttention: the output gate adds heads x kv_channels columns
+        qkv = (lay.heads * (2 if s.output_gate else 1) + 2 * self.groups) * kv
         norms = 2 * self.norm(kv) if s.qk_norm else 0
         return (self.column(h, qkv, t, s.bias or s.qkv_bias) + norms
                 + self.row(lay.heads * kv, h, t, s.bias))
@@ -262,6 +300,12 @@ class Counter:
                                                                           tp, bias)
 
     def layer(self, moe: bool, local_experts: int) -> Params:
+        key = (moe, local_experts)
+        if key not in self._layers:
+            self._layers[key] = self._layer(moe, local_experts)
+        return self._layers[key]
+
+    def _layer(self, moe: bool, local_experts: int) -> Params:
         s, h = self.s, self.s.hidden
         common = self.attention + 2 * self.norm(h)  # input and pre-MLP norms
         if not moe:
@@ -299,10 +343,12 @@ class Counter:
         return got + Params(d)
 
     def stage(self, p: int) -> Params:
-        got = Params()
-        for v in range(self.l.vpp):
-            got += self.chunk(p, v)
-        return got
+        if p not in self._stages:
+            got = Params()
+            for v in range(self.l.vpp):
+                got += self.chunk(p, v)
+            self._stages[p] = got
+        return self._stages[p]
 
 
 # ---- bytes --------------------------------------------------------------------------------
@@ -318,6 +364,7 @@ class RankMemory:
     grads: int
     optimizer: int
     activations: int | None
+    reserve: int = 0  # CUDA context, NCCL buffers, fragmentation (`reserve_bytes`)
 
     @property
     def static(self) -> int:
@@ -326,14 +373,14 @@ class RankMemory:
 
     @property
     def total(self) -> int:
-        return self.static + (self.activations or 0)
+        return self.static + (self.activations or 0) + self.reserve
 
     def as_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "params": self.params.total,
                 "expert_params": self.params.expert, "weights_gib": gib(self.weights),
                 "grads_gib": gib(self.grads), "optimizer_gib": gib(self.optimizer),
                 "activations_gib": None if self.activations is None else gib(self.activations),
-                "total_gib": gib(self.total)}
+                "reserve_gib": gib(self.reserve), "total_gib": gib(self.total)}
 
 
 def gib(n: float) -> float:
@@ -395,9 +442,10 @@ class Estimate:
 
 
 def train_memory(shape: Shape, lay: Layout, prec: Precision = Precision(),
-                 run: Run = Run()) -> Estimate:
-    """Per-rank training memory of every pipeline stage: the one function (see module doc)."""
-    counter = Counter(shape, lay)
+                 run: Run = Run(), counter: Counter | None = None) -> Estimate:
+    """Per-rank training memory of every pipeline stage: the one function (see module doc).
+    `counter`: the layout's Counter, when the caller estimates it more than once."""
+    counter = counter or Counter(shape, lay)
     out = []
     for p in range(lay.pp):
         par = counter.stage(p)
@@ -408,7 +456,7 @@ def train_memory(shape: Shape, lay: Layout, prec: Precision = Precision(),
             opt = n
         opt_bytes = int(opt * prec.optimizer * (1 - prec.offload))
         out.append(RankMemory(p, par, n * prec.weight, n * prec.grad, opt_bytes,
-                              activations(shape, lay, run, p)))
+                              activations(shape, lay, run, p), run.reserve))
     return Estimate(lay, shape, tuple(out))
 
 
@@ -463,7 +511,7 @@ def engine_memory(shape: Shape, lay: Layout, gpu: int | None, fraction: float | 
         per_token = (shape.kv_lora + shape.rope_head) * lay.layers * 2
     else:
         kv = shape.kv_channels or shape.hidden // lay.heads
-        per_token = 2 * max(1, lay.groups // attn_tp) * kv * lay.layers * 2
+        per_token = 2 * max(1, (shape.groups or lay.groups) // attn_tp) * kv * lay.layers * 2
     tokens = None
     if gpu is not None and fraction is not None:
         tokens = max(0, int(gpu * fraction) - weights) // per_token
@@ -487,7 +535,9 @@ READS = (
     "--max-tokens-per-gpu", "--rollout-max-response-len", "--rollout-max-prompt-len",
     "--micro-batch-size", "--recompute-granularity", "--sglang-mem-fraction-static",
     "--fp8-param-gather", "--use-megatron-fsdp", "--use-torch-fsdp2", "--spec",
-    "--megatron-to-hf-mode", "--moe-latent-size",
+    "--megatron-to-hf-mode", "--moe-latent-size", "--use-rotary-position-embeddings",
+    "--group-query-attention", "--moe-shared-expert-gate", "--attention-output-gate",
+    "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--fp16",
 )
 
 
@@ -528,6 +578,15 @@ def shape_from_flags(argv: Sequence[str]) -> Shape | None:
     if hidden is None:
         return None
     pos = v.get("--position-embedding-type", "learned_absolute")
+    if "--use-rotary-position-embeddings" in v:  # Megatron-LM validate_args: legacy RoPE
+        pos = "rope"
+    # Megatron-LM core_transformer_config_from_args: num_query_groups only with
+    # --group-query-attention (else full multi-head attention); its default is 1
+    heads = _int(v, "--num-attention-heads")
+    if "--group-query-attention" in v:
+        groups = _int(v, "--num-query-groups") or 1
+    else:
+        groups = heads
     return Shape(
         hidden=hidden, ffn=_int(v, "--ffn-hidden-size"), vocab=_int(v, "--vocab-size"),
         vocab_multiple=_int(v, "--make-vocab-size-divisible-by") or 128,
@@ -541,6 +600,9 @@ def shape_from_flags(argv: Sequence[str]) -> Shape | None:
         mla="--multi-latent-attention" in v, q_lora=_int(v, "--q-lora-rank"),
         kv_lora=_int(v, "--kv-lora-rank") or 512, qk_head=_int(v, "--qk-head-dim") or 128,
         rope_head=_int(v, "--qk-pos-emb-head-dim") or 64, v_head=_int(v, "--v-head-dim") or 128,
+        groups=groups, output_gate="--attention-output-gate" in v,
+        shared_gate="--moe-shared-expert-gate" in v,
+        dispatcher=v.get("--moe-token-dispatcher-type") or "allgather",
     )
 
 
@@ -555,7 +617,17 @@ def precision_from_flags(argv: Sequence[str]) -> Precision:
         grad, master = b("--main-grads-dtype", "fp32"), b("--main-params-dtype", "fp32")
         moments = b("--exp-avg-dtype", "fp32") + b("--exp-avg-sq-dtype", "fp32")
     else:
-        grad, master, moments = 4, 4, 8
+        master, moments = 4, 8
+        grad = DTYPE_BYTES.get((v.get("--main-grads-dtype") or "fp32").lower(), 4)
+    # Megatron-LM validate_args: under bf16 (miles' default) main grads are fp32 unless
+    # --grad-reduce-in-bf16 or --main-grads-dtype bf16 (accumulate_allreduce_grads_in_fp32
+    # set for fp32 main grads); under --fp16 they are the params' fp16 unless
+    # --accumulate-allreduce-grads-in-fp32; the DDP grad buffer is fp32 iff it is set
+    # (megatron-core DistributedDataParallel: grad_reduce_in_fp32)
+    if "--fp16" in v:
+        grad = 4 if "--accumulate-allreduce-grads-in-fp32" in v else 2
+    elif "--grad-reduce-in-bf16" in v:
+        grad = 2
     offload = 0.0
     if "--optimizer-cpu-offload" in v:
         try:
@@ -603,7 +675,6 @@ HF_KEYS = {  # Shape / Topology fact <- HF config.json keys, first present wins
     "moe_ffn": ("moe_intermediate_size",), "topk": ("num_experts_per_tok",),
     "q_lora": ("q_lora_rank",), "kv_lora": ("kv_lora_rank",), "qk_head": ("qk_nope_head_dim",),
     "rope_head": ("qk_rope_head_dim",), "v_head": ("v_head_dim",),
-    "mtp": ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
 }
 
 
@@ -631,8 +702,9 @@ def from_hf_config(cfg: Mapping[str, Any]) -> tuple[Shape, dict[str, Any]]:
                                                and i not in only) for i in range(layers)))
         if not shared and cfg.get("n_shared_experts"):
             shared = int(cfg["n_shared_experts"]) * int(g["moe_ffn"] or 0)
-    if g["mtp"]:
-        fields["mtp_layers"] = int(g["mtp"])
+    # the MTP layers of the checkpoint (num_nextn_predict_layers) are not counted: miles'
+    # and slime's model files for these checkpoints (deepseek-v3, kimi-k2, glm4.5) train
+    # without --mtp-num-layers; give the flags to count them
     mla = g["kv_lora"] is not None
     shape = Shape(
         hidden=int(g["hidden"]), ffn=g["ffn"],
@@ -644,6 +716,7 @@ def from_hf_config(cfg: Mapping[str, Any]) -> tuple[Shape, dict[str, Any]]:
         tied=bool(cfg.get("tie_word_embeddings", False)), mla=mla, q_lora=g["q_lora"],
         kv_lora=g["kv_lora"] or 512, qk_head=g["qk_head"] or 128, rope_head=g["rope_head"] or 64,
         v_head=g["v_head"] or 128,
+        dispatcher="alltoall",  # what miles' and slime's model files for these models use
     )
     return shape, fields
 

@@ -61,6 +61,7 @@ class Stages:
     chunks: int  # virtual pipeline stages per pipeline rank (1 without interleaving)
     counts: tuple[int, ...] | None  # decoder layers per pipeline stage; None without layers
     moe_pattern: tuple[bool, ...]  # per decoder layer, whether it is an MoE layer
+    pad: tuple[int, int] = (0, 0)  # the embedding / loss counted as a layer in the split
 
     @classmethod
     def of(cls, layout: Layout, model: Model) -> Stages:
@@ -69,9 +70,10 @@ class Stages:
             chunks = layout.vpp
         elif layout.vpp_layers is not None and model.layers is not None and layout.pp > 1:
             chunks = max(1, model.layers // (layout.pp * layout.vpp_layers))
+        pad = (int(layout.embedding_in_split), int(layout.loss_in_split))
         counts = None if model.layers is None else _layers.stage_counts(
-            model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
-        return cls(layout.pp, chunks, counts, model.moe_pattern)
+            model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers, pad)
+        return cls(layout.pp, chunks, counts, model.moe_pattern, pad)
 
     def layers(self, pp_rank: int, vpp_rank: int = 0) -> tuple[int, ...]:
         """Global decoder layer ids of virtual stage (pp_rank, vpp_rank)."""
@@ -81,7 +83,8 @@ class Stages:
             raise IndexError(
                 f"stage ({pp_rank}, {vpp_rank}) outside pp={self.pp} x vpp={self.chunks}"
             )
-        return tuple(_layers.chunk_layers(self.counts, self.chunks, pp_rank, vpp_rank))
+        return tuple(_layers.chunk_layers(self.counts, self.chunks, pp_rank, vpp_rank,
+                                          self.pad))
 
     def pipeline(self, pp_rank: int) -> tuple[int, ...]:
         """Every decoder layer id pipeline rank `pp_rank` holds, its virtual stages in order

@@ -117,6 +117,12 @@ class Layout(_Part):
     # uneven stages: the last stage's layer count
     last_stage_layers: int | None = fact("--decoder-last-pipeline-num-layers", None, ge=0)
     """Decoder layers of the last pipeline stage (uneven stages), e.g. 3."""
+    # the embedding / the loss counted as one layer each in the pipeline split (megatron-core
+    # transformer_block.get_num_layers_to_build): the first / last stage builds one fewer
+    embedding_in_split: bool = fact("--account-for-embedding-in-pipeline-split", False)
+    """The embedding counts as a layer when layers are split over pipeline stages."""
+    loss_in_split: bool = fact("--account-for-loss-in-pipeline-split", False)
+    """The loss counts as a layer when layers are split over pipeline stages."""
     # the dense grid's sequence axis; replay rows are cut over it
     cp: int = fact("--context-parallel-size", ge=1, summary=True)
     """Context-parallel size of the trainer, in GPUs, e.g. 2."""

@@ -155,6 +155,31 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
             )
         return  # vpp with pp == 1 is vpp-requires-pp
     counts = topo.stages.counts
+    pad = topo.stages.pad
+    if counts is None and any(pad):
+        named = [flag for flag, on in ((F.embedding_in_split, pad[0]),
+                                       (F.loss_in_split, pad[1])) if on]
+        if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+            # megatron-core TransformerConfig.__post_init__ raises ValueError
+            yield _err(
+                "layers-not-divisible-by-pp",
+                f"{' and '.join(named)} cannot be combined with uneven first/last pipeline "
+                "stages: megatron-core refuses both at once.",
+                f"drop {F.first_stage_layers}/{F.last_stage_layers} or {' / '.join(named)}",
+                "first_stage_layers", "last_stage_layers", "pp",
+            )
+            return
+        slots = mod.layers + sum(pad)
+        pps = [p for p in _divisors(slots) if topo.world_size % (lay.tp * lay.cp * p) == 0]
+        yield _err(
+            "layers-not-divisible-by-pp",
+            f"{mod.layers} layers + {sum(pad)} ({' and '.join(named)}) = {slots} cannot be "
+            f"split evenly over pp = {lay.pp} stages ({slots}/{lay.pp} = "
+            f"{slots / lay.pp:.2f}); megatron-core get_num_layers_to_build asserts it.",
+            f"try {F.pp} {_or(_nearest(pps, lay.pp))}",
+            "layers", "pp",
+        )
+        return
     if counts is None:
         if lay.first_stage_layers is None and lay.last_stage_layers is None:
             pps = [
@@ -182,7 +207,7 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
                 "layers", "pp", "first_stage_layers", "last_stage_layers",
             )
         return
-    if 0 in counts:
+    if 0 in counts and not any(pad):
         # megatron-core TransformerConfig.__post_init__ (uneven PP): first/last stage sizes must
         # be > 0 and middle stages need layers, else ValueError
         yield _err(
@@ -206,7 +231,9 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
             "layers", "pp", "vpp_layers",
         )
         return
-    bad = [c for c in counts if c % topo.stages.chunks]
+    # with the embedding / loss in the split, each stage's layers + pad slots split over vpp
+    slots = [(mod.layers + sum(pad)) // lay.pp] * lay.pp if any(pad) else counts
+    bad = [c for c in slots if c % topo.stages.chunks]
     if bad:
         yield _err(
             "layers-not-divisible-by-pp",

@@ -86,7 +86,8 @@ def memory_lines(report: dict | None) -> list[str]:
                                                           else "")
     out = [f"memory (largest rank, pipeline stage {big['stage']}): weights "
            f"{big['weights_gib']:g} + grads {big['grads_gib']:g} + optimizer "
-           f"{big['optimizer_gib']:g} + activations ~{acts} = {big['total_gib']:g} GiB of "
+           f"{big['optimizer_gib']:g} + activations ~{acts} + reserve "
+           f"{big.get('reserve_gib', 0):g} = {big['total_gib']:g} GiB of "
            f"{gpu}" + ("" if report["vocab_known"] else " (vocabulary unknown)")]
     if len(report["stages"]) > 1:
         out.append("memory per rank, by pipeline stage (its ranks alike): " + ", ".join(

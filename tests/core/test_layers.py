@@ -20,9 +20,9 @@ LAYERS = (
     ("checks", "flags"),  # the rules on it; the flag grammar
     ("sources", "yamlflags", "channels", "__init__"),  # reading and writing it; the package face
     # what is built on a Topology
-    ("weightsync", "replay", "show", "report", "memory", "fit", "plan", "shell", "pylaunch",
-     "check_script", "check_launcher", "migrations", "selection", "discover", "formats", "stdin",
-     "fix", "cli", "__main__"),
+    ("weightsync", "replay", "show", "report", "memory", "cost", "fit", "plan", "shell",
+     "pylaunch", "check_script", "check_launcher", "migrations", "selection", "discover",
+     "formats", "stdin", "fix", "cli", "__main__"),
 )
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 

@@ -19,6 +19,7 @@ from miles_topology.memory import (
     layout_of,
     precision_from_flags,
     read_hf_config,
+    reserve_bytes,
     shape_from_flags,
     train_memory,
     vary,
@@ -47,8 +48,10 @@ def topo_of(argv: list[str]) -> Topology:
 
 
 def test_deepseek_v3_has_671b_parameters_without_mtp():
+    """config.json's MTP layer is not counted: miles' and slime's deepseek-v3 model files
+    train without --mtp-num-layers."""
     shape, model = read_hf_config(DSV3)
-    model.pop("mtp_layers")
+    assert "mtp_layers" not in model
     est = train_memory(shape, layout_of(Topology(nodes=1, gpus_per_node=1, **model)))
     assert round(est.stages[0].params.total / 1e9) == 671
 
@@ -186,7 +189,8 @@ def test_the_warning_starts_at_90_percent_with_activations():
     gpu = gpu_bytes("H100")
 
     def total(tokens: int) -> int:
-        return train_memory(shape, lay, prec, Run(tokens=tokens)).largest.total
+        return train_memory(shape, lay, prec, Run(tokens=tokens, reserve=reserve_bytes(
+            gpu_bytes("H100")))).largest.total
 
     lo, hi = 1, 1 << 20  # the fewest tokens whose estimate passes 90 % of the GPU
     assert total(lo) <= 0.9 * gpu < total(hi)
@@ -252,7 +256,7 @@ def test_plan_lists_valid_layouts_that_fit_best_first(capsys):
     assert code == 0
     got = json.loads(out)
     assert got["layouts"] and got["cluster"]["gpu"] == "H100"
-    keys = [(not x["tp_in_node"], not x["ep_in_node"], x["total_gib"]) for x in got["layouts"]]
+    keys = [x["step_s"] for x in got["layouts"]]  # fastest first (tests/core/test_plan_cost)
     assert keys == sorted(keys)
     shape, model = read_hf_config(DSV3)
     for x in got["layouts"][:5]:  # its flags are a valid layout whose largest rank fits
@@ -260,7 +264,7 @@ def test_plan_lists_valid_layouts_that_fit_best_first(capsys):
                                                  "--num-attention-heads", "128",
                                                  "--num-experts", "256"])
         assert (topo.layout.tp, topo.layout.pp, topo.layout.ep) == (x["tp"], x["pp"], x["ep"])
-        assert x["total_gib"] <= gpu_bytes("H100") / GIB
+        assert x["total_gib"] <= 0.9 * gpu_bytes("H100") / GIB
 
 
 def test_plan_from_a_model_script_and_flags(tmp_path, capsys):
