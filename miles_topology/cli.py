@@ -248,6 +248,10 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
         return
 
     def judged(p: str) -> list[Verdict]:
+        if p.endswith(".py") and not found.walked and _not_launcher(p):
+            # pre-commit names every .py file: a model file or helper is not run (discover.kind)
+            return [Verdict(p, nothing="no training launch: a Python file with no `__main__` "
+                              "that starts training (a model file, a helper)")]
         try:
             return _one(p, env, py)
         except NoTrainingLaunch as e:  # a setup or data-prep script beside the launchers
@@ -269,6 +273,14 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
 
 
 JOBS = min(8, os.cpu_count() or 1)  # Python launchers checked at once in a batch
+
+
+def _not_launcher(path: str) -> bool:
+    """A Python file that discover.kind does not take for a launcher (it exists: a missing
+    one stays unreadable)."""
+    from .discover import kind
+
+    return os.path.isfile(path) and kind(path) != "launcher"
 
 
 def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
