@@ -2,7 +2,7 @@
 
 text (default): nothing for a clean input, each problem of the others, then a one-line
 summary; `verbose`: every input's full report (values, sources, the map), as `check`
-printed before 0.3. concise: one `path:line:col: code message` line a problem. github:
+printed before 0.3. concise: one `path:line:col: severity code message` line a problem. github:
 workflow annotations, streamed too. json and sarif are one document, written at the end.
 Inputs arrive in the order they are checked (files by name), and the problems of one input
 are printed by file and line (report._problems). A progress line goes to a terminal's stderr
@@ -36,7 +36,8 @@ PROGRESS_AFTER_S = 1.0
 
 
 def concise(v: Verdict, color: bool = False) -> list[str]:
-    """One `path:line:col: code message` line per problem of a verdict (ruff's concise)."""
+    """One `path:line:col: severity code message` line per problem (ruff's concise, with the
+    severity word after the position)."""
     if v.unreadable is not None:  # every text of a checked file: printable (safetext)
         return [_line(f"{printable(v.path)}:1:1: {paint('unreadable', 'error', color)} "
                      f"{printable(_one_line(v.unreadable))}")]
@@ -47,7 +48,7 @@ def concise(v: Verdict, color: bool = False) -> list[str]:
         col = column(p) if p.location else None
         code = paint(p.code, kind, color)
         note = " (skipped: depends on an unresolved value)" if kind == "skipped" else ""
-        out.append(_line(f"{printable(path)}:{at}:{col or 1}: {code} "
+        out.append(_line(f"{printable(path)}:{at}:{col or 1}: {kind} {code} "
                          f"{printable(_one_line(p.message))}{note}"))
     return out
 

@@ -67,6 +67,7 @@ def _env_changes() -> dict:
 
 
 def record(kind: str, argv=None, shell: str | None = None, env=None, **extra) -> None:
+    _flush_ran()
     rec = {"kind": kind, "argv": argv, "shell": shell, "source": _where(),
            "env": dict(env) if env is not None else None, "env_changes": _env_changes()}
     rec.update(extra)
@@ -86,6 +87,63 @@ def inside(path) -> bool:
     except (TypeError, ValueError):
         return False
     return full == WORK or full.startswith(WORK + os.sep)
+
+
+# ------------------------------------------- the lines of the user's code that ran (issue 36)
+
+_RAN: dict[str, set] = {}  # file -> lines run since the last flush
+_USER: dict[str, bool] = {}  # file -> whether it is the user's code (cached)
+_SKIP: tuple = ()  # folders whose code is not the user's: the standard library, site, ours
+
+
+def _is_user(name: str) -> bool:
+    got = _USER.get(name)
+    if got is None:
+        got = _USER[name] = not name.startswith("<") and not name.startswith(_SKIP) and \
+            "site-packages" not in name
+    return got
+
+
+def _lines(frame, event, arg):
+    if event == "line":
+        _RAN.setdefault(frame.f_code.co_filename, set()).add(frame.f_lineno)
+    return _lines
+
+
+def _calls(frame, event, arg):
+    """sys.settrace's global tracer: line events only in the user's frames (the launcher, its
+    helpers, the checkout's modules), so that the checker can tell which of the places that
+    spell a flag ran (the branch of a `match` that was taken)."""
+    name = frame.f_code.co_filename
+    if event != "call" or not _is_user(name):
+        return None
+    _RAN.setdefault(name, set())
+    return _lines
+
+
+def _trace_on(cfg: dict) -> None:
+    global _SKIP
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    _SKIP = tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib", "purelib",
+                                                       "platlib")) + (
+        os.path.join(os.path.realpath(cfg.get("package") or os.path.dirname(
+            os.path.dirname(os.path.abspath(__file__)))), ""), os.path.abspath(__file__))
+    threading.settrace(_calls)
+    sys.settrace(_calls)
+
+
+def _flush_ran() -> None:
+    """The lines run since the last record, one record per file (before the record of a
+    command, so that each launch's words are located with what had run by then)."""
+    if not _RAN:
+        return
+    got = [(f, sorted(lines)) for f, lines in _RAN.items() if lines]
+    _RAN.clear()
+    for f, lines in got:
+        for i in range(0, len(lines), 4096):
+            emit({"ran": [f, 0], "lines": lines[i:i + 4096]})
 
 
 # ---------------------------------------------------------------- recorders
@@ -717,6 +775,7 @@ def main() -> None:
     sys.argv = [cfg["launcher"] if mode == "path" else "-c" if mode == "code" else
                 cfg["launcher"], *cfg["args"]]
     sys.addaudithook(hook)
+    _trace_on(cfg)
     end: dict = {"end": "ok"}
     try:
         if mode == "code":

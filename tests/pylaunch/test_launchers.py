@@ -390,3 +390,42 @@ def test_real_imports_flag_on_the_command_line(tmp_path, capsys):
         data = json.loads(capsys.readouterr().out)
         assert data["topology"]["world_size"] == 4  # torch.cuda answered from the model
         assert f"echo standin={standin}" in [o["command"] for o in data["others"]]
+
+
+# ---------------------------------------------------------------- where each flag is spelled
+
+
+QWEN = HERE / "upstream" / "scripts" / "run_qwen3_4b.py"
+
+
+def _line(path: Path, text: str, after: str = "") -> int:
+    lines = path.read_text().splitlines()
+    start = next(i for i, x in enumerate(lines) if after in x) if after else 0
+    return next(i for i, x in enumerate(lines, 1) if i > start and text in x)
+
+
+@pytest.mark.parametrize("backend", ["megatron", "fsdp"])
+def test_a_flag_in_both_branches_of_a_match_lands_on_the_branch_taken(backend):
+    """--max-tokens-per-gpu is spelled in both `case`s; the taken one is where it is (traced
+    in the child, issue 36); a flag built in a helper module is located there."""
+    (got,) = read_python_launches(str(QWEN), [], {**UP, "MILES_SCRIPT_TRAIN_BACKEND": backend})
+    f, line, col = got.spelled["--max-tokens-per-gpu"]
+    assert f == str(QWEN) and line == _line(QWEN, "--max-tokens-per-gpu", f'case "{backend}"')
+    assert QWEN.read_text().splitlines()[line - 1][col - 1:].startswith("--max-tokens-per-gpu")
+    helper = HERE / "upstream" / "miles" / "utils" / "external_utils" / "model_args_utils.py"
+    assert got.spelled["--num-layers"][:2] == (str(helper), _line(helper, '"tiny-dense"'))
+
+
+def test_a_typo_inside_an_f_string_is_reported_at_its_line(tmp_path, capsys):
+    """concise output puts unknown-flag on the f-string's line and column, not on the
+    execute_train call; the severity word follows the position."""
+    typo = tmp_path / "scripts" / "run_qwen3_4b.py"
+    typo.parent.mkdir()
+    typo.write_text(QWEN.read_text().replace('f"--tensor-model-parallel-size',
+                                             'f"--tensor-model-paralel-size'))
+    line = _line(typo, "--tensor-model-paralel-size")
+    col = typo.read_text().splitlines()[line - 1].index("--tensor") + 1
+    assert main(["check", "--output-format", "concise", "--env", f"PYTHONPATH={UP['PYTHONPATH']}",
+                 str(typo)]) == 1
+    out = capsys.readouterr().out
+    assert f"{typo}:{line}:{col}: error unknown-flag --tensor-model-paralel-size" in out, out
