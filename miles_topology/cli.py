@@ -626,8 +626,8 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes")
             p.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
                            help="GPUs a node (default 8)")
-            p.add_argument("--gpu", metavar="NAME", type=_gpu, help="the GPU: H100 (default), H200, B200, "
-                                                         "MI300X, ...")
+            p.add_argument("--gpu", metavar="NAME", type=_gpu,
+                           help="the GPU: H100 (default), H200, B200, MI300X, ...")
             p.add_argument("--top", type=int, default=10, metavar="K",
                            help="layouts to print (default 10)")
             p.add_argument("--max-tokens-per-gpu", type=int, default=8192, metavar="T",
@@ -663,7 +663,8 @@ def parser() -> argparse.ArgumentParser:
                                 "the kernel cannot isolate them (docs/sandbox.md)")
             p.add_argument("--format", "--output-format", choices=FORMATS, default="text",
                            metavar="FORMAT", dest="format",
-                           help="text (default), concise (one `path:line:col: severity code message` "
+                           help="text (default), concise (one "
+                                "`path:line:col: severity code message` "
                                 "line a problem), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")
             p.add_argument("-q", "--quiet", action="store_true",

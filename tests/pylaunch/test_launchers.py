@@ -429,3 +429,38 @@ def test_a_typo_inside_an_f_string_is_reported_at_its_line(tmp_path, capsys):
                  str(typo)]) == 1
     out = capsys.readouterr().out
     assert f"{typo}:{line}:{col}: error unknown-flag --tensor-model-paralel-size" in out, out
+
+
+def test_plan_reads_a_python_model_file(capsys):
+    """miles' model files are Python (scripts/models/*.py, `def model_args() -> str`): plan
+    runs it in the sandbox, as model_args_utils.py does, and lists layouts."""
+    model = HERE / "upstream" / "scripts" / "models" / "tiny-moe.py"
+    assert main(["plan", str(model), "--nodes", "1", "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["layouts"] and got["model"]["layers"] == 8 and got["model"]["experts"] == 16
+    broken = main(["plan", str(HERE / "launch_utils.py"), "--nodes", "1"])
+    assert broken == 2 and "not read as a miles model file" in capsys.readouterr().err
+
+
+def test_an_unknown_gpu_is_a_usage_error(capsys):
+    assert main(["check", "--gpu", "A100-40GB", "--", "--num-layers", "2"]) == 2
+    assert "did you mean A100?" in capsys.readouterr().err
+
+
+def test_fix_rewrites_the_flag_in_the_branch_that_ran(tmp_path, capsys):
+    """A typo spelled in both branches of a `match`: --fix rewrites the one the launch took
+    (its location), re-checks, and leaves the other branch as it was."""
+    typo = tmp_path / "scripts" / "run_qwen3_4b.py"
+    typo.parent.mkdir()
+    typo.write_text(QWEN.read_text().replace("--max-tokens-per-gpu", "--max-tokens-per-gppu"))
+    # a layout field's flag: an unsafe fix (fix.SAFETY)
+    env = ["--env", f"PYTHONPATH={UP['PYTHONPATH']}", "--unsafe-fixes"]
+    assert main(["check", "--diff", *env, str(typo)]) == 1
+    assert "+                f\"--max-tokens-per-gpu {args.max_tokens_per_gpu} \"" in \
+        capsys.readouterr().out
+    assert main(["check", "--fix", *env, str(typo)]) == 0
+    capsys.readouterr()
+    lines = typo.read_text().splitlines()
+    fixed = _line(typo, "--max-tokens-per-gpu ")
+    assert fixed == _line(QWEN, "--max-tokens-per-gpu", 'case "megatron"')
+    assert "--max-tokens-per-gppu" in lines[_line(QWEN, "--max-tokens-per-gpu", 'case "fsdp"') - 1]
