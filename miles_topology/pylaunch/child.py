@@ -670,8 +670,9 @@ def _read_view(file, mode):
     shadow = os.path.join(WORK, "outside", path.lstrip(os.sep))
     if os.path.exists(shadow):
         return shadow
-    if _STANDINS is None or os.path.exists(path) or path.endswith(_NOT_DATA):
-        return None
+    if _STANDINS is None or os.path.exists(path) or path.endswith(_NOT_DATA) or \
+            path in {os.path.abspath(p) for p in sys.path if isinstance(p, str)}:
+        return None  # a sys.path entry (python311.zip): importlib.metadata probes them
     if not _users_code(sys._getframe(1)):
         return None
     record("read (no such file)", [path], None)
