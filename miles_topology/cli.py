@@ -39,8 +39,8 @@ miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAM
 miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
                        [--env KEY=VALUE ...]
 miles-topology plan  (CONFIG.json | MODEL.sh | MODEL.py | -- MODEL FLAGS...) --nodes N
-                     [--gpus-per-node N] [--gpu NAME] [--top K] [--max-tokens-per-gpu T] [--recompute]
-                     [--optimizer-cpu-offload] [--format text|json]
+                     [--gpus-per-node N] [--gpu NAME] [--top K] [--max-tokens-per-gpu T]
+                     [--recompute] [--optimizer-cpu-offload] [--format text|json]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
