@@ -223,15 +223,21 @@ def _trace_on(cfg: dict) -> None:
 
 
 def _flush_ran() -> None:
-    """The lines run since the last record, one record per file (before the record of a
-    command, so that each launch's words are located with what had run by then)."""
+    """The marked lines run for the first time since the last record, one record per file
+    (before the record of a command: the checker locates each launch's words with what had
+    run by then, adding up the records; a line run again is not sent again, so a loop adds
+    no records)."""
     if not _RAN:
         return
-    got = [(f, sorted(lines)) for f, lines in _RAN.items() if lines]
+    got = [(f, sorted(lines - _SENT.get(f, set()))) for f, lines in _RAN.items()]
     _RAN.clear()
     for f, lines in got:
+        _SENT.setdefault(f, set()).update(lines)
         for i in range(0, len(lines), 4096):
             emit({"ran": [f, 0], "lines": lines[i:i + 4096]})
+
+
+_SENT: dict[str, set] = {}  # file -> marked lines already in the record
 
 
 # ---------------------------------------------------------------- recorders

@@ -464,3 +464,16 @@ def test_fix_rewrites_the_flag_in_the_branch_that_ran(tmp_path, capsys):
     fixed = _line(typo, "--max-tokens-per-gpu ")
     assert fixed == _line(QWEN, "--max-tokens-per-gpu", 'case "megatron"')
     assert "--max-tokens-per-gppu" in lines[_line(QWEN, "--max-tokens-per-gpu", 'case "fsdp"') - 1]
+
+
+def test_launches_of_a_loop_are_located_each_at_its_own_literal():
+    """The first launch's --expert-model-parallel-size is at the first call's literal; the
+    loop's launches at the loop's (the marked lines add up: a line run again is not sent
+    again, so a loop adds no records)."""
+    got = read_python_launches(fixture("test_tiny_moe_parallel_check.py"), [], UP)
+    path = HERE / "test_tiny_moe_parallel_check.py"
+    first = _line(path, '"--expert-model-parallel-size 8 --save-debug-rollout-data')
+    loop = _line(path, 'f"--pipeline-model-parallel-size {pp} --expert-model-parallel-size')
+    assert [g.spelled["--expert-model-parallel-size"][1] for g in got] == \
+        [first] + [loop] * (len(got) - 1)
+    assert got[1].spelled["--tensor-model-parallel-size"][1] == loop - 1
