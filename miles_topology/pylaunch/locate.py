@@ -1,7 +1,8 @@
 """Where each flag of a launch is spelled in the launcher's code: the string literal (a plain
 constant, an f-string part, a list element; in the launcher or a module of its checkout it
-imports) whose statement ran, by the lines the child traced (child._calls), so a flag spelled
-in both branches of a `match` lands on the branch that was taken. A flag built from pieces
+imports) whose statement ran, by the marked lines the child recorded (child._compile_marked:
+each statement holding a `--` literal notes its line when it runs), so a flag spelled in
+both branches of a `match` lands on the branch that was taken. A flag built from pieces
 (no literal spells it whole) is not located: its problems stay at the launch call.
 """
 
