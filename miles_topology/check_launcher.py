@@ -144,12 +144,11 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     fit.apply(v, argv, cluster, {u["flag"] for u in unresolved} | ({None} if gap is not None
                                                                     else set()), launcher=True)
     _assumed_cluster_is_no_proof(v, cluster)
-    where = None
-    if got.source:  # every problem is in the flags of the call the launcher makes there
-        same = os.path.realpath(got.source[0]) == os.path.realpath(path)
-        where = Location(path if same else os.path.relpath(got.source[0]), got.source[1])
-        v.errors, v.warnings, v.skipped = ([p if p.location else p.at(where) for p in ps]
-                                           for ps in (v.errors, v.warnings, v.skipped))
+    where = _shown(path, got.source) if got.source else None
+    # a problem is at the literal that spells its flag (pylaunch/locate.py), else at the
+    # call that launches: every problem is in the flags of that call
+    v.errors, v.warnings, v.skipped = ([p if p.location else p.at(_spelled(p, got, path) or where)
+                                        for p in ps] for ps in (v.errors, v.warnings, v.skipped))
     at = str(where) if where else "?"
     which = "launch: "
     if of > 1 or got.command:
@@ -190,6 +189,17 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
                "notes": got.notes, "report_lines": lines,
                "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
     return v
+
+
+def _shown(path: str, source) -> Location:
+    """A location in the launcher as the user named it, in another file relative to here."""
+    same = os.path.realpath(source[0]) == os.path.realpath(path)
+    return Location(path if same else os.path.relpath(source[0]), source[1])
+
+
+def _spelled(p, got: PythonLaunch, path: str) -> Location | None:
+    """Where the first of the problem's flags the launcher spells is written."""
+    return next((_shown(path, got.spelled[f]) for f in p.flags if f in got.spelled), None)
 
 
 def _assumed_cluster_is_no_proof(v, cluster: Cluster) -> None:

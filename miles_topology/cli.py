@@ -39,9 +39,9 @@ miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAM
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
                        [--env KEY=VALUE ...]
-miles-topology plan  (CONFIG.json | MODEL.sh | -- MODEL FLAGS...) --nodes N [--gpus-per-node N]
-                     [--gpu NAME] [--top K] [--max-tokens-per-gpu T] [--recompute]
-                     [--optimizer-cpu-offload] [--margin SHARE] [--tokens-per-step T]
+miles-topology plan  (CONFIG.json | MODEL.sh | MODEL.py | -- MODEL FLAGS...) --nodes N
+                     [--gpus-per-node N] [--gpu NAME] [--top K] [--max-tokens-per-gpu T]
+                     [--recompute] [--optimizer-cpu-offload] [--margin SHARE] [--tokens-per-step T]
                      [--seq-length L] [--colocate] [--explain] [--format text|json]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
@@ -59,7 +59,7 @@ EXAMPLES = {
 examples:
   miles-topology check run-qwen3-30B-A3B.sh
   miles-topology check .                                    # every launch script below .
-  miles-topology check scripts/ --output-format concise     # path:line:col: code message
+  miles-topology check scripts/ --output-format concise     # path:line:col: severity code message
   miles-topology check run.sh --verbose                     # values, sources and the map
   miles-topology check run.sh --diff                        # the mechanical fixes, as a diff
   miles-topology check run.sh --fix                         # ... applied in place
@@ -259,6 +259,10 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
         return
 
     def judged(p: str) -> list[Verdict]:
+        if p.endswith(".py") and not found.walked and _not_launcher(p):
+            # pre-commit names every .py file: a model file or helper is not run (discover.kind)
+            return [Verdict(p, nothing="no training launch: a Python file with no `__main__` "
+                              "that starts training (a model file, a helper)")]
         try:
             return _guarded(p, lambda: _one(p, env, py))
         except NoTrainingLaunch as e:  # a setup or data-prep script beside the launchers
@@ -296,6 +300,30 @@ def _guarded(path: str, judge) -> list[Verdict]:
         return [Verdict(path, internal=True, unreadable=(
             f"internal error: {type(e).__name__}: {e} (a bug of miles-topology; "
             "MILES_TOPOLOGY_DEBUG=1 shows the traceback)"))]
+
+
+def _gpu(name: str) -> str:
+    """--gpu NAME: a GPU the cluster model knows (pylaunch/cluster.py's table; memory checks
+    need its size), else a usage error with a did-you-mean."""
+    import difflib
+
+    from .pylaunch.cluster import GPUS
+
+    if name.upper() in GPUS:
+        return name
+    near = difflib.get_close_matches(name.upper(), GPUS, n=1, cutoff=0.3) or \
+        [k for k in GPUS if name.upper().startswith(k)][:1]
+    hint = f"did you mean {near[0]}? " if near else ""
+    raise argparse.ArgumentTypeError(f"{name!r} is not a GPU modelled; {hint}one of "
+                                     f"{', '.join(GPUS)}")
+
+
+def _not_launcher(path: str) -> bool:
+    """A Python file that discover.kind does not take for a launcher (it exists: a missing
+    one stays unreadable)."""
+    from .discover import kind
+
+    return os.path.isfile(path) and kind(path) != "launcher"
 
 
 def _split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -635,8 +663,8 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes")
             p.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
                            help="GPUs a node (default 8)")
-            p.add_argument("--gpu", metavar="NAME", help="the GPU: H100 (default), H200, B200, "
-                                                         "MI300X, ...")
+            p.add_argument("--gpu", metavar="NAME", type=_gpu,
+                           help="the GPU: H100 (default), H200, B200, MI300X, ...")
             p.add_argument("--top", type=int, default=10, metavar="K",
                            help="layouts to print (default 10)")
             p.add_argument("--max-tokens-per-gpu", type=int, default=8192, metavar="T",
@@ -695,7 +723,8 @@ def parser() -> argparse.ArgumentParser:
                                 "the kernel cannot isolate them (docs/sandbox.md)")
             p.add_argument("--format", "--output-format", choices=FORMATS, default="text",
                            metavar="FORMAT", dest="format",
-                           help="text (default), concise (one `path:line:col: code message` "
+                           help="text (default), concise (one "
+                                "`path:line:col: severity code message` "
                                 "line a problem), json (one object, a list for several "
                                 "inputs), github (workflow annotations), sarif (2.1.0)")
             p.add_argument("-q", "--quiet", action="store_true",
@@ -742,7 +771,7 @@ def parser() -> argparse.ArgumentParser:
                            help="Python launchers: nodes of the modelled cluster (default 1)")
             p.add_argument("--gpus-per-node", type=int, metavar="N",
                            help="Python launchers: GPUs a node (default 8; GB200/GB300: 4)")
-            p.add_argument("--gpu", metavar="NAME",
+            p.add_argument("--gpu", metavar="NAME", type=_gpu,
                            help="the GPU memory is judged on, and Python launchers' probes "
                                 "answered for, e.g. H100 (default), B200, MI300X")
             p.add_argument("--nvlink", action=argparse.BooleanOptionalAction, default=None,
@@ -761,7 +790,7 @@ def parser() -> argparse.ArgumentParser:
                            help="SVG: colour the GPUs by rollout engine (default), EP group, "
                                 "pipeline stage (pp), data-parallel replica (dp) or the "
                                 "train rank's estimated memory (memory)")
-            p.add_argument("--gpu", metavar="NAME",
+            p.add_argument("--gpu", metavar="NAME", type=_gpu,
                            help="the GPU the memory estimate is judged on, e.g. H100 "
                                 "(default, assumed), H200, B200, MI300X")
         if name == "migrate":

@@ -10,7 +10,7 @@
 - `flag-given-twice` (bash): the earlier occurrences, which the last overrides, are removed.
 
 Each fix edits only the words the problem is about (a bash script's word spans from the
-reader; a Python launcher's flag word on the reported line, when it is written there once).
+reader; a Python launcher's flag word at the literal that spells it, pylaunch/locate.py).
 The result is read back, the way `check` reads it, before anything is written: the launch
 must pass the same words but for the fixed ones, and, for a safe fix, set the same topology;
 else nothing is written. Writing is migrate's (migrations/runner.py): atomic, the file
@@ -220,11 +220,11 @@ def _said(c: Change) -> str:
 
 def fix_launcher(path: str, v: list[Verdict], judge: Callable[[str], list[Verdict]],
                  unsafe: bool) -> Fixed | None:
-    """The fixed text of a Python launcher: a flag word written exactly once in the launcher
-    itself (a launch is reported where its helper starts the process; the flags are in
-    strings the launcher builds), renamed; helpers are not edited, removals are left to a
-    person. The result is run in the sandbox again and must launch the same words
-    but the renamed ones."""
+    """The fixed text of a Python launcher: a flag word at the line of the launcher that
+    spells it (its problem's location: the literal among the statements that ran, so a flag
+    in both branches of a `match` is fixed in the branch taken), else written exactly once in
+    the launcher, renamed; helpers are not edited, removals are left to a person. The result
+    is run in the sandbox again and must launch the same words but the renamed ones."""
     from .migrations.runner import Refused, load
 
     changes, held = [], 0
@@ -239,10 +239,15 @@ def fix_launcher(path: str, v: list[Verdict], judge: Callable[[str], list[Verdic
     except Refused:
         return None
     new_text, done, renames = text, [], {}
-    for old, new, risky in dict.fromkeys((c.old, c.new, c.unsafe) for c in changes):
+    me = os.path.realpath(path)
+    for old, new, risky, line in dict.fromkeys(
+            (c.old, c.new, c.unsafe, c.line if c.problem.location and os.path.realpath(
+                c.problem.location.path) == me else 0) for c in changes):
         hits = list(re.finditer(rf"(?<![\w-]){re.escape(old)}(?![\w-])", new_text))
+        if line:  # located (the literal that spells it, among what ran: pylaunch/locate.py)
+            hits = [h for h in hits if new_text.count("\n", 0, h.start()) + 1 == line]
         if len(hits) != 1:
-            continue  # written twice, or built from pieces: left for a person
+            continue  # written twice on its line, or built from pieces: left for a person
         s = hits[0].start()
         new_text = new_text[:s] + new + new_text[s + len(old):]
         renames[old] = new

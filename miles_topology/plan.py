@@ -303,7 +303,8 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
 
 
 def read_model(inputs: Sequence[str], flags: list[str] | None) -> tuple[Shape, dict[str, Any]]:
-    """The model from an HF config.json, a model script (bash: MODEL_ARGS=(...)), or flags."""
+    """The model from an HF config.json, a model script (bash: MODEL_ARGS=(...); Python:
+    miles' scripts/models/*.py, run in the sandbox), or flags."""
     if flags is not None and inputs:
         raise InputError("plan: give a config.json, a model script, or `-- MODEL FLAGS`, "
                          "not more than one")
@@ -317,7 +318,7 @@ def read_model(inputs: Sequence[str], flags: list[str] | None) -> tuple[Shape, d
                 return read_hf_config(path)
             except (OSError, ValueError) as e:
                 raise InputError(f"{path}: cannot read an HF config: {e}") from None
-        flags = _script_flags(path)
+        flags = _python_flags(path) if path.endswith(".py") else _script_flags(path)
     shape = shape_from_flags(flags)
     parsed = parse_flags(flags)
     model = {k: v for k, v in parsed.fields.items() if k in MODEL_FIELDS}
@@ -325,6 +326,46 @@ def read_model(inputs: Sequence[str], flags: list[str] | None) -> tuple[Shape, d
         raise InputError("plan: the model needs --num-layers, --hidden-size and "
                          "--num-attention-heads")
     return shape, model
+
+
+# miles' model_args_utils.load_model_args: that module registered as `model_args_utils` (the
+# model files import moe_layer_freq from it), the file imported by path, its model_args()
+# called, the text split on whitespace (radixark/miles
+# miles/utils/external_utils/model_args_utils.py)
+_LOAD = ("import importlib.util, sys\n"
+         "def load(name, path):\n"
+         "    spec = importlib.util.spec_from_file_location(name, path)\n"
+         "    module = importlib.util.module_from_spec(spec)\n"
+         "    spec.loader.exec_module(module)\n"
+         "    return module\n"
+         "if sys.argv[2:]:\n"
+         "    sys.modules['model_args_utils'] = load('model_args_utils', sys.argv[2])\n"
+         "print(' '.join(load('miles_model_args', sys.argv[1]).model_args().split()))\n")
+_UTILS = os.path.join("miles", "utils", "external_utils", "model_args_utils.py")
+
+
+def _python_flags(path: str) -> list[str]:
+    """The flags of a Python model file (miles' scripts/models/*.py: `def model_args() ->
+    str`), run as miles' model_args_utils.py runs it (found in the checkout the file is in),
+    in the launcher sandbox under the per-input budget of a launcher (pylaunch.TIMEOUT_S)."""
+    from . import pylaunch
+
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such model file")
+    full = os.path.abspath(path)
+    ups = [os.path.dirname(full)]
+    for _ in range(3):
+        ups.append(os.path.dirname(ups[-1]))
+    utils = next((os.path.join(u, _UTILS) for u in ups if os.path.isfile(os.path.join(u, _UTILS))),
+                 None)
+    got = pylaunch.run_program(["-c", _LOAD, full, *([utils] if utils else [])],
+                               cwd=os.path.dirname(full), timeout_s=pylaunch.TIMEOUT_S,
+                               reads=[full, *([utils] if utils else [])])
+    if got.status != 0 or not got.stdout.strip():
+        why = got.error or "model_args() gave no flags"
+        raise InputError(f"{path}: not read as a miles model file (def model_args() -> str): "
+                         f"{why}")
+    return got.stdout.split()
 
 
 def _script_flags(path: str) -> list[str]:

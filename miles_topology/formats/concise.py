@@ -1,5 +1,6 @@
-"""The concise format: one `path:line:col: code message` line a problem (ruff's concise),
-then the summary line."""
+"""The concise format: one `path:line:col: severity code message` line a problem (ruff's
+concise, with the severity word after the position as shellcheck's gcc format has it; an
+unreadable input or internal error is `error`), then the summary line."""
 
 from __future__ import annotations
 
@@ -26,14 +27,14 @@ class Writer:
 def concise(v: Verdict) -> list[tuple[str, ...]]:
     """The parts of each line of a verdict (a `Sink.line` each)."""
     if v.unreadable is not None:
-        return [(f"{v.path}:1:1: ", Paint(v.code, "error"), " ", _one_line(v.unreadable))]
+        return [(f"{v.path}:1:1: error ", Paint(v.code, "error"), " ", _one_line(v.unreadable))]
     out = []
     for kind, p in _problems(v):
         path = p.location.path if p.location else v.path
         at = p.location.line if p.location and p.location.line > 0 else 1
         col = column(p) if p.location else None
         note = " (skipped: depends on an unresolved value)" if kind == "skipped" else ""
-        out.append((f"{path}:{at}:{col or 1}: ", Paint(p.code, kind), " ",
+        out.append((f"{path}:{at}:{col or 1}: {kind} ", Paint(p.code, kind), " ",
                     _one_line(p.message), note))
     return out
 

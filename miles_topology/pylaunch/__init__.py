@@ -32,6 +32,7 @@ from . import records as records_mod
 from .child import REFUSED, status_of
 from .cluster import Cluster
 from .commands import launch_of, shown
+from .locate import locate
 
 CHILD = Path(__file__).with_name("child.py")
 UNKNOWN_ENV = ("ray job submit's runtime env is not one this check reads (a --runtime-env "
@@ -93,6 +94,8 @@ class PythonLaunch:
     # servers its commands were started to serve, answered in the sandbox (servers.py):
     # {"server", "port", "node", "flag", "command", "source", "polls"}
     servers: list[dict] = field(default_factory=list)
+    # flag -> (file, line, column) of the literal that spells it (locate.py), where one does
+    spelled: dict = field(default_factory=dict)
 
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
@@ -523,6 +526,12 @@ def _where(src) -> tuple[str, int] | None:
 def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds, end,
                every: bool = False) -> list[PythonLaunch]:
     calls = [r for r in records if "kind" in r]
+    ran: dict[str, set[int]] = {}  # the lines of the user's code run so far (locate.py)
+    for r in records:
+        if r.get("ran"):
+            ran.setdefault(r["ran"][0], set()).update(r["lines"])
+        elif "kind" in r and _runs(r["kind"]):
+            r["_ran"] = {f: set(lines) for f, lines in ran.items()}
     found, others, launches, since = None, [], [], []
     for r in calls:
         env = r.get("env")
@@ -659,7 +668,7 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
         out.append(PythonLaunch(path, launch.argv, launch.entry, launch.launcher,
                                 _where(rec.get("source")), env, mine, list(notes), seconds,
                                 launch.env_known, None, i, marks, assumed, probes,
-                                servers))
+                                servers, locate(launch.argv, rec.get("_ran") or {}, path)))
     return out
 
 

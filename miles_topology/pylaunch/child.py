@@ -67,6 +67,7 @@ def _env_changes() -> dict:
 
 
 def record(kind: str, argv=None, shell: str | None = None, env=None, **extra) -> None:
+    _flush_ran()
     rec = {"kind": kind, "argv": argv, "shell": shell, "source": _where(),
            "env": dict(env) if env is not None else None, "env_changes": _env_changes()}
     rec.update(extra)
@@ -86,6 +87,157 @@ def inside(path) -> bool:
     except (TypeError, ValueError):
         return False
     return full == WORK or full.startswith(WORK + os.sep)
+
+
+# ------------------------------------ which statements spelling a flag ran (issue 36)
+#
+# The checker locates each flag of a launch at the string literal that spells it, among the
+# statements that ran (pylaunch/locate.py): a flag spelled in both branches of a `match` lands
+# on the branch taken. sys.settrace would tell, but slows all code down 2-3x (3.11 drops its
+# specialized instructions while any trace function is set); instead each statement of the
+# user's code (the launcher, the modules of its checkout) that holds a `--` literal is
+# preceded by a call noting its line, put into the syntax tree before it is compiled.
+
+_RAN: dict[str, set] = {}  # file -> lines of marked statements run since the last flush
+_USER: dict[str, bool] = {}  # file -> whether it is the user's code (cached)
+_SKIP: tuple = ()  # folders whose code is not the user's: the standard library, site, ours
+_MARK = "__miles_topology_ran__"
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _is_user(name: str) -> bool:
+    got = _USER.get(name)
+    if got is None:
+        got = _USER[name] = not name.startswith("<") and not name.startswith(_SKIP) and \
+            "site-packages" not in name and name.endswith(".py")
+    return got
+
+
+def _ran(path: str, line: int) -> None:
+    _RAN.setdefault(path, set()).add(line)
+
+
+def _spells(node) -> bool:
+    """Whether a statement's own part (not the statements nested in it) holds a `--`
+    literal."""
+    import ast
+
+    todo = [v for f, v in ast.iter_fields(node) if f not in _BODIES]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, list):
+            todo += x
+        elif isinstance(x, ast.Constant):
+            if isinstance(x.value, str) and "--" in x.value:
+                return True
+        elif isinstance(x, ast.AST) and not isinstance(x, ast.stmt):
+            todo += [v for _, v in ast.iter_fields(x)]
+    return False
+
+
+def _marked(stmts: list, path: str) -> list:
+    import ast
+
+    out = []
+    for st in stmts:
+        for f in _BODIES:
+            inner = getattr(st, f, None)
+            if isinstance(inner, list):
+                for x in inner:  # except handlers and match cases hold bodies of their own
+                    if isinstance(x, (ast.ExceptHandler, ast.match_case)):
+                        x.body = _marked(x.body, path)
+                if inner and isinstance(inner[0], ast.stmt):
+                    setattr(st, f, _marked(inner, path))
+        if not isinstance(st, ast.Expr) or not isinstance(st.value, ast.Constant):
+            if _spells(st):
+                call = ast.Expr(ast.Call(ast.Name(_MARK, ast.Load()),
+                                         [ast.Constant(path), ast.Constant(st.lineno)], []))
+                out.append(ast.fix_missing_locations(ast.copy_location(call, st)))
+        out.append(st)
+    return out
+
+
+def _compile_marked(source, path: str):
+    """`source` compiled with its flag-spelling statements marked; None when it has none or
+    does not parse (then it is compiled as it is)."""
+    import ast
+
+    if (b"--" if isinstance(source, bytes) else "--") not in source:
+        return None
+    try:
+        tree = ast.parse(source, path)
+        tree.body = _marked(tree.body, path)
+        return compile(tree, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _trace_on(cfg: dict) -> None:
+    """Mark the launcher run by runpy and each module of the user's code it imports."""
+    global _SKIP
+    import builtins
+    import importlib.machinery
+    import runpy
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    _SKIP = tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib", "purelib",
+                                                       "platlib")) + (
+        os.path.join(os.path.realpath(cfg.get("package") or os.path.dirname(
+            os.path.dirname(os.path.abspath(__file__)))), ""), os.path.abspath(__file__))
+    setattr(builtins, _MARK, _ran)
+    real = runpy._get_code_from_file
+
+    def launcher_code(*args):
+        got = real(*args)
+        fname = args[-1]
+        try:
+            with _REAL["open"](fname, "rb") as f:
+                code = _compile_marked(f.read(), fname)
+        except OSError:
+            code = None
+        if code is None:
+            return got
+        return (code, *got[1:]) if isinstance(got, tuple) else code
+
+    runpy._get_code_from_file = launcher_code
+
+    class Loader(importlib.machinery.SourceFileLoader):
+        def get_code(self, fullname):
+            path = self.get_filename(fullname)
+            code = _compile_marked(self.get_data(path), path)
+            return code if code is not None else super().get_code(fullname)
+
+    class Finder(importlib.machinery.PathFinder):
+        @classmethod
+        def find_spec(cls, fullname, path=None, target=None):
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+            if spec is not None and isinstance(spec.loader, importlib.machinery.SourceFileLoader) \
+                    and spec.origin and _is_user(spec.origin):
+                spec.loader = Loader(fullname, spec.origin)
+            return spec
+
+    at = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
+              len(sys.meta_path))
+    sys.meta_path.insert(at, Finder)
+
+
+def _flush_ran() -> None:
+    """The marked lines run for the first time since the last record, one record per file
+    (before the record of a command: the checker locates each launch's words with what had
+    run by then, adding up the records; a line run again is not sent again, so a loop adds
+    no records)."""
+    if not _RAN:
+        return
+    got = [(f, sorted(lines - _SENT.get(f, set()))) for f, lines in _RAN.items()]
+    _RAN.clear()
+    for f, lines in got:
+        _SENT.setdefault(f, set()).update(lines)
+        for i in range(0, len(lines), 4096):
+            emit({"ran": [f, 0], "lines": lines[i:i + 4096]})
+
+
+_SENT: dict[str, set] = {}  # file -> marked lines already in the record
 
 
 # ---------------------------------------------------------------- recorders
@@ -524,8 +676,9 @@ def _read_view(file, mode):
     shadow = os.path.join(WORK, "outside", path.lstrip(os.sep))
     if os.path.exists(shadow):
         return shadow
-    if _STANDINS is None or os.path.exists(path) or path.endswith(_NOT_DATA):
-        return None
+    if _STANDINS is None or os.path.exists(path) or path.endswith(_NOT_DATA) or \
+            path in {os.path.abspath(p) for p in sys.path if isinstance(p, str)}:
+        return None  # a sys.path entry (python311.zip): importlib.metadata probes them
     if not _users_code(sys._getframe(1)):
         return None
     record("read (no such file)", [path], None)
@@ -717,6 +870,7 @@ def main() -> None:
     sys.argv = [cfg["launcher"] if mode == "path" else "-c" if mode == "code" else
                 cfg["launcher"], *cfg["args"]]
     sys.addaudithook(hook)
+    _trace_on(cfg)
     end: dict = {"end": "ok"}
     try:
         if mode == "code":

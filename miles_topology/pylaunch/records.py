@@ -35,6 +35,8 @@ _SHAPES = {  # the key that names a record's kind -> the keys it may hold
     "unknown": {"unknown": _INT, "what": _STR, "source": "where"},
     "assumed": {"assumed": _STR, "as": _STR, "source": "where"},
     "missing_module": {"missing_module": _STR, "source": "where"},
+    # lines of the user's code that ran (child._flush_ran): a file of the checkout
+    "ran": {"ran": "where", "lines": "ints"},
     # a modelled server (servers.py); "json": any small JSON value (`_small`), only reported
     # (never a path the checker opens)
     "server": {"server": _STR, "port": _INT, "node": _INT, "flag": _OPT_STR,
@@ -105,6 +107,9 @@ class Reader:
             return type(v) is int and abs(v) < 1 << 62, v
         if shape == "code":
             return v is None or _text(v) or type(v) is int and abs(v) < 1 << 62, v
+        if shape == "ints":
+            return isinstance(v, list) and len(v) <= WORDS_MAX and all(
+                type(x) is int and 0 <= x < LINE_MAX for x in v), v
         if shape == "words?":
             return v is None or isinstance(v, list) and len(v) <= WORDS_MAX and all(
                 map(_text, v)), v

@@ -44,11 +44,12 @@ def test_concise_lines_sorted_by_file_and_line(tmp_path, capsys):
     (tmp_path / "a.sh").write_text(TWO.replace("--lr 2e-6", "--lr 2e-6 --lr 3e-6"))
     assert main(["check", "--output-format", "concise", str(tmp_path)]) == 1
     lines = capsys.readouterr().out.splitlines()
-    problems = [line for line in lines if re.match(r"^/.*:\d+:\d+: [a-z-]+ ", line)]
+    problems = [line for line in lines
+                if re.match(r"^/.*:\d+:\d+: (error|warning|note|skipped) [a-z-]+ ", line)]
     keys = [(p.split(":")[0], int(p.split(":")[1]), int(p.split(":")[2])) for p in problems]
     assert keys == sorted(keys) and len({k[0] for k in keys}) == 2
-    assert any(p.endswith("did you mean --tensor-model-parallel-size?") and ":4:4: unknown-flag"
-               in p for p in problems)
+    assert any(p.endswith("did you mean --tensor-model-parallel-size?") and
+               ":4:4: error unknown-flag" in p for p in problems)
     assert lines[-1].startswith("Found 2 errors, ")
 
 
@@ -143,8 +144,9 @@ def test_launchers_run_side_by_side_and_report_in_order(tmp_path, monkeypatch, c
     import threading
 
     names = ["a.py", "b.py", "c.sh"]
-    for n in names:
-        (tmp_path / n).write_text("")
+    for n in names:  # the .py ones launchers by content (a batch skips other Python files)
+        (tmp_path / n).write_text('if __name__ == "__main__":\n    U.execute_train("")\n'
+                                  if n.endswith(".py") else "")
     b_done = threading.Event()
     waited = []
 
@@ -169,7 +171,7 @@ def test_concise_is_one_line_a_problem_even_for_a_message_of_several():
     v = Verdict("run.py", unreadable="the launcher exited:\n  mkdir -p ~/.config && echo key\n")
     out = io.StringIO()
     formats.concise.Writer(Sink(out)).add(v)
-    assert out.getvalue() == "run.py:1:1: unreadable the launcher exited: mkdir -p " \
+    assert out.getvalue() == "run.py:1:1: error unreadable the launcher exited: mkdir -p " \
                              "~/.config && echo key\n"
 
 
@@ -201,7 +203,7 @@ def test_an_internal_error_is_that_inputs_verdict_and_the_batch_goes_on(
     assert got[1]["errors"][0]["code"] == "expert-grid-divisibility"
     assert main(["check", "--format", "concise", "--exit-zero", *args]) == 2
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"{args[0]}:1:1: internal-error internal error: ")
+    assert out[0].startswith(f"{args[0]}:1:1: error internal-error internal error: ")
     assert "expert-grid-divisibility" in out[1]
     assert out[-1] == "Found 1 error, 1 internal error in 3 inputs; 1 invalid."
     assert main(["check", "--format", "sarif", *args]) == 2

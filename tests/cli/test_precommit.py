@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT, SCRIPTS
+from support import LAUNCHERS, ROOT, SCRIPTS
 
 pytest.importorskip("pre_commit")
 
@@ -38,6 +38,13 @@ PERF_ARGS=(
 )
 python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate \\
    --num-layers 4 --num-attention-heads 4 "${PERF_ARGS[@]}"
+"""
+
+MODEL_PY = """import os
+
+
+def model_args() -> str:
+    return f"--num-layers 4 --num-attention-heads {os.environ.get('HEADS', '4')} "
 """
 
 
@@ -78,6 +85,15 @@ def repos(tmp_path):
     for name, text in {"run-valid.sh": VALID, "run-typo.sh": INVALID, "setup-env.sh": SETUP,
                        "run-suppressed.sh": SUPPRESSED}.items():
         (work / name).write_text(text)
+    # Python: a typer launcher, the same with a typo, its helper module and a model file
+    # (miles' scripts/models/*.py shape), which the check hook skips without running
+    shutil.copy(LAUNCHERS / "launch_utils.py", work / "launch_utils.py")
+    launcher = (LAUNCHERS / "run_moe_typer.py").read_text()
+    assert '"--tensor-model-parallel-size 4 ' in launcher
+    (work / "run_moe.py").write_text(launcher)
+    (work / "run_moe_typo.py").write_text(launcher.replace(
+        '"--tensor-model-parallel-size 4 ', '"--tensor-model-paralel-size 4 '))
+    (work / "models" / "tiny.py").write_text(MODEL_PY)
     shutil.copy(SCRIPTS / "run-qwen3-4B.sh", work / "run-migrated.sh")
     from miles_topology.migrations.runner import migrate, write
 
@@ -136,14 +152,18 @@ def test_pre_commit_fails_exactly_the_invalid_script(repos, capsys):
     assert _hooks(out) == {"miles-topology check (installed)": "Failed",
                            "miles-topology migrate --check (installed)": "Passed"}, out
     assert "run-typo.sh" in out and "did you mean --tensor-model-parallel-size?" in out
+    assert "run_moe_typo.py" in out and "--tensor-model-paralel-size" in out  # a launcher
     for other in ("run-valid.sh", "setup-env.sh", "run-suppressed.sh", "run-migrated.sh",
-                  "run-qwen3-4B.sh", "run-qwen3-30B-A3B.sh", "models/"):
+                  "run-qwen3-4B.sh", "run-qwen3-30B-A3B.sh", "models/", "run_moe.py",
+                  "launch_utils.py"):
         assert other not in out, out  # quiet: a passing file prints nothing
     for name, want in {"run-valid.sh": 0, "run-typo.sh": 1, "setup-env.sh": 0,
-                       "run-suppressed.sh": 0, "run-migrated.sh": 0}.items():
+                       "run-suppressed.sh": 0, "run-migrated.sh": 0, "run_moe.py": 0,
+                       "run_moe_typo.py": 1, "models/tiny.py": 0, "launch_utils.py": 0}.items():
         one = pre_commit(work, home, "--files", name)
         assert one.returncode == want, (name, one.stdout + one.stderr)
-    (work / "run-typo.sh").unlink()  # without it, the whole repository passes both hooks
+    (work / "run-typo.sh").unlink()  # without them, the whole repository passes both hooks
+    (work / "run_moe_typo.py").unlink()
     git(work, "add", "-A")
     git(work, "commit", "-qm", "the typo's script removed")
     clean = pre_commit(work, home, "--all-files")
@@ -156,6 +176,7 @@ def test_migrate_check_fails_exactly_the_script_with_a_layout_flag_to_move(repos
     """A migrated script that gets a layout flag back fails migrate-check, alone."""
     work, home = repos
     (work / "run-typo.sh").unlink()
+    (work / "run_moe_typo.py").unlink()
     text = (work / "run-migrated.sh").read_text()
     launch = 'python3 train.py "${TOPOLOGY_ARGS[@]}" \\\n'
     assert launch in text

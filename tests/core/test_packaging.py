@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -167,3 +168,32 @@ def test_import_is_fast_there(env_with_miles):
     print(f"import miles_topology in a fresh venv: {min(cpu):.3f} s CPU, {min(wall):.3f} s "
           "wall (best of 5)")
     assert min(cpu) < 0.3, cpu
+
+
+def _check_launcher(python: str, repo: Path, pythonpath: str) -> dict:
+    got = subprocess.run([python, "-m", "miles_topology", "check", "--format", "json", "--env",
+                          "MILES_SCRIPT_NUM_NODES=2", "scripts/run_qwen3_4b.py"],
+                         capture_output=True, text=True, timeout=120, cwd=repo,
+                         env={**CLEAN, "PYTHONPATH": pythonpath})
+    assert got.returncode in (0, 1), got.stdout + got.stderr
+    return json.loads(got.stdout)
+
+
+def test_a_typer_launcher_is_checked_where_only_the_wheel_is(env_with_miles, tmp_path):
+    """The wheel's venv has no typer: miles' dataclass CLI (MILES_SCRIPT_* bound) is answered
+    by the stand-in, with the launch and topology the real typer gives (issue 36)."""
+    from support import LAUNCHERS
+
+    env, _ = env_with_miles
+    python = str(env / "bin" / "python")
+    assert _py(env, "import typer").returncode != 0  # not installed there
+    repo = tmp_path / "miles"
+    for part in ("miles", "scripts"):
+        shutil.copytree(LAUNCHERS / "upstream" / part, repo / part)
+    bare = _check_launcher(python, repo, str(repo))
+    assert bare["topology"] and bare["topology"]["nodes"] == 2, bare
+    assert not any("typer" in n for n in bare["notes"]), bare["notes"]
+    pytest.importorskip("typer")
+    real = _check_launcher(sys.executable, repo, os.pathsep.join((str(repo), str(ROOT))))
+    assert bare["argv"] == real["argv"] and bare["topology"] == real["topology"]
+    assert bare["errors"] == real["errors"]

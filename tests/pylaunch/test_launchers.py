@@ -87,7 +87,9 @@ def test_a_test_file_launching_in_a_loop_is_one_entry_per_launch(real):
     loop = line_of("test_tiny_moe_parallel_check.py", "        U.execute_train(")
     assert [v.extra["launch"]["source"].rsplit(":", 1)[1] for v in vs] == \
         [str(first)] + [str(loop)] * 5
-    assert all(p.location.line == loop for p in vs[-1].errors)
+    # each problem at the literal that spells its first flag (the loop's --expert-model-...)
+    spelled = line_of("test_tiny_moe_parallel_check.py", "--expert-model-parallel-size {ep}")
+    assert all(p.location.line == spelled for p in vs[-1].errors)
 
 
 @pytest.mark.slow
@@ -390,3 +392,90 @@ def test_real_imports_flag_on_the_command_line(tmp_path, capsys):
         data = json.loads(capsys.readouterr().out)
         assert data["topology"]["world_size"] == 4  # torch.cuda answered from the model
         assert f"echo standin={standin}" in [o["command"] for o in data["others"]]
+
+
+# ---------------------------------------------------------------- where each flag is spelled
+
+
+QWEN = HERE / "upstream" / "scripts" / "run_qwen3_4b.py"
+
+
+def _line(path: Path, text: str, after: str = "") -> int:
+    lines = path.read_text().splitlines()
+    start = next(i for i, x in enumerate(lines) if after in x) if after else 0
+    return next(i for i, x in enumerate(lines, 1) if i > start and text in x)
+
+
+@pytest.mark.parametrize("backend", ["megatron", "fsdp"])
+def test_a_flag_in_both_branches_of_a_match_lands_on_the_branch_taken(backend):
+    """--max-tokens-per-gpu is spelled in both `case`s; the taken one is where it is (traced
+    in the child, issue 36); a flag built in a helper module is located there."""
+    (got,) = read_python_launches(str(QWEN), [], {**UP, "MILES_SCRIPT_TRAIN_BACKEND": backend})
+    f, line, col = got.spelled["--max-tokens-per-gpu"]
+    assert f == str(QWEN) and line == _line(QWEN, "--max-tokens-per-gpu", f'case "{backend}"')
+    assert QWEN.read_text().splitlines()[line - 1][col - 1:].startswith("--max-tokens-per-gpu")
+    helper = HERE / "upstream" / "miles" / "utils" / "external_utils" / "model_args_utils.py"
+    assert got.spelled["--num-layers"][:2] == (str(helper), _line(helper, '"tiny-dense"'))
+
+
+def test_a_typo_inside_an_f_string_is_reported_at_its_line(tmp_path, capsys):
+    """concise output puts unknown-flag on the f-string's line and column, not on the
+    execute_train call; the severity word follows the position."""
+    typo = tmp_path / "scripts" / "run_qwen3_4b.py"
+    typo.parent.mkdir()
+    typo.write_text(QWEN.read_text().replace('f"--tensor-model-parallel-size',
+                                             'f"--tensor-model-paralel-size'))
+    line = _line(typo, "--tensor-model-paralel-size")
+    col = typo.read_text().splitlines()[line - 1].index("--tensor") + 1
+    assert main(["check", "--output-format", "concise", "--env", f"PYTHONPATH={UP['PYTHONPATH']}",
+                 str(typo)]) == 1
+    out = capsys.readouterr().out
+    assert f"{typo}:{line}:{col}: error unknown-flag --tensor-model-paralel-size" in out, out
+
+
+def test_plan_reads_a_python_model_file(capsys):
+    """miles' model files are Python (scripts/models/*.py, `def model_args() -> str`): plan
+    runs it in the sandbox, as model_args_utils.py does, and lists layouts."""
+    model = HERE / "upstream" / "scripts" / "models" / "tiny-moe.py"
+    assert main(["plan", str(model), "--nodes", "1", "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["layouts"] and got["model"]["layers"] == 8 and got["model"]["experts"] == 16
+    broken = main(["plan", str(HERE / "launch_utils.py"), "--nodes", "1"])
+    assert broken == 2 and "not read as a miles model file" in capsys.readouterr().err
+
+
+def test_an_unknown_gpu_is_a_usage_error(capsys):
+    assert main(["check", "--gpu", "A100-40GB", "--", "--num-layers", "2"]) == 2
+    assert "did you mean A100?" in capsys.readouterr().err
+
+
+def test_fix_rewrites_the_flag_in_the_branch_that_ran(tmp_path, capsys):
+    """A typo spelled in both branches of a `match`: --fix rewrites the one the launch took
+    (its location), re-checks, and leaves the other branch as it was."""
+    typo = tmp_path / "scripts" / "run_qwen3_4b.py"
+    typo.parent.mkdir()
+    typo.write_text(QWEN.read_text().replace("--max-tokens-per-gpu", "--max-tokens-per-gppu"))
+    # a layout field's flag: an unsafe fix (fix.SAFETY)
+    env = ["--env", f"PYTHONPATH={UP['PYTHONPATH']}", "--unsafe-fixes"]
+    assert main(["check", "--diff", *env, str(typo)]) == 1
+    assert "+                f\"--max-tokens-per-gpu {args.max_tokens_per_gpu} \"" in \
+        capsys.readouterr().out
+    assert main(["check", "--fix", *env, str(typo)]) == 0
+    capsys.readouterr()
+    lines = typo.read_text().splitlines()
+    fixed = _line(typo, "--max-tokens-per-gpu ")
+    assert fixed == _line(QWEN, "--max-tokens-per-gpu", 'case "megatron"')
+    assert "--max-tokens-per-gppu" in lines[_line(QWEN, "--max-tokens-per-gpu", 'case "fsdp"') - 1]
+
+
+def test_launches_of_a_loop_are_located_each_at_its_own_literal():
+    """The first launch's --expert-model-parallel-size is at the first call's literal; the
+    loop's launches at the loop's (the marked lines add up: a line run again is not sent
+    again, so a loop adds no records)."""
+    got = read_python_launches(fixture("test_tiny_moe_parallel_check.py"), [], UP)
+    path = HERE / "test_tiny_moe_parallel_check.py"
+    first = _line(path, '"--expert-model-parallel-size 8 --save-debug-rollout-data')
+    loop = _line(path, 'f"--pipeline-model-parallel-size {pp} --expert-model-parallel-size')
+    assert [g.spelled["--expert-model-parallel-size"][1] for g in got] == \
+        [first] + [loop] * (len(got) - 1)
+    assert got[1].spelled["--tensor-model-parallel-size"][1] == loop - 1

@@ -36,7 +36,7 @@ ALWAYS = frozenset({
     "openai", "mbridge", "torch_memory_saver", "sympy", "math_verify", "liger_kernel"})
 # stand-ins only when missing: light, and a launcher may compute with them
 FALLBACK = ALWAYS | {"numpy", "pandas", "pyarrow", "scipy", "yaml", "omegaconf", "pydantic",
-                     "hydra", "tqdm", "rich"}
+                     "hydra", "tqdm", "rich", "typer"}  # typer's stand-in parses as typer
 # installed modules whose probes are answered from the model under --real-imports
 OVERLAY = frozenset({"ray", "torch"})
 
