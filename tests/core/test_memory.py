@@ -320,10 +320,14 @@ def test_hf_config_of_a_qwen3_moe():
         128, 768, True, False, True)
 
 
-def test_an_unknown_gpu_is_no_estimate(capsys):
-    code, out, _ = run_cli(capsys, "check", "--gpu", "L40S", "--format", "json", "--",
-                           *QWEN235, *ON_8, "--expert-model-parallel-size", "1")
-    assert code == 0 and "not modelled" in json.loads(out)["memory"]["skipped"]
+def test_an_unknown_gpu_is_a_usage_error_not_a_silent_skip(capsys):
+    """Memory checks need the GPU's size: an unknown --gpu used to switch them off silently
+    (issue 36); now it is refused with the GPUs modelled and a did-you-mean."""
+    code, out, err = run_cli(capsys, "check", "--gpu", "L40S", "--format", "json", "--",
+                             *QWEN235, *ON_8, "--expert-model-parallel-size", "1")
+    assert code == 2 and out == "" and "'L40S' is not a GPU modelled" in err and "H100" in err
+    code, _, err = run_cli(capsys, "check", "--gpu", "A100-40GB", "--", *QWEN235, *ON_8)
+    assert code == 2 and "did you mean A100?" in err
 
 
 def test_a_launcher_on_the_assumed_cluster_skips_the_oom_and_errs_on_a_given_one(tmp_path,

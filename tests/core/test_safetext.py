@@ -92,11 +92,14 @@ def test_invisible_and_bidi_characters_are_shown():
 
 def test_nothing_in_the_package_writes_to_stdout_or_stderr_but_the_sink():
     """No print(), sys.stdout/sys.stderr .write, os.write to fd 1/2 outside safetext.py; the
-    sandbox's child (pylaunch/child.py) writes only its own protocol pipe."""
+    sandbox's child (pylaunch/child.py) writes only its own protocol pipe, and the stand-ins
+    (pylaunch/standins/: typer's help and usage errors) are the launcher's libraries: they
+    print inside the sandbox, to pipes the checker reads as the launcher's output."""
     found = []
     for path in (ROOT / "miles_topology").rglob("*.py"):
         rel = path.relative_to(ROOT).as_posix()
-        if rel in ("miles_topology/safetext.py", "miles_topology/pylaunch/child.py"):
+        if rel in ("miles_topology/safetext.py", "miles_topology/pylaunch/child.py") or \
+                rel.startswith("miles_topology/pylaunch/standins/"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
