@@ -106,9 +106,11 @@ def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]]
 
 def _imports(path: str) -> tuple[str, ...]:
     """The frameworks a launcher imports (`import slime`, `from miles.utils ...`)."""
-    try:
-        text = open(path, encoding="utf-8", errors="replace").read()
-    except OSError:
+    from . import gate
+
+    try:  # the launcher the user named: a bounded regular file (and re-read for columns)
+        text = gate.read_text(path, (gate.Path(os.path.realpath(path)),))
+    except (OSError, gate.Refused):
         return ()
     return tuple(fw for fw in ("slime", "miles")
                  if re.search(rf"^\s*(?:from|import)\s+{fw}\b", text, re.M))

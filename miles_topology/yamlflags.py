@@ -97,10 +97,12 @@ def text(path: str | Path, env: Mapping[str, str] | None = None, check: bool = T
 
 def env_names(path: str | Path) -> list[str]:
     """The environment variables the YAML reads (${oc.env:NAME,...})."""
+    from . import gate
+
     p = Path(path)
     try:
         body = staged(p)
-        body = body if body is not None else p.read_text()
-    except OSError:
+        body = body if body is not None else gate.read_text(p, limit=gate.AST_LIMIT)
+    except (OSError, gate.Refused):
         return []
     return list(dict.fromkeys(m.group(1) for m in ENV_REF.finditer(body)))

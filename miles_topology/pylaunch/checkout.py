@@ -18,17 +18,29 @@ import re
 MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
 
 
-def root_of(launcher: str) -> str | None:
-    """The checkout holding `launcher`: its git root, else the nearest project folder."""
-    here = os.path.dirname(os.path.abspath(launcher))
+def _folders(here: str) -> list[str]:
     folders = [here]
     while os.path.dirname(folders[-1]) != folders[-1]:
         folders.append(os.path.dirname(folders[-1]))
-    git = next((d for d in folders if os.path.exists(os.path.join(d, ".git"))), None)
-    if git is not None:
-        return git
-    return next((d for d in folders if any(os.path.isfile(os.path.join(d, m))
-                                           for m in MARKERS)), None)
+    return folders
+
+
+def git_root(folder: str) -> str | None:
+    """The git work tree holding `folder` (the nearest one above with a .git), else None."""
+    return next((d for d in _folders(os.path.abspath(folder))
+                 if os.path.exists(os.path.join(d, ".git"))), None)
+
+
+def root_of(launcher: str) -> str | None:
+    """The checkout holding `launcher`: its git root, else the nearest project folder."""
+    here = os.path.dirname(os.path.abspath(launcher))
+    return git_root(here) or project_root(here)
+
+
+def project_root(folder: str) -> str | None:
+    """The nearest folder above `folder` with a pyproject.toml, setup.py or setup.cfg."""
+    return next((d for d in _folders(os.path.abspath(folder))
+                 if any(os.path.isfile(os.path.join(d, m)) for m in MARKERS)), None)
 
 
 def imported(launcher: str) -> set[str]:
