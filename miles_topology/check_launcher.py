@@ -19,12 +19,12 @@ from .channels import read_channels
 from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
 from .env import AT_RUN_TIME, PartialEnv
 from .errors import Location
-from .flags import parse_flags
+from .flags import TOPOLOGY, parse_flags
 from .pylaunch import UNKNOWN_ENV, PythonLaunch, read_python_launches
 from .pylaunch.cluster import Cluster
 from .pylaunch.standins import unknowns_in
 from .report import verdict_of
-from .sources import read_flags
+from .sources import read_flags, refused_topology
 from .stack import for_launch, using
 
 
@@ -122,6 +122,10 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     being known only at run time (this process's environment is never read: in CI it holds
     secrets, which a YAML's ${oc.env:NAME} would print)."""
     argv, pairs, tainted, gap = _untaint(got)
+    argv, refused = refused_topology(argv)  # a --topology the gate refuses: unknown, with why
+    tainted = tainted + [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}",
+                          "source": f"{got.source[0]}:{got.source[1]}" if got.source else "?",
+                          "why": why} for value, why in refused]
     if not got.env_known:
         environ = PartialEnv(got.env, why=UNKNOWN_ENV)
     elif got.launcher == "ray job submit":

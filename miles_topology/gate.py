@@ -225,7 +225,12 @@ def find(path: str, roots: Iterable[Path] | None = None, start: str | None = Non
          limit: int = LIMIT) -> Path:
     """`admit`, and an absolute path outside the roots looked up by its tail inside them
     (`by_tail`) instead of read; Refused (or OSError: not there) when neither gives one.
-    The path as given when it is admitted (messages keep its name)."""
+    The path as given when it is admitted (messages keep its name), or when it is a text
+    `migrate` is about to write (yamlflags.STAGED: the tool's own, read in its place)."""
+    from .yamlflags import staged
+
+    if staged(path) is not None:
+        return Path(path)
     try:
         admit(path, roots, limit=limit)
         return Path(path)

@@ -111,6 +111,36 @@ def gated(path: str | Path, limit: int | None = None) -> str:
         return str(path)  # not there: the reader says so
 
 
+def refused_topology(tokens: Sequence) -> tuple[list, list[tuple[str, str]]]:
+    """`tokens` without each `--topology FILE` the gate refuses (gate.py), and (FILE, why)
+    of each: what it would set is left unknown, with the reason; the input is still judged
+    (as for a --topology whose value is unknown)."""
+    from . import gate
+
+    if gate.current() is None:
+        return list(tokens), []
+    def text(t) -> str:
+        return t if isinstance(t, str) else getattr(t, "text", str(t))  # shell Token
+
+    out, refused, i = [], [], 0
+    while i < len(tokens):
+        t = text(tokens[i])
+        value, n = (text(tokens[i + 1]), 2) if t == TOPOLOGY and i + 1 < len(tokens) else \
+            (t.split("=", 1)[1], 1) if t.startswith(TOPOLOGY + "=") else (None, 1)
+        if value is not None:
+            try:
+                gate.find(value, limit=gate.AST_LIMIT)
+            except gate.Refused as e:
+                refused.append((value, f"{e}; the fields it sets are unknown"))
+                i += n
+                continue
+            except OSError:
+                pass  # not there: read_flags says so
+        out.append(tokens[i])
+        i += 1
+    return out, refused
+
+
 def from_flags(argv: list[str]) -> Topology:
     """The Topology of a miles command line, e.g. ["--actor-num-nodes", "2", ...]."""
     return read_flags(argv).topology
