@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
@@ -47,6 +47,9 @@ HIDDEN_PAIRS = frozenset((
     (".gradle", "gradle.properties"), (".aider", "keys")))
 
 _ADMITTED: set[str] = set()  # resolved paths admitted in this process (`reread`)
+# Files a migration is about to write (absolute path -> text), read in place of the disk
+# (yamlflags.staged): the tool's own text, not a file the input names.
+STAGED: ContextVar[Mapping[Path, str] | None] = ContextVar("staged_files", default=None)
 ROOTS: ContextVar[tuple[Path, ...] | None] = ContextVar("gate_roots", default=None)
 USER: ContextVar[tuple[Path, ...]] = ContextVar("gate_user_roots", default=())
 
@@ -71,6 +74,28 @@ def hidden_in(parts: Iterable[str]) -> str | None:
     return None
 
 
+MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
+def _folders(here: str) -> list[str]:
+    folders = [here]
+    while os.path.dirname(folders[-1]) != folders[-1]:
+        folders.append(os.path.dirname(folders[-1]))
+    return folders
+
+
+def git_root(folder: str) -> str | None:
+    """The git work tree holding `folder` (the nearest one above with a .git), else None."""
+    return next((d for d in _folders(os.path.abspath(folder))
+                 if os.path.exists(os.path.join(d, ".git"))), None)
+
+
+def project_root(folder: str) -> str | None:
+    """The nearest folder above `folder` with a pyproject.toml, setup.py or setup.cfg."""
+    return next((d for d in _folders(os.path.abspath(folder))
+                 if any(os.path.isfile(os.path.join(d, m)) for m in MARKERS)), None)
+
+
 def _too_wide(folder: Path) -> bool:
     """$HOME, / or a folder above $HOME: never a checkout."""
     home = Path(os.path.expanduser("~")).resolve()
@@ -79,8 +104,6 @@ def _too_wide(folder: Path) -> bool:
 
 @lru_cache(maxsize=1024)
 def _root_of_folder(folder: Path) -> Path | None:
-    from .pylaunch.checkout import git_root, project_root
-
     for found in (git_root(str(folder)), project_root(str(folder))):
         if found is not None and not _too_wide(Path(found)):
             return Path(found)
@@ -127,6 +150,17 @@ def checking(path: str | os.PathLike) -> Iterator[tuple[Path, ...]]:
     token = ROOTS.set(roots)
     try:
         yield roots
+    finally:
+        ROOTS.reset(token)
+
+
+@contextmanager
+def also(folder: str | os.PathLike) -> Iterator[None]:
+    """The tool's own temporary folder readable too, while it reads what it wrote there."""
+    now = ROOTS.get()
+    token = ROOTS.set(None if now is None else (*now, Path(os.path.realpath(folder))))
+    try:
+        yield
     finally:
         ROOTS.reset(token)
 
@@ -227,9 +261,7 @@ def find(path: str, roots: Iterable[Path] | None = None, start: str | None = Non
     (`by_tail`) instead of read; Refused (or OSError: not there) when neither gives one.
     The path as given when it is admitted (messages keep its name), or when it is a text
     `migrate` is about to write (yamlflags.STAGED: the tool's own, read in its place)."""
-    from .yamlflags import staged
-
-    if staged(path) is not None:
+    if (STAGED.get() or {}).get(Path(os.path.abspath(path))) is not None:
         return Path(path)
     try:
         admit(path, roots, limit=limit)

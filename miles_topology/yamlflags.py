@@ -18,16 +18,16 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
-from contextvars import ContextVar
 from pathlib import Path
 
+from . import gate
 from .errors import InputError
 from .sources import ENV_REF, load_fields
 
 COMMAND = ("miles-topology", "flags")
 # Files a migration is about to write, read in place of the disk (absolute path -> text), so
 # that the reader sees the result before anything is written.
-STAGED: ContextVar[Mapping[Path, str] | None] = ContextVar("staged_files", default=None)
+STAGED = gate.STAGED  # one variable: the gate lets these texts through as the tool's own
 
 
 def staged(path: Path) -> str | None:

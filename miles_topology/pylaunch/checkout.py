@@ -15,32 +15,14 @@ import ast
 import os
 import re
 
-MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
-
-
-def _folders(here: str) -> list[str]:
-    folders = [here]
-    while os.path.dirname(folders[-1]) != folders[-1]:
-        folders.append(os.path.dirname(folders[-1]))
-    return folders
-
-
-def git_root(folder: str) -> str | None:
-    """The git work tree holding `folder` (the nearest one above with a .git), else None."""
-    return next((d for d in _folders(os.path.abspath(folder))
-                 if os.path.exists(os.path.join(d, ".git"))), None)
+from ..gate import git_root, project_root
 
 
 def root_of(launcher: str) -> str | None:
-    """The checkout holding `launcher`: its git root, else the nearest project folder."""
+    """The checkout holding `launcher`: its git root, else the nearest project folder
+    (gate.git_root, gate.project_root: the one root finding)."""
     here = os.path.dirname(os.path.abspath(launcher))
     return git_root(here) or project_root(here)
-
-
-def project_root(folder: str) -> str | None:
-    """The nearest folder above `folder` with a pyproject.toml, setup.py or setup.cfg."""
-    return next((d for d in _folders(os.path.abspath(folder))
-                 if any(os.path.isfile(os.path.join(d, m)) for m in MARKERS)), None)
 
 
 def imported(launcher: str) -> set[str]:
