@@ -325,3 +325,35 @@ def test_helper_read_rules_keep_cwd_and_pythonpath_inside_the_checkout(ws):
                              confine=(repo,))
     assert root == str(repo) and "/" not in paths and str(home) not in paths
     assert f"{repo}/lib" in paths
+
+
+# ---------------------------------------------------------------- the kernel behind the gate
+
+
+def test_static_reading_runs_under_the_kernels_read_rules(ws):
+    """A path the code forgets to send through the gate is still refused (confine.py)."""
+    from miles_topology import confine
+
+    home, repo, _ = ws
+    if not confine.available():
+        pytest.skip("no Landlock on this kernel: the gate alone (the report says so)")
+    (repo / "scripts" / "ok.txt").write_text("fine\n")
+    script = str(repo / "scripts" / "run.sh")
+    with pytest.raises(PermissionError):
+        confine.run(script, lambda: (home / ".netrc").read_text())  # no gate: the kernel
+    with pytest.raises(PermissionError):
+        confine.run(script, lambda: (repo / ".git" / "config").read_text())
+    assert confine.run(script, lambda: (repo / "scripts" / "ok.txt").read_text()) == "fine\n"
+    assert (home / ".netrc").read_text()  # the checker itself is not restricted
+
+
+def test_without_landlock_the_gate_alone_reads_and_says_so_once(ws, capsys, monkeypatch):
+    _, repo, _ = ws
+    monkeypatch.setenv("MILES_TOPOLOGY_CONFINE", "0")  # as on a kernel without Landlock
+    (repo / "topo.yaml").write_text("tp: 2\n")
+    for name in ("a", "b"):
+        (repo / "scripts" / f"{name}.sh").write_text(f"{LAUNCH} --topology topo.yaml\n")
+    code = main(["check", "--format", "json", "scripts"])
+    out, err = capsys.readouterr()
+    assert code == 0 and all(v["topology"]["tp"] == 2 for v in json.loads(out))
+    assert err.count("the user-space gate only") == 1

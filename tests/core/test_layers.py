@@ -22,7 +22,7 @@ LAYERS = (
     # what is built on a Topology
     ("weightsync", "replay", "show", "report", "memory", "fit", "plan", "shell", "pylaunch",
      "check_script", "check_launcher", "migrations", "selection", "discover", "output", "stdin",
-     "fix", "cli", "__main__"),
+     "fix", "confine", "cli", "__main__"),
 )
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 
