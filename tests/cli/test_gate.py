@@ -62,7 +62,7 @@ def test_admit_resolves_links_and_stays_in_the_roots(ws):
     (repo / "scripts" / "m.sh").write_text("A=1\n")
     (repo / "scripts" / "in.sh").symlink_to("m.sh")  # the harmless twin: a link inside
     (repo / "scripts" / "out.sh").symlink_to(other / ".git" / "config")
-    (repo / "cfg").symlink_to("../../..")
+    (repo / "cfg").symlink_to("../..")  # to HOME
     roots = (repo,)
     assert gate.read_text(repo / "scripts" / "in.sh", roots) == "A=1\n"
     for bad in (repo / "scripts" / "out.sh", repo / "cfg" / ".netrc", home / ".netrc",
@@ -300,7 +300,7 @@ def test_landlock_rules_never_follow_a_link_out_and_hide_names_at_any_depth(ws):
     from miles_topology.pylaunch import isolate
 
     home, repo, _ = ws
-    (repo / "cfg").symlink_to("../../..")  # a committed link to HOME
+    (repo / "cfg").symlink_to("../..")  # a committed link to HOME
     (repo / "a" / "home" / ".ssh").mkdir(parents=True)
     (repo / "a" / "home" / ".ssh" / "id").write_text(SECRET)
     (repo / "a" / "home" / ".cache" / "huggingface").mkdir(parents=True)
@@ -357,3 +357,52 @@ def test_without_landlock_the_gate_alone_reads_and_says_so_once(ws, capsys, monk
     out, err = capsys.readouterr()
     assert code == 0 and all(v["topology"]["tp"] == 2 for v in json.loads(out))
     assert err.count("the user-space gate only") == 1
+
+
+# ---------------------------------------------------------------- Python launchers
+
+
+def _launcher(repo: Path, body: str) -> Path:
+    """The attacker's launcher: the in-process hook switched off first (UNHOOK), so what
+    stops it is the kernel."""
+    from support import UNHOOK
+
+    path = repo / "scripts" / "run.py"
+    path.write_text(UNHOOK + "import subprocess\n" + body + "\n")
+    return path
+
+
+def test_launcher_topology_outside_the_checkout_is_unknown_not_read(ws, capsys):
+    _, repo, _ = ws
+    run = _launcher(repo, "subprocess.run(['python3', 'train.py', '--actor-num-nodes', '1', "
+                          "'--actor-num-gpus-per-node', '8', '--topology', '../../.netrc'])")
+    code, out = check(capsys, run)
+    if "cannot isolate" in out or "lacks" in out:
+        pytest.skip("the launcher sandbox is not available on this machine")
+    assert SECRET not in out
+    got = json.loads(out)
+    assert any(u["flag"] == "--topology" and "outside" in u["why"] for u in got["unresolved"])
+
+
+def test_launcher_cannot_read_through_a_committed_link_out(ws, capsys):
+    home, repo, _ = ws
+    (repo / "cfg").symlink_to("../..")  # the checkout holds a link to HOME
+    (repo / "scripts" / "ok.txt").write_text("2\n")
+    run = _launcher(repo, f"""
+import os
+def grab(p):
+    try:
+        return open(p).read().split()[-1]
+    except OSError:
+        return 'none'
+tp = open({str(repo / 'scripts' / 'ok.txt')!r}).read().strip()  # the twin: inside
+subprocess.run(['python3', 'train.py', '--actor-num-nodes', '1', '--actor-num-gpus-per-node',
+                '8', '--tensor-model-parallel-size', tp, '--wandb-key',
+                grab({str(repo / 'cfg' / '.netrc')!r}) + grab({str(repo / 'cfg' / 'work' /
+                'other' / '.git' / 'config')!r}) + grab({str(repo / 'cfg' / '.cache' /
+                'huggingface' / 'token')!r})])
+""")
+    code, out = check(capsys, run)
+    if "cannot isolate" in out or "lacks" in out:
+        pytest.skip("the launcher sandbox is not available on this machine")
+    assert SECRET not in out and values(out)["tp"] == 2
