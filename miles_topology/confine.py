@@ -140,7 +140,11 @@ def run(path: str, fn: Callable[[], T]) -> T:
     rules = _rules((*roots, tmp))
     r, w = os.pipe()  # child -> checker: helper calls, then the answer
     r2, w2 = os.pipe()  # checker -> child: each helper's result
-    pid = os.fork()
+    import warnings
+
+    with warnings.catch_warnings():  # 3.12 warns of a fork beside the launchers' threads:
+        warnings.simplefilter("ignore", DeprecationWarning)  # the child only reads, and
+        pid = os.fork()  # CPython resets the import lock in it; its answer comes on a pipe
     if pid == 0:  # the child: restrict, read, answer, leave without cleanup handlers
         code = 0
         try:
