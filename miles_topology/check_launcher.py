@@ -19,12 +19,12 @@ from .channels import read_channels
 from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
 from .env import AT_RUN_TIME, PartialEnv
 from .errors import Location
-from .flags import parse_flags
+from .flags import TOPOLOGY, parse_flags
 from .pylaunch import UNKNOWN_ENV, PythonLaunch, read_python_launches
 from .pylaunch.cluster import Cluster
 from .pylaunch.standins import unknowns_in
 from .report import verdict_of
-from .sources import read_flags
+from .sources import read_flags, refused_topology
 from .stack import for_launch, using
 
 
@@ -106,9 +106,11 @@ def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]]
 
 def _imports(path: str) -> tuple[str, ...]:
     """The frameworks a launcher imports (`import slime`, `from miles.utils ...`)."""
-    try:
-        text = open(path, encoding="utf-8", errors="replace").read()
-    except OSError:
+    from . import gate
+
+    try:  # the launcher the user named: a bounded regular file (and re-read for columns)
+        text = gate.read_text(path, (gate.Path(os.path.realpath(path)),))
+    except (OSError, gate.Refused):
         return ()
     return tuple(fw for fw in ("slime", "miles")
                  if re.search(rf"^\s*(?:from|import)\s+{fw}\b", text, re.M))
@@ -120,6 +122,10 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     being known only at run time (this process's environment is never read: in CI it holds
     secrets, which a YAML's ${oc.env:NAME} would print)."""
     argv, pairs, tainted, gap = _untaint(got)
+    argv, refused = refused_topology(argv)  # a --topology the gate refuses: unknown, with why
+    tainted = tainted + [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}",
+                          "source": f"{got.source[0]}:{got.source[1]}" if got.source else "?",
+                          "why": why} for value, why in refused]
     if not got.env_known:
         environ = PartialEnv(got.env, why=UNKNOWN_ENV)
     elif got.launcher == "ray job submit":

@@ -19,7 +19,7 @@ from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
 from .parts import fields_in, summary_fields
 from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
-from .sources import read_flags
+from .sources import read_flags, refused_topology
 from .stack import for_launch, using
 
 if TYPE_CHECKING:
@@ -154,8 +154,9 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     channel, words = read_channels(
         [(fv.flag, fv.value, Location(fv.source.path, fv.source.line)) for fv in found.argv],
         _dirs(path, stack), stack.framework)
+    tokens, refused = refused_topology(found.tokens())  # a --topology the gate refuses
     with using(stack):
-        v = verdict_of(path, lambda: read_flags(found.tokens() + words, exported).topology)
+        v = verdict_of(path, lambda: read_flags(tokens + words, exported).topology)
         for p in channel:
             {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
         # a flag whose value is unresolved stays out of argv: its spelling is judged here
@@ -169,7 +170,10 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
             (("flag", u.flag), ("expression", u.expression), ("source", str(u.source)),
              ("why", u.why)) for u in found.unresolved)
     ]
-    unresolved += env_unresolved(exported, _topology_file(found))
+    at = next((str(fv.source) for fv in found.argv if fv.flag == TOPOLOGY), "?")
+    unresolved += [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}", "source": at,
+                    "why": why} for value, why in refused]
+    unresolved += env_unresolved(exported, _topology_file(found)) if not refused else []
     unknown = {u["flag"] for u in unresolved if u["flag"]}
     fit.apply(v, found.tokens(), cluster, {u["flag"] for u in unresolved})
     facts, why = unknown_facts(found)

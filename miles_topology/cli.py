@@ -155,10 +155,10 @@ def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
     from .env import AT_RUN_TIME, PartialEnv
     from .flags import field_of
     from .model import Topology
-    from .sources import key_lines, load_fields, with_files
+    from .sources import gated, key_lines, load_fields, with_files
 
     partial = PartialEnv(env, why=AT_RUN_TIME, defaults=True) if env is not None else None
-    v = verdict_of(path, lambda: Topology(**with_files(load_fields(path, env=partial))))
+    v = verdict_of(path, lambda: Topology(**with_files(load_fields(gated(path), env=partial))))
     unresolved = env_unresolved(partial, path) if partial is not None else []
     if unresolved:
         v.extra = {"unresolved": unresolved, "report_lines": [
@@ -178,6 +178,20 @@ def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
 
 
 def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
+    from . import check_script, confine, pylaunch  # noqa: F401  (loaded once, not per child)
+    from .gate import checking
+
+    with checking(path):  # what it names is read only inside its checkout (gate.py)
+        if path.endswith(".py"):  # a launcher: it runs in its own sandbox
+            return _one_in(path, env, py)
+        # the static reading, under the kernel's read rules for that checkout (confine.py)
+        note = confine.missing_note()
+        if note:  # where the kernel cannot: said once (docs/sandbox.md)
+            print(f"miles-topology: note: {note}", file=sys.stderr)
+        return confine.run(path, lambda: _one_in(path, env, py))
+
+
+def _one_in(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
     if path.endswith((".yaml", ".yml")):  # `check` (py given) reads no name of os.environ
         return [_yaml_verdict(path, env if py is not None else None)]
     if path.endswith(".py"):
@@ -192,12 +206,14 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
     """A Python launcher: one verdict per launch, on the cluster the flags and the
     ``[tool.miles-topology]`` table give (pylaunch/cluster.py)."""
     from .check_launcher import check_python_all
+    from .gate import checking
     from .pylaunch.cluster import cluster_for
 
     py = py or {}
-    return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
-                            bool(py.get("real_imports")), bool(py.get("trust")),
-                            py.get("pass_env") or (), py.get("reads") or ())
+    with checking(path):
+        return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
+                                bool(py.get("real_imports")), bool(py.get("trust")),
+                                py.get("pass_env") or (), py.get("reads") or ())
 
 
 def _expand(paths: list[str], chosen=None, gitignore: bool = True):
@@ -229,10 +245,15 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
         return
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
         from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+        from .gate import checking
         from .pylaunch.cluster import cluster_for
 
-        yield paths[0], _guarded(paths[0], lambda: [check_script(
-            paths[0], env, flags, cluster_for(paths[0], (py or {}).get("cluster") or {}))])
+        def judge_script() -> list[Verdict]:
+            with checking(paths[0]):
+                return [check_script(paths[0], env, flags,
+                                     cluster_for(paths[0], (py or {}).get("cluster") or {}))]
+
+        yield paths[0], _guarded(paths[0], judge_script)
         return
     if flags is not None:
         if paths or found.walked:
@@ -274,7 +295,9 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
     # is still given in order, as soon as it and those before it are done
     launchers = [p for p in paths if p.endswith(".py")]
     pool = ThreadPoolExecutor(max_workers=JOBS) if len(launchers) > 1 and JOBS > 1 else None
-    ahead = {p: pool.submit(judged, p) for p in launchers} if pool else {}
+    # each in a copy of this context: --stack and the gate's user roots hold in the threads
+    ahead = {p: pool.submit(contextvars.copy_context().run, judged, p)
+             for p in launchers} if pool else {}
     try:
         for p in paths:
             yield p, ahead[p].result() if p in ahead else judged(p)
@@ -820,6 +843,10 @@ def _main(argv: list[str] | None) -> int:
     head, flags = _split_dashdash(argv)
     try:
         args = parser().parse_args(head)
+        from .gate import add_user_roots
+
+        add_user_roots([*(getattr(args, "read", None) or []), getattr(args, "stack", None),
+                        *(getattr(args, "path", None) or [])])  # the gate's roots the user gave
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
                "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule,
                "plan": cmd_plan}[args.cmd]

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import gate
 from .commandline import TRAIN_FILES, TRAIN_MODULES
 
 # folders never walked into (ruff's default `exclude`, those that apply here)
@@ -49,15 +50,15 @@ class Found:
     walked: bool = False  # a folder was given: the run is a batch
 
 
-def kind(path: str) -> str | None:
-    """"script", "launcher" or "yaml" when the file's content makes it an input, else None."""
+def kind(path: str, roots=None) -> str | None:
+    """"script", "launcher" or "yaml" when the file's content makes it an input, else None.
+    `roots`: the walked folder's checkout (gate.py), which a linked entry must stay in."""
     name = path.lower()
-    if not name.endswith((*SHELL, ".py", *YAML)) and not _shebang_shell(path):
+    if not name.endswith((*SHELL, ".py", *YAML)) and not _shebang_shell(path, roots):
         return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(1 << 20)
-    except OSError:
+        text = gate.read_text(path, roots)[:1 << 20]
+    except (OSError, gate.Refused):
         return None
     if name.endswith(YAML):
         return "yaml" if name.endswith((".topology.yaml", ".topology.yml")) or \
@@ -76,14 +77,13 @@ def _topology_keys(text: str) -> bool:
     return len(got) >= 2 and got <= set(FIELDS)
 
 
-def _shebang_shell(path: str) -> bool:
+def _shebang_shell(path: str, roots=None) -> bool:
     """An extension-less file that is a bash script by its first line."""
     if os.path.splitext(path)[1]:
         return False
     try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError:
+        head = gate.read_bytes(path, roots)[:64]
+    except (OSError, gate.Refused):
         return False
     return head.startswith(b"#!") and (b"bash" in head.split(b"\n")[0]
                                        or head.split(b"\n")[0].endswith(b"/sh"))
@@ -101,9 +101,17 @@ def find(paths: list[str], exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
             out.inputs.append(p)
             continue
         out.walked = True
+        real = Path(os.path.realpath(p))
+        roots = (gate.root_of(real / "_"), *gate.USER.get())  # the folder's checkout
         above = _parent_gitignores(p) if gitignore else []
-        for f in _walk(p, [root_rules, *above], gitignore):
-            what = kind(f)
+        for f in _walk(p, [root_rules, *above], roots, gitignore):
+            try:  # an entry linked out of the checkout, or to a credential, is not read
+                gate.check_path(f, roots)
+            except gate.Refused:
+                out.skipped["refused by the gate (a link out of the checkout or to a "
+                            "credential)"] += 1
+                continue
+            what = kind(f, roots)
             if what is None:
                 out.skipped[_why(f)] += 1
             else:
@@ -117,20 +125,22 @@ def _why(path: str) -> str:
     return "not a launch script"
 
 
-def _walk(top: str, rules: list[Ignore], gitignore: bool = True):
+def _walk(top: str, rules: list[Ignore], roots=None, gitignore: bool = True):
     try:
         entries = sorted(os.scandir(top), key=lambda e: e.name)
     except OSError:
         return
     gi = os.path.join(top, ".gitignore")
     if gitignore and os.path.isfile(gi):
-        rules = [*rules, Ignore.file(gi)]
+        rules = [*rules, Ignore.file(gi, roots)]
     for e in entries:
         is_dir = e.is_dir(follow_symlinks=False)
         if any(r.ignored(e.path, is_dir) for r in rules):
             continue
         if is_dir:
-            yield from _walk(e.path, rules, gitignore)
+            if gate.hidden_in([e.name]):  # .git, .ssh ...: never walked into
+                continue
+            yield from _walk(e.path, rules, roots, gitignore)
         elif e.is_file() and (e.name.endswith((*SHELL, ".py", *YAML)) or
                               not os.path.splitext(e.name)[1]):
             yield e.path
@@ -161,10 +171,10 @@ class Ignore:
     rules: list[tuple[re.Pattern, bool, bool]]  # (regex, negated, directories only)
 
     @classmethod
-    def file(cls, path: str) -> Ignore:
-        try:
-            lines = Path(path).read_text(errors="replace").splitlines()
-        except OSError:
+    def file(cls, path: str, roots=None) -> Ignore:
+        try:  # a regular file (never a FIFO that would block), inside the walk's checkout
+            lines = gate.read_text(path, roots).splitlines()
+        except (OSError, gate.Refused):
             lines = []
         return cls.of(lines, os.path.dirname(os.path.abspath(path)))
 

@@ -722,8 +722,17 @@ def from_hf_config(cfg: Mapping[str, Any]) -> tuple[Shape, dict[str, Any]]:
 
 
 def read_hf_config(path: str) -> tuple[Shape, dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return from_hf_config(json.load(f))
+    """An HF config.json: a bounded regular file (gate.py), never a FIFO or a device."""
+    import os
+
+    from . import gate
+
+    try:
+        text = gate.read_text(path, (gate.Path(os.path.realpath(path)),),
+                              limit=gate.AST_LIMIT, errors="strict")
+    except gate.Refused as e:
+        raise OSError(str(e)) from None
+    return from_hf_config(json.loads(text))
 
 
 __all__ = ["Counter", "Estimate", "Layout", "Params", "Precision", "RankMemory", "Run",

@@ -370,6 +370,7 @@ def _python_flags(path: str) -> list[str]:
 
 def _script_flags(path: str) -> list[str]:
     """MODEL_ARGS of a bash model file, read by the script reader (nothing runs)."""
+    from . import gate
     from .shell import ScriptReadError, read_script
 
     if not os.path.isfile(path):
@@ -378,8 +379,9 @@ def _script_flags(path: str) -> list[str]:
         launch = os.path.join(tmp, "plan.sh")
         with open(launch, "w") as f:
             f.write(f'source "{os.path.abspath(path)}"\npython3 train.py "${{MODEL_ARGS[@]}}"\n')
-        try:
-            found = read_script(launch, {})
+        try:  # what the model file names: inside its checkout (gate.py); ours in tmp
+            with gate.checking(path), gate.also(tmp):
+                found = read_script(launch, {})
         except ScriptReadError as e:
             raise InputError(f"{path}: {e}") from None
     return [str(t.text) for t in found.tokens()]

@@ -130,19 +130,12 @@ SOURCE_MAX = 8 << 20  # bytes of a located file read for columns
 
 @lru_cache(maxsize=64)
 def _lines_of(path: str) -> tuple[str, ...]:
-    """A regular file's lines, read with a bound (a location may come from a checked file:
-    never a device or a pipe, which would fill memory or block)."""
-    import os
-    import stat
+    """A file's lines, read again through the gate: only a file it admitted for this run,
+    still a regular file, with a bound (never a device or a pipe, a link swapped out)."""
+    from .gate import reread
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return ()
-    with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ()
-        return tuple(f.read(SOURCE_MAX).decode(errors="replace").splitlines())
+    text = reread(path, limit=SOURCE_MAX)
+    return tuple(text.splitlines()) if text is not None else ()
 
 
 def column(p: Problem) -> int | None:

@@ -61,7 +61,7 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
             "flag-conflict", "{} and {} exclude each other.".format(*both),
             "keep at most one of {} and {}".format(*both), both))
     if yaml_path is not None:
-        base = load_fields(yaml_path, env=env)
+        base = load_fields(gated(yaml_path), env=env)
         for name, value in fields.items():
             if name in base and base[name] != value:
                 errors.append(Problem(
@@ -93,6 +93,52 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
                             summary(topo))
     topo._warnings = tuple(warnings) + topo.warnings
     return FlagRead(topo, parsed.passthrough, parsed)
+
+
+def gated(path: str | Path, limit: int | None = None) -> str:
+    """A file a flag names (--topology, a YAML channel), through the gate (gate.py) while an
+    input is judged: resolved inside its checkout, or InputError with the reason (what it
+    sets is then unknown: the caller's `verdict_of` makes it the input's unreadable note)."""
+    from . import gate
+
+    if gate.current() is None:  # the library's own use (miles.train --topology): the user's
+        return str(path)
+    try:
+        return str(gate.find(str(path), limit=limit or gate.AST_LIMIT))
+    except gate.Refused as e:
+        raise InputError(f"{e}") from None
+    except OSError:
+        return str(path)  # not there: the reader says so
+
+
+def refused_topology(tokens: Sequence) -> tuple[list, list[tuple[str, str]]]:
+    """`tokens` without each `--topology FILE` the gate refuses (gate.py), and (FILE, why)
+    of each: what it would set is left unknown, with the reason; the input is still judged
+    (as for a --topology whose value is unknown)."""
+    from . import gate
+
+    if gate.current() is None:
+        return list(tokens), []
+    def text(t) -> str:
+        return t if isinstance(t, str) else getattr(t, "text", str(t))  # shell Token
+
+    out, refused, i = [], [], 0
+    while i < len(tokens):
+        t = text(tokens[i])
+        value, n = (text(tokens[i + 1]), 2) if t == TOPOLOGY and i + 1 < len(tokens) else \
+            (t.split("=", 1)[1], 1) if t.startswith(TOPOLOGY + "=") else (None, 1)
+        if value is not None:
+            try:
+                gate.find(value, limit=gate.AST_LIMIT)
+            except gate.Refused as e:
+                refused.append((value, f"{e}; the fields it sets are unknown"))
+                i += n
+                continue
+            except OSError:
+                pass  # not there: read_flags says so
+        out.append(tokens[i])
+        i += 1
+    return out, refused
 
 
 def from_flags(argv: list[str]) -> Topology:
@@ -250,9 +296,10 @@ def schema() -> dict[str, Any]:
 
 def key_lines(path: str | Path) -> dict[str, int]:
     """Top-level key -> its 1-based line in a YAML file (for problems' locations)."""
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
+    from .gate import reread
+
+    text = reread(path)  # the YAML the gate let in, read again for lines
+    if text is None:
         return {}
     out: dict[str, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
@@ -353,10 +400,12 @@ def read_engine_groups(path: str) -> tuple[tuple[str, str, int, int], ...] | Non
     """
     import yaml
 
+    from . import gate
+
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # not here or not YAML
+        data = yaml.safe_load(gate.read_text(gate.find(path, limit=gate.AST_LIMIT),
+                                             limit=gate.AST_LIMIT, errors="strict"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, gate.Refused):  # not here, not YAML
         return None
     try:
         models = data.get("sglang", data.get("models"))
@@ -408,11 +457,21 @@ def yaml_values(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
         except (binascii.Error, UnicodeDecodeError) as e:
             return f"its base64 payload does not decode: {e}"
     else:
+        from . import gate
+
         cands = [Path(value)] + [Path(d) / value for d in dirs if not Path(value).is_absolute()]
-        found = next((c for c in cands if c.is_file()), None)
-        if found is None:
-            return f"{value} is not found here"
-        text, where = found.read_text(errors="replace"), value
+        refused = None
+        for c in cands:  # through the gate: inside the input's checkout, bounded
+            try:
+                text, where = gate.read_text(gate.find(str(c), limit=gate.AST_LIMIT),
+                                             limit=gate.AST_LIMIT), value
+                break
+            except gate.Refused as e:
+                refused = refused or str(e)
+            except OSError:
+                continue
+        else:
+            return refused or f"{value} is not found here"
     try:
         node = yaml.compose(text)
         data = yaml.safe_load(text)

@@ -170,9 +170,9 @@ def _source(roots: Sequence[Path], module: str) -> str | None:
     """The source of a module under one of `roots`, else found on sys.path; None if absent."""
     rel = module.replace(".", "/")
     for root in roots:
-        for cand in (root / f"{rel}.py", root / rel / "__init__.py"):
-            if cand.is_file():
-                return cand.read_text(errors="replace")
+        got = _read_under(root, [root / f"{rel}.py", root / rel / "__init__.py"])
+        if got is not None:
+            return got
     try:
         spec = PathFinder.find_spec(module.split(".")[0], sys.path)
     except (ImportError, ValueError):
@@ -182,9 +182,23 @@ def _source(roots: Sequence[Path], module: str) -> str | None:
     base = [Path(p).parent for p in spec.submodule_search_locations or ()] or \
         ([Path(spec.origin).parent] if spec.origin else [])
     for root in base:
-        for cand in (root / f"{rel}.py", root / rel / "__init__.py"):
-            if cand.is_file():
-                return cand.read_text(errors="replace")
+        got = _read_under(root, [root / f"{rel}.py", root / rel / "__init__.py"])
+        if got is not None:
+            return got
+    return None
+
+
+def _read_under(root: Path, cands: Sequence[Path]) -> str | None:
+    """The first candidate the gate admits under `root` (resolved inside it, no hidden
+    name, a regular file of at most gate.AST_LIMIT bytes: it is parsed whole)."""
+    from . import gate
+
+    allowed = (Path(os.path.realpath(root)),)
+    for cand in cands:
+        try:
+            return gate.read_text(cand, allowed, limit=gate.AST_LIMIT)
+        except (OSError, gate.Refused):
+            continue
     return None
 
 
@@ -232,12 +246,13 @@ def _megatron_flags(roots: Sequence[Path]) -> tuple[str, list[Added]] | None:
     for base in [*roots, *(Path(p) for p in sys.path if p)]:
         f = base / "megatron" / "training" / "arguments.py"
         if f.is_file():
-            def read(f=f) -> list[Added]:
+            def read(f=f, base=base) -> list[Added]:
+                text = _read_under(base, [f])
                 try:
                     import ast
 
-                    return list(adds(ast.parse(f.read_text(errors="replace"))))
-                except (SyntaxError, ValueError, OSError):
+                    return list(adds(ast.parse(text))) if text is not None else []
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
                     return []
             return str(f.parent.parent.parent), _cached("megatron", [f], read)
     return None
@@ -268,9 +283,16 @@ def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, 
     if stack_path:
         fw = framework_in(Path(stack_path))
         where, origin = ((Path(stack_path), fw), "--stack") if fw else (None, "bundled")
+    from . import gate
+
+    inside = gate.current()  # the input's roots: a fork is read only inside them
+
+    def kept(p: Path) -> bool:
+        return inside is None or gate.inside(Path(os.path.realpath(p)), inside) is not None
+
     if where is None and script:
         got = checkout_of(script)
-        where, origin = (got, "checkout") if got else (None, origin)
+        where, origin = (got, "checkout") if got and kept(got[0]) else (None, origin)
     if where is None:
         got = installed()
         where, origin = (got, "installed") if got else (None, origin)
@@ -281,7 +303,7 @@ def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, 
     roots = [Path(p) for p in (stack_path, where[0] if where else None) if p]
     if script:  # the script's folder and those above it (its repository's root on PYTHONPATH)
         here = Path(os.path.abspath(script)).parent
-        roots += [here, *list(here.parents)[:3]]
+        roots += [p for p in [here, *list(here.parents)[:3]] if kept(p)]
     return with_functions(base, argv, roots)
 
 

@@ -18,16 +18,16 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
-from contextvars import ContextVar
 from pathlib import Path
 
+from . import gate
 from .errors import InputError
 from .sources import ENV_REF, load_fields
 
 COMMAND = ("miles-topology", "flags")
 # Files a migration is about to write, read in place of the disk (absolute path -> text), so
 # that the reader sees the result before anything is written.
-STAGED: ContextVar[Mapping[Path, str] | None] = ContextVar("staged_files", default=None)
+STAGED = gate.STAGED  # one variable: the gate lets these texts through as the tool's own
 
 
 def staged(path: Path) -> str | None:
@@ -97,10 +97,12 @@ def text(path: str | Path, env: Mapping[str, str] | None = None, check: bool = T
 
 def env_names(path: str | Path) -> list[str]:
     """The environment variables the YAML reads (${oc.env:NAME,...})."""
+    from . import gate
+
     p = Path(path)
     try:
         body = staged(p)
-        body = body if body is not None else p.read_text()
-    except OSError:
+        body = body if body is not None else gate.read_text(p, limit=gate.AST_LIMIT)
+    except (OSError, gate.Refused):
         return []
     return list(dict.fromkeys(m.group(1) for m in ENV_REF.finditer(body)))

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import gate
 from ..errors import InputError, NoTrainingLaunch, TopologyError
 from ..flags import TOPOLOGY, field_of, is_switch
 from ..model import Topology, value
@@ -116,7 +117,7 @@ def read(state: State) -> Reading:
     except NoTrainingLaunch as e:
         raise NotALaunch(str(e), 2) from None
     argv = script.flags()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, gate.also(tmp):  # its stand-ins: ours
         for i, tok in enumerate(argv[:-1]):
             if tok == TOPOLOGY and Path(os.path.abspath(argv[i + 1])) in state.files:
                 stand_in = Path(tmp, f"{i}.yaml")
@@ -195,8 +196,8 @@ def layout_free(u, script: ScriptRead, state: State) -> bool:
     found = False
     for f in files:
         try:
-            text = state.text if f == state.file else Path(f).read_text()
-        except (OSError, UnicodeDecodeError):
+            text = state.text if f == state.file else gate.read_text(f, errors="strict")
+        except (OSError, UnicodeDecodeError, gate.Refused):
             return False
         if re.search(rf"\b(read|mapfile|readarray|declare|local|eval)\b[^\n]*\b{name}\b", text):
             return False

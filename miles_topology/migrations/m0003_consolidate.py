@@ -109,7 +109,12 @@ def current_yaml(state: State, r: Reading) -> tuple[Path, str, str] | None:
     path = Path(os.path.abspath(yaml_path(state)))
     body = state.files.get(path)
     if body is None and path.exists():
-        body = path.read_text()
+        from .. import gate
+
+        try:  # the YAML beside the script, through the gate
+            body = gate.read_text(path, limit=gate.AST_LIMIT, errors="strict")
+        except (gate.Refused, UnicodeDecodeError) as e:
+            raise Refused(f"{path}: {e}; nothing was written.") from None
     if body is None:
         return None
     if re.search(rf"^[^#\n]*\bmiles-topology flags\b[^\n]*/{re.escape(path.name)}\b",

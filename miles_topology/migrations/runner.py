@@ -48,10 +48,14 @@ class Outcome:
 
 
 def load(path: Path) -> str:
-    try:
-        data = path.read_bytes()
+    from .. import gate
+
+    try:  # a bounded regular file in its own checkout (a link out of it is not read)
+        data = gate.read_bytes(path, (gate.root_at(path),))
     except OSError as e:
         raise Refused(f"cannot read it: {e.strerror or e}", 2) from None
+    except gate.Refused as e:
+        raise Refused(str(e), 2) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -97,7 +101,17 @@ def target_of(out: Outcome) -> Path:
 
 
 def writable(out: Outcome) -> None:
-    """Refuse, before anything is written, what `write` could not do safely."""
+    """Refuse, before anything is written, what `write` could not do safely: the script and
+    each file beside it stay in the script's checkout (gate.writable: no link out of it,
+    no dangling link), then the checks below."""
+    from .. import gate
+
+    root = gate.root_at(out.path)
+    for p in [out.path, *out.files]:
+        try:
+            gate.writable(p, root)
+        except gate.Refused as e:
+            raise Refused(f"{e}; nothing was written.") from None
     target = target_of(out)
     if out.path.is_symlink() and out.files and target.parent != out.path.absolute().parent:
         raise Refused(f"it is a symbolic link to {target}, in another folder; the topology "
@@ -270,13 +284,16 @@ def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: 
     if not inputs:
         ERR.line("miles-topology migrate: give the launch scripts to migrate")
         return 2
+    from .. import gate
+
     code = 0
     for name in inputs:
         if quiet and check and not _launches(name):
             continue  # a model file, a helper: no launch, nothing to move (pre-commit hook)
         try:
-            code = max(code, _one(Path(name), env, write, check, inline, quiet,
-                                  only_migrated))
+            with gate.checking(name):  # what the script names is read only inside its roots
+                code = max(code, _one(Path(name), env, write, check, inline, quiet,
+                                      only_migrated))
         except Refused as e:
             say(f"{name}: refused: {e.reason}", ERR)
             code = max(code, e.code)

@@ -229,17 +229,28 @@ def launcher_env(env: Mapping[str, str] | None = None, pass_env: Sequence[str] =
 
 
 def read_paths(target: str | None, cwd: str | None, env: Mapping[str, str],
-               reads: Sequence[str] = (), work: str = "") -> tuple[str, list[str]]:
+               reads: Sequence[str] = (), work: str = "", confine: Sequence = ()
+               ) -> tuple[str, list[str]]:
     """(the checkout, every path the launcher may read beneath): its checkout (`target`'s, or
     the folder it runs in; `-c CODE` run in `work` has none), that folder, the import path it
     is given (PYTHONPATH, this interpreter's prefixes and sys.path, this package) and `reads`
     (--read). isolate.landlock adds the system's libraries and leaves .git and credential
-    files out of each."""
-    # its checkout (checkout.root_of), else its own folder
+    files out of each. `confine`: a helper of a script (gate.py's roots of that script): its
+    checkout is the first of them, and the folder it runs in and PYTHONPATH entries (the
+    script's to choose: `cd /`, `PYTHONPATH=/`) are readable only inside them."""
+    from .. import gate
+
+    # its checkout (checkout.root_of), else its own folder; never $HOME or /
     root = (checkout.root_of(target or os.path.join(cwd, "")) or os.path.dirname(
         os.path.abspath(target or os.path.join(cwd, "")))) if target or cwd else work
+    if gate._too_wide(Path(os.path.realpath(root))):
+        root = target or work
     pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    paths = [root, *([cwd] if cwd else []), *pythonpath, sys.prefix, sys.base_prefix,
+    mine = [*([cwd] if cwd else []), *pythonpath]
+    if confine:
+        root = str(confine[0])
+        mine = [p for p in mine if gate.inside(Path(os.path.realpath(p)), confine)]
+    paths = [root, *mine, sys.prefix, sys.base_prefix,
              sys.exec_prefix, sys.base_exec_prefix, *(p for p in sys.path if p),
              str(Path(__file__).resolve().parent.parent), *reads]
     return root, list(dict.fromkeys(os.path.abspath(p) for p in paths))
@@ -284,14 +295,15 @@ STDERR_TAIL = 4096
 def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
                 cwd: str | None = None, timeout_s: float = 10, trust: bool = False,
                 pass_env: Sequence[str] = (), reads: Sequence[str] = (),
-                cluster: Cluster | None = None) -> ProgramRun:
+                cluster: Cluster | None = None, confine: Sequence = ()) -> ProgramRun:
     """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
     is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
     MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Its
     environment is `launcher_env(env, pass_env)`. Status "unavailable": there is no such file
     or no program given; "refused": the sandbox cannot run it here (the error says why).
     `cluster`: run it with the stand-ins a launcher gets (torch, ray, nvidia-smi answered
-    from that model), for a probe of the cluster."""
+    from that model), for a probe of the cluster. `confine`: the roots of the script that runs
+    it (gate.py): its program must be a file inside them, and only they are readable."""
     words = list(args)
     while words and words[0].startswith("-") and words[0] not in ("-c", "-m", "-"):
         words.pop(0)  # -u, -B, -O...: nothing the result depends on
@@ -306,10 +318,17 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
         full = os.path.join(cwd, target) if cwd and not os.path.isabs(target) else target
         if not os.path.isfile(full):
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
+        if confine:
+            from .. import gate
+
+            try:
+                gate.admit(full, confine)
+            except (gate.Refused, OSError) as e:
+                return ProgramRun("refused", "", "", str(e))
         target = os.path.abspath(full)
     extra = None if cluster is None else {"cluster": cluster.as_dict(), "real_imports": False}
     got = _execute(mode, target, rest, launcher_env(env, pass_env), cwd, timeout_s,
-                   MEMORY_MB, trust, extra, reads)
+                   MEMORY_MB, trust, extra, reads, confine)
     calls = [r for r in got.records if "kind" in r]
     records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
     end = got.end
@@ -351,7 +370,7 @@ class _Ran:
 
 def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s: float,
              memory_mb: int, trust: bool, extra: dict | None = None,
-             reads: Sequence[str] = ()) -> _Ran:
+             reads: Sequence[str] = (), confine: Sequence = ()) -> _Ran:
     """Run `target` (a file, code or a module name, by `mode`) in a fresh temporary folder."""
     with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
         work = Path(tmp, "work")
@@ -361,7 +380,7 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
         sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
         sandbox["PWD"] = os.path.abspath(cwd) if cwd is not None else str(work)
         root, paths = read_paths(target if mode == "path" else None, cwd, env, reads,
-                                 str(work))
+                                 str(work), confine)
         records, err, status, out, verdict = _run(
             mode, target, args, env, sandbox, Path(tmp), work, timeout_s, memory_mb, trust,
             {**(extra or {}), "reads": paths})

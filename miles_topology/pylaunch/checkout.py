@@ -15,20 +15,14 @@ import ast
 import os
 import re
 
-MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
+from ..gate import git_root, project_root
 
 
 def root_of(launcher: str) -> str | None:
-    """The checkout holding `launcher`: its git root, else the nearest project folder."""
+    """The checkout holding `launcher`: its git root, else the nearest project folder
+    (gate.git_root, gate.project_root: the one root finding)."""
     here = os.path.dirname(os.path.abspath(launcher))
-    folders = [here]
-    while os.path.dirname(folders[-1]) != folders[-1]:
-        folders.append(os.path.dirname(folders[-1]))
-    git = next((d for d in folders if os.path.exists(os.path.join(d, ".git"))), None)
-    if git is not None:
-        return git
-    return next((d for d in folders if any(os.path.isfile(os.path.join(d, m))
-                                           for m in MARKERS)), None)
+    return git_root(here) or project_root(here)
 
 
 def imported(launcher: str) -> set[str]:

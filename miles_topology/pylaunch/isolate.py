@@ -114,28 +114,113 @@ ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "ns
 SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/sys", "/proc",
           "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full",
           *(f"/etc/{n}" for n in ETC))
-# Left out of a readable folder that holds them (a checkout, HOME on the import path): a
-# repository's .git (its config may hold a token) and the usual credential files.
-HIDDEN = frozenset((".git", ".ssh", ".netrc", ".git-credentials", ".aws", ".gnupg", ".docker",
-                    ".kube", ".config", ".pypirc", ".npmrc", ".azure", ".gcloud"))
+# Left out of a readable folder that holds them, at any depth (a checkout, HOME on the import
+# path): a repository's .git (its config may hold a token), the usual credential files and
+# token caches (gate.HIDDEN, gate.HIDDEN_PAIRS), and all of .config.
+_NAMES: tuple = ()
+
+
+def _lists() -> tuple:
+    """gate.HIDDEN and gate.HIDDEN_PAIRS, the one list: gate.py loaded by its file, since
+    in the child this module is imported on its own (only the standard library so far)."""
+    global _NAMES
+    if not _NAMES:
+        import importlib.util
+
+        where = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "gate.py")
+        spec = importlib.util.spec_from_file_location("_miles_topology_gate", where)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _NAMES = (mod.HIDDEN | {".config"}, mod.HIDDEN_PAIRS)
+    return _NAMES
+
+
+def _hidden(parts: tuple) -> bool:
+    """Whether the last of `parts` is left out: a credential name, the second of a pair
+    (gate.HIDDEN, gate.HIDDEN_PAIRS), or .config."""
+    names, pairs = _lists()
+    return parts[-1] in names or len(parts) > 1 and (parts[-2], parts[-1]) in pairs
+
+
+WALK_MAX = 200_000  # entries looked at below the readable folders of one launcher
+
+
+def _own_trees() -> tuple[str, ...]:
+    """The interpreter's and this package's trees: the checker's own, not walked (its
+    virtual environment too: the child runs with -S, so sys.prefix is the base one)."""
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+    venv = [venv] if os.path.isfile(os.path.join(venv, "pyvenv.cfg")) else []
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in (
+        sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, pkg, *venv)))
 
 
 def readable(paths) -> list[tuple[str, int]]:
-    """(path, rights) to allow reads beneath: each given path, but a folder that holds a name
-    of HIDDEN is listable only (names, not contents, in all its tree) and its other entries
-    readable (Landlock allows a whole tree, never takes a part back out)."""
-    out = []
-    for path in dict.fromkeys(paths):
-        try:
-            names = os.listdir(path) if os.path.isdir(path) else None
-        except OSError:
-            names = None
-        if names is None or HIDDEN.isdisjoint(names):
-            out.append((path, FS_READS))
+    """(path, rights) to allow reads beneath: each given path resolved (a committed symlink
+    never widens a rule to its target), but a folder that holds a hidden name at any depth
+    (`_hidden`) is split: listable only (names, not contents), its other entries readable
+    (Landlock allows a whole tree, never takes a part back out); a symlinked entry gets no
+    rule of its own (what it points to is readable only where a rule allows it already). A
+    tree with more than WALK_MAX entries is listable only. The interpreter's own trees are
+    not walked: only their top level is split."""
+    out: list[tuple[str, int]] = []
+    own = _own_trees()
+    budget = [WALK_MAX]
+    for path in dict.fromkeys(os.path.realpath(p) for p in paths):
+        if not os.path.isdir(path):
+            if os.path.exists(path):
+                out.append((path, FS_READS))
             continue
-        out.append((path, FS_READ_DIR))
-        out += [(os.path.join(path, n), FS_READS) for n in names if n not in HIDDEN]
+        deep = not any(path == t or path.startswith(t.rstrip(os.sep) + os.sep) for t in own)
+        marks = _marks(path, deep, budget)
+        out += [(path, FS_READ_DIR)] if marks is None else _rules(path, marks)
     return out
+
+
+def _rules(path: str, marks: set) -> list[tuple[str, int]]:
+    """Whole when no hidden entry is below `path`; else names only, each entry split."""
+    if not marks:
+        return [(path, FS_READS)]
+    out = [(path, FS_READ_DIR)]
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return out
+    for e in entries:
+        if e.is_symlink():
+            continue
+        mine = {m[1:] for m in marks if m[0] == e.name}
+        if () in mine:
+            continue  # hidden itself
+        if not mine:
+            out.append((e.path, FS_READS))
+        elif e.is_dir(follow_symlinks=False):
+            out += _rules(e.path, mine)
+    return out
+
+
+def _marks(path: str, deep: bool, budget: list[int]) -> set | None:
+    """The relative parts of each hidden entry below `path` (not walked into); None when
+    the walk passed its bound. Not `deep`: only the top level."""
+    found: set = set()
+    stack: list[tuple[str, tuple]] = [(path, ())]
+    while stack:
+        d, rel = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        budget[0] -= len(entries)
+        if budget[0] < 0:
+            return None
+        for e in entries:
+            parts = (*rel, e.name)
+            if _hidden(parts):
+                found.add(parts)
+            elif deep and e.is_dir(follow_symlinks=False):
+                stack.append((e.path, parts))
+    return found
 
 
 def landlock(work: str, reads=None, proc: bool = True) -> int:
@@ -159,11 +244,13 @@ def landlock(work: str, reads=None, proc: bool = True) -> int:
     try:
         rules = [(work, fs & ~FS_EXECUTE), (os.devnull, FS_WRITE_FILE | FS_TRUNCATE)]
         if reads is not None:
-            system = [p for p in SYSTEM if proc or p != "/proc"]
-            rules += readable([*system, *reads])
+            rules += [(p, FS_READS) for p in SYSTEM if proc or p != "/proc"]
+            rules += readable(reads)
         for path, allowed in rules:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:  # resolved paths (readable); O_NOFOLLOW: a link is never a rule's root
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC | (
+                    os.O_NOFOLLOW if (path, allowed) not in rules[:2] and path not in SYSTEM
+                    else 0))
             except OSError:
                 continue  # not on this machine
             if allowed == FS_READS and not stat.S_ISDIR(os.fstat(fd).st_mode):

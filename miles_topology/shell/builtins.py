@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Protocol
 
+from .. import gate
 from ..errors import Location
 from . import syntax
 from .values import INT_LIMIT, MAX_ITEMS, Field, Unk, Var, printf
@@ -273,9 +275,10 @@ class Builtins:
             return self.r.taint(f"{fields[0].value} {f.text}", where, why)
         found = self.locate(f.value, where)
         if found is None:
-            looked = "it does not exist, nor does its path's tail inside the script's folder or " \
-                "the folders above it" if f.value.startswith("/") else \
-                "looked for it relative to the script and the directories above it"
+            looked = self.refused or ("it is not inside the script's checkout, nor does its "
+                                      "path's tail exist there" if f.value.startswith("/") else
+                                      "looked for it relative to the script and the "
+                                      "directories above it, within its checkout")
             self.found.missing.append(f"'{f.value}' (sourced at {where})")
             what = n.words[1].text if len(n.words) > 1 else f.text
             why = f"sourced file '{f.value}' not found ({looked})"
@@ -300,9 +303,14 @@ class Builtins:
         return None
 
     def locate(self, path: str, where: Location, note: bool = True) -> str | None:
-        """The file a relative or absolute path names: from the current directory, the
-        file being read, the main script's folder or one above it; an absolute path not
-        here, inside the script's checkout (noted)."""
+        """The file a relative or absolute path names, through the gate (gate.py): from the
+        current directory, the file being read, the main script's folder or one above it
+        up to its checkout's root, never above; an absolute path outside the checkout is
+        never read: the same tail inside the checkout (noted), else not found. A candidate
+        the gate refuses (a credential name, a link out, a device) is skipped; the first
+        reason is kept in `self.refused` for the message."""
+        self.refused = None
+        roots = self.at.roots
         tried = []
         if path.startswith("/"):
             tried.append(os.path.normpath(path))
@@ -316,36 +324,31 @@ class Builtins:
                 if cand not in tried:
                     tried.append(cand)
                 up = os.path.dirname(d)
-                if up == d:
-                    break
+                if up == d or not gate.inside(Path(os.path.realpath(up)), roots):
+                    break  # never above the checkout
                 d = up
-        found = next((os.path.normpath(p) for p in tried if os.path.isfile(p)), None)
+        found = None
+        for p in tried:
+            try:
+                gate.admit(p, roots)
+            except gate.Refused as e:
+                if os.path.lexists(p) and not (path.startswith("/") and e.kind == "outside"):
+                    self.refused = self.refused or str(e)
+                continue
+            except OSError:
+                continue
+            found = os.path.normpath(p)
+            break
         if found is None and path.startswith("/"):
-            found = self.in_checkout(path)
+            got = gate.by_tail(path, roots, os.path.dirname(self.at.main_abs))
+            found = None if got is None else os.path.normpath(got)
             if found is not None and note:
                 self.found.note(
-                    "sourced-from-checkout", f"'{path}' does not exist here; read "
-                    f"{self.at.disp(found)} instead, the same path inside the script's checkout",
+                    "sourced-from-checkout", f"'{path}' is not inside the script's checkout; "
+                    f"read {self.at.disp(found)} instead, the same path inside it",
                     "pass the real file's folder with --env, or source it relative to the "
                     "script", where)
         return found
-
-    def in_checkout(self, path: str) -> str | None:
-        """``source /root/slime/scripts/models/glm4.sh`` read where it is not installed: the
-        same tail (``scripts/models/glm4.sh``, at least a folder and the file) in the script's
-        folder or one above it, the nearest folder and the longest tail first."""
-        parts = os.path.normpath(path).strip("/").split("/")
-        tails = [os.path.join(*parts[k:]) for k in range(1, len(parts) - 1)]
-        d = os.path.dirname(self.at.main_abs)
-        while True:
-            for tail in tails:
-                cand = os.path.join(d, tail)
-                if os.path.isfile(cand):
-                    return os.path.normpath(cand)
-            up = os.path.dirname(d)
-            if up == d:
-                return None
-            d = up
 
 
 def _rest(line: str, ifs: str, k: int) -> str:

@@ -11,7 +11,7 @@ from ..errors import Location
 
 class Cursor:
     __slots__ = ("main_abs", "main_disp", "stack", "where", "stmt_line", "branch", "sources",
-                 "newlines")
+                 "newlines", "roots")
 
     def __init__(self, main_abs: str, main_disp: str):
         self.main_abs, self.main_disp = main_abs, main_disp
@@ -21,6 +21,10 @@ class Cursor:
         self.branch: list[Location] = []  # the if/case/loop/&& around it, innermost last
         self.sources: dict[tuple[str, int], Location] = {}
         self.newlines: dict[str, list[int]] = {}  # per file read: offsets of its newlines
+        # where the files it names may be read (gate.py): the script's checkout, --read...
+        from .. import gate
+
+        self.roots = gate.current() or gate.roots_for(main_abs)
 
     @property
     def file(self) -> str:

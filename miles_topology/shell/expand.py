@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 
+from .. import gate
 from ..errors import InputError
 from ..textfilters import FILTERS, run_pipeline
 from ..yamlflags import COMMAND, env_names
@@ -548,6 +549,13 @@ class Words:
             if (k in sh.exported or k in sh.inherited or sh.allexport) and not v.array:
                 f = v.items[0] if v.items else None
                 env[k] = None if f is None or f.unk or f.cond else f.value
+        try:  # a file the script names: through the gate
+            path = str(gate.find(path, self.at.roots, os.path.dirname(self.at.main_abs),
+                                 limit=gate.AST_LIMIT))
+        except gate.Refused as e:
+            return None, str(e)
+        except OSError:
+            pass  # not there: `flags` says so
         unknown = [k for k in env_names(path) if k in env and env[k] is None]
         if unknown:
             return None, f"{path} reads {', '.join(unknown)}, known only at run time"
@@ -793,7 +801,18 @@ class Words:
             argv = ["-c", code.value]  # (tree-sitter-bash drops the '-' before <<)
         env = self.exports() | {name: f.value for name, f in given}
         cwd = self.sh.cwd or os.path.dirname(self.at.main_abs)
-        probe = _probe(argv, cwd)
+        words = list(argv)
+        while words and words[0].startswith("-") and words[0] not in ("-c", "-m", "-"):
+            words.pop(0)  # -u, -B: as run_program skips them
+        program = words[0] if words and not words[0].startswith("-") else None
+        if program is not None:  # its file is one the script names: through the gate
+            try:
+                gate.admit(os.path.join(cwd, program), self.at.roots)
+            except gate.Refused as e:
+                return self.unknown(sub, f"the helper is not run: {e}")
+            except OSError:
+                pass  # not there: run_program says so
+        probe = _probe(argv, cwd, self.at.roots)
         if probe and self.cluster is None:  # here it would answer for this machine
             return self.unknown(sub, f"the helper probes the machine it runs on ('{probe}'); "
                                      "pass --nodes N --gpus-per-node N (and --gpu) to answer "
@@ -806,7 +825,8 @@ class Words:
         if got is None:
             from ..pylaunch import run_program  # the sandbox: only when a script needs it
 
-            got = self.helpers[key] = run_program(argv, env=env, cwd=cwd, cluster=cluster)
+            got = self.helpers[key] = run_program(argv, env=env, cwd=cwd, cluster=cluster,
+                                                  confine=self.at.roots)
         shown = " ".join(["python3", *argv])
         if len(shown) > 120:
             shown = shown[:117] + "..."
@@ -843,7 +863,7 @@ _PROBES = re.compile(r"\b(torch|cuda|ray|nvidia[-_]smi|pynvml|GPUtil|psutil|subp
                      r"gethostname|cpu_count|platform|socket|os\.system|sched_getaffinity)\b")
 
 
-def _probe(argv: list[str], cwd: str) -> str | None:
+def _probe(argv: list[str], cwd: str, roots=None) -> str | None:
     """What in a helper's code (``-c CODE``, or the FILE itself) asks the machine about its
     GPUs, CPUs or name; None when it asks nothing (its imports are not read)."""
     words = [a for a in argv if not (a.startswith("-") and a not in ("-c", "-m"))]
@@ -854,10 +874,9 @@ def _probe(argv: list[str], cwd: str) -> str | None:
     elif words:
         path = words[0] if os.path.isabs(words[0]) else os.path.join(cwd, words[0])
         try:
-            with open(path, "rb") as f:
-                text = f.read(1 << 20).decode("utf-8", "replace")
-        except OSError:
-            return None  # not there: run_program says so
+            text = gate.read_text(path, roots)[:1 << 20]
+        except (OSError, gate.Refused):
+            return None  # not there or refused: `helper` says so
     else:
         return None
     m = _PROBES.search(text)

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from .. import gate
 from ..errors import Location
 from ..textfilters import FILTERS
 from . import launch as launches
@@ -118,12 +119,17 @@ class Reader:
                         f"{disp}:0: the file is {size / (1 << 20):.0f} MB, over the "
                         f"{MAX_FILE >> 20} MB a launch script can be; it was not read. "
                         "Fix: pass the bash launch script itself.")
-                data = Path(abs_path).read_bytes()
+                main = abs_path == self.at.main_abs  # named by the user: only its own file
+                data = gate.read_bytes(abs_path, (Path(os.path.realpath(abs_path)),) if main
+                                       else self.at.roots, limit=MAX_FILE)
             else:
                 data = self.text.encode("utf-8", "surrogateescape")
         except OSError as e:
             raise ScriptReadError(f"{disp}:0: cannot read the file ({e.strerror or e}). "
                                   "Fix: check the path and its permissions.") from None
+        except gate.Refused as e:
+            raise ScriptReadError(f"{disp}:0: {e}. Fix: pass a regular file inside the "
+                                  "script's checkout.") from None
         if len(data) > MAX_FILE:
             raise ScriptReadError(f"{disp}:0: the text is over {MAX_FILE >> 20} MB. "
                                   "Fix: pass the bash launch script itself.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -200,6 +201,7 @@ def test_positional_arguments(tmp_path):
 
 
 def test_dirname_idioms(tmp_path):
+    (tmp_path / ".git").mkdir()  # a checkout: a file is looked for up to its root (gate.py)
     write(tmp_path, "MODEL_ARGS=(--num-layers 2)\n", "scripts/models/m.sh")
     for idiom in [
         'D="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"\n'
@@ -511,7 +513,7 @@ def test_unicode_fixture_migrates_exactly(tmp_path):
     src = HERE / "unicode-comments.sh"
     run = tmp_path / "unicode-comments.sh"
     run.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
-    os.symlink(HERE / "models", tmp_path / "models")
+    shutil.copytree(HERE / "models", tmp_path / "models")  # a link out of it is not read
     out = migrate(run)
     assert "0003" in out.applied
     new = out.new
