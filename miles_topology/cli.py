@@ -187,7 +187,7 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
         # the static reading, under the kernel's read rules for that checkout (confine.py)
         note = confine.missing_note()
         if note:  # where the kernel cannot: said once (docs/sandbox.md)
-            print(f"miles-topology: note: {note}", file=sys.stderr)
+            ERR.line(f"miles-topology: note: {note}")
         return confine.run(path, lambda: _one_in(path, env, py))
 
 
