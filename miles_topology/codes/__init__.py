@@ -111,9 +111,10 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
                            'topo.stage_layers(0) without --num-layers'),
     'deprecated-flag': {
         'severity': 'warning', 'fixable': True,
-        'summary': 'a renamed flag was used, or one upstream deprecates (SGLang renamed or '
-                   'ignores it); the message names the new one',
-        'example': '--rollout-num-gpus-per-node 8   (now --num-gpus-per-node)'},
+        'summary': 'a flag upstream deprecates (SGLang renamed or ignores it), or one miles '
+                   "renamed that the launch's stack still defines; the message names the new "
+                   'one (a renamed flag no stack defines is an `unknown-flag`)',
+        'example': '--sglang-cuda-graph-bs 8   (now --sglang-cuda-graph-bs-decode)'},
     'unknown-flag': {
         'severity': 'error', 'fixable': True,
         'summary': "a flag the launch's stack does not define (miles' or slime's train.py: "
@@ -139,6 +140,19 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
                '(add_user_provided_function_arguments) before it parses: a flag they add is '
                'accepted',
         'example': '--custom-generate-function-path "${FN}" --agent-max-turns 4'},
+    'ignored-flag': {
+        'severity': 'warning',
+        'summary': "a flag a slime launch's stack does not define: slime's parser drops it "
+                   'and what it would set keeps its default; the message names the closest '
+                   'known flag',
+        'why': "slime parses Megatron's and its own flags with ignore_unknown_args=True and "
+               'its SGLang flags with parse_known_args, so an unknown flag stops nothing: it '
+               'is silently dropped (a typo leaves its setting at the default). miles parses '
+               'strictly and refuses it (`unknown-flag`)',
+        'source': 'slime 624b824 slime/backends/megatron_utils/arguments.py '
+                  'megatron_parse_args (ignore_unknown_args=True); slime/utils/arguments.py '
+                  'parse_args',
+        'example': '--ref-micro-batch-size 4   (in a slime launch)'},
     'flag-given-twice': {
         'severity': 'warning', 'fixable': True,
         'summary': "one flag given twice with different values on a command line; miles' "

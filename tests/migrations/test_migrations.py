@@ -25,10 +25,12 @@ from miles_topology.migrations.common import (
     field_of,
     first_read,
     read,
+    renaming,
     verify,
 )
 from miles_topology.migrations.runner import STEPS, migrate, write
 from miles_topology.sources import read_flags
+from miles_topology.stack import current, using
 
 EXPECTED = json.loads((SCRIPTS / "expected.json").read_text())["fixtures"]
 CASES = [(n, k) for n, spec in EXPECTED.items() for k in range(len(spec["cases"]))]
@@ -374,8 +376,13 @@ def test_check_exit_codes(tmp_path, capsys):
 
 
 def test_launcher_accepts_legacy_flags_the_topology_file_and_flags_conflict(tmp_path):
-    legacy = read_flags(["--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "4",
-                         "--rollout-num-gpus-per-node", "8"])
+    argv = ["--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "4",
+            "--rollout-num-gpus-per-node", "8"]
+    with pytest.raises(TopologyError) as e:  # no current stack defines the old spelling
+        read_flags(argv)
+    assert [p.code for p in e.value.problems] == ["unknown-flag"]
+    with using(renaming(current())):  # a stack that still has it (as step 0001 reads it)
+        legacy = read_flags(argv)
     (warn,) = [w for w in legacy.topology.warnings if w.code == "deprecated-flag"]
     assert "miles-topology migrate" in warn.fix and "--num-gpus-per-node" in warn.message
     yaml = tmp_path / "t.topology.yaml"
