@@ -254,6 +254,15 @@ declare("the script reader (shell/ interpret.py, read.py; check_script.py report
         'warning', "the script has CR LF line ends: bash keeps each CR in the line's last word, "
         'so flags arrive as `--flag\\r` and `\\` no longer continues a line',
         'a script saved with Windows line ends'),
+    'sourced-file-missing': (
+        'error', "`source` of a path inside the script's checkout that does not exist, under "
+        '`set -e` and not tested (`if source F`, `source F || true`): bash stops there, '
+        'before the launch',
+        'set -e; source "${SCRIPT_DIR}/../scripts/models/qwen3-4B.sh"   (scripts/scripts/...)'),
+    'sourced-file-skipped': (
+        'warning', "`source` of a path inside the script's checkout that does not exist, "
+        'without `set -e` (or tested): bash goes on and what the file would set stays unset',
+        'source "${SCRIPT_DIR}/models/missing.sh"   (no set -e)'),
     'sourced-from-checkout': (
         'note', 'a file sourced by an absolute path that does not exist here is read from the '
         "same path inside the script's checkout",
