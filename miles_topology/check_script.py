@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import fit
+from .codes import CODES
 from .channels import read_channels
 from .errors import InputError, Location, Problem
 from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
@@ -115,8 +116,17 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
             return False
         return bool((unknown | facts) & set(p.flags)
                     or p.code in MOE_CODES and facts & MOE_FLAGS)
+
+    def ruled(p: Problem) -> bool:
+        """A rule's warning decides from values too (a flag given with an unresolved value
+        is present, not absent, and not its default: `--rollout-num-gpus ${N}` is no
+        `no-rollout-gpus`); a warning about a flag's name (deprecated, of another version)
+        stands whatever its value."""
+        return CODES[p.code].by.startswith("rule ") and skip(p)
     v.skipped += [replace(p, severity="skipped") for p in v.errors if skip(p)]
+    v.skipped += [replace(p, severity="skipped") for p in v.warnings if ruled(p)]
     v.errors = [p for p in v.errors if not skip(p)]
+    v.warnings = [p for p in v.warnings if not ruled(p)]
 
 
 def facts_line(facts: set[str], why: str) -> str:

@@ -1,0 +1,44 @@
+"""A rule decides only from known values (issue 37): a flag given with a value the script
+sets only at run time is present, not absent, and not its default. miles'
+examples/infra_features/p2p_weight_transfer/run-glm5-disagg-profile.sh sets TP=4 in every
+`case "${MODEL_NAME}"` arm and passes `--rollout-num-gpus ${NUM_ROLLOUT_GPUS}`: no
+`sp-ignored ... tp = 1`, no `no-rollout-gpus`."""
+
+from miles_topology.check_script import check_script
+
+SCRIPT = """#!/bin/bash
+MODEL_NAME=${1:-glm5}
+case "${MODEL_NAME}" in
+  glm5)
+    TP=4; NUM_ROLLOUT_GPUS=128 ;;
+  glm5-small)
+    TP=4; NUM_ROLLOUT_GPUS=16 ;;
+esac
+PERF_ARGS=(
+   --tensor-model-parallel-size ${TP}
+   --sequence-parallel
+)
+ROLLOUT_ARGS=(
+   --rollout-num-gpus ${NUM_ROLLOUT_GPUS}
+   --rollout-num-gpus-per-engine 8
+)
+ray job submit --address="http://127.0.0.1:8265" -- python3 train.py \\
+   --actor-num-nodes 4 --actor-num-gpus-per-node 8 \\
+   ${PERF_ARGS[@]} ${ROLLOUT_ARGS[@]}
+"""
+
+
+def test_rules_do_not_decide_from_a_value_known_only_at_run_time(tmp_path):
+    script = tmp_path / "run-glm5.sh"
+    script.write_text(SCRIPT)
+    v = check_script(str(script), {})
+    said = {p.code for p in [*v.errors, *v.warnings]}
+    assert not said & {"sp-ignored", "no-rollout-gpus"}, said
+    assert {"sp-ignored", "no-rollout-gpus"} <= {p.code for p in v.skipped}
+    # with the values given, the rules decide: tp 4 uses sequence parallelism
+    v = check_script(str(script), {"1": "glm5"})
+    said = {p.code for p in [*v.errors, *v.warnings, *v.skipped]}
+    assert not said & {"sp-ignored", "no-rollout-gpus"}, said
+    v = check_script(str(script), {"TP": "1", "NUM_ROLLOUT_GPUS": "8", "MODEL_NAME": "x",
+                                   "1": "other"})
+    assert "sp-ignored" in {p.code for p in v.warnings}  # no arm matched: TP=1 from --env
