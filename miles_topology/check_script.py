@@ -13,8 +13,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import fit
-from .codes import CODES
 from .channels import read_channels
+from .codes import CODES
 from .errors import InputError, Location, Problem
 from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
 from .parts import fields_in, summary_fields
