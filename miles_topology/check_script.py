@@ -16,7 +16,7 @@ from . import fit
 from .channels import read_channels
 from .codes import CODES
 from .errors import InputError, Location, Problem
-from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
+from .flags import TOPOLOGY, field_of, flag_of, is_switch, known, spelling_problem
 from .parts import fields_in, summary_fields
 from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
@@ -168,6 +168,8 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         v = verdict_of(path, lambda: read_flags(found.tokens() + words, exported).topology)
         for p in channel:
             {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
+        for p in may_vanish(found):
+            v.warnings.append(p)
         # a flag whose value is unresolved stays out of argv: its spelling is judged here
         for name in dict.fromkeys(u.flag for u in found.unresolved if u.flag):
             p = spelling_problem(name)
@@ -206,6 +208,37 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def may_vanish(found: ScriptRead) -> list[Problem]:
+    """A value-taking flag whose one value word is an unquoted expansion known only at run
+    time, followed by a flag or nothing (``--wandb-key ${WANDB_KEY} --wandb-project x``):
+    when it is empty, bash drops the word and argparse refuses the launch ("argument
+    --wandb-key: expected one argument"). Run by the stack being judged (`current`)."""
+    from .stack import current
+
+    out = []
+    argv = found.argv
+    for k, fv in enumerate(argv):
+        if not fv.bare:
+            continue
+        f = current().flag(fv.flag)
+        takes = f.takes_value and f.nargs not in ("?", "*") if f is not None else \
+            known(fv.flag) and not is_switch(fv.flag)
+        nxt = argv[k + 1] if k + 1 < len(argv) else None
+        if not takes or nxt is not None and not nxt.flag:
+            continue
+        name = fv.bare.strip("${}").partition(":")[0] or fv.bare
+        out.append(Problem(
+            "flag-value-may-be-empty",
+            f"{fv.flag} {fv.bare}: if {name} is empty when the script runs, bash drops the "
+            f"unquoted word and argparse refuses the launch (\"argument {fv.flag}: expected "
+            "one argument\")",
+            f"quote the expansions that carry it (\"{fv.bare}\", and \"${{ARGS[@]}}\" for an "
+            f"array holding it), give {name} a default (${{{name}:-...}}), or leave "
+            f"{fv.flag} out when {name} is empty", (fv.flag,), "warning",
+            Location(fv.source.path, fv.source.line)))
+    return out
 
 
 def _channel_values(values: dict, words: list) -> None:

@@ -11,6 +11,7 @@ token that set each field so a problem can point at its file and line.
 from __future__ import annotations
 
 import difflib
+import re
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -305,6 +306,16 @@ def _repeated(name: str, first: object, last: object, token: Any) -> Problem:
     )
 
 
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
+
+
+def argparse_option(word: str) -> bool:
+    """Whether argparse reads `word` as an option string rather than a value (its
+    _parse_optional: starts with '-', longer than '-', not a negative number, no space)."""
+    return word.startswith("-") and len(word) > 1 and not _NEGATIVE.match(word) \
+        and " " not in word
+
+
 def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, name: str,
                 eq: str, inline: str, own: Collection[str] = ()) -> None:
     """A flag that is not ours: one miles does not define is an error (did-you-mean over
@@ -322,6 +333,18 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
     if f.renamed_to or f.removed:
         out.warnings.append(_upstream_deprecated(name, f, argv[i - 1]))
     nxt = text_of(argv[i]) if i < len(argv) else None
+    if f.takes_value and not eq and f.nargs not in ("?", "*") and \
+            (nxt is None or argparse_option(nxt)):
+        want = "at least one argument" if f.nargs == "+" else "one argument" \
+            if f.nargs is None else f"{f.nargs} arguments"
+        out.errors.append(Problem(
+            "invalid-flag-value",
+            f"{name} got no value; argparse refuses the launch at start-up: \"argument "
+            f"{name}: expected {want}\" (the next word, {nxt!r}, is a flag)" if nxt else
+            f"{name} got no value; argparse refuses the launch at start-up: \"argument "
+            f"{name}: expected {want}\" (it is the last word)",
+            f"give {name} a value, or remove it", (name,), "error", where(argv[i - 1])))
+        return
     value = inline if eq else (nxt if f.takes_value and nxt is not None
                                and not nxt.startswith("--") else None)
     if value is None:

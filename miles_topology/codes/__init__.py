@@ -254,6 +254,11 @@ declare("the script reader (shell/ interpret.py, read.py; check_script.py report
         'warning', "the script has CR LF line ends: bash keeps each CR in the line's last word, "
         'so flags arrive as `--flag\\r` and `\\` no longer continues a line',
         'a script saved with Windows line ends'),
+    'flag-value-may-be-empty': (
+        'warning', 'a value-taking flag whose value is one unquoted expansion known only at '
+        'run time, before another flag: empty then, bash drops the word and argparse '
+        'refuses the launch ("expected one argument")',
+        '--wandb-key ${WANDB_KEY} --wandb-project miles   (WANDB_KEY unset)'),
     'sourced-file-missing': (
         'error', "`source` of a path inside the script's checkout that does not exist, under "
         '`set -e` and not tested (`if source F`, `source F || true`): bash stops there, '

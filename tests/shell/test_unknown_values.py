@@ -42,3 +42,36 @@ def test_rules_do_not_decide_from_a_value_known_only_at_run_time(tmp_path):
     v = check_script(str(script), {"TP": "1", "NUM_ROLLOUT_GPUS": "8", "MODEL_NAME": "x",
                                    "1": "other"})
     assert "sp-ignored" in {p.code for p in v.warnings}  # no arm matched: TP=1 from --env
+
+
+def test_an_unquoted_value_that_may_be_empty_is_warned(tmp_path):
+    # bash drops an empty unquoted word; argparse then refuses "--wandb-key --wandb-project"
+    script = tmp_path / "run.sh"
+    script.write_text('WANDB_ARGS=(\n   --use-wandb\n   --wandb-project miles-dev\n'
+                      '   --wandb-key ${WANDB_KEY}\n   --wandb-group "${GROUP}"\n)\n'
+                      "python3 train.py --colocate ${WANDB_ARGS[@]} --seed $SEED\n")
+    v = check_script(str(script), {})
+    got = {p.flags[0]: p for p in v.warnings if p.code == "flag-value-may-be-empty"}
+    # "${GROUP}" is quoted where it is assigned, but ${WANDB_ARGS[@]} is not: dropped too
+    # and the last word's flag gets nothing either
+    assert set(got) == {"--wandb-key", "--wandb-group", "--seed"}
+    assert "WANDB_KEY is empty" in got["--wandb-key"].message
+    assert got["--wandb-key"].location.line == 4
+    quoted = tmp_path / "quoted.sh"
+    quoted.write_text(script.read_text().replace("${WANDB_ARGS[@]}", '"${WANDB_ARGS[@]}"')
+                      .replace("${WANDB_KEY}", '"${WANDB_KEY}"').replace("$SEED", '"$SEED"'))
+    v = check_script(str(quoted), {})
+    assert "flag-value-may-be-empty" not in {p.code for p in v.warnings}
+    v = check_script(str(script), {"WANDB_KEY": "k", "GROUP": "g", "SEED": "1"})
+    assert "flag-value-may-be-empty" not in {p.code for p in v.warnings}
+
+
+def test_a_flag_followed_by_a_flag_is_refused_as_argparse_does():
+    from miles_topology.flags import argparse_option, parse_flags
+
+    got = parse_flags(["--colocate", "--wandb-key", "--use-wandb"])
+    assert [p.code for p in got.errors] == ["invalid-flag-value"]
+    assert "expected one argument" in got.errors[0].message
+    assert parse_flags(["--lr-warmup-init", "-1", "--seed=3"]).errors == []
+    assert [argparse_option(w) for w in ("-1", "-.5", "--x", "-x", "- a", "-")] == \
+        [False, False, True, True, False, False]
