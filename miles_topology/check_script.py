@@ -112,7 +112,8 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
         return
 
     def skip(p: Problem) -> bool:
-        if p.code in ("unknown-flag", "invalid-flag-value"):  # refused whatever the rest
+        if p.code in ("unknown-flag", "invalid-flag-value", "missing-num-layers"):
+            # refused whatever the rest (no layer count is a fact about the words given)
             return False
         return bool((unknown | facts) & set(p.flags)
                     or p.code in MOE_CODES and facts & MOE_FLAGS)
@@ -183,6 +184,10 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     ]
     unresolved += env_unresolved(exported, _topology_file(found))
     unknown = {u["flag"] for u in unresolved if u["flag"]}
+    v.errors += no_layers([(fv.flag, fv.value) for fv in found.argv] +
+                          [(w.text.partition("=")[0], "") for w in words],
+                          bool(found.gaps) or any(fv.value is None for fv in found.argv)
+                          or any(u.flag is None for u in found.unresolved), stack.framework)
     fit.apply(v, found.tokens(), cluster, {u["flag"] for u in unresolved})
     facts, why = unknown_facts(found)
     skip_unknown(v, unknown, facts)
@@ -208,6 +213,33 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+# a flag that gives (or may give) Megatron the layer count some other way than --num-layers
+LAYERS_FROM = ("--num-layers", "--encoder-num-layers", TOPOLOGY, "--use-checkpoint-args",
+               "--yaml-cfg")
+
+
+def no_layers(pairs: Sequence[tuple[str, str | None]], gap: bool, framework: str
+              ) -> list[Problem]:
+    """A Megatron-backend launch that gives no layer count: Megatron-LM's validate_args
+    (training/arguments.py) asserts "either num_layers or encoder_num_layers should be
+    specified", and miles' parse_args always runs it for the Megatron backend (miles
+    31f1ca9 utils/arguments.py:2711); slime's unless --debug-rollout-only
+    (slime 624b824 utils/arguments.py:1638). Nothing fills it from the HF checkpoint on that
+    backend (FSDP does). Undecided while an unknown word may hold the flag."""
+    given = {f: v for f, v in pairs}
+    if gap or given.get("--train-backend", "megatron") != "megatron" \
+            or any(f in given for f in LAYERS_FROM) \
+            or framework == "slime" and "--debug-rollout-only" in given:
+        return []
+    return [Problem(
+        "missing-num-layers",
+        "no --num-layers (nor --encoder-num-layers): Megatron's validate_args refuses the "
+        "launch at start-up (\"either num_layers or encoder_num_layers should be "
+        "specified\"); the Megatron backend does not read it from --hf-checkpoint.",
+        "give the model's flags (--num-layers N ..., e.g. from scripts/models/MODEL.sh)",
+        ("--num-layers",))]
 
 
 def may_vanish(found: ScriptRead) -> list[Problem]:

@@ -105,6 +105,11 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
     'invalid-flag-value': (
         'error', "a flag's value is not a whole number (`None`), or is missing",
         '--tensor-model-parallel-size two'),
+    'lora-weight-transfer': (
+        'error', 'LoRA (`--lora-rank` > 0) with `--update-weight-transfer-mode p2p` or '
+        '`disk-delta`: miles_validate_args refuses it ("LoRA weight sync is not supported for '
+        'p2p (RDMA) weight transfer")',
+        '--lora-rank 16 --update-weight-transfer-mode p2p'),
     'unknown-field': ('error', 'a topology YAML has a key that is not a field',
                       'tensor_parallel: 2   (in a topology YAML; the field is tp)'),
     'missing-model-fact': ('error', 'a derivation needs a model fact that was not given',
@@ -213,6 +218,20 @@ declare("report.py (where a Python launcher starts training)", {
 }, why="A Python launcher may start several trainings (one per model size, say); each is "
        "checked on its own and located at the line that starts it.",
    source="miles/utils/external_utils/command_utils.py execute_train")
+declare("check_script.py and check_launcher.py (a whole launch: a script or a launcher's call)", {
+    'flag-value-may-be-empty': (
+        'warning', 'a value-taking flag whose value is one unquoted expansion known only at '
+        'run time, before another flag: empty then, bash drops the word and argparse '
+        'refuses the launch ("expected one argument")',
+        '--wandb-key ${WANDB_KEY} --wandb-project miles   (WANDB_KEY unset)'),
+    'missing-num-layers': (
+        'error', 'a Megatron-backend launch (script or launcher) with no `--num-layers` (nor '
+        "`--encoder-num-layers`) and no word list that may hold it: Megatron's validate_args "
+        'asserts one is given',
+        'python3 train.py --hf-checkpoint /root/Qwen3-4B ...   (no MODEL_ARGS)'),
+}, why="A whole launch is what the real parser sees: what it leaves out, or what bash may "
+       "leave out of it, is refused at start-up.",
+   source="Megatron-LM training/arguments.py validate_args; Python argparse _match_argument")
 declare("report.py and cli.py (an input that cannot be read)", {
     'unreadable': (
         'error', 'an input cannot be read at all (missing file, bad YAML, bash syntax): exit '
@@ -254,11 +273,6 @@ declare("the script reader (shell/ interpret.py, read.py; check_script.py report
         'warning', "the script has CR LF line ends: bash keeps each CR in the line's last word, "
         'so flags arrive as `--flag\\r` and `\\` no longer continues a line',
         'a script saved with Windows line ends'),
-    'flag-value-may-be-empty': (
-        'warning', 'a value-taking flag whose value is one unquoted expansion known only at '
-        'run time, before another flag: empty then, bash drops the word and argparse '
-        'refuses the launch ("expected one argument")',
-        '--wandb-key ${WANDB_KEY} --wandb-project miles   (WANDB_KEY unset)'),
     'sourced-file-missing': (
         'error', "`source` of a path inside the script's checkout that does not exist, under "
         '`set -e` and not tested (`if source F`, `source F || true`): bash stops there, '

@@ -72,6 +72,16 @@ ERRORS = [
     ("unknown-flag", ["--rollout-num-gpus-per-node", "8"],
      ["--rollout-num-gpus-per-node is not a flag", "refuses it", "--num-gpus-per-node"],
      ["replace --rollout-num-gpus-per-node with --num-gpus-per-node", "miles-topology migrate"]),
+    # miles_validate_args (miles 31f1ca9 utils/arguments.py): "Dynamic batch size is not
+    # supported for bshd format"; "LoRA weight sync is not supported for p2p (RDMA) ..."
+    ("dynamic-batch-bshd",
+     ["--qkv-format", "bshd", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096"],
+     ["not supported for bshd format"], ["--micro-batch-size N", "--qkv-format thd"]),
+    ("lora-weight-transfer",
+     ["--colocate=false", "--rollout-num-gpus", "8", "--lora-rank", "16",
+      "--update-weight-transfer-mode", "p2p"],
+     ["--lora-rank 16 with --update-weight-transfer-mode p2p", "not supported for p2p"],
+     ["broadcast"]),
     ("global-batch-not-divisible-by-dp",
      ["--global-batch-size", "12", "--micro-batch-size", "1"],
      ["dp x micro_batch_size = 8 x 1 = 8", "12/8 = 1.50"], ["--global-batch-size 8 or 16"]),

@@ -137,7 +137,7 @@ def test_the_fork_s_flags_are_cached_per_version(tmp_path, tmp_cache):
 def test_stack_option_points_at_the_user_s_checkout(tmp_path, tmp_cache):
     script = tmp_path / "run.sh"
     script.write_text("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
-                      "--colocate --prm-enable\n")
+                      "--num-layers 4 --colocate --prm-enable\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MILES_TOPOLOGY_CACHE": str(tmp_cache)}
 
     def run(*extra):

@@ -526,7 +526,7 @@ def test_step_modules_import_without_heavy_dependencies():
 def test_rank_order_switch_moves_as_the_order_field(tmp_path, capsys):
     script = tmp_path / "r.sh"
     script.write_text("#!/bin/bash\npython3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node"
-                      " 8 --colocate --use-tp-pp-dp-mapping\n")
+                      " 8 --num-layers 4 --colocate --use-tp-pp-dp-mapping\n")
     before = read_flags(["--colocate", "--use-tp-pp-dp-mapping"]).topology
     code, _, _ = cli(["migrate", "--write", str(script)], capsys)
     assert code == 0

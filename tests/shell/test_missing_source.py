@@ -55,9 +55,10 @@ def test_a_missing_source_under_set_e_stops_bash_before_the_launch(tmp_path):
 def test_a_missing_source_bash_goes_past_is_a_warning(tmp_path, body):
     run = checkout(tmp_path, body)
     v = check_script(str(run), {})
-    assert v.ok and codes(v) == {"sourced-file-skipped": "warning"}
+    # bash goes on; what the file would set stays unset, so the launch has no model flags
+    # and Megatron's validate_args refuses it (no --num-layers)
+    assert codes(v) == {"sourced-file-skipped": "warning", "missing-num-layers": "error"}
     assert bash_launch(run, [], tmp_path)[-2:] == ["--tensor-model-parallel-size", "2"]
-    # what it would set stays unset: bash passes no model flags
     assert v.extra["values"]["--tensor-model-parallel-size"]["value"] == "2"
     assert "--num-layers" not in v.extra["values"]
 

@@ -75,3 +75,19 @@ def test_a_flag_followed_by_a_flag_is_refused_as_argparse_does():
     assert parse_flags(["--lr-warmup-init", "-1", "--seed=3"]).errors == []
     assert [argparse_option(w) for w in ("-1", "-.5", "--x", "-x", "- a", "-")] == \
         [False, False, True, True, False, False]
+
+
+def test_a_megatron_launch_without_a_layer_count_is_refused(tmp_path):
+    # slime tests/test_gspo.sh passes --hf-checkpoint and no model flags: Megatron's
+    # validate_args asserts "either num_layers or encoder_num_layers should be specified"
+    script = tmp_path / "run.sh"
+    launch = ("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 4 --colocate "
+              "--hf-checkpoint /root/Qwen3-0.6B {}\n")
+    script.write_text(launch.format(""))
+    v = check_script(str(script), {})
+    assert [p.code for p in v.errors] == ["missing-num-layers"]
+    for given in ("--num-layers 28", "--encoder-num-layers 28", "--train-backend fsdp",
+                  "${MODEL_ARGS[@]}"):  # a list read from elsewhere may hold it: undecided
+        script.write_text("MODEL_ARGS=($(python3 model_args.py))\n" + launch.format(given))
+        v = check_script(str(script), {})
+        assert "missing-num-layers" not in {p.code for p in [*v.errors, *v.skipped]}, given
