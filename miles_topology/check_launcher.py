@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from . import fit
 from .channels import read_channels
-from .check_script import env_unresolved, facts_line, model_facts, no_layers, skip_unknown
+from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
 from .env import AT_RUN_TIME, PartialEnv
 from .errors import Location
 from .flags import parse_flags
@@ -139,8 +139,6 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
                             if getattr(environ, "dropped", None) else [])
     gap_why = f"the model shape may come from {tainted[-1]['expression']}" if gap is not None \
         else ""
-    v.errors += no_layers(pairs + [(w.text.partition("=")[0], "") for w in words],
-                          gap is not None, stack.framework)
     facts, why = model_facts(pairs, gap, gap_why)  # as for bash scripts: one rule
     skip_unknown(v, {u["flag"] for u in unresolved if u["flag"]}, facts)
     fit.apply(v, argv, cluster, {u["flag"] for u in unresolved} | ({None} if gap is not None

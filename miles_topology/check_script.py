@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 # checks that read whether the model is MoE (checks/, Model.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
 MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
+# rules whose finding is that a flag is absent (checks/overridden.py no_rollout_gpus)
+ABSENT = {"no-rollout-gpus"}
 
 
 def model_flags() -> set[str]:
@@ -105,7 +107,13 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
     # a value the parser refuses (`--actor-num-nodes None`, upstream's run_deepseek_v32.py
     # with its defaults) is an error of its own; what the rules derived from the default that
     # stood in for it is not proven
-    unknown = unknown | {f for p in v.errors if p.code == "invalid-flag-value" for f in p.flags}
+    invalid = {f for p in v.errors if p.code == "invalid-flag-value" for f in p.flags}
+    # one fact, one finding: a rule that says such a flag is not given (its value was
+    # refused, so its default stood in) says nothing the invalid-flag-value error does not
+    # (upstream scripts/run_deepseek_v32.py with its defaults: --rollout-num-gpus None)
+    v.warnings = [p for p in v.warnings if not (p.code in ABSENT and invalid & set(p.flags))]
+    v.errors = [p for p in v.errors if not (p.code in ABSENT and invalid & set(p.flags))]
+    unknown = unknown | invalid
     if any(field_of(f) in summary_fields() for f in unknown):
         v.summary = None
     if not (unknown or facts):

@@ -218,7 +218,7 @@ def _fw() -> str:
     return "slime's" if current().framework == "slime" else "miles'"
 
 
-def _unknown(name: str, token: Any) -> Problem:
+def _unknown(name: str, token: Any) -> Problem | None:
     """A flag the launch's stack does not define (stack.py). The real parser exits at
     start-up ("unrecognized arguments"; Megatron's parser has allow_abbrev=False, so no
     prefix of a flag is taken either), so it is an error when that is certain:
@@ -232,6 +232,14 @@ def _unknown(name: str, token: Any) -> Problem:
 
     st = current()
     fw = _fw()
+    if st.layout_only:  # no stack to judge against: only a near miss of our own flags
+        near = _near(name, st)
+        if near is None or not known(near):
+            return None
+        return Problem(
+            "unknown-flag", f"{name} is not a flag of miles' or slime's parser; did you mean "
+            f"{near}? (it would leave that size at its default)", f"write {near}", (name,),
+            "error", where(token))
     other = st.other(name)
     if other is not None:
         return Problem(
@@ -328,7 +336,8 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
     f = current().flag(name)
     if f is None:
         p = _unknown(name, argv[i - 1])
-        (out.errors if p.severity == "error" else out.warnings).append(p)
+        if p is not None:
+            (out.errors if p.severity == "error" else out.warnings).append(p)
         return
     if f.renamed_to or f.removed:
         out.warnings.append(_upstream_deprecated(name, f, argv[i - 1]))

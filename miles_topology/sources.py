@@ -131,9 +131,24 @@ def lora_refusals(parsed: Parsed, fields: dict) -> list[Problem]:
         ("--lora-rank", flag))]
 
 
-def from_flags(argv: list[str]) -> Topology:
-    """The Topology of a miles command line, e.g. ["--actor-num-nodes", "2", ...]."""
-    return read_flags(argv).topology
+def from_flags(argv: list[str], stack: Any = None) -> Topology:
+    """The Topology of a miles command line, e.g. ["--actor-num-nodes", "2", ...].
+
+    Without a stack (`stack=None`, and none set by the caller with `stack.using`) it judges
+    the layout only: a flag that is none of ours is not judged against any stack, so a user
+    function's flag (`--custom-agent-function-path`) passes, but a near miss of one of ours
+    (`--tensor-model-paralel-size 2`, which would leave tp silently 1) is still refused.
+    `stack`: a `stack.Stack`, or a checkout / site-packages path, resolved as `check --stack
+    PATH` resolves it; flags are then judged against that stack."""
+    from .stack import CURRENT, LAYOUT_ONLY, for_launch, using
+
+    if stack is None:
+        stack = CURRENT.get() or LAYOUT_ONLY
+    elif not hasattr(stack, "framework"):
+        stack = for_launch(None, None, [(text_of(t), None) for t in argv],
+                           stack_path=str(stack))
+    with using(stack):
+        return read_flags(argv).topology
 
 
 # ---- topology YAML ----------------------------------------------------------------------

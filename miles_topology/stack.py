@@ -56,6 +56,9 @@ class Stack:
     # its parser drops flags it does not define instead of refusing them (slime 624b824:
     # megatron_parse_args passes ignore_unknown_args=True; SGLang's flags parse_known_args)
     drops_unknown: bool = False
+    # no stack known (the core API without `stack=`): only the layout is judged; a flag
+    # none of ours is refused only as a near miss of one of ours
+    layout_only: bool = False
 
     def flag(self, name: str) -> surface.Flag | None:
         table = surface.slime_table() if self.framework == "slime" else None
@@ -95,6 +98,7 @@ class Stack:
 
 
 BUNDLED = Stack()
+LAYOUT_ONLY = Stack(layout_only=True)
 # slime/backends/megatron_utils/arguments.py megatron_parse_args (slime 624b824, line 195):
 # `_megatron_parse_args(extra_args_provider=..., ignore_unknown_args=True)`
 LENIENT = ("backends/megatron_utils/arguments.py", "utils/arguments.py")

@@ -225,7 +225,7 @@ declare("check_script.py and check_launcher.py (a whole launch: a script or a la
         'refuses the launch ("expected one argument")',
         '--wandb-key ${WANDB_KEY} --wandb-project miles   (WANDB_KEY unset)'),
     'missing-num-layers': (
-        'error', 'a Megatron-backend launch (script or launcher) with no `--num-layers` (nor '
+        'error', 'a Megatron-backend launch script with no `--num-layers` (nor '
         "`--encoder-num-layers`) and no word list that may hold it: Megatron's validate_args "
         'asserts one is given',
         'python3 train.py --hf-checkpoint /root/Qwen3-4B ...   (no MODEL_ARGS)'),

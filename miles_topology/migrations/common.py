@@ -56,6 +56,11 @@ class Refused(Exception):
         self.reason, self.code = reason, code
 
 
+class Disagrees(Refused):
+    """A migrated script sets a layout flag again to another value than its topology file:
+    what the pre-commit hook (`migrate --check`) exists for, so `--check` fails on it."""
+
+
 class NotALaunch(Refused):
     """The file starts no training job (a model file it sources, a converter): `--check`
     reports it and does not count it as pending."""

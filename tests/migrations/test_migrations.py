@@ -967,7 +967,7 @@ def test_a_layout_flag_added_back_is_pending_and_moves_into_the_yaml(tmp_path, c
     # a value the YAML sets otherwise: refused, both kept
     run.write_text(run.read_text().replace("   --save", "   --pipeline-model-parallel-size 1 "
                                            "--tensor-model-parallel-size 4 \\\n   --save"))
-    with pytest.raises(Refused, match="tp too; keep one"):
+    with pytest.raises(Refused, match="disagrees with its topology file: tp: 2 at run.top"):
         migrate(run)
 
 
@@ -1177,3 +1177,24 @@ def test_the_diff_of_a_hostile_script_is_printed_escaped(tmp_path, capsys):
     code, out, err = cli(["migrate", "--check", str(named)], capsys)
     assert code == 1 and "pending" in out and "\x1b" not in out + err
     assert not any(x.startswith("::") for x in (out + err).splitlines())
+
+
+def test_check_fails_a_script_that_disagrees_with_its_topology_file(tmp_path, capsys):
+    # the pre-commit hook exists for this: tp written back as 2 while the YAML says 4
+    script = tmp_path / "r.sh"
+    script.write_text("#!/bin/bash\npython3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node"
+                      " 8 --num-layers 8 --colocate --tensor-model-parallel-size 4\n")
+    assert cli(["migrate", "--write", str(script)], capsys)[0] == 0
+    text = script.read_text()
+    launch = next(i for i, x in enumerate(text.split("\n"), 1) if x.startswith("python3"))
+    script.write_text(text.replace('"${TOPOLOGY_ARGS[@]}"',
+                                   '"${TOPOLOGY_ARGS[@]}" --tensor-model-parallel-size 2'))
+    code, out, err = cli(["migrate", "--check", str(script)], capsys)
+    assert code == 1, out + err
+    said = out + err
+    assert f"--tensor-model-parallel-size 2 at {script}:{launch}" in said
+    assert "tp: 4 at r.topology.yaml:" in said
+    script.write_text(text.replace('"${TOPOLOGY_ARGS[@]}"',  # the same value: no conflict
+                                   '"${TOPOLOGY_ARGS[@]}" --tensor-model-parallel-size 4'))
+    _, out, err = cli(["migrate", "--check", str(script)], capsys)
+    assert "disagrees" not in out + err

@@ -91,3 +91,14 @@ def test_a_megatron_launch_without_a_layer_count_is_refused(tmp_path):
         script.write_text("MODEL_ARGS=($(python3 model_args.py))\n" + launch.format(given))
         v = check_script(str(script), {})
         assert "missing-num-layers" not in {p.code for p in [*v.errors, *v.skipped]}, given
+
+
+def test_one_fact_one_finding_for_a_refused_value(tmp_path):
+    # upstream scripts/run_deepseek_v32.py with its defaults passes --rollout-num-gpus None:
+    # the invalid value is the finding, not also "--rollout-num-gpus is not given"
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --num-layers 4 --actor-num-nodes 1 "
+                      "--actor-num-gpus-per-node 8 --rollout-num-gpus None\n")
+    v = check_script(str(script), {})
+    said = [p.code for p in [*v.errors, *v.warnings, *v.skipped]]
+    assert said == ["invalid-flag-value"], said
