@@ -212,9 +212,10 @@ class Words:
                 else:
                     acc.cur.append(sep)
             if f.unk is not None:
-                # ${X:?msg} is never empty (bash exits first): no word to drop
+                # an unset variable's unquoted word is dropped (an array's item was split
+                # where it was assigned)
                 acc.add(Field(None, f.src, f.unk, f.text, f.extra, f.cond,
-                              bare=(f.bare or not quoted) and ":?" not in f.unk.expr))
+                              bare=f.bare and (is_list or not quoted)))
             elif f.cond is not None and quoted and not is_list and len(items) > 1:
                 # "${A[*]}" is one word whatever A holds: its text is what is unknown
                 acc.add(Field(None, f.src, Unk(part.text, f.cond.src, "it includes a value "
@@ -416,7 +417,9 @@ class Words:
             return [self.unknown(p, why, extra=True)], False
         if items is None:
             why = f"{name} is not set and has no default: pass --env {name}=VALUE"
-            return [self.unknown(p, why)], False
+            got = self.unknown(p, why)
+            got.bare = True  # set nowhere in the script: empty unless the environment sets it
+            return [got], False
         return items, is_list
 
     def operator(self, p: Param, items: list[Field] | None,

@@ -29,8 +29,8 @@ class Unk(NamedTuple):
 class Field:
     """One word of an expansion. `extra`: unknown number of words; `cond`: maybe absent;
     `span`: (file, start, end, stmt_line, branch) of the one word that wrote it, or None.
-    `bare`: an unknown value from an unquoted expansion alone in its word (``${KEY}``): when
-    it is empty at run time bash drops the word."""
+    `bare`: the value of a variable the script never sets (only the environment may), alone
+    and unquoted in its word (``${KEY}``): when it is empty at run time bash drops the word."""
 
     __slots__ = ("value", "src", "unk", "text", "extra", "cond", "span", "bare")
 
