@@ -192,10 +192,12 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     ]
     unresolved += env_unresolved(exported, _topology_file(found))
     unknown = {u["flag"] for u in unresolved if u["flag"]}
-    v.errors += no_layers([(fv.flag, fv.value) for fv in found.argv] +
-                          [(w.text.partition("=")[0], "") for w in words],
-                          bool(found.gaps) or any(fv.value is None for fv in found.argv)
-                          or any(u.flag is None for u in found.unresolved), stack.framework)
+    if not any(p.code == "missing-line-continuation" for p in found.notes):  # its cause
+        v.errors += no_layers([(fv.flag, fv.value) for fv in found.argv] +
+                              [(w.text.partition("=")[0], "") for w in words],
+                              bool(found.gaps) or any(fv.value is None for fv in found.argv)
+                              or any(u.flag is None for u in found.unresolved),
+                              stack.framework)
     fit.apply(v, found.tokens(), cluster, {u["flag"] for u in unresolved})
     facts, why = unknown_facts(found)
     skip_unknown(v, unknown, facts)
