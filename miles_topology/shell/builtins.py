@@ -317,7 +317,10 @@ class Builtins:
         """``source F`` of a file inside the checkout that does not exist: "No such file or
         directory", status 1. Under `set -e`, unless its failure is tested (`if source F`,
         `source F || true`), bash stops there: the launch never runs (an error). Otherwise
-        bash goes on and the names the file would set stay unset (a warning)."""
+        bash goes on and the names the file would set stay unset (a warning). Under a
+        condition known only at run time (a guard such as `[ -f F ] &&`) nothing is said."""
+        if cond is not None:  # a guarded source (`[ -f F ] && source F`): bash skips it, or
+            return None  # runs it and it sets nothing; either way nothing becomes unknown
         shown = os.path.relpath(os.path.normpath(path), root) if path.startswith("/") \
             else path
         what = n.words[1].text if len(n.words) > 1 else path
@@ -327,7 +330,7 @@ class Builtins:
             f"(from the script's folder: {os.path.relpath(near, here)})" \
             if near and os.path.commonpath([root, near]) == root else \
             f"source the file by its real path (the folder that holds {os.path.basename(shown)})"
-        if self.sh.errexit and not self.r.checked and cond is None:
+        if self.sh.errexit and not self.r.checked:
             self.found.note(
                 "sourced-file-missing", f"{what} is {shown}, which does not exist in the "
                 "script's checkout: under `set -e` bash stops at this `source` (No such file "

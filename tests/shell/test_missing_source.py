@@ -87,3 +87,16 @@ def test_bash_itself_stops_on_a_missing_source_under_set_e(tmp_path):
     script.write_text("set -e\nsource ./nope.sh\necho reached\n")
     got = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True)
     assert got.returncode == 1 and "reached" not in got.stdout
+
+
+@pytest.mark.parametrize("guard", [
+    '[ -f "${SCRIPT_DIR}/.env" ] && source "${SCRIPT_DIR}/.env"\n',
+    'if [ -f "${SCRIPT_DIR}/.env" ]; then source "${SCRIPT_DIR}/.env"; fi\n',
+])
+def test_a_guarded_source_of_an_absent_file_leaves_nothing_unknown(tmp_path, guard):
+    # bash skips it (the file is absent in the checkout): no finding, nothing unknown
+    run = checkout(tmp_path, "set -e\n" + guard + 'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert v.ok and not codes(v), codes(v)
+    assert not v.extra["unresolved"] and v.extra["values"]["--num-layers"]["value"] == "36"
+    assert bash_launch(run, [], tmp_path)[-2:] == ["--hidden-size", "2560"]
