@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from . import fit
 from .channels import read_channels
+from .codes import CODES
 from .errors import InputError, Location, Problem
-from .flags import TOPOLOGY, field_of, flag_of, known, spelling_problem
+from .flags import TOPOLOGY, field_of, flag_of, is_switch, known, spelling_problem
 from .parts import fields_in, summary_fields
 from .report import Verdict, verdict_of
 from .shell import ScriptRead, ScriptReadError, read_script, require_launch
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 # checks that read whether the model is MoE (checks/, Model.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
 MOE_FLAGS = {"--num-experts", "--moe-layer-freq", "--num-layers"}
+# rules whose finding is that a flag is absent (checks/overridden.py no_rollout_gpus)
+ABSENT = {"no-rollout-gpus"}
 
 
 def model_flags() -> set[str]:
@@ -104,19 +107,35 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
     # a value the parser refuses (`--actor-num-nodes None`, upstream's run_deepseek_v32.py
     # with its defaults) is an error of its own; what the rules derived from the default that
     # stood in for it is not proven
-    unknown = unknown | {f for p in v.errors if p.code == "invalid-flag-value" for f in p.flags}
+    invalid = {f for p in v.errors if p.code == "invalid-flag-value" for f in p.flags}
+    # one fact, one finding: a rule that says such a flag is not given (its value was
+    # refused, so its default stood in) says nothing the invalid-flag-value error does not
+    # (upstream scripts/run_deepseek_v32.py with its defaults: --rollout-num-gpus None)
+    v.warnings = [p for p in v.warnings if not (p.code in ABSENT and invalid & set(p.flags))]
+    v.errors = [p for p in v.errors if not (p.code in ABSENT and invalid & set(p.flags))]
+    unknown = unknown | invalid
     if any(field_of(f) in summary_fields() for f in unknown):
         v.summary = None
     if not (unknown or facts):
         return
 
     def skip(p: Problem) -> bool:
-        if p.code in ("unknown-flag", "invalid-flag-value"):  # refused whatever the rest
+        if p.code in ("unknown-flag", "invalid-flag-value", "missing-num-layers"):
+            # refused whatever the rest (no layer count is a fact about the words given)
             return False
         return bool((unknown | facts) & set(p.flags)
                     or p.code in MOE_CODES and facts & MOE_FLAGS)
+
+    def ruled(p: Problem) -> bool:
+        """A rule's warning decides from values too (a flag given with an unresolved value
+        is present, not absent, and not its default: `--rollout-num-gpus ${N}` is no
+        `no-rollout-gpus`); a warning about a flag's name (deprecated, of another version)
+        stands whatever its value."""
+        return CODES[p.code].by.startswith("rule ") and skip(p)
     v.skipped += [replace(p, severity="skipped") for p in v.errors if skip(p)]
+    v.skipped += [replace(p, severity="skipped") for p in v.warnings if ruled(p)]
     v.errors = [p for p in v.errors if not skip(p)]
+    v.warnings = [p for p in v.warnings if not ruled(p)]
 
 
 def facts_line(facts: set[str], why: str) -> str:
@@ -159,6 +178,8 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         v = verdict_of(path, lambda: read_flags(tokens + words, exported).topology)
         for p in channel:
             {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
+        for p in may_vanish(found):
+            v.warnings.append(p)
         # a flag whose value is unresolved stays out of argv: its spelling is judged here
         for name in dict.fromkeys(u.flag for u in found.unresolved if u.flag):
             p = spelling_problem(name)
@@ -175,6 +196,12 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
                     "why": why} for value, why in refused]
     unresolved += env_unresolved(exported, _topology_file(found)) if not refused else []
     unknown = {u["flag"] for u in unresolved if u["flag"]}
+    if not any(p.code == "missing-line-continuation" for p in found.notes):  # its cause
+        v.errors += no_layers([(fv.flag, fv.value) for fv in found.argv] +
+                              [(w.text.partition("=")[0], "") for w in words],
+                              bool(found.gaps) or any(fv.value is None for fv in found.argv)
+                              or any(u.flag is None for u in found.unresolved),
+                              stack.framework)
     fit.apply(v, found.tokens(), cluster, {u["flag"] for u in unresolved})
     facts, why = unknown_facts(found)
     skip_unknown(v, unknown, facts)
@@ -200,6 +227,64 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+# a flag that gives (or may give) Megatron the layer count some other way than --num-layers
+LAYERS_FROM = ("--num-layers", "--encoder-num-layers", TOPOLOGY, "--use-checkpoint-args",
+               "--yaml-cfg")
+
+
+def no_layers(pairs: Sequence[tuple[str, str | None]], gap: bool, framework: str
+              ) -> list[Problem]:
+    """A Megatron-backend launch that gives no layer count: Megatron-LM's validate_args
+    (training/arguments.py) asserts "either num_layers or encoder_num_layers should be
+    specified", and miles' parse_args always runs it for the Megatron backend (miles
+    31f1ca9 utils/arguments.py:2711); slime's unless --debug-rollout-only
+    (slime 624b824 utils/arguments.py:1638). Nothing fills it from the HF checkpoint on that
+    backend (FSDP does). Undecided while an unknown word may hold the flag."""
+    given = {f: v for f, v in pairs}
+    if gap or given.get("--train-backend", "megatron") != "megatron" \
+            or any(f in given for f in LAYERS_FROM) \
+            or framework == "slime" and "--debug-rollout-only" in given:
+        return []
+    return [Problem(
+        "missing-num-layers",
+        "no --num-layers (nor --encoder-num-layers): Megatron's validate_args refuses the "
+        "launch at start-up (\"either num_layers or encoder_num_layers should be "
+        "specified\"); the Megatron backend does not read it from --hf-checkpoint.",
+        "give the model's flags (--num-layers N ..., e.g. from scripts/models/MODEL.sh)",
+        ("--num-layers",))]
+
+
+def may_vanish(found: ScriptRead) -> list[Problem]:
+    """A value-taking flag whose one value word is an unquoted expansion known only at run
+    time, followed by a flag or nothing (``--wandb-key ${WANDB_KEY} --wandb-project x``):
+    when it is empty, bash drops the word and argparse refuses the launch ("argument
+    --wandb-key: expected one argument"). Run by the stack being judged (`current`)."""
+    from .stack import current
+
+    out = []
+    argv = found.argv
+    for k, fv in enumerate(argv):
+        if not fv.bare:
+            continue
+        f = current().flag(fv.flag)
+        takes = f.takes_value and f.nargs not in ("?", "*") if f is not None else \
+            known(fv.flag) and not is_switch(fv.flag)
+        nxt = argv[k + 1] if k + 1 < len(argv) else None
+        if not takes or nxt is not None and not nxt.flag:
+            continue
+        name = fv.bare.strip("${}").partition(":")[0] or fv.bare
+        out.append(Problem(
+            "flag-value-may-be-empty",
+            f"{fv.flag} {fv.bare}: if {name} is empty when the script runs, bash drops the "
+            f"unquoted word and argparse refuses the launch (\"argument {fv.flag}: expected "
+            "one argument\")",
+            f"quote the expansions that carry it (\"{fv.bare}\", and \"${{ARGS[@]}}\" for an "
+            f"array holding it), give {name} a default (${{{name}:-...}}), or leave "
+            f"{fv.flag} out when {name} is empty", (fv.flag,), "warning",
+            Location(fv.source.path, fv.source.line)))
+    return out
 
 
 def _channel_values(values: dict, words: list) -> None:

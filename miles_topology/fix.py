@@ -3,6 +3,8 @@
 - `deprecated-flag`: a spelling upstream renamed (surface.json `renamed_to`) or miles renamed
   plainly (flags.RENAMED: --rollout-num-gpus-per-node) is written under its new name; one
   upstream ignores is removed (unsafe: the flag goes).
+- `unknown-flag` of a spelling miles renamed (flags.RENAMED, which no current stack defines):
+  written under its new name, as a `deprecated-flag`.
 - `unknown-flag` with a unique near miss (flags.suggest): the spelling is corrected. Safe
   only for one typo (`--kl-los-coef`); unsafe when the flag it becomes sets the topology
   (the job's layout changes) or is further away (`--use-gated-attention` is not a typo of
@@ -85,7 +87,7 @@ def change_for(p: Problem, unsafe: bool) -> Change | None:
         return None
     name, line = p.flags[0], p.location.line if p.location else 0
     got: Change | None = None
-    if p.code == "deprecated-flag":
+    if p.code == "deprecated-flag" or p.code == "unknown-flag" and name in RENAMED:
         r, f = RENAMED.get(name), surface.flag(name)
         new = r.new if r is not None else f.renamed_to if f is not None else None
         if new is not None and _NAME.fullmatch(new):

@@ -11,6 +11,7 @@ token that set each field so a problem can point at its file and line.
 from __future__ import annotations
 
 import difflib
+import re
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -210,7 +211,14 @@ def _near(name: str, stack: Any) -> str | None:
     return near
 
 
-def _unknown(name: str, token: Any) -> Problem:
+def _fw() -> str:
+    """Whose parser the launch runs ("miles'" or "slime's"), for messages."""
+    from .stack import current
+
+    return "slime's" if current().framework == "slime" else "miles'"
+
+
+def _unknown(name: str, token: Any) -> Problem | None:
     """A flag the launch's stack does not define (stack.py). The real parser exits at
     start-up ("unrecognized arguments"; Megatron's parser has allow_abbrev=False, so no
     prefix of a flag is taken either), so it is an error when that is certain:
@@ -223,7 +231,15 @@ def _unknown(name: str, token: Any) -> Problem:
     from .stack import current
 
     st = current()
-    fw = "slime's" if st.framework == "slime" else "miles'"
+    fw = _fw()
+    if st.layout_only:  # no stack to judge against: only a near miss of our own flags
+        near = _near(name, st)
+        if near is None or not known(near):
+            return None
+        return Problem(
+            "unknown-flag", f"{name} is not a flag of miles' or slime's parser; did you mean "
+            f"{near}? (it would leave that size at its default)", f"write {near}", (name,),
+            "error", where(token))
     other = st.other(name)
     if other is not None:
         return Problem(
@@ -242,6 +258,13 @@ def _unknown(name: str, token: Any) -> Problem:
             "check where that function is importable (its checkout, or --stack PATH)",
             (name,), "skipped", where(token))
     hint = f"; did you mean {near}?" if near else "."
+    if st.drops_unknown:
+        return Problem(
+            "ignored-flag",
+            f"{name} is not a flag of {fw} train.py ({st.describe()}): its parser drops it "
+            f"(ignore_unknown_args), so what it would set keeps its default{hint}",
+            f"write {near}" if near else f"remove {name}, or check its spelling against "
+            "`python train.py --help`", (name,), "warning", where(token))
     return Problem(
         "unknown-flag",
         f"{name} is not a flag of {fw} train.py ({st.describe()}): its parser refuses it "
@@ -252,12 +275,18 @@ def _unknown(name: str, token: Any) -> Problem:
 
 
 def spelling_problem(name: str, token: Any = None) -> Problem | None:
-    """The unknown-flag finding of one flag spelling whose value is not known (the script
-    reader keeps such flags out of argv): a typo is a typo whatever its value."""
+    """The finding of one flag spelling whose value is not known (the script reader keeps
+    such flags out of argv): its name alone decides it. A typo is a typo, and a renamed or
+    deprecated flag is one, whatever its value (`--sglang-cuda-graph-bs 1 2 $(seq 16 8
+    256)`, slime scripts/run-qwen3-30B-A3B.sh)."""
     from .stack import current
 
-    if not _is_flag(name) and name not in SHORT or known(name) or \
-            current().flag(name) is not None:
+    if name in RENAMED:
+        return _renamed(name, RENAMED[name].new, token)
+    f = current().flag(name)
+    if f is not None and (f.renamed_to or f.removed):
+        return _upstream_deprecated(name, f, token)
+    if not _is_flag(name) and name not in SHORT or known(name) or f is not None:
         return None
     return _unknown(name, token)
 
@@ -279,9 +308,20 @@ def _repeated(name: str, first: object, last: object, token: Any) -> Problem:
     it and reports the flag unresolved, so the checks that read it are skipped)."""
     return Problem(
         "flag-given-twice",
-        f"{name} is given twice, {first} and then {last}; miles' parser keeps the last, {last}.",
+        f"{name} is given twice, {first} and then {last}; {_fw()} parser keeps the last, "
+        f"{last}.",
         f"give {name} once ({name} {last} is what runs)", (name,), "warning", where(token),
     )
+
+
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
+
+
+def argparse_option(word: str) -> bool:
+    """Whether argparse reads `word` as an option string rather than a value (its
+    _parse_optional: starts with '-', longer than '-', not a negative number, no space)."""
+    return word.startswith("-") and len(word) > 1 and not _NEGATIVE.match(word) \
+        and " " not in word
 
 
 def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, name: str,
@@ -296,11 +336,24 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
     f = current().flag(name)
     if f is None:
         p = _unknown(name, argv[i - 1])
-        (out.errors if p.severity == "error" else out.warnings).append(p)
+        if p is not None:
+            (out.errors if p.severity == "error" else out.warnings).append(p)
         return
     if f.renamed_to or f.removed:
         out.warnings.append(_upstream_deprecated(name, f, argv[i - 1]))
     nxt = text_of(argv[i]) if i < len(argv) else None
+    if f.takes_value and not eq and f.nargs not in ("?", "*") and \
+            (nxt is None or argparse_option(nxt)):
+        want = "at least one argument" if f.nargs == "+" else "one argument" \
+            if f.nargs is None else f"{f.nargs} arguments"
+        out.errors.append(Problem(
+            "invalid-flag-value",
+            f"{name} got no value; argparse refuses the launch at start-up: \"argument "
+            f"{name}: expected {want}\" (the next word, {nxt!r}, is a flag)" if nxt else
+            f"{name} got no value; argparse refuses the launch at start-up: \"argument "
+            f"{name}: expected {want}\" (it is the last word)",
+            f"give {name} a value, or remove it", (name,), "error", where(argv[i - 1])))
+        return
     value = inline if eq else (nxt if f.takes_value and nxt is not None
                                and not nxt.startswith("--") else None)
     if value is None:
@@ -333,7 +386,8 @@ def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
         spec = specs.get(name)
         if name in RENAMED:
             r = RENAMED[name]
-            out.warnings.append(_renamed(name, r.new))
+            p = _renamed(name, r.new, token)
+            (out.errors if p.severity == "error" else out.warnings).append(p)
             argv[i:i] = list(r.passes)  # read next, as if written here
             if r.like is not None:
                 likes.append((r, name, token))
@@ -388,15 +442,32 @@ def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
     return out
 
 
-def _renamed(old: str, new: str) -> Problem:
-    return Problem(
-        "deprecated-flag",
-        f"{old} was renamed; it now reads {new}.",
-        f"replace {old} with {new} (`miles-topology migrate SCRIPT --write` does it for a "
-        "launch script).",
-        (old,),
-        "warning",
-    )
+def _renamed(old: str, new: str, token: Any = None) -> Problem:
+    """A spelling miles renamed. A rename is a fix, not a license: while the stack the
+    launch runs on does not define the old spelling (no current miles, slime or SGLang
+    does: Megatron's strict parse_args exits on it, "unrecognized arguments"), it is an
+    `unknown-flag` error whose fix is the rename; a stack that still has it (an old
+    checkout, `--stack`) takes it with a warning."""
+    from .stack import current
+
+    fix = f"replace {old} with {new} (`miles-topology migrate SCRIPT --write` does it for a " \
+          "launch script)."
+    st = current()
+    if st.flag(old) is None and st.drops_unknown:
+        return Problem(
+            "ignored-flag",
+            f"{old} is not a flag of {_fw()} train.py ({st.describe()}): its parser drops it "
+            f"(ignore_unknown_args); it was renamed, and now reads {new}.",
+            fix, (old,), "warning", where(token))
+    if st.flag(old) is None:
+        fw = _fw()
+        return Problem(
+            "unknown-flag",
+            f"{old} is not a flag of {fw} train.py ({st.describe()}): its parser refuses it "
+            f"at start-up; it was renamed, and now reads {new}.",
+            fix, (old,), "error", where(token))
+    return Problem("deprecated-flag", f"{old} was renamed; it now reads {new}.", fix, (old,),
+                   "warning", where(token))
 
 
 def _set(out: Parsed, name: str, value: object, flag: str, token: Any) -> None:

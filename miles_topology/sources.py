@@ -30,7 +30,7 @@ from typing import Any
 from .checks import MEGATRON_ONLY_FLAGS, fsdp_undefined_flags
 from .env import PartialEnv
 from .errors import InputError, Problem, TopologyError
-from .flags import RENAMED, TOPOLOGY, Parsed, parse_flags, table
+from .flags import RENAMED, TOPOLOGY, Parsed, parse_flags, table, text_of
 from .model import Topology, summary
 from .parts import FIELDS, GROUPS, facts, fields_in, flag_of
 
@@ -60,6 +60,7 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
         errors.append(Problem(
             "flag-conflict", "{} and {} exclude each other.".format(*both),
             "keep at most one of {} and {}".format(*both), both))
+    errors += lora_refusals(parsed, fields)
     if yaml_path is not None:
         base = load_fields(gated(yaml_path), env=env)
         for name, value in fields.items():
@@ -141,9 +142,59 @@ def refused_topology(tokens: Sequence) -> tuple[list, list[tuple[str, str]]]:
     return out, refused
 
 
-def from_flags(argv: list[str]) -> Topology:
-    """The Topology of a miles command line, e.g. ["--actor-num-nodes", "2", ...]."""
-    return read_flags(argv).topology
+def passed(parsed: Parsed, flag: str) -> str | None:
+    """The value the last `flag VALUE` / `flag=VALUE` among the passed-through tokens gives
+    (argparse: the last wins), or None."""
+    words = [text_of(t) for t in parsed.passthrough]
+    got = None
+    for i, w in enumerate(words):
+        name, eq, inline = w.partition("=")
+        if name == flag:
+            got = inline if eq else words[i + 1] if i + 1 < len(words) else None
+    return got
+
+
+def lora_refusals(parsed: Parsed, fields: dict) -> list[Problem]:
+    """miles 31f1ca9 utils/arguments.py miles_validate_args: under
+    `--update-weight-transfer-mode p2p` (and disk-delta), `assert args.lora_rank <= 0, "LoRA
+    weight sync is not supported for p2p (RDMA) weight transfer."`."""
+    mode = fields.get("transfer_mode")
+    rank = passed(parsed, "--lora-rank")
+    if mode not in ("p2p", "disk-delta") or rank is None:
+        return []
+    try:
+        if int(rank) <= 0:
+            return []
+    except ValueError:
+        return []
+    flag = parsed.given_by.get("transfer_mode", flag_of("transfer_mode"))
+    return [Problem(
+        "lora-weight-transfer",
+        f"--lora-rank {rank} with {flag} {mode}: miles refuses it at start-up (\"LoRA weight "
+        f"sync is not supported for {'p2p (RDMA)' if mode == 'p2p' else mode} weight "
+        "transfer\").",
+        f"use {flag} broadcast for a LoRA run, or drop --lora-rank",
+        ("--lora-rank", flag))]
+
+
+def from_flags(argv: list[str], stack: Any = None) -> Topology:
+    """The Topology of a miles command line, e.g. ["--actor-num-nodes", "2", ...].
+
+    Without a stack (`stack=None`, and none set by the caller with `stack.using`) it judges
+    the layout only: a flag that is none of ours is not judged against any stack, so a user
+    function's flag (`--custom-agent-function-path`) passes, but a near miss of one of ours
+    (`--tensor-model-paralel-size 2`, which would leave tp silently 1) is still refused.
+    `stack`: a `stack.Stack`, or a checkout / site-packages path, resolved as `check --stack
+    PATH` resolves it; flags are then judged against that stack."""
+    from .stack import CURRENT, LAYOUT_ONLY, for_launch, using
+
+    if stack is None:
+        stack = CURRENT.get() or LAYOUT_ONLY
+    elif not hasattr(stack, "framework"):
+        stack = for_launch(None, None, [(text_of(t), None) for t in argv],
+                           stack_path=str(stack))
+    with using(stack):
+        return read_flags(argv).topology
 
 
 # ---- topology YAML ----------------------------------------------------------------------

@@ -53,6 +53,12 @@ class Stack:
     origin: str = "bundled"  # "bundled", "installed", "checkout" or "--stack"
     added: dict[str, tuple[str, Added]] = field(default_factory=dict)
     unresolved: tuple[str, ...] = ()
+    # its parser drops flags it does not define instead of refusing them (slime 624b824:
+    # megatron_parse_args passes ignore_unknown_args=True; SGLang's flags parse_known_args)
+    drops_unknown: bool = False
+    # no stack known (the core API without `stack=`): only the layout is judged; a flag
+    # none of ours is refused only as a near miss of one of ours
+    layout_only: bool = False
 
     def flag(self, name: str) -> surface.Flag | None:
         table = surface.slime_table() if self.framework == "slime" else None
@@ -92,6 +98,28 @@ class Stack:
 
 
 BUNDLED = Stack()
+LAYOUT_ONLY = Stack(layout_only=True)
+# slime/backends/megatron_utils/arguments.py megatron_parse_args (slime 624b824, line 195):
+# `_megatron_parse_args(extra_args_provider=..., ignore_unknown_args=True)`
+LENIENT = ("backends/megatron_utils/arguments.py", "utils/arguments.py")
+
+
+def drops_unknown(root: Path | None, framework: str) -> bool:
+    """Whether that framework's parse_args drops unknown flags: the bundled slime does; a
+    slime checkout does when its Megatron parse passes ignore_unknown_args=True; miles (its
+    parse_args refuses them: "unrecognized arguments") never."""
+    if framework != "slime":
+        return False
+    if root is None:
+        return True
+    for rel in LENIENT:
+        try:
+            text = (root / framework / rel).read_text(errors="replace")
+        except OSError:
+            continue
+        if "ignore_unknown_args=True" in text.replace(" ", ""):
+            return True
+    return False
 CURRENT: ContextVar[Stack | None] = ContextVar("stack", default=None)
 # `check --stack PATH`: a checkout or site-packages holding the user's stack (the CLI sets it)
 STACK_PATH: ContextVar[str | None] = ContextVar("stack_path", default=None)
@@ -270,7 +298,8 @@ def _base(root: str | None, framework: str, origin: str) -> Stack:
         for a in megatron[1]:
             for n in a.names:
                 added.setdefault(n, (f"Megatron-LM of {megatron[0]}", a))
-    return Stack(framework, root, origin, added)
+    return Stack(framework, root, origin, added,
+                 drops_unknown=drops_unknown(Path(root) if root else None, framework))
 
 
 def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, str | None]],
@@ -333,4 +362,5 @@ def with_functions(base: Stack, argv: Sequence[tuple[str, str | None]],
         for a in got:
             for n in a.names:
                 added.setdefault(n, (f"{path}'s add_arguments", a))
-    return Stack(base.framework, base.root, base.origin, added, tuple(unresolved))
+    return Stack(base.framework, base.root, base.origin, added, tuple(unresolved),
+                 base.drops_unknown)

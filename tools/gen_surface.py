@@ -788,6 +788,14 @@ def slime_arguments(slime: Tree) -> list[dict]:
     w.only = mod.name
     w.call(mod, inner, [UNKNOWN], {"add_custom_arguments": None},
            Scope(mod, {"add_custom_arguments": None}))
+    # slime parses its SGLang flags apart (slime/utils/arguments.py parse_args phase 1,
+    # sglang_parse_args): add_sglang_arguments adds ServerArgs under --sglang- (the shared
+    # SGLang rows) and flags of its own (--sglang-server-concurrency, --sglang-router-ip ...)
+    sg = Module.load("slime.backends.sglang_utils.arguments")
+    if sg is not None and "add_sglang_arguments" in sg.defs:
+        w = Walker(parser, "slime")
+        w.only = sg.name  # ServerArgs / RouterArgs are the shared rows, not read again
+        w.call(sg, sg.defs["add_sglang_arguments"], [UNKNOWN], {}, Scope(sg, {}))
     return [record(a) for a in parser.args]
 
 

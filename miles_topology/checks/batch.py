@@ -110,6 +110,10 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
         "global-batch-not-divisible-by-dp": (
             "error", "global batch % (dp x micro batch) != 0 (no dynamic batch)",
                 "--actor-num-nodes 4 --global-batch-size 48"),
+        "dynamic-batch-bshd": (
+            "error", f"`{F.dynamic_batch}` with `{F.qkv_format} bshd`: miles asserts dynamic "
+            "batches are not supported for bshd",
+                "--qkv-format bshd --use-dynamic-batch-size --max-tokens-per-gpu 4096"),
         "dynamic-global-batch-requires-dynamic-batch": (
             "error", f"`{F.dynamic_global_batch}` without `{F.dynamic_batch}`",
                 "--use-dynamic-global-batch-size"),
@@ -142,6 +146,17 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
                 "dynamic_global_batch", "dynamic_batch",
             )
         return
+    if bat.dynamic_batch and bat.qkv_format == "bshd":
+        yield _err(  # miles 31f1ca9 utils/arguments.py miles_validate_args, `if
+            # args.qkv_format == "bshd"`: "Dynamic batch size is not supported for bshd format"
+            "dynamic-batch-bshd",
+            f"{F.dynamic_batch} with {F.qkv_format} bshd: miles refuses it at start-up "
+            "(\"Dynamic batch size is not supported for bshd format\"); bshd batches are "
+            "padded to fixed micro-batches.",
+            f"drop {F.dynamic_batch} and give {F.micro_batch_size} N, or use "
+            f"{F.qkv_format} thd",
+            "dynamic_batch", "qkv_format",
+        )
     if bat.dynamic_batch and bat.max_tokens_per_gpu is None:
         yield _err(  # miles utils/arguments.py miles_validate_args asserts it
             "dynamic-batch-requires-max-tokens",

@@ -105,15 +105,21 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
     'invalid-flag-value': (
         'error', "a flag's value is not a whole number (`None`), or is missing",
         '--tensor-model-parallel-size two'),
+    'lora-weight-transfer': (
+        'error', 'LoRA (`--lora-rank` > 0) with `--update-weight-transfer-mode p2p` or '
+        '`disk-delta`: miles_validate_args refuses it ("LoRA weight sync is not supported for '
+        'p2p (RDMA) weight transfer")',
+        '--lora-rank 16 --update-weight-transfer-mode p2p'),
     'unknown-field': ('error', 'a topology YAML has a key that is not a field',
                       'tensor_parallel: 2   (in a topology YAML; the field is tp)'),
     'missing-model-fact': ('error', 'a derivation needs a model fact that was not given',
                            'topo.stage_layers(0) without --num-layers'),
     'deprecated-flag': {
         'severity': 'warning', 'fixable': True,
-        'summary': 'a renamed flag was used, or one upstream deprecates (SGLang renamed or '
-                   'ignores it); the message names the new one',
-        'example': '--rollout-num-gpus-per-node 8   (now --num-gpus-per-node)'},
+        'summary': 'a flag upstream deprecates (SGLang renamed or ignores it), or one miles '
+                   "renamed that the launch's stack still defines; the message names the new "
+                   'one (a renamed flag no stack defines is an `unknown-flag`)',
+        'example': '--sglang-cuda-graph-bs 8   (now --sglang-cuda-graph-bs-decode)'},
     'unknown-flag': {
         'severity': 'error', 'fixable': True,
         'summary': "a flag the launch's stack does not define (miles' or slime's train.py: "
@@ -139,6 +145,19 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
                '(add_user_provided_function_arguments) before it parses: a flag they add is '
                'accepted',
         'example': '--custom-generate-function-path "${FN}" --agent-max-turns 4'},
+    'ignored-flag': {
+        'severity': 'warning',
+        'summary': "a flag a slime launch's stack does not define: slime's parser drops it "
+                   'and what it would set keeps its default; the message names the closest '
+                   'known flag',
+        'why': "slime parses Megatron's and its own flags with ignore_unknown_args=True and "
+               'its SGLang flags with parse_known_args, so an unknown flag stops nothing: it '
+               'is silently dropped (a typo leaves its setting at the default). miles parses '
+               'strictly and refuses it (`unknown-flag`)',
+        'source': 'slime 624b824 slime/backends/megatron_utils/arguments.py '
+                  'megatron_parse_args (ignore_unknown_args=True); slime/utils/arguments.py '
+                  'parse_args',
+        'example': '--ref-micro-batch-size 4   (in a slime launch)'},
     'flag-given-twice': {
         'severity': 'warning', 'fixable': True,
         'summary': "one flag given twice with different values on a command line; miles' "
@@ -199,6 +218,20 @@ declare("report.py (where a Python launcher starts training)", {
 }, why="A Python launcher may start several trainings (one per model size, say); each is "
        "checked on its own and located at the line that starts it.",
    source="miles/utils/external_utils/command_utils.py execute_train")
+declare("check_script.py and check_launcher.py (a whole launch: a script or a launcher's call)", {
+    'flag-value-may-be-empty': (
+        'warning', 'a value-taking flag whose value is one unquoted expansion known only at '
+        'run time, before another flag: empty then, bash drops the word and argparse '
+        'refuses the launch ("expected one argument")',
+        '--wandb-key ${WANDB_KEY} --wandb-project miles   (WANDB_KEY unset)'),
+    'missing-num-layers': (
+        'error', 'a Megatron-backend launch script with no `--num-layers` (nor '
+        "`--encoder-num-layers`) and no word list that may hold it: Megatron's validate_args "
+        'asserts one is given',
+        'python3 train.py --hf-checkpoint /root/Qwen3-4B ...   (no MODEL_ARGS)'),
+}, why="A whole launch is what the real parser sees: what it leaves out, or what bash may "
+       "leave out of it, is refused at start-up.",
+   source="Megatron-LM training/arguments.py validate_args; Python argparse _match_argument")
 declare("report.py and cli.py (an input that cannot be read)", {
     'unreadable': (
         'error', 'an input cannot be read at all (missing file, bad YAML, bash syntax): exit '
@@ -249,6 +282,15 @@ declare("the script reader (shell/ interpret.py, read.py; check_script.py report
         'warning', "the script has CR LF line ends: bash keeps each CR in the line's last word, "
         'so flags arrive as `--flag\\r` and `\\` no longer continues a line',
         'a script saved with Windows line ends'),
+    'sourced-file-missing': (
+        'error', "`source` of a path inside the script's checkout that does not exist, under "
+        '`set -e` and not tested (`if source F`, `source F || true`): bash stops there, '
+        'before the launch',
+        'set -e; source "${SCRIPT_DIR}/../scripts/models/qwen3-4B.sh"   (scripts/scripts/...)'),
+    'sourced-file-skipped': (
+        'warning', "`source` of a path inside the script's checkout that does not exist, "
+        'without `set -e` (or tested): bash goes on and what the file would set stays unset',
+        'source "${SCRIPT_DIR}/models/missing.sh"   (no set -e)'),
     'sourced-from-checkout': (
         'note', 'a file sourced by an absolute path that does not exist here is read from the '
         "same path inside the script's checkout",

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import gate
+from ..argscan import Added
 from ..errors import InputError, NoTrainingLaunch, TopologyError
-from ..flags import TOPOLOGY, field_of, is_switch
+from ..flags import RENAMED, TOPOLOGY, field_of, is_switch
 from ..model import Topology, value
 from ..parts import FIELDS, fields_in
 from ..shell import (
@@ -29,7 +30,7 @@ from ..shell import (
     syntax,
 )
 from ..sources import read_flags
-from ..stack import for_launch, using
+from ..stack import Stack, for_launch, using
 from ..yamlflags import STAGED
 
 # Fields the topology flags set beyond the model shape and batch sizes.
@@ -54,6 +55,11 @@ class Refused(Exception):
     def __init__(self, reason: str, code: int = 1):
         super().__init__(reason)
         self.reason, self.code = reason, code
+
+
+class Disagrees(Refused):
+    """A migrated script sets a layout flag again to another value than its topology file:
+    what the pre-commit hook (`migrate --check`) exists for, so `--check` fails on it."""
 
 
 class NotALaunch(Refused):
@@ -102,6 +108,15 @@ def _without(argv: list[str], names: set[str]) -> list[str]:
 # ---------------------------------------------------------------- reading
 
 
+def renaming(stack: Stack) -> Stack:
+    """`stack` that reads the spellings miles renamed (flags.RENAMED) as they used to read:
+    no current stack defines them (check refuses them), and step 0001 writes them under
+    their new names, which needs what they meant (--sglang-enable-ep-moe: the engine size)."""
+    old = {n: ("a spelling step 0001 renames", Added((n,), not is_switch(n)))
+           for n in RENAMED if stack.flag(n) is None}
+    return replace(stack, added={**stack.added, **old}) if old else stack
+
+
 def read(state: State) -> Reading:
     """The script as the steps left it, read like `check` does; the files the steps mean to
     write stand in for the ones on disk, and ${oc.env:VAR} reads what the script exports."""
@@ -124,8 +139,8 @@ def read(state: State) -> Reading:
                 stand_in.write_text(state.files[Path(os.path.abspath(argv[i + 1]))])
                 argv[i + 1] = str(stand_in)
         environ = script.site.environ()
-        stack = for_launch(str(state.path), script.entry,
-                           [(fv.flag, fv.value) for fv in script.argv])
+        stack = renaming(for_launch(str(state.path), script.entry,
+                                    [(fv.flag, fv.value) for fv in script.argv]))
         beside: list = []
         try:
             with using(stack):

@@ -39,6 +39,7 @@ from ..sources import schema_comment
 from .common import (
     EP_MOE,
     MOVES,
+    Disagrees,
     Edit,
     Reading,
     Refused,
@@ -439,10 +440,18 @@ def merge(state: State, r: Reading, moving: dict, edits: list[Edit], notes: dict
     for name, value, comment in fields:
         if name not in have:
             new.append((name, value, comment))
-        elif str(have[name]) != str(given[name]) or str(value).startswith("${"):
+        elif str(value).startswith("${"):
             raise Refused(f"{flag_of(name)} is set again in the script, and {path.name} sets "
                           f"{name} too; keep one of them (edit {path.name}), then migrate "
                           "again.")
+        elif str(have[name]) != str(given[name]):
+            fv = moving[name][-1]
+            at = next((i for i, x in enumerate(body.split("\n"), 1)
+                       if re.match(rf"\s*{re.escape(name)}\s*:", x)), 0)
+            raise Disagrees(
+                f"{fv.flag} {given[name]} at {fv.source} disagrees with its topology file: "
+                f"{name}: {have[name]} at {path.name}:{at}; keep one of them (edit "
+                f"{path.name}, or drop {fv.flag} from the script), then migrate again.")
     end = "\r\n" if "\r\n" in body else "\n"
     text = body if body.endswith("\n") or not body else body + end
     text += end.join(yaml_lines(new)) + end if new else ""

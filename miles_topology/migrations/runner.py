@@ -22,7 +22,17 @@ from pathlib import Path
 
 from ..safetext import ERR, OUT, Sink
 from . import m0001_rename_flags, m0002_explicit_and_dead, m0003_consolidate
-from .common import NotALaunch, Refused, State, first_read, mark, read, verify, version
+from .common import (
+    Disagrees,
+    NotALaunch,
+    Refused,
+    State,
+    first_read,
+    mark,
+    read,
+    verify,
+    version,
+)
 
 STEPS = (m0001_rename_flags, m0002_explicit_and_dead, m0003_consolidate)  # in order
 LATEST = STEPS[-1].ID
@@ -339,6 +349,9 @@ def _check(path: Path, env: dict[str, str], inline: bool, quiet: bool = False,
         out = migrate(path, env, inline)
         if out.applied and out.changed:
             writable(out)
+    except Disagrees as e:  # the script and its topology file disagree: the hook fails
+        say(f"{path}: {e.reason}")
+        return 1
     except Refused as e:
         if e.code == 2 and not isinstance(e, NotALaunch):
             raise

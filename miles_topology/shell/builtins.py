@@ -37,6 +37,8 @@ class Commands(Protocol):
 
     def jump(self, kind: str, fields: list[Field], n: syntax.Simple, cond: Unk | None): ...
 
+    checked: int  # >0 where a command's failure is tested (set -e ignores it)
+
 
 class Builtins:
     """The built-ins of one read; `table` maps a command name to its handler."""
@@ -76,12 +78,20 @@ class Builtins:
             if self.sh.positions:
                 self.prov.read_position(INT_LIMIT)
             fields = fields[:k]
+        named, on = False, True
         for f in fields[1:]:
             v = f.value or ""
-            if v[:1] in "-+" and v[1:2] != "-" and "a" in v:
-                self.sh.allexport = v[0] == "-"
-        if [f.value for f in fields[1:3]] in (["-o", "allexport"], ["+o", "allexport"]):
-            self.sh.allexport = fields[1].value == "-o"
+            if named:  # the name of -o/+o: -o allexport, -o errexit
+                named = False
+                if v in ("allexport", "errexit"):
+                    setattr(self.sh, v, on)
+                continue
+            if v[:1] in "-+" and v[1:2] != "-":
+                on = v[0] == "-"
+                self.sh.allexport = on if "a" in v else self.sh.allexport
+                if "e" in v and cond is None:  # set -e, set -euo pipefail, set +e
+                    self.sh.errexit = on
+                named = v.endswith("o")
 
     def unset(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         for f in fields[1:]:
@@ -274,6 +284,9 @@ class Builtins:
             self.found.unknown(f.text, f.unk.src, why)
             return self.r.taint(f"{fields[0].value} {f.text}", where, why)
         found = self.locate(f.value, where)
+        gone = self.absent(f.value) if found is None else None
+        if gone is not None:
+            return self.missing_source(f.value, gone, n, where, cond)
         if found is None:
             looked = self.refused or ("it is not inside the script's checkout, nor does its "
                                       "path's tail exist there" if f.value.startswith("/") else
@@ -285,6 +298,55 @@ class Builtins:
             self.found.unknown(what, where, f"{why}; the flags it defines are unknown")
             return self.r.taint(f"{fields[0].value} {what}", where, why)
         self.r.source_file(found, n, cond, f.value)
+
+    def absent(self, path: str) -> str | None:
+        """The checkout root when `path` (absolute, or relative to a known working folder)
+        lies inside the main script's checkout and does not exist: bash's `source` fails
+        there, whatever the machine (the checkout travels with the script). None when it
+        may exist where the job runs: a path outside the checkout (`/root/slime/...`), or a
+        relative one read from a working folder that is not known."""
+        from ..pylaunch.checkout import root_of
+
+        if not path.startswith("/") and self.sh.cwd is None:
+            return None
+        full = os.path.normpath(os.path.join(self.sh.cwd or "/", path))
+        root = root_of(self.at.main_abs)
+        if root is None or os.path.commonpath([root, full]) != root or os.path.exists(full):
+            return None
+        return root
+
+    def missing_source(self, path: str, root: str, n: syntax.Simple, where: Location,
+                       cond: Unk | None):
+        """``source F`` of a file inside the checkout that does not exist: "No such file or
+        directory", status 1. Under `set -e`, unless its failure is tested (`if source F`,
+        `source F || true`), bash stops there: the launch never runs (an error). Otherwise
+        bash goes on and the names the file would set stay unset (a warning). Under a
+        condition known only at run time (a guard such as `[ -f F ] &&`) nothing is said."""
+        if cond is not None:  # a guarded source (`[ -f F ] && source F`): bash skips it, or
+            return None  # runs it and it sets nothing; either way nothing becomes unknown
+        shown = os.path.relpath(os.path.normpath(path), root) if path.startswith("/") \
+            else path
+        what = n.words[1].text if len(n.words) > 1 else path
+        near = gate.by_tail(path, self.at.roots, os.path.dirname(self.at.main_abs)) \
+            if path.startswith("/") else None
+        here = os.path.dirname(self.at.file_abs)
+        fix = f"source {os.path.relpath(near, root)}, the file of that name in the checkout " \
+            f"(from the script's folder: {os.path.relpath(near, here)})" \
+            if near and os.path.commonpath([root, near]) == root else \
+            f"source the file by its real path (the folder that holds {os.path.basename(shown)})"
+        if self.sh.errexit and not self.r.checked:
+            self.found.note(
+                "sourced-file-missing", f"{what} is {shown}, which does not exist in the "
+                "script's checkout: under `set -e` bash stops at this `source` (No such file "
+                "or directory), before the launch", fix, where)
+            why = f"sourced file '{path}' does not exist; bash stops here (set -e)"
+            self.found.unknown(what, where, why)
+            return self.r.taint(f"{n.words[0].text} {what}", where, why)
+        self.found.note(
+            "sourced-file-skipped", f"{what} is {shown}, which does not exist in the script's "
+            "checkout: bash reports it and goes on, and what the file would set stays unset",
+            fix, where)
+        return None
 
     def script(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``bash FILE ARGS`` / ``sh FILE ARGS`` of a script found beside this one (a wrapper
@@ -339,7 +401,9 @@ class Builtins:
                 continue
             found = os.path.normpath(p)
             break
-        if found is None and path.startswith("/"):
+        if found is None and path.startswith("/") and self.absent(path) is None:
+            # a path outside the checkout (a container's /root/slime/...) only: one inside
+            # it that does not exist is missing wherever the script runs
             got = gate.by_tail(path, roots, os.path.dirname(self.at.main_abs))
             found = None if got is None else os.path.normpath(got)
             if found is not None and note:

@@ -54,7 +54,7 @@ class _Fields:
     `add` records where its pieces come from, `flush` ends it."""
 
     __slots__ = ("fields", "owns", "cur", "cond", "has", "src", "unk", "text", "extra",
-                 "fcond", "own", "spans")
+                 "fcond", "own", "spans", "bare")
 
     def __init__(self, cond: Unk | None):
         self.fields: list[Field] = []
@@ -63,6 +63,7 @@ class _Fields:
         self.cond = cond
         self.has, self.src, self.unk, self.text, self.extra = False, None, None, None, True
         self.fcond, self.own, self.spans = cond, False, []
+        self.bare = False  # the field is one bare unknown expansion (Field.bare)
 
     def add(self, f: Field, origin=OWN):
         """`origin`: OWN for text of this word, else the span of a list item passed on."""
@@ -78,6 +79,7 @@ class _Fields:
             self.extra = False
         if f.cond is not None and self.fcond is None:
             self.fcond = f.cond
+        self.bare = f.bare and not self.has
         self.has = True
 
     def flush(self):
@@ -85,11 +87,13 @@ class _Fields:
             unk, spans = self.unk, self.spans
             self.fields.append(Field(None if unk else "".join(self.cur), self.src, unk,
                                      self.text, unk is not None and self.extra, self.fcond,
-                                     spans[0] if len(spans) == 1 and not self.own else None))
+                                     spans[0] if len(spans) == 1 and not self.own else None,
+                                     self.bare and unk is not None))
             self.owns.append(self.own and not spans)
         self.cur.clear()  # the next field starts as __init__ left the first (one call less)
         self.has, self.src, self.unk, self.text, self.extra = False, None, None, None, True
         self.fcond, self.own, self.spans = self.cond, False, []
+        self.bare = False
 
 
 class Words:
@@ -209,7 +213,10 @@ class Words:
                 else:
                     acc.cur.append(sep)
             if f.unk is not None:
-                acc.add(Field(None, f.src, f.unk, f.text, f.extra, f.cond))
+                # an unset variable's unquoted word is dropped (an array's item was split
+                # where it was assigned)
+                acc.add(Field(None, f.src, f.unk, f.text, f.extra, f.cond,
+                              bare=f.bare and (is_list or not quoted)))
             elif f.cond is not None and quoted and not is_list and len(items) > 1:
                 # "${A[*]}" is one word whatever A holds: its text is what is unknown
                 acc.add(Field(None, f.src, Unk(part.text, f.cond.src, "it includes a value "
@@ -411,7 +418,9 @@ class Words:
             return [self.unknown(p, why, extra=True)], False
         if items is None:
             why = f"{name} is not set and has no default: pass --env {name}=VALUE"
-            return [self.unknown(p, why)], False
+            got = self.unknown(p, why)
+            got.bare = True  # set nowhere in the script: empty unless the environment sets it
+            return [got], False
         return items, is_list
 
     def operator(self, p: Param, items: list[Field] | None,

@@ -98,6 +98,9 @@ class Reader:
         # file that `break` does not reach out of)
         self.loops: list[str | None] = []
         self.overlay: dict[str, int] | None = None  # assignments of a test's (( )) so far
+        # >0 while a command runs where its failure is tested (an if/while test, before
+        # && or ||, a negated pipeline): `set -e` does not stop bash there (bash(1), set -e)
+        self.checked = 0
 
     def parse_file(self, abs_path: str, disp: str) -> list:
         if abs_path in self.cache:
@@ -265,15 +268,20 @@ class Reader:
         elif t is syntax.AndOr:
             status = self.status([n.items[0][1]], cond)
             reason = self.why_unknown
-            self.node(n.items[0][1], cond)
+            with self.testing():
+                self.node(n.items[0][1], cond)
             self.at.branch.append(self.at.src(_line(n)))
             try:
                 self.and_or(n, status, reason, cond)
             finally:
                 self.at.branch.pop()
         elif t is syntax.Pipe:
-            for c in n.cmds:
-                self.node(c, cond)
+            for k, c in enumerate(n.cmds):
+                if n.neg or k < len(n.cmds) - 1:  # only the last one's status counts
+                    with self.testing():
+                        self.node(c, cond)
+                else:
+                    self.node(c, cond)
         elif t in (syntax.If, syntax.Case, syntax.Loop):
             self.at.branch.append(self.at.src(n.line))
             try:
@@ -298,16 +306,28 @@ class Reader:
             self.arith_cmd(n, cond)
 
     def and_or(self, n: syntax.AndOr, status: bool | None, reason: str, cond: Unk | None):
-        for op, cmd in n.items[1:]:
+        last = len(n.items) - 1
+        for k, (op, cmd) in enumerate(n.items[1:], 1):
             if status is None:
                 line = _line(n)
                 why = f"only if the command before '{op}' at {self.at.src(line)} " + (
                     "succeeds" if op == "&&" else "fails") + reason
-                self.node(cmd, cond or Unk(op, self.at.src(line), why))
+                with self.testing(k < last):
+                    self.node(cmd, cond or Unk(op, self.at.src(line), why))
                 status = None
             elif status == (op == "&&"):
                 status = self.status([cmd], cond)
-                self.node(cmd, cond)
+                with self.testing(k < last):
+                    self.node(cmd, cond)
+
+    @contextmanager
+    def testing(self, on: bool = True):
+        """Commands run here have their failure tested (`set -e` ignores it)."""
+        self.checked += on
+        try:
+            yield
+        finally:
+            self.checked -= on
 
     def compound(self, n, cond: Unk | None):
         t = type(n)
@@ -405,7 +425,8 @@ class Reader:
             status = self.status(n.cond, None)
             if status is None:
                 raise _Unsteppable(f"its test is decided at run time{self.why_unknown}")
-            self.run(n.cond, None)
+            with self.testing():
+                self.run(n.cond, None)
             if status == (n.kind == "until"):
                 return
             self.tick(n)
@@ -508,7 +529,8 @@ class Reader:
         for test, body in n.branches:
             status = self.status(test, inner)
             reason = self.why_unknown
-            self.run(test, inner)
+            with self.testing():
+                self.run(test, inner)
             if status is True:
                 self.run(body, inner)
                 return

@@ -111,7 +111,8 @@ def argv_of(fields: list, unresolved: list[Unresolved], span=lambda t: None,
         bad = next((v for v in vals if v.unk is not None), None)
         if bad is not None:
             text = " ".join(v.text if v.unk else v.value for v in vals)
-            out.append(FlagValue(flag, None, f.src, unresolved=text))
+            out.append(FlagValue(flag, None, f.src, unresolved=text,
+                                 bare=bad.text if len(vals) == 1 and bad.bare else None))
             unresolved.append(Unresolved(flag, bad.unk.expr, bad.unk.src, bad.unk.why))
             continue
         toks = tuple(v.value for v in vals)

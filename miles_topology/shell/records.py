@@ -71,6 +71,9 @@ class FlagValue:
     span: Span | None = field(default=None, compare=False, repr=False)
     value_spans: tuple[Span | None, ...] = field(default=(), compare=False, repr=False)
     joined: bool = field(default=False, compare=False, repr=False)  # written --flag=value
+    # its one value word is an unquoted expansion alone (``--wandb-key ${WANDB_KEY}``) whose
+    # value is unknown: empty at run time, bash drops it and the flag gets no value
+    bare: str | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

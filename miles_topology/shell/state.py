@@ -12,7 +12,7 @@ class Shell:
 
     __slots__ = ("vars", "funcs", "func_file", "frames", "positions", "assoc", "exported",
                  "inherited", "cwd", "allexport", "prev_end", "scopes", "written", "taint",
-                 "zero")
+                 "zero", "errexit")
 
     def __init__(self, args: list[Field] | None, inherited: set[str]):
         self.vars: dict[str, Var] = {}
@@ -34,6 +34,7 @@ class Shell:
         # the last source/eval not read: a name unset since then may have been set by it
         self.taint: Unk | None = None
         self.zero: str | None = None  # $0 in a `bash FILE` child: FILE (else the script's)
+        self.errexit = False  # `set -e`: a failing command stops the script
 
     def copy_vars(self) -> dict[str, Var]:
         """The variables, to put back after a subshell, a here-document script or a loop
@@ -44,12 +45,13 @@ class Shell:
         return (self.copy_vars(), dict(self.funcs), dict(self.func_file), list(self.frames),
                 [list(p) for p in self.positions], [dict(s) for s in self.scopes],
                 set(self.assoc), set(self.exported), set(self.inherited), self.cwd,
-                self.allexport, dict(self.prev_end), dict(self.written), self.taint, self.zero)
+                self.allexport, dict(self.prev_end), dict(self.written), self.taint, self.zero,
+                self.errexit)
 
     def restore(self, saved: tuple):
         (self.vars, self.funcs, self.func_file, self.frames, self.positions, self.scopes,
          self.assoc, self.exported, self.inherited, self.cwd, self.allexport,
-         self.prev_end, self.written, self.taint, self.zero) = saved
+         self.prev_end, self.written, self.taint, self.zero, self.errexit) = saved
 
     def make_local(self, name: str):
         """``local NAME`` in a function: the outer value comes back when the call returns

@@ -1010,7 +1010,7 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     if cr >= 0:
         cr_line = data.count(b"\n", 0, cr) + base_line
         data = _hold_cr(data)
-    data = _end_continued(data)
+    data = _end_continued(_blank_comments(data))
     tree = _parser().parse(data)
     root = tree.root_node
     conv = _Conv(data, located, base_line)
@@ -1041,6 +1041,19 @@ def _end_continued(data: bytes) -> bytes:
     if (end - k) % 2 == 0:  # an escaped backslash: a word, not a continuation
         return data
     return data[:end - 1] + b" " + data[end:]
+
+
+# `# a comment` \ in a continued command: an empty command substitution (its body is only a
+# comment), which bash expands to no word; tree-sitter-bash 0.25 reads the '#' as a comment to
+# the end of the line, the closing backquote with it, and reports an unterminated backquote
+_COMMENT_SUB = re.compile(rb"(?<=[ \t])`#[^`\n]*`(?=[ \t]*\\\n)")
+
+
+def _blank_comments(data: bytes) -> bytes:
+    """Each such substitution read as blanks (offsets unchanged)."""
+    if b"`#" not in data:
+        return data
+    return _COMMENT_SUB.sub(lambda m: b" " * len(m.group()), data)
 
 
 def _hold_cr(data: bytes) -> bytes:

@@ -28,13 +28,16 @@ class Unk(NamedTuple):
 
 class Field:
     """One word of an expansion. `extra`: unknown number of words; `cond`: maybe absent;
-    `span`: (file, start, end, stmt_line, branch) of the one word that wrote it, or None."""
+    `span`: (file, start, end, stmt_line, branch) of the one word that wrote it, or None.
+    `bare`: the value of a variable the script never sets (only the environment may), alone
+    and unquoted in its word (``${KEY}``): when it is empty at run time bash drops the word."""
 
-    __slots__ = ("value", "src", "unk", "text", "extra", "cond", "span")
+    __slots__ = ("value", "src", "unk", "text", "extra", "cond", "span", "bare")
 
-    def __init__(self, value, src, unk=None, text="", extra=False, cond=None, span=None):
+    def __init__(self, value, src, unk=None, text="", extra=False, cond=None, span=None,
+                 bare=False):
         self.value, self.src, self.unk, self.text = value, src, unk, text
-        self.extra, self.cond, self.span = extra, cond, span
+        self.extra, self.cond, self.span, self.bare = extra, cond, span, bare
 
 
 class Var:

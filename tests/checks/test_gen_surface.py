@@ -238,7 +238,8 @@ def add_sglang_arguments(parser):
     return parser
 '''})
     got = [r["names"] for r in gen.slime_arguments(gen.Tree(slime))]
-    assert got == [["--actor-num-nodes"], ["--update-weight-mode"]]  # other modules unread
+    # other modules unread, but for slime's SGLang flags (parsed apart: sglang_parse_args)
+    assert got == [["--actor-num-nodes"], ["--update-weight-mode"], ["--sglang-only-in-slime"]]
 
 
 def test_patch_flags_are_the_added_lines():

@@ -137,7 +137,7 @@ def test_the_fork_s_flags_are_cached_per_version(tmp_path, tmp_cache):
 def test_stack_option_points_at_the_user_s_checkout(tmp_path, tmp_cache):
     script = tmp_path / "run.sh"
     script.write_text("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
-                      "--colocate --prm-enable\n")
+                      "--num-layers 4 --colocate --prm-enable\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MILES_TOPOLOGY_CACHE": str(tmp_cache)}
 
     def run(*extra):
@@ -341,3 +341,24 @@ def test_plain_flags_are_judged_against_the_stack_too(capsys):
     code, out, _ = run_cli(capsys, "check", "--", "--colocate", *fn, "--generate-max-turns", "3")
     assert code == 0, out
     assert stack.STACK_PATH.get() is None  # --stack ends with its command
+
+
+def test_from_flags_without_a_stack_judges_the_layout_only():
+    # miles examples/retool_v2/run_retool_multi_turn.py passes its user functions' flags:
+    # the core API must not refuse what the user's miles accepts (issue 37)
+    from miles_topology import Topology, TopologyError
+
+    user = ["--custom-agent-function-path", "retool.agent", "--session-verify-cycles", "3",
+            "--generate-tool-specs-path", "tools.json"]
+    topo = Topology.from_flags(["--colocate", "--tensor-model-parallel-size", "2", *user])
+    assert topo.layout.tp == 2 and not topo.warnings
+    with pytest.raises(TopologyError) as e:  # a near miss of a layout flag: tp silently 1
+        Topology.from_flags(["--colocate", "--tensor-model-paralel-size", "2", *user])
+    assert e.value.codes == ["unknown-flag"]
+    assert "--tensor-model-parallel-size" in e.value.problems[0].message
+    with pytest.raises(TopologyError) as e:  # judged against a stack only when one is given
+        Topology.from_flags(["--colocate", *user], stack=stack.BUNDLED)
+    assert set(e.value.codes) == {"unknown-flag"}
+    with stack.using(stack.BUNDLED):  # a stack the caller set counts as given
+        with pytest.raises(TopologyError):
+            Topology.from_flags(["--colocate", *user])

@@ -72,7 +72,7 @@ def test_stdin_is_read_as_the_named_file(tmp_path, capsys, monkeypatch):
     text = ('#!/bin/bash\nSCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null'
             ' && pwd)"\nsource "${SCRIPT_DIR}/models/m.sh"\n'
             "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate \\\n"
-            '   --expert-model-parallel-size 3 --num-experts 6 "${MODEL_ARGS[@]}"\n')
+            '   "${MODEL_ARGS[@]}" --expert-model-parallel-size 3 --num-experts 6\n')
     name = str(tmp_path / "run.sh")
     monkeypatch.setattr("sys.stdin", io.StringIO(text))
     assert main(["check", "-", "--stdin-filename", name, "--output-format", "concise"]) == 1

@@ -7,8 +7,10 @@ from pydantic import ValidationError
 from support import ROOT
 
 from miles_topology import Topology, TopologyError
+from miles_topology.argscan import Added
 from miles_topology.model import megatron_args
 from miles_topology.sources import read_flags, to_yaml
+from miles_topology.stack import Stack, using
 
 
 def test_real_defaults():
@@ -61,11 +63,27 @@ def test_missing_value_is_an_error_not_a_traceback():
 
 
 def test_renamed_ep_moe_sets_engine_ep():
-    topo = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
-                                "--sglang-enable-ep-moe", "--num-experts", "8"])
+    # on a stack that still defines the old spelling (an old checkout) it warns and reads
+    old = Stack(added={"--sglang-enable-ep-moe": ("an old miles", Added(
+        ("--sglang-enable-ep-moe",), False))})
+    with using(old):
+        topo = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
+                                    "--sglang-enable-ep-moe", "--num-experts", "8"])
     assert topo.rollout.engine_ep == 4
     assert [w.code for w in topo.warnings] == ["deprecated-flag"]
     assert "--sglang-ep-size N" in topo.warnings[0].message
+
+
+@pytest.mark.parametrize("argv", [["--rollout-num-gpus-per-node", "8"], ["--sglang-enable-ep-moe"],
+                                  ["--sglang-enable-deepep-moe"]])
+def test_renamed_flag_no_stack_defines_is_refused(argv):
+    # no current miles, slime or SGLang defines them (Megatron's parse_args exits:
+    # "unrecognized arguments"); the rename is the fix
+    with pytest.raises(TopologyError) as info:
+        Topology.from_flags(["--colocate", *argv])
+    assert info.value.codes == ["unknown-flag"]
+    assert "renamed" in info.value.problems[0].message
+    assert info.value.problems[0].fix.startswith(f"replace {argv[0]} with --")
 
 
 def test_vpp_from_layers_per_virtual_stage():

@@ -25,10 +25,12 @@ from miles_topology.migrations.common import (
     field_of,
     first_read,
     read,
+    renaming,
     verify,
 )
 from miles_topology.migrations.runner import STEPS, migrate, write
 from miles_topology.sources import read_flags
+from miles_topology.stack import current, using
 
 EXPECTED = json.loads((SCRIPTS / "expected.json").read_text())["fixtures"]
 CASES = [(n, k) for n, spec in EXPECTED.items() for k in range(len(spec["cases"]))]
@@ -374,8 +376,13 @@ def test_check_exit_codes(tmp_path, capsys):
 
 
 def test_launcher_accepts_legacy_flags_the_topology_file_and_flags_conflict(tmp_path):
-    legacy = read_flags(["--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "4",
-                         "--rollout-num-gpus-per-node", "8"])
+    argv = ["--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "4",
+            "--rollout-num-gpus-per-node", "8"]
+    with pytest.raises(TopologyError) as e:  # no current stack defines the old spelling
+        read_flags(argv)
+    assert [p.code for p in e.value.problems] == ["unknown-flag"]
+    with using(renaming(current())):  # a stack that still has it (as step 0001 reads it)
+        legacy = read_flags(argv)
     (warn,) = [w for w in legacy.topology.warnings if w.code == "deprecated-flag"]
     assert "miles-topology migrate" in warn.fix and "--num-gpus-per-node" in warn.message
     yaml = tmp_path / "t.topology.yaml"
@@ -519,7 +526,7 @@ def test_step_modules_import_without_heavy_dependencies():
 def test_rank_order_switch_moves_as_the_order_field(tmp_path, capsys):
     script = tmp_path / "r.sh"
     script.write_text("#!/bin/bash\npython3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node"
-                      " 8 --colocate --use-tp-pp-dp-mapping\n")
+                      " 8 --num-layers 4 --colocate --use-tp-pp-dp-mapping\n")
     before = read_flags(["--colocate", "--use-tp-pp-dp-mapping"]).topology
     code, _, _ = cli(["migrate", "--write", str(script)], capsys)
     assert code == 0
@@ -960,7 +967,7 @@ def test_a_layout_flag_added_back_is_pending_and_moves_into_the_yaml(tmp_path, c
     # a value the YAML sets otherwise: refused, both kept
     run.write_text(run.read_text().replace("   --save", "   --pipeline-model-parallel-size 1 "
                                            "--tensor-model-parallel-size 4 \\\n   --save"))
-    with pytest.raises(Refused, match="tp too; keep one"):
+    with pytest.raises(Refused, match="disagrees with its topology file: tp: 2 at run.top"):
         migrate(run)
 
 
@@ -1170,3 +1177,24 @@ def test_the_diff_of_a_hostile_script_is_printed_escaped(tmp_path, capsys):
     code, out, err = cli(["migrate", "--check", str(named)], capsys)
     assert code == 1 and "pending" in out and "\x1b" not in out + err
     assert not any(x.startswith("::") for x in (out + err).splitlines())
+
+
+def test_check_fails_a_script_that_disagrees_with_its_topology_file(tmp_path, capsys):
+    # the pre-commit hook exists for this: tp written back as 2 while the YAML says 4
+    script = tmp_path / "r.sh"
+    script.write_text("#!/bin/bash\npython3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node"
+                      " 8 --num-layers 8 --colocate --tensor-model-parallel-size 4\n")
+    assert cli(["migrate", "--write", str(script)], capsys)[0] == 0
+    text = script.read_text()
+    launch = next(i for i, x in enumerate(text.split("\n"), 1) if x.startswith("python3"))
+    script.write_text(text.replace('"${TOPOLOGY_ARGS[@]}"',
+                                   '"${TOPOLOGY_ARGS[@]}" --tensor-model-parallel-size 2'))
+    code, out, err = cli(["migrate", "--check", str(script)], capsys)
+    assert code == 1, out + err
+    said = out + err
+    assert f"--tensor-model-parallel-size 2 at {script}:{launch}" in said
+    assert "tp: 4 at r.topology.yaml:" in said
+    script.write_text(text.replace('"${TOPOLOGY_ARGS[@]}"',  # the same value: no conflict
+                                   '"${TOPOLOGY_ARGS[@]}" --tensor-model-parallel-size 4'))
+    _, out, err = cli(["migrate", "--check", str(script)], capsys)
+    assert "disagrees" not in out + err

@@ -316,7 +316,8 @@ def test_no_sizes_printed_that_depend_on_an_unresolved_value(tmp_path, capsys):
     # bash counts 4 GPUs here; the reader cannot (nvidia-smi): no world size, no GPU map
     script = tmp_path / "run.sh"
     script.write_text("NUM_GPUS=$(nvidia-smi -L | wc -l)\n"
-                      "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node $NUM_GPUS"
+                      "python3 train.py --num-layers 4 --actor-num-nodes 1 "
+                      "--actor-num-gpus-per-node $NUM_GPUS"
                       " --colocate\n")
     for cmd in (["check", "--verbose"], ["show"]):
         assert main([*cmd, str(script)]) == 0
@@ -378,8 +379,8 @@ def test_an_invalid_value_is_the_error_and_what_its_default_implied_is_skipped(t
     rules checked with the default node count in its place is not proven, so it is skipped."""
     script = tmp_path / "run.sh"
     script.write_text("python3 train.py --actor-num-nodes None --actor-num-gpus-per-node 8 "
-                      "--expert-model-parallel-size 16 --pipeline-model-parallel-size 4 "
-                      "--num-experts 256 --colocate\n")
+                      "--num-layers 4 --expert-model-parallel-size 16 "
+                      "--pipeline-model-parallel-size 4 --num-experts 256 --colocate\n")
     v = check_script(str(script), {})
     assert [p.code for p in v.errors] == ["invalid-flag-value"]
     assert "expert-grid-divisibility" in [p.code for p in v.skipped]

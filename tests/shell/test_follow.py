@@ -198,3 +198,16 @@ def test_a_start_script_written_by_a_heredoc_is_run_as_bash_runs_it(tmp_path):
     truth = flag_values(bash_launch(script, [], tmp_path, {"MAX_WAIT": "0"}))  # no waiting
     assert truth["--wandb-group"] == "start_train" and truth["--sglang-router-port"] == "30000"
     assert values(script) == truth
+
+
+def test_a_backquoted_comment_in_a_continued_command_is_no_word(tmp_path):
+    # `# why` is an empty command substitution: bash passes no word for it and the line
+    # continues (issue 37; tree-sitter-bash alone reports an unterminated backquote)
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py \\\n"
+                      "   --colocate `# engines share the GPUs` \\\n"
+                      "   --tensor-model-parallel-size 2   `# tp` \\\n"
+                      "   --num-layers 4\n")
+    truth = flag_values(bash_launch(script, [], tmp_path))
+    assert truth == {"--colocate": "", "--tensor-model-parallel-size": "2", "--num-layers": "4"}
+    assert values(script) == truth

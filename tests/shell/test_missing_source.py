@@ -1,0 +1,102 @@
+"""`source` of a file inside the script's own checkout that does not exist (issue 37): bash
+reports "No such file or directory" with status 1, so under `set -e` it stops there and the
+launch never runs (slime scripts/low_precision/run-qwen3-4b-fp8.sh:27 sources
+`${SCRIPT_DIR}/../scripts/models/...`, i.e. scripts/scripts/models/...). What bash honours,
+the reader honours: `set +e`, a tested source (`|| true`, `if source F`), an unknown working
+folder. Each verdict is checked against bash itself (bash_launch)."""
+
+import subprocess
+
+import pytest
+from support import bash_launch
+
+from miles_topology.check_script import check_script
+
+LAUNCH = ("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
+          "--tensor-model-parallel-size 2 ${MODEL_ARGS[@]}\n")
+HEAD = 'SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"\n'
+
+
+def checkout(tmp_path, body: str):
+    """A slime-like checkout: pyproject.toml at its root, scripts/models/qwen3-4B.sh, and
+    scripts/low_precision/run.sh with `body` before the launch."""
+    root = tmp_path / "slime"
+    (root / "scripts" / "models").mkdir(parents=True)
+    (root / "scripts" / "low_precision").mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'slime'\n")
+    (root / "scripts" / "models" / "qwen3-4B.sh").write_text(
+        "MODEL_ARGS=(\n   --num-layers 36\n   --hidden-size 2560\n)\n")
+    run = root / "scripts" / "low_precision" / "run.sh"
+    run.write_text("#!/bin/bash\n" + HEAD + body + LAUNCH)
+    return run
+
+
+def codes(v):
+    return {p.code: p.severity for p in [*v.errors, *v.warnings]}
+
+
+def test_a_missing_source_under_set_e_stops_bash_before_the_launch(tmp_path):
+    run = checkout(tmp_path, 'set -ex\nsource "${SCRIPT_DIR}/../scripts/models/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert not v.ok and codes(v) == {"sourced-file-missing": "error"}
+    (p,) = v.errors
+    assert "scripts/scripts/models/qwen3-4B.sh" in p.message and p.location.line == 4
+    assert "sourced-from-checkout" not in codes(v)  # no other file stands in for it
+    with pytest.raises(AssertionError, match="ran no training launch"):
+        bash_launch(run, [], tmp_path)  # bash stops at the source
+
+
+@pytest.mark.parametrize("body", [
+    'source "${SCRIPT_DIR}/../scripts/models/qwen3-4B.sh"\n',  # no set -e
+    'set -e\nset +e\nsource "${SCRIPT_DIR}/../scripts/models/qwen3-4B.sh"\n',
+    'set -euo pipefail\nsource "${SCRIPT_DIR}/../scripts/models/qwen3-4B.sh" || true\n',
+    'set -e\nif source "${SCRIPT_DIR}/../scripts/models/qwen3-4B.sh"; then :; fi\n',
+], ids=["no-set-e", "set+e", "or-true", "if-source"])
+def test_a_missing_source_bash_goes_past_is_a_warning(tmp_path, body):
+    run = checkout(tmp_path, body)
+    v = check_script(str(run), {})
+    # bash goes on; what the file would set stays unset, so the launch has no model flags
+    # and Megatron's validate_args refuses it (no --num-layers)
+    assert codes(v) == {"sourced-file-skipped": "warning", "missing-num-layers": "error"}
+    assert bash_launch(run, [], tmp_path)[-2:] == ["--tensor-model-parallel-size", "2"]
+    assert v.extra["values"]["--tensor-model-parallel-size"]["value"] == "2"
+    assert "--num-layers" not in v.extra["values"]
+
+
+def test_an_existing_source_and_an_outside_path_are_unchanged(tmp_path):
+    run = checkout(tmp_path, 'set -e\nsource "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert v.ok and v.extra["values"]["--num-layers"]["value"] == "36"
+    # a container's path outside the checkout: the same tail inside it stands in (a note)
+    run = checkout(tmp_path / "b", "set -e\nsource /root/slime/scripts/models/qwen3-4B.sh\n")
+    v = check_script(str(run), {})
+    assert codes(v) == {"sourced-from-checkout": "note"}
+    assert v.extra["values"]["--num-layers"]["value"] == "36"
+
+
+def test_a_relative_source_from_an_unknown_folder_is_unknown_not_missing(tmp_path):
+    run = checkout(tmp_path, 'set -e\ncd "$WORKDIR"\nsource scripts/models/none.sh\n')
+    v = check_script(str(run), {})
+    assert "sourced-file-missing" not in codes(v) and "sourced-file-skipped" not in codes(v)
+    assert any("none.sh" in u["why"] for u in v.extra["unresolved"])
+
+
+def test_bash_itself_stops_on_a_missing_source_under_set_e(tmp_path):
+    # the rule's premise, as this machine's bash has it
+    script = tmp_path / "s.sh"
+    script.write_text("set -e\nsource ./nope.sh\necho reached\n")
+    got = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True)
+    assert got.returncode == 1 and "reached" not in got.stdout
+
+
+@pytest.mark.parametrize("guard", [
+    '[ -f "${SCRIPT_DIR}/.env" ] && source "${SCRIPT_DIR}/.env"\n',
+    'if [ -f "${SCRIPT_DIR}/.env" ]; then source "${SCRIPT_DIR}/.env"; fi\n',
+])
+def test_a_guarded_source_of_an_absent_file_leaves_nothing_unknown(tmp_path, guard):
+    # bash skips it (the file is absent in the checkout): no finding, nothing unknown
+    run = checkout(tmp_path, "set -e\n" + guard + 'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert v.ok and not codes(v), codes(v)
+    assert not v.extra["unresolved"] and v.extra["values"]["--num-layers"]["value"] == "36"
+    assert bash_launch(run, [], tmp_path)[-2:] == ["--hidden-size", "2560"]
