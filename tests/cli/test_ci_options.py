@@ -4,11 +4,13 @@ item 7): --isolated reads no [tool.miles-topology] table (ignore, exclude, clust
 
 from __future__ import annotations
 
-from support import SCRIPTS
-
 from miles_topology.cli import main
 
-BAD = (SCRIPTS / "err-expert-grid.sh").read_text()
+# EP 16 on 8 GPUs (as fixtures/scripts/err-expert-grid.sh, without its model file): one error
+BAD = ("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate \\\n"
+       "   --num-layers 4 --num-experts 16 --tensor-model-parallel-size 1 \\\n"
+       "   --expert-model-parallel-size 16 \\\n"
+       "   --expert-tensor-parallel-size 1 --rollout-num-gpus-per-engine 8\n")
 CLEAN = ("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate \\\n"
          "   --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 64\n")
 

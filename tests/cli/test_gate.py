@@ -21,7 +21,7 @@ from miles_topology import gate
 from miles_topology.cli import main
 
 SECRET = "fake-secret-gate-0123456789"
-LAUNCH = "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8"
+LAUNCH = "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --num-layers 4"
 
 
 @pytest.fixture
