@@ -197,6 +197,10 @@ class Topology(BaseModel):
             data["routing_replay"] = True
         if data.get("advantage_estimator") is not None:  # miles_validate_args
             data["use_critic"] = data["advantage_estimator"] == "ppo"
+        if data.get("fault_tolerance") and "train" in (data.get("ft_components") or ()):
+            # miles 31f1ca9 utils/arguments.py:2857 miles_validate_args ("train" in
+            # ft_components sets indep_dp; _resolve_ft_components: none without the switch)
+            data["indep_dp"] = True
         if data.get("external_addrs"):  # engines given by address are external
             data["rollout_external"] = True
         if data.get("rollout_only"):
@@ -249,7 +253,8 @@ class Topology(BaseModel):
     @computed_field
     @property
     def world_size(self) -> int:
-        """Train ranks (GPUs of the actor): nodes x gpus_per_node, e.g. 16."""
+        """Ranks of the Megatron world: the actor's nodes x gpus_per_node, e.g. 16 (one
+        replica under --indep-dp: `Layout.world_size`)."""
         return self.layout.world_size
 
     @computed_field
@@ -344,7 +349,10 @@ def summary(topo: Topology) -> dict[str, Any]:
     d: dict[str, Any] = {"world_size": lay.world_size}
     if lay.forms_grid:
         d.update(dp=lay.dp, edp=lay.edp)
-    shown = {"vpp": topo.stages.chunks, "rollout_gpus": topo.placement_group.rollout_gpus}
+    # rollout_gpus: args.rollout_num_gpus as the parser leaves it (kept under
+    # --debug-train-only, where no engine starts: num_engines 0)
+    shown = {"vpp": topo.stages.chunks, "rollout_gpus": 0 if topo.rollout.rollout_external
+             else _placement.rollout_num_gpus(topo.layout, topo.rollout) or 0}
     for name in summary_fields():
         d[name] = shown.get(name, getattr(getattr(topo, GROUP_OF[name]), name))
     d["num_engines"] = topo.placement_group.rollout_engines

@@ -71,6 +71,19 @@ class Layout(_Part):
     # the other factor of the world size
     gpus_per_node: int = fact("--actor-num-gpus-per-node", 8, ge=1, summary=True)
     """GPUs per node the actor asks for, e.g. 8; world size = nodes x this."""
+    # whose parse_args validates the job: slime keeps a --rollout-num-gpus given with
+    # --colocate, miles overwrites it (set from the launch's stack by sources.read_flags)
+    framework: Literal["miles", "slime"] = fact(None, "miles")
+    """The framework whose parser validates the job: miles (default) or slime."""
+    # each dp replica its own Megatron instance: the Megatron world is one replica
+    indep_dp: bool = fact("--indep-dp", False)
+    """Each data-parallel replica is an independent Megatron instance (world = one replica)."""
+    # fault tolerance of the trainer sets indep_dp (`_infer`)
+    fault_tolerance: bool = fact("--use-fault-tolerance", False)
+    """Fault tolerance on; with the train component it sets indep_dp."""
+    # which components are fault tolerant: "train" sets indep_dp (`_infer`)
+    ft_components: tuple[str, ...] | None = fact("--ft-components", None)
+    """Fault-tolerant components, e.g. [train] (miles' default: [rollout])."""
     # where placement cuts nodes (engines straddling a node, TP groups crossing one)
     node_gpus: int = fact("--num-gpus-per-node", 8, ge=1)
     """Physical GPUs per node as given (miles' default 8); see node_gpus_used."""
@@ -163,9 +176,17 @@ class Layout(_Part):
     # ---- sizes (each product defined here, once) ------------------------------------
 
     @cached_property
-    def world_size(self) -> int:
-        """Train ranks (GPUs of the actor): nodes x gpus_per_node, e.g. 16."""
+    def actor_gpus(self) -> int:
+        """GPUs of the actor (what it places): nodes x gpus_per_node, e.g. 16."""
         return self.nodes * self.gpus_per_node
+
+    @cached_property
+    def world_size(self) -> int:
+        """Ranks of the Megatron world, e.g. 16: the actor's GPUs; one replica (tp x cp x pp)
+        under indep_dp (miles 31f1ca9 utils/arguments.py:2874 miles_validate_args sets
+        args.world_size = compute_megatron_world_size_except_dp(args) before Megatron's
+        validate_args derives dp from it: each replica a Megatron instance of dp 1)."""
+        return self.dense_model_size if self.indep_dp else self.actor_gpus
 
     @cached_property
     def dense_model_size(self) -> int:

@@ -48,22 +48,29 @@ class Group:
         return 0 if self.kind == "placeholder" else self.gpus // self.engine_size
 
 
+def rollout_num_gpus(lay: Layout, ro: Rollout) -> int | None:
+    """args.rollout_num_gpus after the framework's validation (None: not given). Under
+    --colocate miles overwrites a given value with the actor's GPUs (miles 31f1ca9
+    utils/arguments.py:3312); slime fills it only when not given and keeps a given one (slime
+    624b824 utils/arguments.py:1951), engines then take that many GPUs from position 0."""
+    if ro.colocate and (lay.framework == "miles" or ro.rollout_gpus is None):
+        return lay.actor_gpus
+    return ro.rollout_gpus
+
+
 def rollout_gpus(lay: Layout, ro: Rollout) -> int:
-    """GPUs rollout engines really take (e.g. 8): the actor's under --colocate, none with
-    external engines or --debug-train-only, else --rollout-num-gpus (`rollout_gpus`, as
-    given)."""
-    # miles_validate_args: --debug-train-only sets rollout_num_gpus = 0 after --colocate
-    # copied the actor's GPUs into it, so no rollout engine starts either way
+    """GPUs rollout engines really take (e.g. 8): `rollout_num_gpus`, none with external
+    engines or --debug-train-only."""
+    # _get_placement_group_layout (miles ray/placement_group.py:95): --debug-train-only
+    # places the actor alone; args.rollout_num_gpus keeps its value, no engine starts
     if ro.rollout_external or ro.train_only:
         return 0
-    if ro.colocate:
-        return lay.world_size
-    return ro.rollout_gpus or 0
+    return rollout_num_gpus(lay, ro) or 0
 
 
 def layout(lay: Layout, ro: Rollout) -> tuple[int, int]:
     """(bundles in the placement group, rollout offset): `_get_placement_group_layout`."""
-    trainer = 0 if ro.rollout_only else lay.world_size
+    trainer = 0 if ro.rollout_only else lay.actor_gpus
     rollout = rollout_gpus(lay, ro) + ro.eval_gpus
     if ro.train_only:
         return trainer + ro.eval_gpus, trainer
@@ -76,7 +83,7 @@ def layout(lay: Layout, ro: Rollout) -> tuple[int, int]:
 
 def budget(lay: Layout, ro: Rollout) -> str:
     """The GPUs the job places, as text, e.g. 'actor 8 + rollout 8 GPUs'."""
-    parts = [f"actor {lay.world_size}"]
+    parts = [f"actor {lay.actor_gpus}"]
     used = rollout_gpus(lay, ro)
     if not ro.colocate and used:
         parts.append(f"rollout {used}")
@@ -122,7 +129,7 @@ class Placement:
     node i // node_gpus_used; train rank r holds position r; engines follow (see the module)."""
 
     node_gpus_used: int  # physical GPUs per node (`Layout.node_gpus_used`), e.g. 8
-    ranks: int  # train ranks, at positions [0, ranks) (`Topology.world_size`)
+    ranks: int  # train ranks, at positions [0, ranks) (`Layout.actor_gpus`: every replica's)
     bundles: int  # 1-GPU bundles in the group (`_get_placement_group_layout`)
     rollout_offset: int  # position of the first rollout engine's first GPU (0 when colocated)
     groups: tuple[Group, ...]  # engine groups in placement order, eval last
@@ -133,7 +140,7 @@ class Placement:
     def of(cls, lay: Layout, ro: Rollout) -> Placement:
         """The placement group of a Topology's layout and rollout engines."""
         bundles, offset = layout(lay, ro)
-        return cls(lay.node_gpus_used, lay.world_size, bundles, offset, groups(lay, ro),
+        return cls(lay.node_gpus_used, lay.actor_gpus, bundles, offset, groups(lay, ro),
                    rollout_gpus(lay, ro), budget(lay, ro))
 
     # ---- positions and train ranks ----------------------------------------------------

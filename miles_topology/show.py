@@ -50,7 +50,7 @@ def cells(topo: Topology, mem: dict[int, float] | None = None
 def placement_line(topo: Topology) -> str:
     """miles' one packed placement group, as positions: who holds which run of bundles."""
     lay, ro = topo.layout, topo.rollout
-    parts = [f"actor 0-{topo.world_size - 1}"] if not ro.rollout_only else []
+    parts = [f"actor 0-{lay.actor_gpus - 1}"] if not ro.rollout_only else []
     for g in topo.placement_group.groups:
         if g.gpus:
             model = "rollout" if g.model == "default" else g.model
@@ -71,7 +71,9 @@ def header(topo: Topology) -> str:
         else "no rollout engines"
     )
     return (
-        f"world {topo.world_size} = {lay.nodes} node(s) x {lay.gpus_per_node} GPUs; "
+        (f"world {topo.world_size} a replica (--indep-dp), {lay.actor_gpus // topo.world_size}"
+         f" replicas on " if lay.indep_dp else f"world {topo.world_size} = ")
+        + f"{lay.nodes} node(s) x {lay.gpus_per_node} GPUs; "
         f"order {lay.order}\n"
         f"dense  tp {lay.tp} x cp {lay.cp} x dp {topo.dp} x pp {lay.pp}"
         + (f" (vpp {topo.stages.chunks})" if topo.stages.chunks > 1 else "")

@@ -51,9 +51,13 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
     `env`, when given, resolves `${oc.env:...}` in a `--topology` YAML (see `load_fields`);
     `own`: flags outside miles' surface that the caller reads itself (a launcher's).
     """
+    from .stack import current
+
     parsed = parse_flags(argv, own)
     yaml_path = parsed.topology
     fields = dict(parsed.fields)
+    if current().framework != "miles":  # whose parse_args validates the job (placement.py)
+        fields["framework"] = current().framework
     errors, warnings = list(parsed.errors), list(parsed.warnings)
     if fields.get("train_only") and fields.get("rollout_only"):
         both = (flag_of("train_only"), flag_of("rollout_only"))

@@ -221,11 +221,11 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
             lay.nodes > 1 or lay.gpus_per_node > node):
         # miles ray/actor_group.py: rank i takes bundle i of the sorted packed group; the
         # per-node count is only multiplied into the world size
-        n = -(-topo.world_size // node)
+        n = -(-lay.actor_gpus // node)
         yield _warn(
             "actor-node-shape-ignored",
             f"the actor asks for {lay.nodes} node(s) x {lay.gpus_per_node} GPUs, but miles "
-            f"packs its {topo.world_size} ranks into one placement group: they fill {n} "
+            f"packs its {lay.actor_gpus} ranks into one placement group: they fill {n} "
             f"node(s) of {node} GPUs ({F.node_gpus}) in order, not "
             f"{lay.gpus_per_node} per node.",
             f"use {F.gpus_per_node} {node} with {F.nodes} {n} to say what "

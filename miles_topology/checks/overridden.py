@@ -46,15 +46,18 @@ def etp_stated(topo: Topology) -> Iterator[Problem]:
 )
 def rollout_gpus_given(topo: Topology) -> Iterator[Problem]:
     """colocate: miles_validate_args overwrites rollout_num_gpus with the actor's GPUs (logged at
-    info). No rollout GPUs: miles leaves rollout_num_gpus None, and placement_group.py
+    info; miles 31f1ca9 utils/arguments.py:3312); slime keeps a given one (slime 624b824
+    utils/arguments.py:1951), so a slime launch is not warned. No rollout GPUs: miles leaves rollout_num_gpus None, and placement_group.py
     _get_placement_group_layout then adds None (a crash on a real launch; a warning here, as a
     Topology may describe the trainer only)."""
     ro = topo.rollout
-    if ro.colocate and ro.rollout_gpus is not None and ro.rollout_gpus != topo.world_size:
+    actor = topo.layout.actor_gpus
+    if ro.colocate and ro.rollout_gpus is not None and ro.rollout_gpus != actor \
+            and topo.layout.framework == "miles":
         yield _warn(
             "colocate-ignores-rollout-gpus",
             f"{F.rollout_gpus} {ro.rollout_gpus} is ignored under {F.colocate}: engines use "
-            f"the actor's {topo.world_size} GPUs.",
+            f"the actor's {actor} GPUs.",
             f"remove {F.rollout_gpus}, or drop {F.colocate} to give rollout its own GPUs",
             "rollout_gpus", "colocate",
         )
@@ -90,7 +93,7 @@ def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
             continue
         if size > node:
             spans = -(-size // node)
-        elif node % size and ((node - 1) // size + 1) * size <= topo.world_size:
+        elif node % size and ((node - 1) // size + 1) * size <= lay.actor_gpus:
             spans = 2  # the group holding the node's last GPU runs into the next node
         else:
             continue

@@ -38,11 +38,13 @@ LAYOUT = fields_in("layout", "rollout", "replay")
 # Of them, the parallel layout proper (cluster, train and critic grids, rollout and eval
 # engines): only these move into the topology file. The algorithm (--advantage-estimator,
 # --use-critic, routing replay), the backend, --sglang-config, external engines, the weight
-# transfer mode, the MoE all-to-all kernel and debug modes stay where they are.
+# transfer mode, the MoE all-to-all kernel, debug modes, fault tolerance (--indep-dp) and the
+# framework stay where they are.
 MOVES = tuple(f for f in LAYOUT if f not in {
     "cluster_nodes", "use_critic", "advantage_estimator", "train_backend", "fsdp_ignored",
     "rollout_external", "external_addrs", "a2a_backend", "sglang_config", "engine_groups",
-    "transfer_mode", "train_only", "rollout_only", "routing_replay", "rollout_routing_replay"})
+    "transfer_mode", "train_only", "rollout_only", "routing_replay", "rollout_routing_replay",
+    "framework", "indep_dp", "fault_tolerance", "ft_components"})
 # Notes that mean bash runs something other than what the script appears to say: fix first.
 BLOCKING = {"missing-line-continuation", "space-after-line-continuation",
             "several-launch-commands", "conditional-launch", "no-launch-command", "source-cycle"}

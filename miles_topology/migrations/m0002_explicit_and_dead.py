@@ -69,8 +69,8 @@ def explicit_etp(state: State, r: Reading, edits: list[Edit], notes: dict) -> No
 def dead_rollout_gpus(state: State, r: Reading, edits: list[Edit], notes: dict) -> None:
     topo = r.topology
     dead = [fv for fv in r.script.argv if field_of(fv.flag) == "rollout_gpus"]
-    if not topo.rollout.colocate or not dead:
-        return
+    if not topo.rollout.colocate or not dead or topo.layout.framework != "miles":
+        return  # slime keeps a given --rollout-num-gpus under --colocate (placement.py)
     colocate = [fv for fv in r.script.argv if field_of(fv.flag) == "colocate"]
     why = next((w for w in (where_not(fv, state, r) for fv in dead) if w), None)
     if not why and any(fv.span is None or fv.span.branch for fv in colocate):
@@ -83,6 +83,6 @@ def dead_rollout_gpus(state: State, r: Reading, edits: list[Edit], notes: dict) 
             edits.append(delete(span))
         notes.setdefault(fv.span.stmt_line, []).append(
             f"# miles-topology {ID}: removed --rollout-num-gpus {fv.value}: under --colocate "
-            f"the engines use the actor's {topo.world_size} GPUs, so it had no effect.")
+            f"the engines use the actor's {topo.layout.actor_gpus} GPUs, so it had no effect.")
         state.done.append(f"{fv.source}: removed --rollout-num-gpus {fv.value} (ignored under "
                           "--colocate)")

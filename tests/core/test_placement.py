@@ -75,3 +75,50 @@ def test_pipeline_layers_are_a_ranks_virtual_stages_in_order():
                                 "--pipeline-model-parallel-size", "2", "--num-layers", "8",
                                 "--num-virtual-stages-per-pipeline-rank", "2", "--colocate"])
     assert topo.stages.pipeline(0) == (0, 1, 4, 5) and topo.stages.pipeline(1) == (2, 3, 6, 7)
+
+
+FT = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", "--context-parallel-size",
+      "2", "--colocate", "--use-fault-tolerance", "--ft-components", "train"]
+
+
+def test_fault_tolerant_training_makes_the_world_one_replica():
+    # miles 31f1ca9 utils/arguments.py:2857 and :2874: "train" in ft_components sets indep_dp,
+    # and args.world_size becomes tp*pp*cp before Megatron derives dp (its FT e2e tests: world
+    # 2, dp 1 on 4 GPUs with cp 2); the actor still places all 4 GPUs
+    topo = Topology.from_flags(FT)
+    assert (topo.world_size, topo.dp, topo.layout.actor_gpus) == (2, 1, 4)
+    assert topo.placement_group.bundles == 4 and topo.placement_group.rollout_gpus == 4
+    for other in (["--indep-dp"], []):  # --indep-dp alone does the same; FT without "train" not
+        base = FT[:-3] + other
+        topo = Topology.from_flags(base)
+        assert (topo.world_size, topo.dp) == ((2, 1) if other else (4, 2))
+    assert Topology.from_flags([*FT[:-3], "--ft-components", "train"]).world_size == 4
+
+
+def test_colocated_rollout_gpus_follow_the_framework():
+    from miles_topology.model import summary
+    from miles_topology.stack import Stack
+
+    argv = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "2", "--colocate",
+            "--rollout-num-gpus", "8"]
+    # slime 624b824 utils/arguments.py:1951 fills rollout_num_gpus only when it is None
+    # (its test_qwen3_0.6B_parallel_check.py launch 2: 8 engines beside a 2-GPU actor)
+    slime = Topology.from_flags(argv, stack=Stack("slime"))
+    assert summary(slime)["rollout_gpus"] == 8 and slime.placement_group.bundles == 8
+    assert not slime.warnings
+    # miles 31f1ca9 utils/arguments.py:3312 overwrites it with the actor's GPUs, and says so
+    miles = Topology.from_flags(argv, stack=Stack("miles"))
+    assert summary(miles)["rollout_gpus"] == 2 and miles.placement_group.bundles == 2
+    assert [w.code for w in miles.warnings] == ["colocate-ignores-rollout-gpus"]
+
+
+def test_train_only_keeps_the_parsers_rollout_gpus_but_starts_no_engine():
+    # miles' test_qwen3_0.6B_megatron_fsdp_align.py launch 3: --colocate --debug-train-only;
+    # args.rollout_num_gpus is the actor's 2 (utils/arguments.py:3312), and
+    # _get_placement_group_layout (ray/placement_group.py:95) places the actor alone
+    from miles_topology.model import summary
+
+    topo = Topology.from_flags(["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "2",
+                                "--colocate", "--debug-train-only"])
+    got = summary(topo)
+    assert (got["rollout_gpus"], got["num_engines"], topo.placement_group.bundles) == (2, 0, 2)
