@@ -47,7 +47,8 @@ def etp_stated(topo: Topology) -> Iterator[Problem]:
 def rollout_gpus_given(topo: Topology) -> Iterator[Problem]:
     """colocate: miles_validate_args overwrites rollout_num_gpus with the actor's GPUs (logged at
     info; miles 31f1ca9 utils/arguments.py:3312); slime keeps a given one (slime 624b824
-    utils/arguments.py:1951), so a slime launch is not warned. No rollout GPUs: miles leaves rollout_num_gpus None, and placement_group.py
+    utils/arguments.py:1951), so a slime launch is not warned.
+    No rollout GPUs: miles leaves rollout_num_gpus None, and placement_group.py
     _get_placement_group_layout then adds None (a crash on a real launch; a warning here, as a
     Topology may describe the trainer only)."""
     ro = topo.rollout
