@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from . import fit
 from .channels import read_channels
-from .check_script import env_unresolved, facts_line, model_facts, skip_unknown
+from .check_script import env_unresolved, facts_line, model_facts, no_layers, skip_unknown
 from .env import AT_RUN_TIME, PartialEnv
 from .errors import Location
 from .flags import TOPOLOGY, parse_flags
@@ -141,6 +141,14 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
         v = verdict_of(path, lambda: read_flags(argv + words, environ).topology)
     for p in channel:
         {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
+    # as for a bash script: no layer count is refused by Megatron's validate_args, unless a
+    # word known only at run time may hold it: a stand-in's value, a shell expansion the
+    # command leaves to bash (slime's execute_train passes `${MODEL_ARGS[@]}` to `bash -c`),
+    # or the output of a command the sandbox did not run (answered with no output)
+    v.errors += no_layers(pairs + [(w.text.partition("=")[0], "") for w in words],
+                          gap is not None or any(val is None for _, val in pairs)
+                          or any("$" in w for w in argv)
+                          or any(p["answer"] is None for p in got.probes), stack.framework)
     unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
                             if getattr(environ, "dropped", None) else [])
     gap_why = f"the model shape may come from {tainted[-1]['expression']}" if gap is not None \

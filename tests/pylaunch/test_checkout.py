@@ -25,7 +25,7 @@ LAUNCHER = '''import rlstack.utils.command_utils as U
 
 def main():
     U.execute_train("--actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
-                    "--tensor-model-parallel-size 2")
+                    "--tensor-model-parallel-size 2 --num-layers 4")
 
 
 if __name__ == "__main__":

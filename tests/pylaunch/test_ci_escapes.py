@@ -61,7 +61,8 @@ def test_environment_secrets_never_reach_the_launcher(tmp_path, monkeypatch, cap
             found.append(open("/proc/self/environ").read().replace("\\0", " "))
         except OSError:
             pass
-        subprocess.run(["python3", "train.py", "--colocate", "--wandb-key", " ".join(found)])
+        subprocess.run(["python3", "train.py", "--colocate", "--num-layers", "4",
+                        "--wandb-key", " ".join(found)])
         """)
     code, out, _ = check(capsys, "--format", "json", run)
     assert code == 0 and SECRET not in out and json.loads(out)["ok"]

@@ -195,6 +195,7 @@ def test_a_stand_in_value_makes_the_flags_it_builds_unresolved_not_guessed(tmp_p
         "import os\nimport sglang\n"
         "tp = sglang.srt.server_args.ServerArgs().tp_size\n"
         "os.system(f'python3 train.py --actor-num-gpus-per-node 8 --num-attention-heads 3 "
+        "--num-layers 4 "
         "--tensor-model-parallel-size {tp}')\n")
     (v,) = check_python_all(str(launcher), [])
     assert v.ok and v.summary is None  # world size is known, tp is not: no sizes printed
@@ -479,3 +480,18 @@ def test_launches_of_a_loop_are_located_each_at_its_own_literal():
     assert [g.spelled["--expert-model-parallel-size"][1] for g in got] == \
         [first] + [loop] * (len(got) - 1)
     assert got[1].spelled["--tensor-model-parallel-size"][1] == loop - 1
+
+
+def test_a_launch_without_a_layer_count_is_refused_as_megatron_does(tmp_path):
+    """Megatron-LM validate_args asserts "either num_layers or encoder_num_layers should be
+    specified" (miles 31f1ca9 utils/arguments.py:2711 runs it for the Megatron backend), as for
+    bash scripts; not under FSDP, nor while a word bash expands at run time may hold it (slime's
+    execute_train leaves `${MODEL_ARGS[@]}` to `bash -c`)."""
+    launcher = tmp_path / "run.py"
+    for extra, code in (("", ["missing-num-layers"]), ("--train-backend fsdp", []),
+                        ("${MODEL_ARGS[@]}", []), ("--num-layers 4", [])):
+        launcher.write_text(
+            "import os\n"
+            f"os.system('python3 train.py --actor-num-gpus-per-node 8 --colocate {extra}')\n")
+        (v,) = check_python_all(str(launcher), [])
+        assert [p.code for p in v.errors] == code, extra
