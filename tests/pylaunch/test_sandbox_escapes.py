@@ -593,7 +593,8 @@ def test_a_missing_facility_refuses_with_exit_2(tmp_path, monkeypatch, capsys, f
     marker = tmp_path / "marker"
     launcher = tmp_path / "run.py"
     launcher.write_text(f"open({str(marker)!r}, 'w')\nimport os\n"
-                        "os.system('python3 train.py --actor-num-gpus-per-node 2 --num-layers 4')\n")
+                        "os.system('python3 train.py --actor-num-gpus-per-node 2 "
+                        "--num-layers 4')\n")
     monkeypatch.setenv(pylaunch.DENY_VAR, facility)
     assert main(["check", str(launcher)]) == 2
     err = capsys.readouterr().err
