@@ -175,14 +175,41 @@ class Resolver:
         return out
 
 
-def own_flags(read: Read, package: str) -> list[Added]:
-    """The literal flags a framework package (miles or slime) adds in its arguments modules
-    (utils/arguments.py and each backend's arguments.py)."""
+def own_flags(read: Read, package: str, limit: int = 64) -> list[Added]:
+    """The literal flags a framework package (miles, slime or a fork's) adds in its arguments
+    modules (utils/arguments.py and each backend's arguments.py) and in the modules of the
+    package they import (a fork's ``from slime_vllm.backends.vllm_utils.arguments import
+    add_vllm_arguments``), at most `limit` modules."""
     out: list[Added] = []
-    for mod in (f"{package}.utils.arguments", f"{package}.backends.sglang_utils.arguments",
-                f"{package}.backends.megatron_utils.arguments",
-                f"{package}.backends.fsdp_utils.arguments"):
+    todo = [f"{package}.utils.arguments", f"{package}.backends.sglang_utils.arguments",
+            f"{package}.backends.megatron_utils.arguments",
+            f"{package}.backends.fsdp_utils.arguments"]
+    seen: set[str] = set()
+    while todo and len(seen) < limit:
+        mod = todo.pop(0)
+        if mod in seen:
+            continue
+        seen.add(mod)
         tree = _parse(read(mod))
-        if tree is not None:
-            out += adds(tree)
+        if tree is None:
+            continue
+        found = list(adds(tree))
+        out += found
+        if found:  # follow what a module that adds flags imports from its package
+            todo += [m for m in _imports(tree, mod) if m.split(".")[0] == package]
     return out
+
+
+def _imports(tree: ast.Module, name: str) -> list[str]:
+    """The modules a module imports (``from a.b import c``: a.b and a.b.c; relative ones
+    resolved against `name`)."""
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(name.split(".")[:-node.level] + ([base] if base else []))
+            out += [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+    return [m for m in out if m]

@@ -16,9 +16,17 @@ from dataclasses import replace
 
 from . import fit
 from .channels import read_channels
-from .check_script import env_unresolved, facts_line, model_facts, no_layers, skip_unknown
+from .check_script import (
+    env_unresolved,
+    facts_line,
+    fork_ranges,
+    model_facts,
+    no_layers,
+    not_ours,
+    skip_unknown,
+)
 from .env import AT_RUN_TIME, PartialEnv
-from .errors import Location
+from .errors import Location, NoTrainingLaunch
 from .flags import TOPOLOGY, parse_flags
 from .pylaunch import UNKNOWN_ENV, PythonLaunch, read_python_launches
 from .pylaunch.cluster import Cluster
@@ -49,7 +57,18 @@ def check_python_all(path: str, launcher_args: list[str], env: Mapping[str, str]
     got = read_python_launches(path, launcher_args, env, cluster=cluster,
                                real_imports=real_imports, trust=trust, pass_env=pass_env,
                                reads=reads)
-    return [_verdict(path, g, env, cluster, len(got)) for g in got]
+    ours, last = [], None
+    for g in got:  # a launch of another program's train.py is not judged (check_script)
+        try:
+            not_ours(path, g.entry)
+            ours.append(g)
+        except NoTrainingLaunch as e:
+            if len(got) == 1:
+                raise
+            last = e
+    if last is not None and not ours:
+        raise last
+    return [_verdict(path, g, env, cluster, len(ours)) for g in ours]
 
 
 STANDIN_WHY = ("a value from a stand-in module, which the check does not guess "
@@ -155,6 +174,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
         else ""
     facts, why = model_facts(pairs, gap, gap_why)  # as for bash scripts: one rule
     skip_unknown(v, {u["flag"] for u in unresolved if u["flag"]}, facts)
+    fork_ranges(v, stack, pairs)
     fit.apply(v, argv, cluster, {u["flag"] for u in unresolved} | ({None} if gap is not None
                                                                     else set()), launcher=True)
     _assumed_cluster_is_no_proof(v, cluster)

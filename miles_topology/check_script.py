@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from . import fit
 from .channels import read_channels
 from .codes import CODES
-from .errors import InputError, Location, Problem
+from .errors import InputError, Location, NoTrainingLaunch, Problem
 from .flags import TOPOLOGY, field_of, flag_of, is_switch, known, spelling_problem
 from .parts import fields_in, summary_fields
 from .report import Verdict, verdict_of
@@ -47,7 +47,52 @@ def read(path: str, env: dict[str, str], args: Sequence[str] | None = None,
         raise InputError(str(e)) from None
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    return require_launch(found)
+    found = require_launch(found)
+    not_ours(path, found.entry)
+    return found
+
+
+def torchrun_actor(found: ScriptRead) -> list[str]:
+    """A torchrun launch's world, nnodes x nproc_per_node (torchrun's options before the
+    entry), as the actor's shape when the launch gives neither --actor-num-nodes nor
+    --actor-num-gpus-per-node; [] otherwise, or when an option is not known here."""
+    import shlex
+
+    from .commandline import torchrun_world
+    from .gate import reread
+
+    site = found.site
+    if "torch" not in (found.launcher or "") or site is None or site.statement is None \
+            or site.entry is None or site.statement.file != site.entry.file \
+            or {fv.flag for fv in found.argv} & {"--actor-num-nodes", "--actor-num-gpus-per-node"}:
+        return []
+    text = reread(site.entry.file)
+    if text is None:
+        return []
+    try:
+        words = shlex.split(text[site.statement.start:site.entry.start].replace("\\\n", " "))
+    except ValueError:
+        return []
+    world = torchrun_world([None if "$" in w or "`" in w else w for w in words])
+    if world is None:
+        return []
+    return ["--actor-num-nodes", str(world[0]), "--actor-num-gpus-per-node", str(world[1])]
+
+
+def not_ours(path: str, entry: str | None) -> None:
+    """NoTrainingLaunch (nothing to check) when the entry is found in the checkout and builds
+    neither miles' nor slime's parser (stack.parser_package): another program's train.py,
+    such as a vendored Megatron-LM's examples/mimo/train.py, whose flags are its own. An
+    entry not found here (a container's /root/miles/train.py) is judged as miles' or
+    slime's training, as its name says."""
+    from .stack import entry_parser
+
+    got = entry_parser(path, entry)
+    if got is not None and got[1] is None:
+        raise NoTrainingLaunch(
+            f"{path}: the launch runs {entry}, which builds neither miles' nor slime's parser "
+            "(it imports no miles, slime, nor a fork's PACKAGE.utils.arguments): not a miles "
+            "or slime training job, so there is nothing to check")
 
 
 def unknown_facts(found: ScriptRead) -> tuple[set[str], str]:
@@ -138,6 +183,32 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
     v.warnings = [p for p in v.warnings if not ruled(p)]
 
 
+def fork_ranges(v: Verdict, stack, pairs: Sequence[tuple[str, str | None]]) -> None:
+    """A fork under its own package name validates its values itself, in code this check does
+    not read (a fork's --critic-train-only takes --actor-num-nodes 0): a whole number our
+    model's range refuses is not proven wrong there, so it is skipped, saying whose
+    validation decides. miles' and slime's own range refusals stay errors."""
+    from .stack import FRAMEWORKS
+
+    if stack.package in (None, *FRAMEWORKS):
+        return
+    given = dict(pairs)
+
+    def whole(flag: str) -> bool:
+        try:
+            int(given.get(flag) or "")
+            return True
+        except ValueError:
+            return False
+
+    moved = [p for p in v.errors if p.code == "invalid-flag-value" and p.flags
+             and all(whole(f) for f in p.flags)]
+    v.errors = [p for p in v.errors if p not in moved]
+    v.skipped += [replace(p, severity="skipped", message=f"{p.message} ({stack.package}'s own "
+                          "validation decides: the fork's parser is not miles' or slime's)")
+                  for p in moved]
+
+
 def facts_line(facts: set[str], why: str) -> str:
     return (f"model shape unknown ({', '.join(sorted(facts))}): {why}; the checks that need "
             "it are skipped")
@@ -174,6 +245,8 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         [(fv.flag, fv.value, Location(fv.source.path, fv.source.line)) for fv in found.argv],
         _dirs(path, stack), stack.framework)
     tokens, refused = refused_topology(found.tokens())  # a --topology the gate refuses
+    ranks = torchrun_actor(found)
+    tokens = ranks + tokens
     with using(stack):
         v = verdict_of(path, lambda: read_flags(tokens + words, exported).topology)
         for p in channel:
@@ -205,6 +278,7 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     fit.apply(v, found.tokens(), cluster, {u["flag"] for u in unresolved})
     facts, why = unknown_facts(found)
     skip_unknown(v, unknown, facts)
+    fork_ranges(v, stack, [(fv.flag, fv.value) for fv in found.argv])
     if found.gaps and _sizes_after(found, max(found.gaps)) is False:
         v.summary = None  # words known only at run time may set a size: none is printed
     # the reader's findings at their code's severity: errors fail, notes are listed with
@@ -216,6 +290,9 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         [p.at(_locate(p, where)) if p.location is None else p for p in ps]
         for ps in (v.errors, v.warnings, v.skipped))
     values = values_report(found)
+    for flag, value, opt in zip(ranks[::2], ranks[1::2], ("--nnodes", "--nproc-per-node")):
+        values[flag] = {"value": value, "source": f"torchrun {opt} (the world it starts)",
+                        "overridden": []}
     _channel_values(values, words)
     v.extra = {
         "stack": stack.describe(),

@@ -395,7 +395,9 @@ def _stack_path(args) -> None:
         return
     if framework_in(Path(args.stack)) is None:
         raise InputError(f"--stack {args.stack}: no miles/ or slime/ with utils/arguments.py "
-                         "there; give a checkout or a site-packages folder that holds one")
+                         "there, nor a train.py that builds a fork's parser (from "
+                         "PACKAGE.utils.arguments import parse_args); give a checkout or a "
+                         "site-packages folder that holds one")
     STACK_PATH.set(args.stack)
 
 

@@ -181,3 +181,21 @@ def _torchrun(vals: list[str | None], i: int, launcher: str) -> tuple[str, int] 
         else:
             return launcher, i
     return None
+
+
+def torchrun_world(words: list[str | None]) -> tuple[int, int] | None:
+    """(nnodes, nproc_per_node) of torchrun's options in `words` (its defaults 1 and 1;
+    torch/distributed/run.py), or None when one is not a plain number here (an unknown word,
+    an elastic ``--nnodes 1:4``, ``--nproc-per-node gpu``)."""
+    got = {"nnodes": "1", "nproc_per_node": "1"}
+    for i, w in enumerate(words):
+        if w is None:
+            continue
+        name, eq, value = w.partition("=")
+        key = name.lstrip("-").replace("-", "_")
+        if key in got and name.startswith("--"):
+            got[key] = value if eq else (words[i + 1] if i + 1 < len(words) else None)
+    try:
+        return int(got["nnodes"]), int(got["nproc_per_node"])
+    except (TypeError, ValueError):
+        return None

@@ -59,6 +59,9 @@ class Stack:
     # no stack known (the core API without `stack=`): only the layout is judged; a flag
     # none of ours is refused only as a near miss of one of ours
     layout_only: bool = False
+    # the package folder whose parser was read, when it is not named as the framework (a
+    # fork under another name: slime_vllm/ of a slime fork)
+    package: str | None = None
 
     def flag(self, name: str) -> surface.Flag | None:
         table = surface.slime_table() if self.framework == "slime" else None
@@ -93,7 +96,9 @@ class Stack:
         base = f"Megatron-LM {v.get('Megatron-LM', '?')}, SGLang {v.get('SGLang', '?')} ({how})"
         own = v.get(self.framework, self.framework)
         if self.root is not None:
-            own = f"{self.framework} of {self.root} ({self.origin})"
+            name = self.framework if self.package in (None, self.framework) else \
+                f"{self.package} (a {self.framework} fork)"
+            own = f"{name} of {self.root} ({self.origin})"
         return f"{own}, {base}"
 
 
@@ -104,7 +109,7 @@ LAYOUT_ONLY = Stack(layout_only=True)
 LENIENT = ("backends/megatron_utils/arguments.py", "utils/arguments.py")
 
 
-def drops_unknown(root: Path | None, framework: str) -> bool:
+def drops_unknown(root: Path | None, framework: str, package: str | None = None) -> bool:
     """Whether that framework's parse_args drops unknown flags: the bundled slime does; a
     slime checkout does when its Megatron parse passes ignore_unknown_args=True; miles (its
     parse_args refuses them: "unrecognized arguments") never."""
@@ -114,7 +119,7 @@ def drops_unknown(root: Path | None, framework: str) -> bool:
         return True
     for rel in LENIENT:
         try:
-            text = (root / framework / rel).read_text(errors="replace")
+            text = (root / (package or framework) / rel).read_text(errors="replace")
         except OSError:
             continue
         if "ignore_unknown_args=True" in text.replace(" ", ""):
@@ -143,17 +148,107 @@ def using(stack: Stack) -> Iterator[Stack]:
 
 
 def framework_in(root: Path) -> str | None:
-    """miles or slime when `root/<it>/utils/arguments.py` exists (a checkout or a
-    site-packages), miles first."""
+    """The package of `root` whose parser its launches build: miles or slime when
+    `root/<it>/utils/arguments.py` exists (a checkout or a site-packages), miles first; else
+    a fork's own package, the one the checkout's train.py builds its parser from
+    (`parser_package`)."""
     for name in FRAMEWORKS:
         if (root / name / "utils" / "arguments.py").is_file():
             return name
+    for entry in ("train.py", "train_async.py"):
+        got = _parser_of(root / entry)
+        if got is not None and got[1] not in FRAMEWORKS:
+            return got[1]
+    return None
+
+
+def framework_of(root: Path, package: str) -> str:
+    """miles or slime: the framework a package is (itself), or a fork of (the one its
+    utils/arguments.py names more often: a fork keeps its parent's names in comments,
+    messages and imports)."""
+    if package in FRAMEWORKS:
+        return package
+    try:
+        text = (root / package / "utils" / "arguments.py").read_text(errors="replace")
+    except OSError:
+        return "miles"
+    return "slime" if text.count("slime") > text.count("miles") else "miles"
+
+
+def parser_package(text: str, root: Path | None) -> str | None:
+    """The package whose parser an entry script builds: miles or slime when it imports
+    them; else a fork's package P when it imports P.utils.arguments (``from
+    P.utils.arguments import parse_args``) and `root/P/utils/arguments.py` exists. None: the
+    entry builds neither (another program's train.py, such as a vendored Megatron-LM
+    example), so its flags are not miles' or slime's."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    mods: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            mods += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            mods += [a.name for a in node.names]
+    tops = [m.split(".")[0] for m in mods]
+    for name in FRAMEWORKS:
+        if name in tops:
+            return name
+    for m in mods:
+        top = m.split(".")[0]
+        if m.startswith(f"{top}.utils.arguments") and root is not None \
+                and (root / top / "utils" / "arguments.py").is_file():
+            return top
+    return None
+
+
+def _parser_of(path: Path) -> tuple[Path, str | None] | None:
+    """(the folder holding the package, the package) an entry file builds its parser from
+    (None: neither miles' nor slime's nor a fork's), read through the gate; None when the
+    file is not there (or not readable here)."""
+    from . import gate
+
+    real = Path(os.path.realpath(path))
+    roots = gate.current() or (real.parent,)
+    try:
+        text = gate.read_text(real, roots, limit=gate.AST_LIMIT)
+    except (OSError, gate.Refused):
+        return None
+    for folder in [real.parent, *list(real.parents)[1:4]]:
+        if gate.current() is not None and gate.inside(folder, gate.current()) is None:
+            break
+        got = parser_package(text, folder)
+        if got is not None and got not in FRAMEWORKS:
+            return folder, got
+    return real.parent, parser_package(text, None)
+
+
+def entry_parser(script: str | None, entry: str | None) -> tuple[Path, str | None] | None:
+    """What a launch's entry script builds its parser from (see `_parser_of`), the entry
+    found beside the script or in a folder above it, inside the input's checkout; None when
+    it is not found here (a container's /root/miles/train.py, a module: judged as miles' or
+    slime's training, as before)."""
+    if not entry or not entry.endswith(".py"):
+        return None
+    if os.path.isabs(entry):
+        cands = [Path(entry)]
+    else:
+        here = Path(os.path.abspath(script)).parent if script else Path.cwd()
+        cands = [d / entry for d in [here, *list(here.parents)[:4]]]
+    for cand in cands:
+        got = _parser_of(cand)
+        if got is not None:
+            return got
     return None
 
 
 def checkout_of(path: str | Path, levels: int = 6) -> tuple[Path, str] | None:
-    """The folder above `path` (itself included) that holds a miles or slime package, and
-    which: the script's own checkout, or a fork of the framework beside it."""
+    """The folder above `path` (itself included) that holds a miles or slime package (or a
+    fork's, see `framework_in`), and which: the script's own checkout, or a fork of the
+    framework beside it."""
     p = Path(os.path.abspath(path))
     p = p if p.is_dir() else p.parent
     for _ in range(levels):
@@ -260,8 +355,11 @@ def _cached(tag: str, files: Sequence[Path], compute) -> list[Added]:
 
 
 def _framework_flags(root: Path, package: str) -> list[Added]:
-    """The literal flags of a framework package at `root` (argscan.own_flags)."""
-    files = sorted((root / package).glob("**/arguments.py"))
+    """The literal flags of a framework package at `root` (argscan.own_flags), and of every
+    module of the package its arguments modules import (a fork's
+    ``from slime_vllm.backends.vllm_utils.arguments import add_vllm_arguments``): its own
+    argument definitions, wherever its imports lead inside the checkout."""
+    files = sorted((root / package).glob("**/*.py"))[:4096]
     return _cached(package, files, lambda: own_flags(lambda m: _source([root], m), package))
 
 
@@ -287,31 +385,33 @@ def _megatron_flags(roots: Sequence[Path]) -> tuple[str, list[Added]] | None:
 
 
 @lru_cache(maxsize=64)
-def _base(root: str | None, framework: str, origin: str) -> Stack:
+def _base(root: str | None, framework: str, origin: str, package: str | None = None) -> Stack:
     added: dict[str, tuple[str, Added]] = {}
+    package = package or framework
     if root is not None:
-        for a in _framework_flags(Path(root), framework):
+        for a in _framework_flags(Path(root), package):
             for n in a.names:
-                added[n] = (f"{framework} of {root}", a)
+                added[n] = (f"{package} of {root}", a)
     megatron = _megatron_flags([Path(root)] if root else [])
     if megatron is not None:
         for a in megatron[1]:
             for n in a.names:
                 added.setdefault(n, (f"Megatron-LM of {megatron[0]}", a))
     return Stack(framework, root, origin, added,
-                 drops_unknown=drops_unknown(Path(root) if root else None, framework))
+                 drops_unknown=drops_unknown(Path(root) if root else None, framework, package),
+                 package=package)
 
 
 def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, str | None]],
                stack_path: str | None = None, imports: Sequence[str] = ()) -> Stack:
     """The stack a launch (its (flag, value) pairs, value None when unknown) is judged
     against; see the module docstring for the order."""
-    where: tuple[Path, str] | None = None
+    where: tuple[Path, str] | None = None  # (the folder holding the package, the package)
     origin = "bundled"
     stack_path = stack_path or STACK_PATH.get()
     if stack_path:
-        fw = framework_in(Path(stack_path))
-        where, origin = ((Path(stack_path), fw), "--stack") if fw else (None, "bundled")
+        pkg = framework_in(Path(stack_path))
+        where, origin = ((Path(stack_path), pkg), "--stack") if pkg else (None, "bundled")
     from . import gate
 
     inside = gate.current()  # the input's roots: a fork is read only inside them
@@ -320,15 +420,21 @@ def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, 
         return inside is None or gate.inside(Path(os.path.realpath(p)), inside) is not None
 
     if where is None and script:
+        # a fork under its own package name: the one the entry builds its parser from
+        got = entry_parser(script, entry)
+        if got is not None and got[1] not in (None, *FRAMEWORKS) and kept(got[0]):
+            where, origin = (got[0], got[1]), "checkout"
+    if where is None and script:
         got = checkout_of(script)
         where, origin = (got, "checkout") if got and kept(got[0]) else (None, origin)
     if where is None:
         got = installed()
         where, origin = (got, "installed") if got else (None, origin)
-    framework = entry_framework(entry, imports) or (where[1] if where else "miles")
-    if where is not None and where[1] != framework:
+    framework = entry_framework(entry, imports) or (framework_of(*where) if where else "miles")
+    if where is not None and framework_of(*where) != framework:
         where, origin = None, "bundled"
-    base = _base(str(where[0]) if where else None, framework, origin)
+    base = _base(str(where[0]) if where else None, framework, origin,
+                 where[1] if where else None)
     roots = [Path(p) for p in (stack_path, where[0] if where else None) if p]
     if script:  # the script's folder and those above it (its repository's root on PYTHONPATH)
         here = Path(os.path.abspath(script)).parent
@@ -363,4 +469,4 @@ def with_functions(base: Stack, argv: Sequence[tuple[str, str | None]],
             for n in a.names:
                 added.setdefault(n, (f"{path}'s add_arguments", a))
     return Stack(base.framework, base.root, base.origin, added, tuple(unresolved),
-                 base.drops_unknown)
+                 base.drops_unknown, package=base.package)

@@ -152,6 +152,59 @@ def test_stack_option_points_at_the_user_s_checkout(tmp_path, tmp_cache):
     assert bad.returncode == 2 and "no miles/ or slime/" in bad.stderr
 
 
+VLLM = FIX / "slime-vllm-fork"
+
+
+def test_a_fork_under_its_own_package_name_reads_its_own_arguments(capsys):
+    """The fork's train.py builds its parser from slime_vllm.utils.arguments, which imports its
+    --vllm-* flags from its vLLM backend: read there, not judged against miles' surface."""
+    from miles_topology.cli import main
+
+    v = check_script(str(VLLM / "scripts" / "run-qwen3-4B-vllm.sh"), {})
+    assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]
+    assert "slime_vllm (a slime fork) of" in v.extra["stack"]
+    st = stack.for_launch(str(VLLM / "scripts" / "x.sh"), str(VLLM / "train.py"), [])
+    assert (st.framework, st.package) == ("slime", "slime_vllm") and st.drops_unknown
+    assert st.flag("--vllm-max-num-seqs") is not None and st.flag("--vllm-max-seqs") is None
+    # `--stack` of the fork is accepted (it has no miles/ or slime/ folder)
+    assert main(["check", "--stack", str(VLLM), "--", "--actor-num-nodes", "1",
+                 "--colocate", "--num-layers", "2", "--vllm-tensor-parallel-size", "2"]) == 0
+    assert "ignored-flag" not in capsys.readouterr().out
+
+
+def test_a_fork_s_own_validation_decides_the_ranges_of_its_values():
+    """The fork's --critic-train-only takes --actor-num-nodes 0 (its slime_validate_args): our
+    range (miles' actor needs a node) is not proven wrong there, so it is skipped."""
+    v = check_script(str(VLLM / "scripts" / "run-qwen3-4B-critic-only.sh"), {})
+    assert v.ok and not v.errors
+    assert [p.code for p in v.skipped] == ["invalid-flag-value"]
+    assert "slime_vllm's own validation decides" in v.skipped[0].message
+
+
+def test_another_program_s_train_py_is_not_judged_as_a_miles_launch():
+    """A vendored Megatron-LM's examples/mimo/train.py builds Megatron's parser, not miles' or
+    slime's: its launch has nothing to check (no unknown-flag --model-provider, no world)."""
+    from miles_topology.errors import NoTrainingLaunch
+
+    script = FIX / "vendored-megatron" / "Megatron-LM" / "examples" / "mimo" / "run.sh"
+    with pytest.raises(NoTrainingLaunch, match="builds neither miles' nor slime's parser"):
+        check_script(str(script), {})
+
+
+def test_a_torchrun_launch_of_a_miles_entry_has_torchrun_s_world(tmp_path):
+    """torchrun starts nnodes x nproc_per_node ranks (torch/distributed/run.py; defaults 1
+    and 1); the actor flags, when given, still say what miles places."""
+    script = tmp_path / "run.sh"
+    for opts, argv, world in (("--nproc_per_node 2 --nnodes=2", "", 4),
+                              ("--nproc-per-node=2", "", 2),
+                              ("--nproc_per_node 2", "--actor-num-gpus-per-node 4", 4),
+                              ("--nproc_per_node $N", "", 8)):
+        script.write_text(f"torchrun {opts} \\\n  /root/miles/train.py --num-layers 4 "
+                          f"--colocate {argv}\n")
+        v = check_script(str(script), {})
+        assert v.summary["world_size"] == world, opts
+
+
 # ---- versions ------------------------------------------------------------------------------
 
 
