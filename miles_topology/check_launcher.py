@@ -141,6 +141,11 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     being known only at run time (this process's environment is never read: in CI it holds
     secrets, which a YAML's ${oc.env:NAME} would print)."""
     argv, pairs, tainted, gap = _untaint(got)
+    if got.world is not None and not {f for f, _ in pairs} & {"--actor-num-nodes",
+                                                               "--actor-num-gpus-per-node"}:
+        # torchrun's world, nnodes x nproc_per_node, as the actor's shape (check_script too)
+        argv = ["--actor-num-nodes", str(got.world[0]), "--actor-num-gpus-per-node",
+                str(got.world[1]), *argv]
     argv, refused = refused_topology(argv)  # a --topology the gate refuses: unknown, with why
     tainted = tainted + [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}",
                           "source": f"{got.source[0]}:{got.source[1]}" if got.source else "?",

@@ -197,6 +197,9 @@ class Topology(BaseModel):
             data["routing_replay"] = True
         if data.get("advantage_estimator") is not None:  # miles_validate_args
             data["use_critic"] = data["advantage_estimator"] == "ppo"
+        if data.get("framework") == "slime":  # slime 624b824 has no indep_dp nor ft_components
+            data.pop("indep_dp", None)
+            data.pop("ft_components", None)
         if data.get("fault_tolerance") and "train" in (data.get("ft_components") or ()):
             # miles 31f1ca9 utils/arguments.py:2857 miles_validate_args ("train" in
             # ft_components sets indep_dp; _resolve_ft_components: none without the switch)

@@ -96,6 +96,7 @@ class PythonLaunch:
     servers: list[dict] = field(default_factory=list)
     # flag -> (file, line, column) of the literal that spells it (locate.py), where one does
     spelled: dict = field(default_factory=dict)
+    world: tuple[int, int] | None = None  # torchrun's (nnodes, nproc_per_node)
 
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
@@ -687,7 +688,8 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
         out.append(PythonLaunch(path, launch.argv, launch.entry, launch.launcher,
                                 _where(rec.get("source")), env, mine, list(notes), seconds,
                                 launch.env_known, None, i, marks, assumed, probes,
-                                servers, locate(launch.argv, rec.get("_ran") or {}, path)))
+                                servers, locate(launch.argv, rec.get("_ran") or {}, path),
+                                launch.world))
     return out
 
 

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 
 # one rule of command forms, of ray job submit's runtime env and of a training entry
-from ..commandline import ASSIGN, command_form, is_training, runtime_env
+from ..commandline import ASSIGN, command_form, is_training, runtime_env, torchrun_world
 
 _OPERATORS = {";", "&&", "||", "|", "&", "\n", ";;", "|&"}
 
@@ -30,6 +30,8 @@ class Launch:
     launcher: str  # as the command says it: "python3", "torchrun", "ray job submit", ...
     env: dict[str, str] = field(default_factory=dict)  # set for the entry by the command itself
     env_known: bool = True  # False: a ray job's runtime env not given literally (a file)
+    # torchrun's (nnodes, nproc_per_node), from its options before the entry
+    world: tuple[int, int] | None = None
 
 
 def split_shell(text: str) -> list[list[str]]:
@@ -64,6 +66,8 @@ def find(words: list[str], env: dict[str, str] | None = None) -> Launch | None:
         got = find_in_shell(words[form.entry], env)
     elif is_training(words[form.entry]):
         got = Launch(list(words[form.entry + 1:]), words[form.entry], form.launcher, env)
+        if "torch" in form.launcher:
+            got.world = torchrun_world(list(words[:form.entry]))
     else:
         return None
     if got is None or form.job is None:

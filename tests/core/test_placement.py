@@ -93,6 +93,10 @@ def test_fault_tolerant_training_makes_the_world_one_replica():
         topo = Topology.from_flags(base)
         assert (topo.world_size, topo.dp) == ((2, 1) if other else (4, 2))
     assert Topology.from_flags([*FT[:-3], "--ft-components", "train"]).world_size == 4
+    # slime 624b824 defines neither --indep-dp nor --ft-components: its world is the actor's
+    from miles_topology.stack import Stack
+
+    assert Topology.from_flags([*FT, "--indep-dp"], stack=Stack("slime")).world_size == 4
 
 
 def test_colocated_rollout_gpus_follow_the_framework():

@@ -495,3 +495,22 @@ def test_a_launch_without_a_layer_count_is_refused_as_megatron_does(tmp_path):
             f"os.system('python3 train.py --actor-num-gpus-per-node 8 --colocate {extra}')\n")
         (v,) = check_python_all(str(launcher), [])
         assert [p.code for p in v.errors] == code, extra
+
+
+def test_a_torchrun_launch_has_torchrun_s_world_and_another_program_is_not_judged(tmp_path):
+    """As for bash scripts (check_script.torchrun_actor, not_ours): torchrun starts nnodes x
+    nproc_per_node ranks; a train.py of the checkout that builds neither miles' nor slime's
+    parser (a vendored Megatron-LM example) is not a miles launch."""
+    from miles_topology.errors import NoTrainingLaunch
+
+    launcher = tmp_path / "run.py"
+    launcher.write_text(
+        "import os\n"
+        "os.system('torchrun --nnodes 2 --nproc_per_node 2 /root/miles/train.py --num-layers 4"
+        " --colocate')\n")
+    (v,) = check_python_all(str(launcher), [])
+    assert v.summary["world_size"] == 4
+    (tmp_path / "train.py").write_text("from megatron.training import pretrain\n")
+    launcher.write_text(launcher.read_text().replace("/root/miles/train.py", "train.py"))
+    with pytest.raises(NoTrainingLaunch, match="builds neither"):
+        check_python_all(str(launcher), [])
