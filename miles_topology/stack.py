@@ -209,14 +209,17 @@ def _parser_of(path: Path) -> tuple[Path, str | None] | None:
     """(the folder holding the package, the package) an entry file builds its parser from
     (None: neither miles' nor slime's nor a fork's), read through the gate; None when the
     file is not there (or not readable here)."""
+    import ast
+
     from . import gate
 
     real = Path(os.path.realpath(path))
     roots = gate.current() or (real.parent,)
     try:
         text = gate.read_text(real, roots, limit=gate.AST_LIMIT)
-    except (OSError, gate.Refused):
-        return None
+        ast.parse(text)  # a file Python cannot parse here is not read
+    except (OSError, gate.Refused, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None  # not read here: judged as its name says
     for folder in [real.parent, *list(real.parents)[1:4]]:
         if gate.current() is not None and gate.inside(folder, gate.current()) is None:
             break

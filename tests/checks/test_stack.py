@@ -191,6 +191,13 @@ def test_another_program_s_train_py_is_not_judged_as_a_miles_launch():
         check_script(str(script), {})
 
 
+def test_an_entry_python_cannot_parse_here_is_judged_as_its_name_says(tmp_path):
+    (tmp_path / "train.py").write_text("print 'a python 2 file'\n")
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --num-layers 4 --colocate --tensor-model-paralel-size 2\n")
+    assert codes(check_script(str(script), {})) == ["unknown-flag"]
+
+
 def test_a_torchrun_launch_of_a_miles_entry_has_torchrun_s_world(tmp_path):
     """torchrun starts nnodes x nproc_per_node ranks (torch/distributed/run.py; defaults 1
     and 1); the actor flags, when given, still say what miles places."""
