@@ -1198,3 +1198,15 @@ def test_check_fails_a_script_that_disagrees_with_its_topology_file(tmp_path, ca
                                    '"${TOPOLOGY_ARGS[@]}" --tensor-model-parallel-size 4'))
     _, out, err = cli(["migrate", "--check", str(script)], capsys)
     assert "disagrees" not in out + err
+
+
+def test_slime_keeps_a_colocated_rollout_gpu_count_so_migrate_does_too(tmp_path):
+    """miles overwrites --rollout-num-gpus under --colocate (utils/arguments.py:3312), so m0002
+    removes it there; slime keeps it (utils/arguments.py:1951): a slime launch keeps the flag
+    (its count moves to the topology file like any layout flag)."""
+    for entry, kept in (("/root/miles/train.py", False), ("/root/slime/train.py", True)):
+        run = write_script(tmp_path, "#!/bin/bash\n"
+                           f"python3 {entry} --actor-num-nodes 1 --actor-num-gpus-per-node 2 "
+                           "--colocate --rollout-num-gpus 8 --num-layers 4\n")
+        out = migrate(run)
+        assert ("rollout_gpus: 8" in "".join(out.files.values())) is kept, entry
