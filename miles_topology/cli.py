@@ -143,8 +143,7 @@ def keys(text: str) -> str:
 
 def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
     """`env`: at check time, the only names its ${oc.env:NAME} reads (--env; else the
-    default written); the fields that read another are unresolved (env.AT_RUN_TIME). None:
-    this process's environment (`show`, as `flags` at run time)."""
+    default written); the fields that read another are unresolved (env.AT_RUN_TIME)."""
     from .check_script import env_unresolved, skip_unknown
     from .env import AT_RUN_TIME, PartialEnv
     from .flags import field_of
@@ -172,8 +171,8 @@ def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
 
 
 def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
-    if path.endswith((".yaml", ".yml")):  # `check` (py given) reads no name of os.environ
-        return [_yaml_verdict(path, env if py is not None else None)]
+    if path.endswith((".yaml", ".yml")):  # check and show read no name of os.environ
+        return [_yaml_verdict(path, env)]
     if path.endswith(".py"):
         return _python(path, [], env, py)
     from .check_script import check_script
@@ -238,7 +237,7 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
 
         cluster = cluster_for(os.getcwd(), (py or {}).get("cluster") or {})
         with using(for_launch(None, None, flag_pairs(flags))):  # installed, --stack, functions
-            v = verdict_of("flags", lambda: read_flags(flags).topology)
+            v = verdict_of("flags", lambda: read_flags(flags, env).topology)
         yield "flags", [apply(v, flags, cluster)]
         return
     if not paths and not found.walked:
@@ -727,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from . import sources
+
     argv = list(sys.argv[1:] if argv is None else argv)
     head, flags = _split_dashdash(argv)
     try:
@@ -734,6 +735,9 @@ def _main(argv: list[str] | None) -> int:
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
                "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule,
                "plan": cmd_plan}[args.cmd]
+        # an input's ${oc.env:...} reads --env and the script's exports, never this
+        # process's environment (a CI runner's secrets); `flags` runs in the launch itself
+        sources.SEALED = args.cmd in ("check", "show", "plan", "migrate")
         code = run(args, flags)
         sys.stdout.flush()
         return code
@@ -755,6 +759,8 @@ def _main(argv: list[str] | None) -> int:
         print(f"miles-topology: internal error: {type(e).__name__}: {printable(e)} "
               "(set MILES_TOPOLOGY_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
+    finally:
+        sources.SEALED = False
 
 
 if __name__ == "__main__":
