@@ -109,7 +109,8 @@ SCHEMA_URL = ("https://raw.githubusercontent.com/radixark/miles-topology/main/do
               "topology.schema.json")
 # The names a YAML's ${oc.env:NAME} reads, for listing them (`yamlflags.env_names`); the
 # value itself is only ever read through `_resolvers` (whatever the spelling).
-ENV_REF = re.compile(r"\$\{\s*oc\.env\s*:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*(?:,([^{}]*))?\}")
+ENV_REF = re.compile(r"\$\{\s*oc\.env\s*:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*"
+                     r"(?:,([^{}]*))?\}")
 
 # Set while a command judges inputs (check, show, plan, migrate): a YAML resolved with no
 # `env` then reads none of this process's environment either (cli.main sets it).

@@ -5,7 +5,6 @@ unknown value that says why and where, never a guess."""
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import shlex
@@ -17,6 +16,7 @@ from ..yamlflags import text as flags_text
 from . import syntax
 from .cursor import Cursor
 from .findings import Findings
+from .pattern import replace, strip
 from .provenance import Provenance
 from .state import Shell
 from .syntax import Arith, Lit, Param, Sub
@@ -34,9 +34,7 @@ from .values import (
     arith_targets,
     brace,
     dirname,
-    glob_re,
     printf,
-    strip,
 )
 
 _BLANK = re.compile(r"[ \t\n]")
@@ -490,19 +488,7 @@ class Words:
             b = arith(ln, lookup)
             return v[a:a + b] if b >= 0 else v[a:len(v) + b]
         rep = self.join(p.arg2).value if p.arg2 is not None else ""
-        rep = rep or ""
-        if not arg:
-            return v
-        rx = glob_re(arg)
-        if op == "/#":
-            m = rx.match(v)
-            return rep + v[m.end():] if m else v
-        if op == "/%":
-            for k in range(len(v) + 1):
-                if fnmatch.fnmatchcase(v[k:], arg):
-                    return v[:k] + rep
-            return v
-        return rx.sub(lambda m: rep, v, count=0 if op == "//" else 1)
+        return replace(v, arg, rep or "", op) if arg else v
 
     def arith_lookup(self, part):
         def lookup(name: str) -> int:

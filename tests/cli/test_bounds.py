@@ -147,3 +147,46 @@ def test_json_is_valid_under_every_spelling(capsys, tmp_path, secret_env):
         p = _yaml(tmp_path, expr)
         code, out, err = run_cli(capsys, "check", str(p), "--format", "json")
         assert (code == 2 and not out) or json.loads(out)
+
+
+# ---- string operations: linear in the value ----------------------------------------------
+
+def test_glob_operations_on_a_huge_value_are_linear(capsys, tmp_path):
+    """2^19 characters: the old reader matched every slice (minutes; 2^17 took 77 s)."""
+    import time
+
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "X=a\nfor i in {1..19}; do X=$X$X; done\n"
+        "A=${X#*b}\nB=${X##*b}\nC=${X%b*}\nD=${X%%b*}\nE=${X/*b/c}\nG=${X//a*b/c}\n"
+        "H=${X/#*b/c}\nI=${X/%b*/c}\ncase $X in *a*b) F=1 ;; *a*a) F=2 ;; esac\n"
+        "[[ $X == *a*b*c ]] && F=3\n"
+        "python3 train.py --num-layers ${#X} --hidden-size ${#A} --num-attention-heads $F\n")
+    t = time.process_time()
+    code, out, err = run_cli(capsys, "check", str(script), "--format", "json")
+    assert time.process_time() - t < 5
+    got = json.loads(out)
+    assert "Traceback" not in err
+    assert any("524288" in line for line in got["report_lines"]), got["report_lines"]
+
+
+@pytest.mark.parametrize(("op", "value", "pattern", "want"), [
+    ("#", "a/b/c", "*/", "b/c"), ("##", "a/b/c", "*/", "c"), ("%", "a/b/c", "/*", "a/b"),
+    ("%%", "a/b/c", "/*", "a"), ("#", "abc", "x*", "abc"), ("%", "a.b.c", ".[bc]", "a.b"),
+    ("##", "aaa", "a?", "a"), ("%%", "", "*", ""),
+])
+def test_strip_keeps_bash_semantics(op, value, pattern, want):
+    from miles_topology.shell.pattern import strip
+
+    assert strip(value, pattern, op) == want
+
+
+@pytest.mark.parametrize(("op", "value", "pattern", "want"), [
+    ("/", "a-b-c", "-", "a_b-c"), ("//", "a-b-c", "-", "a_b_c"), ("/", "xaybzb", "a*b", "x_"),
+    ("//", "ab.ab", "a?", "_._"), ("/#", "abab", "a*", "_"), ("/%", "abab", "b", "aba_"),
+    ("/", "abc", "z*", "abc"), ("//", "abc", "*", "_"),
+])
+def test_replace_keeps_bash_semantics(op, value, pattern, want):
+    from miles_topology.shell.pattern import replace
+
+    assert replace(value, pattern, "_", op) == want
