@@ -481,7 +481,7 @@ def cmd_rule(args, flags) -> int:
 def cmd_show(args, flags) -> int:
     from .fit import rank_gib
     from .report import memory_lines
-    from .show import svg_map, text_map
+    from .show import svg_map, text_map, too_big
 
     py = {"cluster": {"gpu": args.gpu}}
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py=py)
@@ -490,7 +490,7 @@ def cmd_show(args, flags) -> int:
         if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, sys.stdout)
             continue
-        mem = rank_gib(v.topology, v.memory)
+        mem = None if too_big(v.topology) else rank_gib(v.topology, v.memory)  # per rank
         if args.svg:
             gpu = (v.memory or {}).get("gpu_gib")
             try:
@@ -516,6 +516,11 @@ def cmd_plan(args, flags) -> int:
     for key in ("nodes", "gpus_per_node", "top"):
         if getattr(args, key) < 1:
             raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: give 1 or more")
+    from .plan import MAX_WORLD
+
+    if args.nodes * args.gpus_per_node > MAX_WORLD:  # every layout is built rank by rank
+        raise InputError(f"--nodes {args.nodes} x --gpus-per-node {args.gpus_per_node}: "
+                         f"plan searches layouts of at most {MAX_WORLD} GPUs")
     from .memory import gpu_bytes
 
     prec = Precision(offload=1.0 if args.optimizer_cpu_offload else 0.0)

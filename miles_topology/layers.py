@@ -8,7 +8,9 @@ v * (layers of one chunk round) + the v-th chunks of stages 0..p-1.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
+_LONGEST = 100_000  # list items; the list is built before the layer count is compared
 _TOKEN = re.compile(r"\s*(?:(\d+)|(.))")
 
 
@@ -73,6 +75,12 @@ class _Parser:
         while self._peek() == "*":
             self._take("*")
             right = self.atom()
+            if isinstance(value, list) and isinstance(right, list):
+                raise ValueError(f"cannot multiply two lists in {self.text!r}")
+            items = value if isinstance(value, list) else right
+            times = right if isinstance(value, list) else value
+            if isinstance(items, list) and len(items) * max(times, 0) > _LONGEST:
+                raise ValueError(f"moe_layer_freq {self.text!r} is implausibly long")
             if isinstance(value, list) and isinstance(right, int):
                 value = value * right
             elif isinstance(value, int) and isinstance(right, list):
@@ -81,7 +89,7 @@ class _Parser:
                 value = value * right
             else:
                 raise ValueError(f"cannot multiply two lists in {self.text!r}")
-            if isinstance(value, list) and len(value) > 100_000:
+            if isinstance(value, list) and len(value) > _LONGEST:
                 raise ValueError(f"moe_layer_freq {self.text!r} is implausibly long")
         return value
 
@@ -110,6 +118,7 @@ class _Parser:
         raise ValueError(f"cannot read moe_layer_freq {self.text!r}")
 
 
+@lru_cache(maxsize=32)  # every Topology a fit tries holds the same pattern
 def moe_pattern(num_layers: int, freq: int | tuple[int, ...]) -> tuple[bool, ...]:
     """Per decoder layer: is it an MoE layer (Megatron: layer i is MoE when i % freq == 0)."""
     if isinstance(freq, int):

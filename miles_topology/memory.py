@@ -283,9 +283,13 @@ class Counter:
         pre = p == 0 and v == 0
         post = p == lay.pp - 1 and v == lay.vpp - 1
         mtp = post and lay.mtp > 0
+        ids = lay.stages[p][v]  # two kinds of layer: counted, not summed layer by layer
+        moe = sum(1 for i in ids if lay.moe[i])
         got = Params()
-        for i in lay.stages[p][v]:
-            got += self.layer(lay.moe[i], lay.experts_on[p])
+        if moe:
+            got += self.layer(True, lay.experts_on[p]) * moe
+        if len(ids) > moe:
+            got += self.layer(False, lay.experts_on[p]) * (len(ids) - moe)
         d = 0
         if pre or mtp:
             d += self.embedding

@@ -31,7 +31,7 @@ from .memory import (
     train_memory,
 )
 from .model import Topology
-from .parts import flag_of
+from .parts import MAX_EXPERTS, MAX_LAYERS, flag_of
 from .pylaunch.cluster import GPUS
 
 MODEL_FIELDS = ("layers", "heads", "query_groups", "experts", "topk", "moe_layer_freq",
@@ -54,6 +54,10 @@ class Candidate:
                 "total_gib": gib(self.total), "headroom": round(1 - self.total / gpu, 3),
                 "tp_in_node": self.tp_in_node, "ep_in_node": self.ep_in_node,
                 "flags": self.flags}
+
+
+# The most GPUs plan searches: each candidate layout is built and placed rank by rank.
+MAX_WORLD = 1 << 15
 
 
 def _divisors(n: int, most: int) -> list[int]:
@@ -145,6 +149,10 @@ def read_model(inputs: Sequence[str], flags: list[str] | None) -> tuple[Shape, d
     if shape is None or "layers" not in model or "heads" not in model:
         raise InputError("plan: the model needs --num-layers, --hidden-size and "
                          "--num-attention-heads")
+    for name, most in (("layers", MAX_LAYERS), ("experts", MAX_EXPERTS)):
+        if isinstance(model.get(name), int) and model[name] > most:
+            raise InputError(f"plan: {flag_of(name)} {model[name]} is more than {most}, the "
+                             "largest value this check models")
     return shape, model
 
 

@@ -195,3 +195,53 @@ def test_replace_keeps_bash_semantics(op, value, pattern, want):
     from miles_topology.shell.pattern import replace
 
     assert replace(value, pattern, "_", op) == want
+
+
+# ---- no loop over a numeric flag's value -------------------------------------------------
+
+HUGE = "1" + "0" * 30
+BASE = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--colocate",
+        "--num-attention-heads", "8", "--hidden-size", "1024", "--num-layers", "8"]
+
+
+@pytest.mark.parametrize("extra", [
+    ["--num-layers", HUGE], ["--num-experts", HUGE], ["--actor-num-nodes", HUGE],
+    ["--actor-num-gpus-per-node", HUGE], ["--num-gpus-per-node", HUGE],
+    ["--rollout-num-gpus", HUGE], ["--mtp-num-layers", HUGE],
+    ["--num-layers", HUGE, "--pipeline-model-parallel-size", "4"],
+    ["--num-experts", "8", "--moe-layer-freq", f"[1]*{HUGE}"],
+    ["--actor-num-nodes", "65536", "--actor-num-gpus-per-node", "1024"],
+])
+@pytest.mark.parametrize("cmd", [["check"], ["check", "--verbose"], ["show"],
+                                 ["check", "--format", "json"]])
+def test_huge_sizes_answer_at_once(capsys, cmd, extra):
+    import time
+
+    t = time.process_time()
+    code, out, err = run_cli(capsys, *cmd, "--", *BASE, *extra)
+    assert time.process_time() - t < 1.5  # the old code: minutes, or a crash
+    assert code in (0, 1) and "internal error" not in err and "Traceback" not in err
+    if extra[1] == HUGE and extra[0] != "--num-experts":
+        assert code == 1 and "the largest value this check models" in out, out
+
+
+@pytest.mark.parametrize("args", [
+    ["--nodes", "1", "--", "--num-layers", HUGE],
+    ["--nodes", "1", "--", "--num-experts", HUGE, "--num-layers", "8"],
+    ["--nodes", HUGE, "--", "--num-layers", "8"],
+    ["--nodes", "1", "--gpus-per-node", HUGE, "--", "--num-layers", "8"],
+])
+def test_plan_refuses_huge_sizes_at_once(capsys, args):
+    import time
+
+    t = time.process_time()
+    code, out, err = run_cli(capsys, "plan", *args, "--num-attention-heads", "8",
+                             "--hidden-size", "1024")
+    assert time.process_time() - t < 1.5
+    assert code == 2 and "largest value" in err or "at most" in err, err
+    assert "internal error" not in err
+
+
+def test_a_real_size_is_still_judged(capsys):
+    code, out, err = run_cli(capsys, "check", "--", *BASE, "--num-layers", "10000")
+    assert "largest value" not in out
