@@ -171,6 +171,13 @@ def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
 
 
 def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
+    from .deadline import per_input
+
+    with per_input():  # one time budget for the input and all it runs (--timeout)
+        return _judge(path, env, py)
+
+
+def _judge(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
     if path.endswith((".yaml", ".yml")):  # check and show read no name of os.environ
         return [_yaml_verdict(path, env)]
     if path.endswith(".py"):
@@ -185,12 +192,14 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
     """A Python launcher: one verdict per launch, on the cluster the flags and the
     ``[tool.miles-topology]`` table give (pylaunch/cluster.py)."""
     from .check_launcher import check_python_all
+    from .deadline import per_input
     from .pylaunch.cluster import cluster_for
 
     py = py or {}
-    return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
-                            bool(py.get("real_imports")), bool(py.get("trust")),
-                            py.get("pass_env") or (), py.get("reads") or ())
+    with per_input():  # one time budget for all its runs (--timeout)
+        return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
+                                bool(py.get("real_imports")), bool(py.get("trust")),
+                                py.get("pass_env") or (), py.get("reads") or ())
 
 
 def _expand(paths: list[str], chosen=None):
@@ -221,10 +230,13 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
         return
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
         from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+        from .deadline import per_input
         from .pylaunch.cluster import cluster_for
 
-        yield paths[0], [check_script(paths[0], env, flags,
-                                      cluster_for(paths[0], (py or {}).get("cluster") or {}))]
+        with per_input():
+            got = check_script(paths[0], env, flags,
+                               cluster_for(paths[0], (py or {}).get("cluster") or {}))
+        yield paths[0], [got]
         return
     if flags is not None:
         if paths or found.walked:
@@ -508,10 +520,12 @@ def cmd_show(args, flags) -> int:
 
 
 def cmd_plan(args, flags) -> int:
+    from .deadline import per_input
     from .memory import Precision, Run
     from .plan import gpu_name, plan, read_model, report
 
-    shape, model = read_model(args.inputs, flags)
+    with per_input():  # a model script's helpers
+        shape, model = read_model(args.inputs, flags)
     gpu = gpu_name(args.gpu)
     for key in ("nodes", "gpus_per_node", "top"):
         if getattr(args, key) < 1:
@@ -575,6 +589,25 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(message)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text}: give seconds between 0 and 86400")
+    return value
+
+
+def _timeout_option(p: argparse.ArgumentParser) -> None:
+    from .deadline import DEFAULT_S
+
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="wall-clock budget of one input, shared by every helper and launcher "
+                        f"run it makes (default {DEFAULT_S:g}); what is left when it is spent "
+                        "stays unknown")
+
+
 def parser() -> argparse.ArgumentParser:
     top = _Parser(
         prog="miles-topology", usage=USAGE,
@@ -615,6 +648,7 @@ def parser() -> argparse.ArgumentParser:
                            help="optimizer state on the CPU")
             p.add_argument("--format", choices=("text", "json"), default="text",
                            metavar="FORMAT", help="text (default) or json")
+            _timeout_option(p)
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
             "launch scripts (.sh), Python launchers (.py), topology files (.yaml), folders " \
@@ -622,6 +656,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("inputs", nargs="*", metavar="INPUT", help=what)
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
+        if name in ("check", "show"):
+            _timeout_option(p)
         if name in ("check", "migrate"):
             p.add_argument("--stack", metavar="PATH",
                            help="the user's stack: a checkout or site-packages holding miles "
@@ -731,7 +767,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from . import sources
+    from . import deadline, sources
 
     argv = list(sys.argv[1:] if argv is None else argv)
     head, flags = _split_dashdash(argv)
@@ -743,6 +779,7 @@ def _main(argv: list[str] | None) -> int:
         # an input's ${oc.env:...} reads --env and the script's exports, never this
         # process's environment (a CI runner's secrets); `flags` runs in the launch itself
         sources.SEALED = args.cmd in ("check", "show", "plan", "migrate")
+        deadline.SECONDS = getattr(args, "timeout", None)
         code = run(args, flags)
         sys.stdout.flush()
         return code
@@ -766,6 +803,7 @@ def _main(argv: list[str] | None) -> int:
         return 2
     finally:
         sources.SEALED = False
+        deadline.SECONDS = None
 
 
 if __name__ == "__main__":

@@ -188,8 +188,14 @@ class _Budget:
 
 
 def _budget(timeout_s: float | None, real_imports: bool) -> _Budget:
+    """The launcher's limit, at most what is left of its input's --timeout (deadline.py)."""
+    from .. import deadline
+
     if timeout_s is None:
         timeout_s = REAL_TIMEOUT_S if real_imports else TIMEOUT_S
+    timeout_s = round(deadline.cap(timeout_s), 1)
+    if timeout_s <= 0:
+        raise InputError(f"launcher {deadline.spent_why()}")
     return _Budget(timeout_s, time.monotonic() + timeout_s)
 
 
@@ -305,6 +311,11 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
         target = os.path.abspath(full)
     extra = None if cluster is None else {"cluster": cluster.as_dict(), "real_imports": False}
+    from .. import deadline
+
+    timeout_s = deadline.cap(timeout_s)  # its share of the input's --timeout
+    if timeout_s <= 0:
+        return ProgramRun("timeout", "", "", deadline.spent_why())
     got = _execute(mode, target, rest, launcher_env(env, pass_env), cwd, timeout_s,
                    MEMORY_MB, trust, extra, reads)
     calls = [r for r in got.records if "kind" in r]
@@ -313,7 +324,8 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
     status: int | str
     error = None
     if got.status in ("timeout", -signal.SIGXCPU):
-        status, error = "timeout", f"did not finish within {timeout_s:g} s"
+        status, error = "timeout", f"did not finish within {timeout_s:g} s" + (
+            "; this input's time budget (--timeout) is spent" if deadline.left() == 0 else "")
     elif end is None:
         status = got.status
         error = f"killed by signal {-got.status}" if isinstance(got.status, int) and \
@@ -578,7 +590,8 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
         if found is None:
             raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
                              "recorded no training launch (an endless loop, or waiting for "
-                             "something the sandbox never starts)")
+                             "something the sandbox never starts; the time of one input is "
+                             "bounded by --timeout)")
         notes.append(f"the launcher was stopped after {timeout_s:g} s, after its training "
                      "launch was recorded")
     elif end is None:

@@ -245,3 +245,55 @@ def test_plan_refuses_huge_sizes_at_once(capsys, args):
 def test_a_real_size_is_still_judged(capsys):
     code, out, err = run_cli(capsys, "check", "--", *BASE, "--num-layers", "10000")
     assert "largest value" not in out
+
+
+# ---- one time budget per input (--timeout) -----------------------------------------------
+
+def test_one_budget_for_all_the_helpers_of_a_script(capsys, tmp_path):
+    """Each helper had its own 10 s clock: 360 of them ran for an hour. Now they share the
+    input's budget, and those left when it is spent are unknown, naming --timeout."""
+    import time
+
+    lines = [f"V{i}=$(python3 -c 'import time; time.sleep(1); print({i})')" for i in range(40)]
+    script = tmp_path / "slow.sh"
+    script.write_text("\n".join(lines) + "\npython3 train.py --actor-num-nodes 1 "
+                      "--num-layers $V1 --hidden-size $V39 --colocate\n")
+    t = time.monotonic()
+    code, out, err = run_cli(capsys, "check", "--timeout", "3", "--format", "json", str(script))
+    assert time.monotonic() - t < 15  # the old code: 40 s
+    got = json.loads(out)
+    assert "Traceback" not in err
+    lines = "\n".join(got["report_lines"])
+    assert "--num-layers 1" in lines
+    assert any(u["flag"] == "--hidden-size" and "--timeout" in u["why"]
+               for u in got["unresolved"]), got["unresolved"]
+
+
+def test_a_launcher_gets_what_is_left_of_the_budget(capsys, tmp_path):
+    import time
+
+    launcher = tmp_path / "run.py"
+    launcher.write_text("import subprocess\nx = 0\nwhile x >= 0:\n    x += 1\n"
+                        "subprocess.run(['python3', 'train.py', '--num-layers', '8'])\n")
+    t = time.monotonic()
+    code, out, err = run_cli(capsys, "check", "--timeout", "2", str(launcher))
+    assert time.monotonic() - t < 10
+    assert code == 2 and "--timeout" in out + err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "1e9"])
+def test_timeout_takes_seconds(capsys, value):
+    code, out, err = run_cli(capsys, "check", "--timeout", value, "--", "--num-layers", "8")
+    assert code == 2 and "--timeout" in err
+
+
+def test_the_budget_is_per_input():
+    from miles_topology import deadline
+
+    assert deadline.left() is None
+    with deadline.per_input(5):
+        assert 4 < deadline.left() <= 5
+        with deadline.per_input(100):  # nested: the outer one holds
+            assert deadline.left() <= 5
+        assert deadline.cap(10) <= 5 and deadline.cap(1) == 1
+    assert deadline.left() is None and deadline.cap(10) == 10
