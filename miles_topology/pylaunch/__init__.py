@@ -581,6 +581,13 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
 
 
 MAX_NOTES = 32  # distinct notes of one kind (assumed values, absent modules) per launcher
+# Characters of one free-form text a launcher recorded that every launch of it carries
+# (assumed values, servers): the report stays linear in what was sent, not launches x text
+NOTE_MAX = 300
+
+
+def brief(text: str) -> str:
+    return text if len(text) <= NOTE_MAX else f"{text[:NOTE_MAX]}... ({len(text)} characters)"
 
 
 def _launches(path, found, launches, others, calls, records, notes, err, status, child_env,
@@ -654,8 +661,8 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
         notes.append(_capped(len(launches)))
     unknowns = {r["unknown"]: {"what": r["what"], "source": _where(r.get("source"))}
                 for r in records if "unknown" in r}
-    assumed = list(dict.fromkeys(f"{r['assumed']} taken as {r['as']}" for r in records
-                                 if "assumed" in r))[:MAX_NOTES]
+    assumed = list(dict.fromkeys(brief(f"{r['assumed']} taken as {r['as']}")
+                                 for r in records if "assumed" in r))[:MAX_NOTES]
     servers = _servers(records)
     out = []
     for i, (launch, rec, since) in enumerate(chosen):
@@ -690,8 +697,9 @@ def _marks(argv: list[str]) -> list[int]:
 
 def _servers(records: list[dict]) -> list[dict]:
     """The modelled servers of a run, each with how often the launcher connected to it."""
-    out = {(r["node"], r["port"]): {**r, "polls": 0} for r in records if "server" in r and
-           "kind" not in r}
+    out = {(r["node"], r["port"]): {**{k: brief(v) if isinstance(v, str) else v
+                                       for k, v in r.items()}, "polls": 0}
+           for r in records if "server" in r and "kind" not in r}
     for r in records:
         if r.get("answer") == "server" and (r.get("node"), r.get("port")) in out:
             out[r["node"], r["port"]]["polls"] += 1

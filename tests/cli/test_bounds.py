@@ -297,3 +297,46 @@ def test_the_budget_is_per_input():
             assert deadline.left() <= 5
         assert deadline.cap(10) <= 5 and deadline.cap(1) == 1
     assert deadline.left() is None and deadline.cap(10) == 10
+
+
+# ---- report size and checker memory linear in what was sent -------------------------------
+
+MEASURED = """
+import contextlib, io, json, re, sys
+from miles_topology.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = main(["check", *sys.argv[1:]])
+hwm = int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))
+print(json.dumps({"code": code, "report": len(out.getvalue()), "rss_mib": hwm / 1024}))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+@pytest.mark.parametrize("fmt", [["--verbose"], ["--format", "json"]])
+def test_one_record_is_not_copied_into_every_launch(tmp_path, fmt):
+    """200 launches, one `assumed` record of 1 MB sent once: an 839 MB --verbose report and
+    an 845 MiB checker peak before; now each launch carries a short form of it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from support import UNHOOK
+
+    run = tmp_path / "pr" / "run.py"
+    run.parent.mkdir()
+    run.write_text(UNHOOK + "import subprocess\n" + textwrap.dedent("""
+        import json, stat
+        line = json.dumps({"assumed": "x" * (1 << 20), "as": "y" * 1000}).encode() + b"\\n"
+        for fd in range(3, 64):
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, line * 3)
+            except OSError:
+                pass
+        for i in range(200):
+            subprocess.run(["python3", "train.py", "--colocate", "--num-layers", str(i + 1)])
+        """))
+    got = subprocess.run([sys.executable, "-c", MEASURED, *fmt, str(run)], text=True,
+                         capture_output=True, timeout=120, check=True)
+    got = json.loads(got.stdout.splitlines()[-1])
+    assert got["report"] < 8 << 20 and got["rss_mib"] < 300, got
