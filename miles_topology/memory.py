@@ -165,6 +165,14 @@ class Layout:
     engines: int = 0
 
 
+# The largest sizes the estimate models (fit.too_large; docs/sandbox.md "Bounds"): far above
+# any real job (~200 layers, ~400 experts), low enough that what is computed per layer or
+# stage stays well under a second. Past them the estimate is skipped with the reason.
+MAX_LAYERS = 10_000
+MAX_EXPERTS = 1 << 16
+MAX_STAGES = MAX_LAYERS
+
+
 def layout_of(topo: Topology) -> Layout:
     """The one adapter from the Topology: sizes, stage layers (`stage_layers`, uneven
     first/last stages included) and expert ownership (`local_experts`), never re-derived."""

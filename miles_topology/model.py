@@ -394,12 +394,6 @@ def _as_topology_error(e: ValidationError) -> TopologyError:
                 (f"; did you mean {near}?" if near else "."),
                 f"write {near}" if near else
                 f"remove {name}; valid fields: {', '.join(FIELDS)}", (name,)))
-        elif err["type"] == "less_than_equal":  # parts.MAX_*: a size no check models
-            most = (err.get("ctx") or {}).get("le")
-            problems.append(Problem(
-                "invalid-flag-value", f"{flag} got {shown!r}: more than {most}, the largest "
-                "value this check models (no real job is that large).",
-                f"give {flag} a real size (at most {most}).", (flag,)))
         else:
             problems.append(Problem(
                 "invalid-flag-value", f"{flag} got {shown!r}: {err['msg'].lower()}.",

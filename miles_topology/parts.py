@@ -20,15 +20,6 @@ from . import layers as _layers
 from .grid import ORDERS
 
 GROUPS = ("layout", "rollout", "model", "replay", "batch")
-# The largest counts a check models (docs/sandbox.md, "Bounds"): far above any real job
-# (the largest models have ~200 layers and ~400 experts; the largest clusters ~10^5 GPUs),
-# low enough that what is computed per layer, expert, node or GPU stays well under a second.
-# A larger value is an invalid-flag-value error, not minutes of work (or a crash on 10^30).
-MAX_LAYERS = 10_000
-MAX_EXPERTS = 1 << 16
-MAX_NODES = 1 << 16
-MAX_NODE_GPUS = 1 << 10
-MAX_GPUS = MAX_NODES * MAX_NODE_GPUS
 # Megatron's parallel sizes, which FSDP has no use for (dropped under FSDP in `_infer`)
 MEGATRON_SIZES = ("tp", "pp", "ep", "etp", "vpp", "vpp_layers", "first_stage_layers",
                   "last_stage_layers")
@@ -75,26 +66,25 @@ class Layout(_Part):
     """The cluster and the trainer's grid (the fields of the YAML beside a migrated script)."""
 
     # the world size is nodes x gpus_per_node: every grid divides it
-    nodes: int = fact("--actor-num-nodes", ge=1, le=MAX_NODES, summary=True)
+    nodes: int = fact("--actor-num-nodes", ge=1, summary=True)
     """Nodes the actor (trainer) asks for, e.g. 2."""
     # the other factor of the world size
-    gpus_per_node: int = fact("--actor-num-gpus-per-node", 8, ge=1, le=MAX_NODE_GPUS, summary=True)
+    gpus_per_node: int = fact("--actor-num-gpus-per-node", 8, ge=1, summary=True)
     """GPUs per node the actor asks for, e.g. 8; world size = nodes x this."""
     # where placement cuts nodes (engines straddling a node, TP groups crossing one)
-    node_gpus: int = fact("--num-gpus-per-node", 8, ge=1, le=MAX_NODE_GPUS)
+    node_gpus: int = fact("--num-gpus-per-node", 8, ge=1)
     """Physical GPUs per node as given (miles' default 8); see node_gpus_used."""
     # the GPU budget the job must fit in (gpu-budget-exceeded)
-    cluster_nodes: int | None = fact(None, None, ge=1, le=MAX_NODES)
+    cluster_nodes: int | None = fact(None, None, ge=1)
     """Nodes of the Ray cluster, when known (YAML only), e.g. 4."""
     # a critic takes its own GPUs in the budget (checks/fsdp.py critic)
     use_critic: bool = fact("--use-critic", False)
     """A PPO critic (old flag; miles now derives it from advantage_estimator)."""
     # what the user asked for the critic, to warn that miles overwrites it
-    critic_nodes: int | None = fact("--critic-num-nodes", None, ge=1, le=MAX_NODES)
+    critic_nodes: int | None = fact("--critic-num-nodes", None, ge=1)
     """Nodes asked for the critic (miles overwrites it with the actor's), e.g. 2."""
     # likewise, the critic's GPUs per node as asked
-    critic_gpus_per_node: int | None = fact("--critic-num-gpus-per-node", None, ge=1,
-                                             le=MAX_NODE_GPUS)
+    critic_gpus_per_node: int | None = fact("--critic-num-gpus-per-node", None, ge=1)
     """GPUs per node asked for the critic (overwritten likewise), e.g. 8."""
     # miles derives use_critic from it (ppo adds a critic)
     advantage_estimator: str | None = fact("--advantage-estimator", None)
@@ -122,12 +112,10 @@ class Layout(_Part):
     vpp_layers: int | None = fact("--num-layers-per-virtual-pipeline-stage", None, ge=1)
     """Decoder layers per virtual pipeline stage, e.g. 4."""
     # uneven stages: the first stage's layer count
-    first_stage_layers: int | None = fact("--decoder-first-pipeline-num-layers", None, ge=0,
-                                           le=MAX_LAYERS)
+    first_stage_layers: int | None = fact("--decoder-first-pipeline-num-layers", None, ge=0)
     """Decoder layers of the first pipeline stage (uneven stages), e.g. 3."""
     # uneven stages: the last stage's layer count
-    last_stage_layers: int | None = fact("--decoder-last-pipeline-num-layers", None, ge=0,
-                                          le=MAX_LAYERS)
+    last_stage_layers: int | None = fact("--decoder-last-pipeline-num-layers", None, ge=0)
     """Decoder layers of the last pipeline stage (uneven stages), e.g. 3."""
     # the dense grid's sequence axis; replay rows are cut over it
     cp: int = fact("--context-parallel-size", ge=1, summary=True)
@@ -213,7 +201,7 @@ class Rollout(_Part):
     colocate: bool = fact("--colocate", False)
     """Rollout engines share the actor's GPUs."""
     # the GPUs the engines take after the trainer's (see Placement.rollout_gpus)
-    rollout_gpus: int | None = fact("--rollout-num-gpus", None, ge=0, le=MAX_GPUS, summary=True)
+    rollout_gpus: int | None = fact("--rollout-num-gpus", None, ge=0, summary=True)
     """GPUs for rollout engines as given, e.g. 8; see rollout_gpus_used."""
     # GPUs per engine: rollout GPUs split into whole engines of this size
     engine_size: int = fact("--rollout-num-gpus-per-engine", ge=1, summary=True)
@@ -243,7 +231,7 @@ class Rollout(_Part):
     a2a_backend: str | None = fact("--sglang-moe-a2a-backend", None)
     """SGLang MoE all-to-all backend, e.g. deepep (forces engine EP = engine TP)."""
     # eval engines take GPUs after the rollout engines
-    eval_gpus: int = fact("--eval-num-gpus", 0, ge=0, le=MAX_GPUS)
+    eval_gpus: int = fact("--eval-num-gpus", 0, ge=0)
     """GPUs for eval engines, after the rollout engines, e.g. 2."""
     # eval engines have their own size (miles' default 1)
     eval_engine_size: int | None = fact("--eval-num-gpus-per-engine", None, ge=1)
@@ -291,7 +279,7 @@ class Model(_Part):
     """The model's shape, and kernel options that change what the layout must hold."""
 
     # layers split over pipeline stages (layers-not-divisible-by-pp)
-    layers: int | None = fact("--num-layers", None, ge=1, le=MAX_LAYERS)
+    layers: int | None = fact("--num-layers", None, ge=1)
     """Decoder layers of the model, e.g. 48."""
     # heads split over tp (heads-not-divisible-by-tp)
     heads: int | None = fact("--num-attention-heads", None, ge=1)
@@ -300,10 +288,10 @@ class Model(_Part):
     query_groups: int | None = fact("--num-query-groups", None, ge=1)
     """Query (KV) groups of grouped-query attention, e.g. 4."""
     # experts split over ep: the ownership rule (`local_experts`)
-    experts: int | None = fact("--num-experts", None, ge=1, le=MAX_EXPERTS)
+    experts: int | None = fact("--num-experts", None, ge=1)
     """Routed experts per MoE layer, e.g. 128; none: a dense model."""
     # the width of a replay row
-    topk: int = fact("--moe-router-topk", 2, ge=1, le=MAX_EXPERTS)
+    topk: int = fact("--moe-router-topk", 2, ge=1)
     """Experts each token is routed to, e.g. 8."""
     # which layers route tokens, so which layers replay (`moe_pattern`)
     moe_layer_freq: int | tuple[int, ...] = fact("--moe-layer-freq")
@@ -312,7 +300,7 @@ class Model(_Part):
     router_fusion: bool = fact("--moe-router-fusion", False)
     """Fused router top-k kernel (bypasses routing replay)."""
     # MTP layers sit on the last stage and have routers of their own
-    mtp_layers: int | None = fact("--mtp-num-layers", None, ge=0, le=MAX_LAYERS)
+    mtp_layers: int | None = fact("--mtp-num-layers", None, ge=0)
     """Multi-token-prediction layers, e.g. 1."""
 
     @field_validator("moe_layer_freq", mode="before")

@@ -31,7 +31,7 @@ from .memory import (
     train_memory,
 )
 from .model import Topology
-from .parts import MAX_EXPERTS, MAX_LAYERS, flag_of
+from .parts import flag_of
 from .pylaunch.cluster import GPUS
 
 MODEL_FIELDS = ("layers", "heads", "query_groups", "experts", "topk", "moe_layer_freq",
@@ -149,10 +149,12 @@ def read_model(inputs: Sequence[str], flags: list[str] | None) -> tuple[Shape, d
     if shape is None or "layers" not in model or "heads" not in model:
         raise InputError("plan: the model needs --num-layers, --hidden-size and "
                          "--num-attention-heads")
+    from .memory import MAX_EXPERTS, MAX_LAYERS
+
     for name, most in (("layers", MAX_LAYERS), ("experts", MAX_EXPERTS)):
         if isinstance(model.get(name), int) and model[name] > most:
             raise InputError(f"plan: {flag_of(name)} {model[name]} is more than {most}, the "
-                             "largest value this check models")
+                             "largest value the estimate models")
     return shape, model
 
 

@@ -166,13 +166,25 @@ def entry_framework(entry: str | None, imports: Sequence[str] = ()) -> str | Non
 # ---- reading sources (never importing them) -----------------------------------------------
 
 
+def _text(path: Path) -> str | None:
+    """A source's text, None past argscan.SOURCE_MAX (read no further than that)."""
+    from .argscan import SOURCE_MAX
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(SOURCE_MAX + 1)
+    except OSError:
+        return None
+    return None if len(data) > SOURCE_MAX else data.decode(errors="replace")
+
+
 def _source(roots: Sequence[Path], module: str) -> str | None:
     """The source of a module under one of `roots`, else found on sys.path; None if absent."""
     rel = module.replace(".", "/")
     for root in roots:
         for cand in (root / f"{rel}.py", root / rel / "__init__.py"):
             if cand.is_file():
-                return cand.read_text(errors="replace")
+                return _text(cand)
     try:
         spec = PathFinder.find_spec(module.split(".")[0], sys.path)
     except (ImportError, ValueError):
@@ -184,7 +196,7 @@ def _source(roots: Sequence[Path], module: str) -> str | None:
     for root in base:
         for cand in (root / f"{rel}.py", root / rel / "__init__.py"):
             if cand.is_file():
-                return cand.read_text(errors="replace")
+                return _text(cand)
     return None
 
 
@@ -207,14 +219,32 @@ def _cached(tag: str, files: Sequence[Path], compute) -> list[Added]:
     except (OSError, ValueError, TypeError):
         pass
     got = compute()
+    body = json.dumps([[list(a.names), a.takes_value] for a in got])
+    if len(body) > CACHE_ENTRY_MAX:  # a crafted fork's flags are not kept beyond the run
+        return got
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps([[list(a.names), a.takes_value] for a in got]))
+        tmp.write_text(body)
         os.replace(tmp, path)
+        _prune(path.parent)
     except OSError:
         pass  # a read-only home: read again next time
     return got
+
+
+# The cache holds small entries (miles' flags: 13 KB, slime's: 8 KB), and few of them: what
+# a checkout derives from its own sources stays bounded beyond the run that read it.
+CACHE_ENTRY_MAX = 256 << 10
+CACHE_ENTRIES = 32
+
+
+def _prune(folder: Path) -> None:
+    """Keep the CACHE_ENTRIES newest entries (one per version of each stack read)."""
+    entries = sorted(folder.glob("flags-*.json"), key=lambda p: p.stat().st_mtime_ns,
+                     reverse=True)
+    for old in entries[CACHE_ENTRIES:]:
+        old.unlink(missing_ok=True)
 
 
 def _framework_flags(root: Path, package: str) -> list[Added]:
@@ -233,12 +263,10 @@ def _megatron_flags(roots: Sequence[Path]) -> tuple[str, list[Added]] | None:
         f = base / "megatron" / "training" / "arguments.py"
         if f.is_file():
             def read(f=f) -> list[Added]:
-                try:
-                    import ast
+                from .argscan import _parse
 
-                    return list(adds(ast.parse(f.read_text(errors="replace"))))
-                except (SyntaxError, ValueError, OSError):
-                    return []
+                tree = _parse(_text(f))
+                return [] if tree is None else list(adds(tree))
             return str(f.parent.parent.parent), _cached("megatron", [f], read)
     return None
 
