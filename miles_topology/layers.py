@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+_DEEPEST = 64  # parentheses and brackets inside each other
 _LONGEST = 100_000  # list items; the list is built before the layer count is compared
 _TOKEN = re.compile(r"\s*(?:(\d+)|(.))")
 
@@ -45,7 +46,7 @@ def parse_layer_freq(text: str) -> int | tuple[int, ...]:
 
 class _Parser:
     def __init__(self, tokens: list, text: str):
-        self.tokens, self.pos, self.text = tokens, 0, text
+        self.tokens, self.pos, self.text, self.depth = tokens, 0, text, 0
 
     def _peek(self):
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -98,10 +99,16 @@ class _Parser:
         if isinstance(tok, int):
             self.pos += 1
             return tok
+        if tok in ("(", "["):
+            self.depth += 1
+            if self.depth > _DEEPEST:  # recursive descent: bounded before Python's stack
+                raise ValueError(f"moe_layer_freq {self.text[:40]!r}... nests deeper than "
+                                 f"{_DEEPEST} levels")
         if tok == "(":
             self._take("(")
             value = self.expr()
             self._take(")")
+            self.depth -= 1
             return value
         if tok == "[":
             self._take("[")
@@ -114,6 +121,7 @@ class _Parser:
                 if self._peek() == ",":
                     self._take(",")
             self._take("]")
+            self.depth -= 1
             return items
         raise ValueError(f"cannot read moe_layer_freq {self.text!r}")
 

@@ -271,19 +271,37 @@ def _megatron_flags(roots: Sequence[Path]) -> tuple[str, list[Added]] | None:
     return None
 
 
+def _oversized(files: Sequence[Path]) -> list[str]:
+    """The sources among `files` too large to parse (argscan.SOURCE_MAX): their flags are
+    not known, so a flag they may add is unverified, not refused."""
+    from .argscan import SOURCE_MAX
+
+    out = []
+    for f in files:
+        try:
+            if f.stat().st_size > SOURCE_MAX:
+                out.append(f"{f} (larger than {SOURCE_MAX >> 20} MiB, not read)")
+        except OSError:
+            continue
+    return out
+
+
 @lru_cache(maxsize=64)
 def _base(root: str | None, framework: str, origin: str) -> Stack:
     added: dict[str, tuple[str, Added]] = {}
+    unread: list[str] = []
     if root is not None:
         for a in _framework_flags(Path(root), framework):
             for n in a.names:
                 added[n] = (f"{framework} of {root}", a)
+        unread = _oversized(sorted((Path(root) / framework).glob("**/arguments.py")))
     megatron = _megatron_flags([Path(root)] if root else [])
     if megatron is not None:
         for a in megatron[1]:
             for n in a.names:
                 added.setdefault(n, (f"Megatron-LM of {megatron[0]}", a))
-    return Stack(framework, root, origin, added)
+        unread += _oversized([Path(megatron[0], "megatron", "training", "arguments.py")])
+    return Stack(framework, root, origin, added, tuple(unread))
 
 
 def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, str | None]],

@@ -341,3 +341,70 @@ def test_one_record_is_not_copied_into_every_launch(tmp_path, fmt):
                          capture_output=True, timeout=120, check=True)
     got = json.loads(got.stdout.splitlines()[-1])
     assert got["report"] < 8 << 20 and got["rss_mib"] < 300, got
+
+
+def _fork(tmp_path, body: str):
+    pkg = tmp_path / "miles" / "utils"
+    pkg.mkdir(parents=True)
+    (tmp_path / "miles" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "arguments.py").write_text(body)
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --actor-num-nodes 1 --colocate --flag-3 1\n")
+    return script
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_a_huge_fork_parser_is_not_parsed_nor_cached(tmp_path):
+    """An 11 MB crafted miles/utils/arguments.py: 1.3 GB checker peak and 8 MB left in the
+    cache before (12 MB here: 1.7 GB, 6.4 MB); now it is not parsed, and a flag it may add
+    is unverified, not refused."""
+    import subprocess
+    import sys
+
+    lines = "\n".join(f'    parser.add_argument("--flag-{i}", type=int)' for i in range(250_000))
+    script = _fork(tmp_path, f"def add(parser):\n{lines}\n")
+    cache = tmp_path / "cache"
+    got = subprocess.run([sys.executable, "-c", MEASURED, "--format", "json", str(script)],
+                         text=True, capture_output=True, timeout=120, check=True,
+                         env={**os.environ, "MILES_TOPOLOGY_CACHE": str(cache)})
+    got = json.loads(got.stdout.splitlines()[-1])
+    assert got["rss_mib"] < 300 and got["code"] == 0, got
+    held = sum(f.stat().st_size for f in cache.glob("*")) if cache.exists() else 0
+    assert held < 64 << 10
+
+
+def test_the_cache_keeps_no_large_entry_and_few_entries(tmp_path, monkeypatch):
+    from miles_topology import stack
+    from miles_topology.argscan import Added
+
+    monkeypatch.setenv("MILES_TOPOLOGY_CACHE", str(tmp_path))
+    f = tmp_path / "src.py"
+    f.write_text("x")
+    big = [Added((f"--flag-{i}",), True) for i in range(20_000)]
+    assert stack._cached("big", [f], lambda: big) == big
+    assert not list(tmp_path.glob("flags-*.json"))  # derived from the input: not kept
+    for i in range(stack.CACHE_ENTRIES + 10):
+        g = tmp_path / f"s{i}.py"
+        g.write_text("y")
+        stack._cached(f"t{i}", [g], lambda: [Added(("--x",), True)])
+    assert len(list(tmp_path.glob("flags-*.json"))) == stack.CACHE_ENTRIES
+
+
+def test_a_deep_expression_is_the_input_s_problem(capsys, tmp_path):
+    """`1+1+...+1` in a fork's parser, `((((...))))` in a flag the reader parses, a
+    launcher Python cannot compile: each is that input's finding, never a crash."""
+    deep = "+".join(["1"] * 100_000)
+    script = _fork(tmp_path / "fork", f"def add(parser):\n    pass\nx = {deep}\n")
+    code, out, err = run_cli(capsys, "check", str(script))
+    assert "internal error" not in err and "Traceback" not in err and code in (0, 1)
+    freq = "(" * 50_000 + "[1]*8" + ")" * 50_000
+    code, out, err = run_cli(capsys, "check", "--", "--num-layers", "8", "--num-experts", "8",
+                             "--moe-layer-freq", freq)
+    assert code == 1 and "nests deeper than" in out and "internal error" not in err
+    launcher = tmp_path / "run.py"
+    launcher.write_text(f"import subprocess\nx = {deep}\n"
+                        "subprocess.run(['python3', 'train.py', '--num-layers', '8'])\n")
+    code, out, err = run_cli(capsys, "check", str(launcher), str(script))  # a batch
+    assert code == 2 and "internal error" not in err and "RecursionError" in out + err
+    assert str(script) in out  # the input after it is still judged
