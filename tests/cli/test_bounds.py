@@ -211,6 +211,11 @@ BASE = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--colocate"
     ["--num-layers", HUGE, "--pipeline-model-parallel-size", "4"],
     ["--num-experts", "8", "--moe-layer-freq", f"[1]*{HUGE}"],
     ["--actor-num-nodes", "65536", "--actor-num-gpus-per-node", "1024"],
+    ["--num-layers", HUGE, "--num-experts", "8", "--use-rollout-routing-replay"],
+    ["--num-layers", HUGE, "--num-experts", HUGE, "--moe-layer-freq", "2"],
+    ["--num-layers", HUGE, "--pipeline-model-parallel-size", "2",
+     "--num-layers-per-virtual-pipeline-stage", "1"],
+    ["--global-batch-size", HUGE, "--micro-batch-size", "1", "--rollout-batch-size", HUGE],
 ])
 @pytest.mark.parametrize("cmd", [["check"], ["check", "--verbose"], ["show"],
                                  ["check", "--format", "json"]])
