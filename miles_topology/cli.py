@@ -31,16 +31,17 @@ miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY
                      [--color auto|always|never] [--batch] [--stdin-filename NAME]
                      [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
                      [--real-imports] [--path DIR] [--pass-env NAME ...] [--read PATH ...]
+                     [--timeout SECONDS]
                      (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
                       | FOLDER... | - | -- FLAGS...)
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAME]
-                     [--env KEY=VALUE ...]
+                     [--env KEY=VALUE ...] [--timeout SECONDS]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
                        [--env KEY=VALUE ...]
 miles-topology plan  (CONFIG.json | MODEL.sh | -- MODEL FLAGS...) --nodes N [--gpus-per-node N]
                      [--gpu NAME] [--top K] [--max-tokens-per-gpu T] [--recompute]
-                     [--optimizer-cpu-offload] [--format text|json]
+                     [--optimizer-cpu-offload] [--format text|json] [--timeout SECONDS]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
