@@ -808,6 +808,8 @@ class Reader:
         budget.steps += 1
         if budget.steps > MAX_STEPS:
             budget.over_steps(self.at.src(n.line))
+        if not budget.steps & 1023:  # the input's --timeout covers its reading too
+            budget.check_clock(self.at.src(n.line))
         if not words or head in syntax.DECLARE:
             if head in ("declare", "typeset", "local"):
                 self.declare(n, head)

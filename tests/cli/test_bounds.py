@@ -413,3 +413,15 @@ def test_a_deep_expression_is_the_input_s_problem(capsys, tmp_path):
     code, out, err = run_cli(capsys, "check", str(launcher), str(script))  # a batch
     assert code == 2 and "internal error" not in err and "RecursionError" in out + err
     assert str(script) in out  # the input after it is still judged
+
+
+def test_the_budget_covers_the_reading_itself(tmp_path, monkeypatch):
+    from miles_topology import deadline
+    from miles_topology.shell import ScriptReadError, read_script
+
+    script = tmp_path / "run.sh"
+    script.write_text("for i in {1..5000}; do X=$i; done\npython3 train.py --num-layers 8\n")
+    with deadline.per_input(0.0001):
+        with pytest.raises(ScriptReadError, match="--timeout"):
+            read_script(str(script), {})
+    assert read_script(str(script), {}).tokens()  # with no budget spent: read
