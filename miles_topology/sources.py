@@ -137,7 +137,8 @@ def _resolvers(env: Mapping[str, str | None] | None, missing: list):
     spelling reaches os.environ; a custom resolver registered in this process is not offered.
     A name whose value is None in `env`, or not in a PartialEnv, is unknown (`missing`)."""
     if env is None and not SEALED:
-        yield
+        with _LOCK:  # never while another thread's resolve has the table swapped
+            yield
         return
     from omegaconf import OmegaConf
     from omegaconf.basecontainer import BaseContainer
