@@ -425,3 +425,31 @@ def test_the_budget_covers_the_reading_itself(tmp_path, monkeypatch):
         with pytest.raises(ScriptReadError, match="--timeout"):
             read_script(str(script), {})
     assert read_script(str(script), {}).tokens()  # with no budget spent: read
+
+
+@pytest.mark.parametrize("pipeline", [
+    "echo $X | sed -E 's/(a|aa)*b/x/'", "echo $X | sed 's/.*=//'", "echo $X | grep -E '(a+)+b'",
+    "echo $X | sed -E 's/.*.*.*x//'", "echo $X | awk -F 'a*a*b' '{print $1}'",
+])
+def test_a_script_regex_cannot_backtrack_for_ever(tmp_path, pipeline):
+    """sed, grep and awk -F compile the script's regex for Python's backtracking engine:
+    `(a|aa)*b` is exponential, `.*=` quadratic on one long line (2^17 characters: minutes)."""
+    import time
+
+    from miles_topology.shell import read_script
+
+    script = tmp_path / "run.sh"
+    script.write_text("X=a\nfor i in {1..17}; do X=$X$X; done\n"
+                      f"Y=$({pipeline})\npython3 train.py --num-layers ${{#Y}}\n")
+    t = time.process_time()
+    read_script(str(script), {})
+    assert time.process_time() - t < 5
+
+
+def test_launch_script_filters_still_run():
+    from miles_topology.textfilters import run_pipeline
+
+    assert run_pipeline([["sed", "s/.*=//"]], "LAYERS=48\n").stdout == "48\n"
+    assert run_pipeline([["sed", "-E", "s/^ +| +$//g"]], "  8  \n").stdout == "8\n"
+    assert run_pipeline([["grep", "-E", "^[0-9]+$"]], "x\n12\n").stdout == "12\n"
+    assert run_pipeline([["sed", "-E", "s/(a|aa)*b/x/"]], "aab\n") is None  # not modelled
