@@ -816,9 +816,7 @@ class Words:
         # answered from the model); any other helper with what is installed
         cluster = self.cluster if probe else None
         key = (tuple(argv), tuple(sorted(env.items())), cwd, cluster and cluster.line())
-        shown = " ".join(["python3", *argv])
-        if len(shown) > 120:
-            shown = shown[:117] + "..."
+        shown = _shown(["python3", *argv])
         got = self.helpers.get(key)
         if got is None:
             from .. import deadline
@@ -855,6 +853,12 @@ class Words:
         if not path.startswith("/") and self.sh.cwd:
             path = os.path.join(self.sh.cwd, path)
         return os.path.normpath(path)
+
+
+def _shown(argv: list[str]) -> str:
+    """A command line as a message quotes it: at most 120 characters."""
+    shown = " ".join(argv)
+    return shown if len(shown) <= 120 else shown[:117] + "..."
 
 
 _PROBES = re.compile(r"\b(torch|cuda|ray|nvidia[-_]smi|pynvml|GPUtil|psutil|subprocess|popen|"
