@@ -187,7 +187,8 @@ def _dispatch(kind: str, own: float, lay: Layout, sp: Spans, per_node: int,
     the rank's own tokens (sequence-parallel share), one copy. megatron-core token
     dispatchers: allgather gathers the tokens of the etp x ep group once each; alltoall
     permutes first (a copy per routed expert), exchanges them over ep and gathers them over
-    etp; flex (DeepEP) sends a token once to each remote node its experts are on."""
+    etp; flex (DeepEP) sends a token once to each rank and each remote node its experts
+    are on."""
     if lay.experts == 0 or lay.etp * lay.ep == 1:
         return 0.0
     link, net = hw.link * COMM_EFF, hw.net * COMM_EFF
@@ -197,11 +198,18 @@ def _dispatch(kind: str, own: float, lay: Layout, sp: Spans, per_node: int,
         near = min(group, per_node)
         return max(own * (near - 1) / link, own * (group - near) / net)
     local, ep_nodes = sp.ep_local, sp.ep
-    near_bytes = own * k * (local - 1) / lay.ep
-    if kind == "flex" and ep_nodes > 1:
+    if kind == "flex":
+        # DeepEP sends a token once to each rank (NVLink) and once to each node (RDMA) that
+        # holds any of its experts, whatever number of them are there: its dispatch layout
+        # is a token x rank (is_token_in_rank) and a token x RDMA rank map, not a copy a
+        # routed expert (deepseek-ai/DeepEP deep_ep/buffer.py get_dispatch_layout)
+        ranks = lay.ep * (1 - (1 - 1 / lay.ep) ** k)  # expected distinct ranks a token
+        near_bytes = own * ranks * (local - 1) / lay.ep
         nodes = ep_nodes
-        far_bytes = own * nodes * (1 - (1 - 1 / nodes) ** k) * (nodes - 1) / nodes
+        far_bytes = own * nodes * (1 - (1 - 1 / nodes) ** k) * (nodes - 1) / nodes \
+            if nodes > 1 else 0.0
     else:
+        near_bytes = own * k * (local - 1) / lay.ep
         far_bytes = own * k * (lay.ep - local) / lay.ep
     a2a = max(near_bytes / link, far_bytes / net)
     gather = own * k * (lay.etp - 1) / (link if sp.etp <= 1 else net)

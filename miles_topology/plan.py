@@ -59,8 +59,8 @@ OFFLOAD = ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
 # moe_enable_deepep requires moe_token_dispatcher_type 'flex'); slime's cross-node MoE
 # scripts set these two (THUDM/slime scripts/run-deepseek-r1.sh, run-kimi-k2-*.sh) and
 # miles' / slime's images ship DeepEP. It sends a token once to each remote node its experts
-# are on instead of once a routed expert: weighed against the model file's dispatcher
-# whenever the expert all-to-all leaves a node.
+# are on, once a rank inside a node, instead of once a routed expert: weighed against the
+# model file's dispatcher whenever ep > 1.
 DEEPEP = ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
 
 
@@ -279,7 +279,7 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
         if best is None:
             return None
         where = spans(lay, per_node)
-        if topo.model.experts and where.ep > 1 and shape.dispatcher != "flex":
+        if topo.model.experts and lay.ep > 1 and shape.dispatcher != "flex":
             flex = step_cost(replace(shape, dispatcher="flex"), lay, hw, per_node,
                              replace(base, offload=1.0 if best.offload else 0.0),
                              Run(tokens=opts.tokens, recompute="full" if best.recompute
