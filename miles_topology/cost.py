@@ -216,12 +216,27 @@ def _dispatch(kind: str, own: float, lay: Layout, sp: Spans, per_node: int,
     return a2a + gather
 
 
+def ring_bytes(shape: Shape, lay: Layout, tokens: int, groups: int) -> float:
+    """Bytes of K and V a rank passes on at each step of the CP ring: bf16, its tokens, the
+    heads (MLA: K of qk + rope width and V of v width a head) or query groups (K and V of
+    kv_channels each) of its TP share. TransformerEngine's P2P context parallelism sends K
+    and V both, MLA's too (NVIDIA/TransformerEngine transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py, AttnFuncWithCPAndKVP2P)."""
+    t = lay.tp
+    if shape.mla:
+        return tokens * 2 * (lay.heads / t) * (shape.qk_head + shape.rope_head + shape.v_head)
+    kv = shape.kv_channels or shape.hidden // lay.heads
+    return tokens * 2 * 2 * max(1, groups // t) * kv
+
+
 def step_cost(shape: Shape, lay: Layout, hw: Hardware, per_node: int, prec: Precision,
               run: Run, step_tokens: int, context: int | None = None,
               counter: Counter | None = None) -> Cost:
     """The step time of `lay` (see the module docstring). `run.tokens`: tokens of a rank's
     micro-batch; `step_tokens`: tokens of a whole step; `context`: the tokens a token
-    attends to on average (None: half a micro-batch of the CP group, causal)."""
+    attends to on average (None: half of `run.tokens`, causal). Samples are packed and attend
+    within themselves (slime / miles dynamic batching, THD format), so the context is the
+    data's, the same for every layout: cp splits a sample, it does not lengthen it."""
     tokens = run.tokens or 4096
     sp = spans(lay, per_node)
     c = counter or Counter(shape, lay)
@@ -257,8 +272,7 @@ def step_cost(shape: Shape, lay: Layout, hw: Hardware, per_node: int, prec: Prec
     one_tp = _collective(act_bytes, t, sp.tp, hw) * (1 if lay.sp else 2)
     dispatch = _dispatch(shape.dispatcher, tokens / t * h * 2, lay, sp, per_node, hw)
     # CP ring: K and V of the query groups a TP rank holds, (cp-1) steps
-    kv_bytes = tokens * 2 * ((heads / t) * (qk + v_dim) / 2 if shape.mla
-                             else 2 * max(1, groups // t) * kv)
+    kv_bytes = ring_bytes(shape, lay, tokens, groups)
     ring = (lay.cp - 1) * kv_bytes / ((hw.link if sp.cp <= 1 else hw.net) * COMM_EFF) \
         if lay.cp > 1 else 0.0
     ring_fwd = max(0.0, ring - attn_core)
@@ -314,4 +328,4 @@ def step_cost(shape: Shape, lay: Layout, hw: Hardware, per_node: int, prec: Prec
     return Cost({k: terms[k] for k in TERMS}, m)
 
 
-__all__ = ["HARDWARE", "TERMS", "Cost", "Hardware", "spans", "step_cost"]
+__all__ = ["HARDWARE", "TERMS", "Cost", "Hardware", "ring_bytes", "spans", "step_cost"]

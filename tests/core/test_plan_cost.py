@@ -173,3 +173,25 @@ def test_deepep_is_weighed_as_a_dispatcher():
         a2a = step_cost(shape, layout_of(c.topo), HARDWARE["H100"], 8, Precision(offload=1.0),
                         run, 2**20)
         assert c.cost is not None and c.cost.terms["ep"] < a2a.terms["ep"]
+
+
+def test_the_cp_ring_passes_k_and_v_of_mla_heads():
+    # DeepSeek-V3's MLA: 128 heads, K of 128 + 64 (rope) and V of 128 a head; TE's P2P
+    # context parallelism sends K and V both (was counted half)
+    from miles_topology.cost import ring_bytes
+    from miles_topology.memory import shape_from_flags
+    flags = ["--num-layers", "4", "--hidden-size", "7168", "--num-attention-heads", "128",
+             "--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
+             "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128",
+             "--ffn-hidden-size", "18432", "--vocab-size", "129280"]
+    shape = shape_from_flags(flags)
+    assert shape is not None and shape.mla
+    topo = Topology(nodes=1, gpus_per_node=8, tp=8, sp=True, cp=1, layers=4, heads=128)
+    assert ring_bytes(shape, layout_of(topo), 16384, 128) == 16384 * 2 * 16 * (192 + 128)
+    gqa = shape_from_flags(["--num-layers", "4", "--hidden-size", "4096",
+                            "--num-attention-heads", "64", "--group-query-attention",
+                            "--num-query-groups", "4", "--kv-channels", "128"])
+    assert gqa is not None
+    topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, layers=4, heads=64,
+                    query_groups=4)
+    assert ring_bytes(gqa, layout_of(topo), 1000, 4) == 1000 * 2 * 2 * 2 * 128
