@@ -421,8 +421,15 @@ def activations(shape: Shape, lay: Layout, run: Run, p: int) -> int | None:
     act = per * in_flight + one
     if p == 0:  # embedding input and dropout, pp micro-batches in flight
         act += (8 * run.tokens + sbh) * lay.pp / (t if lay.sp else 1)
-    if p == lay.pp - 1:  # inputs to the output layer and the fp32 logits of the loss
-        act += 4 * sbh * (1 + shape.padded_vocab(t) / h) / t
+    if p == lay.pp - 1:
+        # the output layer's inputs, and the RL loss's logits: a rank's [tokens, vocab / tp]
+        # in fp32 and the fp32 softmax the log-prob keeps for its backward, a second buffer
+        # of the same size (slime: the logits reach the loss in fp32, loss.py
+        # get_log_probs_and_entropy asserts it, and utils/ppo_utils.py
+        # _VocabParallelLogProbEntropy allocates `logits - logits_max` for exp and softmax;
+        # miles: training_utils/loss_hub/math_utils.py takes an fp32 copy of the logits for
+        # the log-prob and another for the entropy): 8 bytes an element, at least
+        act += 4 * sbh / t + 8 * run.tokens * shape.padded_vocab(t) / t
     return int(act)
 
 

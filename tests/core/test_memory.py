@@ -115,6 +115,23 @@ def test_full_recompute_redoes_one_layer_once_whatever_the_pipeline_depth():
     assert four[2].activations > 2 * 2 * inputs  # the redone layer, once
 
 
+def test_the_last_stage_holds_the_rl_losss_fp32_logits_and_softmax():
+    # slime's and miles' log-prob: fp32 logits and an fp32 softmax buffer of the same size,
+    # [tokens, vocab / tp] each (was one fp32 copy)
+    from miles_topology import Topology
+
+    def last(vocab: int) -> int:
+        shape = shape_from_flags(["--num-layers", "2", "--hidden-size", "1024",
+                                  "--num-attention-heads", "8", "--vocab-size", str(vocab)])
+        assert shape is not None
+        lay = layout_of(Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, layers=2, heads=8))
+        got = train_memory(shape, lay, run=Run(tokens=4096, recompute="full")).stages[-1]
+        assert got.activations is not None
+        return got.activations
+
+    assert last(2 * 65536) - last(65536) == pytest.approx(8 * 4096 * 65536 / 2, abs=8)
+
+
 def test_engine_kv_cache_tokens():
     argv = QWEN235 + ON_8
     topo, shape = topo_of(argv), shape_from_flags(argv)
