@@ -23,7 +23,7 @@ terms add up to the key (`Cost.total`); `plan --explain` prints them. The model,
 - dp / edp: the distributed optimizer's gradient reduce-scatter (main-grad bytes) and
   parameter all-gather (2 B) over dp x cp (dense) and edp (experts);
 - optimizer: Adam on the GPU (HBM-bound), or with CPU offload the PCIe copies (grads
-  down, parameters up) and CPU Adam.
+  down, parameters up) pipelined with CPU Adam (the longer of the two).
 
 Micro-batches a step: the tokens of a step / (dp x cp x tokens a rank's micro-batch). Not
 modelled: overlap of communication with compute beyond the CP ring (conservative for
@@ -324,7 +324,11 @@ def step_cost(shape: Shape, lay: Layout, hw: Hardware, per_node: int, prec: Prec
     gpu_adam = (shard - on_cpu) * (2 * prec.optimizer + prec.grad + prec.weight) / (
         hw.hbm * HBM_EFF)
     copies = on_cpu * (prec.grad + prec.weight) / (hw.pcie * PCIE_EFF)
-    terms["optimizer"] = gpu_adam + copies + on_cpu / CPU_ADAM
+    # with --overlap-cpu-optimizer-d2h-h2d (what plan proposes with offload) megatron-core's
+    # HybridDeviceOptimizer keeps a CPU optimizer a parameter, each stepping once its grads
+    # are down while the others copy, and copies the result up on another stream: the copies
+    # and CPU Adam are pipelined (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py)
+    terms["optimizer"] = gpu_adam + max(copies, on_cpu / CPU_ADAM)
     return Cost({k: terms[k] for k in TERMS}, m)
 
 

@@ -195,3 +195,19 @@ def test_the_cp_ring_passes_k_and_v_of_mla_heads():
     topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, layers=4, heads=64,
                     query_groups=4)
     assert ring_bytes(gqa, layout_of(topo), 1000, 4) == 1000 * 2 * 2 * 2 * 128
+
+
+def test_offload_copies_are_pipelined_with_cpu_adam():
+    # --overlap-cpu-optimizer-d2h-h2d: the copies overlap the CPU steps (HybridDeviceOptimizer)
+    from miles_topology.cost import CPU_ADAM, PCIE_EFF
+    shape, model = read_model([MOE], None)
+    topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, ep=4, etp=1, **model)
+    lay = layout_of(topo)
+    prec = Precision(offload=1.0)
+    cost = step_cost(shape, lay, HARDWARE["H100"], 8, prec, Run(tokens=8192), 2**20)
+    from miles_topology.memory import Counter
+    c = Counter(shape, lay)
+    big = max((c.stage(p) for p in range(lay.pp)), key=lambda x: x.total)
+    shard = big.dense / (lay.dp * lay.cp) + big.expert / lay.edp
+    copies = shard * (prec.grad + prec.weight) / (HARDWARE["H100"].pcie * PCIE_EFF)
+    assert cost.terms["optimizer"] == pytest.approx(max(copies, shard / CPU_ADAM))
