@@ -57,10 +57,13 @@ OFFLOAD = ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
            "--use-precision-aware-optimizer"]
 # DeepEP through megatron-core's flex dispatcher (megatron-core >= 0.12, TransformerConfig
 # moe_enable_deepep requires moe_token_dispatcher_type 'flex'); slime's cross-node MoE
-# scripts set these two (THUDM/slime scripts/run-deepseek-r1.sh, run-kimi-k2-*.sh) and
-# miles' / slime's images ship DeepEP. It sends a token once to each remote node its experts
-# are on, once a rank inside a node, instead of once a routed expert: weighed against the
-# model file's dispatcher whenever ep > 1.
+# scripts set these two (THUDM/slime scripts/run-deepseek-r1.sh, run-kimi-k2-*.sh); slime's
+# image builds DeepEP (docker/Dockerfile DEEPEP_COMMIT), miles' starts from SGLang's image
+# (docker/Dockerfile FROM lmsysorg/sglang), which SGLang's DeepEP MoE backend runs on. The
+# model file's own dispatcher flag comes first, so check notes the pair (flag-given-twice;
+# the last, flex, runs), as on slime's DeepSeek script. DeepEP sends a token once to each
+# remote node its experts are on, once a rank inside a node, instead of once a routed
+# expert: weighed against the model file's dispatcher whenever ep > 1.
 DEEPEP = ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
 
 
