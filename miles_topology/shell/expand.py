@@ -5,7 +5,6 @@ unknown value that says why and where, never a guess."""
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import shlex
@@ -18,6 +17,7 @@ from ..yamlflags import text as flags_text
 from . import syntax
 from .cursor import Cursor
 from .findings import Findings
+from .pattern import replace, strip
 from .provenance import Provenance
 from .state import Shell
 from .syntax import Arith, Lit, Param, Sub
@@ -35,9 +35,7 @@ from .values import (
     arith_targets,
     brace,
     dirname,
-    glob_re,
     printf,
-    strip,
 )
 
 _BLANK = re.compile(r"[ \t\n]")
@@ -500,19 +498,7 @@ class Words:
             b = arith(ln, lookup)
             return v[a:a + b] if b >= 0 else v[a:len(v) + b]
         rep = self.join(p.arg2).value if p.arg2 is not None else ""
-        rep = rep or ""
-        if not arg:
-            return v
-        rx = glob_re(arg)
-        if op == "/#":
-            m = rx.match(v)
-            return rep + v[m.end():] if m else v
-        if op == "/%":
-            for k in range(len(v) + 1):
-                if fnmatch.fnmatchcase(v[k:], arg):
-                    return v[:k] + rep
-            return v
-        return rx.sub(lambda m: rep, v, count=0 if op == "//" else 1)
+        return replace(v, arg, rep or "", op) if arg else v
 
     def arith_lookup(self, part):
         def lookup(name: str) -> int:
@@ -830,15 +816,16 @@ class Words:
         # answered from the model); any other helper with what is installed
         cluster = self.cluster if probe else None
         key = (tuple(argv), tuple(sorted(env.items())), cwd, cluster and cluster.line())
+        shown = _shown(["python3", *argv])
         got = self.helpers.get(key)
         if got is None:
+            from .. import deadline
             from ..pylaunch import run_program  # the sandbox: only when a script needs it
 
+            if deadline.left() == 0:  # every helper after it too: at once, not one by one
+                return self.unknown(sub, f"the helper '{shown}' was {deadline.spent_why()}")
             got = self.helpers[key] = run_program(argv, env=env, cwd=cwd, cluster=cluster,
                                                   confine=self.at.roots)
-        shown = " ".join(["python3", *argv])
-        if len(shown) > 120:
-            shown = shown[:117] + "..."
         if got.status != 0 or got.error:
             why = got.error or f"exited with status {got.status}"
             return self.unknown(sub, f"the helper '{shown}' gave no output: {why}")
@@ -866,6 +853,12 @@ class Words:
         if not path.startswith("/") and self.sh.cwd:
             path = os.path.join(self.sh.cwd, path)
         return os.path.normpath(path)
+
+
+def _shown(argv: list[str]) -> str:
+    """A command line as a message quotes it: at most 120 characters."""
+    shown = " ".join(argv)
+    return shown if len(shown) <= 120 else shown[:117] + "..."
 
 
 _PROBES = re.compile(r"\b(torch|cuda|ray|nvidia[-_]smi|pynvml|GPUtil|psutil|subprocess|popen|"

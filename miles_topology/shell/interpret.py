@@ -7,7 +7,6 @@ The process environment is never read: only the ``env`` given, so a check is rep
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,6 +30,7 @@ from .builtins import Builtins
 from .cursor import Cursor
 from .expand import Words
 from .findings import Findings
+from .pattern import fullmatch
 from .provenance import Provenance
 from .records import ScriptReadError
 from .state import Shell
@@ -560,7 +560,7 @@ class Reader:
                 if pv.unk:
                     matched = None
                     break
-                if fnmatch.fnmatchcase(word.value, pv.value):
+                if fullmatch(word.value, pv.value):
                     matched = True
                     break
                 matched = False
@@ -836,6 +836,8 @@ class Reader:
         budget.steps += 1
         if budget.steps > MAX_STEPS:
             budget.over_steps(self.at.src(n.line))
+        if not budget.steps & 1023:  # the input's --timeout covers its reading too
+            budget.check_clock(self.at.src(n.line))
         if not words or head in syntax.DECLARE:
             if head in ("declare", "typeset", "local"):
                 self.declare(n, head)
@@ -1090,7 +1092,7 @@ def _test(vals: list[Field], fancy: bool) -> bool | None:
     if len(v) == 3:
         a, op, b = v
         if op in ("=", "==", "!="):
-            eq = fnmatch.fnmatchcase(a, b) if fancy else a == b
+            eq = fullmatch(a, b) if fancy else a == b
             return eq if op != "!=" else not eq
         ints = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__,
                 "-gt": int.__gt__, "-ge": int.__ge__}
