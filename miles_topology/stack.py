@@ -212,7 +212,6 @@ def _parser_of(path: Path) -> tuple[Path, str | None] | None:
     import ast
 
     from . import gate
-
     from .argscan import SOURCE_MAX
 
     real = Path(os.path.realpath(path))
