@@ -17,6 +17,7 @@ from dataclasses import replace
 from . import fit
 from .channels import read_channels
 from .check_script import (
+    actor_words,
     env_unresolved,
     facts_line,
     fork_ranges,
@@ -141,11 +142,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
     being known only at run time (this process's environment is never read: in CI it holds
     secrets, which a YAML's ${oc.env:NAME} would print)."""
     argv, pairs, tainted, gap = _untaint(got)
-    if got.world is not None and not {f for f, _ in pairs} & {"--actor-num-nodes",
-                                                               "--actor-num-gpus-per-node"}:
-        # torchrun's world, nnodes x nproc_per_node, as the actor's shape (check_script too)
-        argv = ["--actor-num-nodes", str(got.world[0]), "--actor-num-gpus-per-node",
-                str(got.world[1]), *argv]
+    argv = actor_words(got.world, {f for f, _ in pairs}) + argv  # torchrun's world
     argv, refused = refused_topology(argv)  # a --topology the gate refuses: unknown, with why
     tainted = tainted + [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}",
                           "source": f"{got.source[0]}:{got.source[1]}" if got.source else "?",
@@ -165,14 +162,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
         v = verdict_of(path, lambda: read_flags(argv + words, environ).topology)
     for p in channel:
         {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
-    # as for a bash script: no layer count is refused by Megatron's validate_args, unless a
-    # word known only at run time may hold it: a stand-in's value, a shell expansion the
-    # command leaves to bash (slime's execute_train passes `${MODEL_ARGS[@]}` to `bash -c`),
-    # or the output of a command the sandbox did not run (answered with no output)
-    v.errors += no_layers(pairs + [(w.text.partition("=")[0], "") for w in words],
-                          gap is not None or any(val is None for _, val in pairs)
-                          or any("$" in w for w in argv)
-                          or any(p["answer"] is None for p in got.probes), stack.framework)
+    v.errors += _no_layers(got, argv, pairs, words, gap is not None, stack.framework)
     unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
                             if getattr(environ, "dropped", None) else [])
     gap_why = f"the model shape may come from {tainted[-1]['expression']}" if gap is not None \
@@ -228,6 +218,16 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
                "notes": got.notes, "report_lines": lines,
                "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
     return v
+
+
+def _no_layers(got: PythonLaunch, argv: list[str], pairs, words, gap: bool, framework: str):
+    """check_script.no_layers, as for a bash script, undecided while a word known only at run
+    time may hold the layer count: a stand-in's value, a shell expansion the command leaves
+    to bash (slime's execute_train passes `${MODEL_ARGS[@]}` to `bash -c`), or the output of
+    a command the sandbox did not run (answered with no output)."""
+    return no_layers(pairs + [(w.text.partition("=")[0], "") for w in words],
+                     gap or any(val is None for _, val in pairs) or any("$" in w for w in argv)
+                     or any(p["answer"] is None for p in got.probes), framework)
 
 
 def _shown(path: str, source) -> Location:

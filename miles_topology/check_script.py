@@ -52,10 +52,25 @@ def read(path: str, env: dict[str, str], args: Sequence[str] | None = None,
     return found
 
 
+def actor_words(world: tuple[int, int] | None, flags: set[str]) -> list[str]:
+    """A torchrun launch's world, (nnodes, nproc_per_node), as the actor's shape when the
+    launch gives neither --actor-num-nodes nor --actor-num-gpus-per-node; else []."""
+    if world is None or flags & {"--actor-num-nodes", "--actor-num-gpus-per-node"}:
+        return []
+    return ["--actor-num-nodes", str(world[0]), "--actor-num-gpus-per-node", str(world[1])]
+
+
+def _torchrun_values(ranks: list[str]) -> dict:
+    """The values report of the actor flags `torchrun_actor` gave, sourced to torchrun."""
+    return {flag: {"value": value, "source": f"torchrun {opt} (the world it starts)",
+                   "overridden": []}
+            for flag, value, opt in zip(ranks[::2], ranks[1::2], ("--nnodes",
+                                                                    "--nproc-per-node"))}
+
+
 def torchrun_actor(found: ScriptRead) -> list[str]:
-    """A torchrun launch's world, nnodes x nproc_per_node (torchrun's options before the
-    entry), as the actor's shape when the launch gives neither --actor-num-nodes nor
-    --actor-num-gpus-per-node; [] otherwise, or when an option is not known here."""
+    """`actor_words` of a script's torchrun launch (torchrun's options before the entry, read
+    again from the script's text); [] when an option is not known here."""
     import shlex
 
     from .commandline import torchrun_world
@@ -63,20 +78,15 @@ def torchrun_actor(found: ScriptRead) -> list[str]:
 
     site = found.site
     if "torch" not in (found.launcher or "") or site is None or site.statement is None \
-            or site.entry is None or site.statement.file != site.entry.file \
-            or {fv.flag for fv in found.argv} & {"--actor-num-nodes", "--actor-num-gpus-per-node"}:
+            or site.entry is None or site.statement.file != site.entry.file:
         return []
     text = reread(site.entry.file)
-    if text is None:
-        return []
     try:
         words = shlex.split(text[site.statement.start:site.entry.start].replace("\\\n", " "))
-    except ValueError:
+    except (ValueError, TypeError):  # an open quote; no text (None)
         return []
     world = torchrun_world([None if "$" in w or "`" in w else w for w in words])
-    if world is None:
-        return []
-    return ["--actor-num-nodes", str(world[0]), "--actor-num-gpus-per-node", str(world[1])]
+    return actor_words(world, {fv.flag for fv in found.argv})
 
 
 def not_ours(path: str, entry: str | None) -> None:
@@ -290,9 +300,7 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         [p.at(_locate(p, where)) if p.location is None else p for p in ps]
         for ps in (v.errors, v.warnings, v.skipped))
     values = values_report(found)
-    for flag, value, opt in zip(ranks[::2], ranks[1::2], ("--nnodes", "--nproc-per-node")):
-        values[flag] = {"value": value, "source": f"torchrun {opt} (the world it starts)",
-                        "overridden": []}
+    values.update(_torchrun_values(ranks))
     _channel_values(values, words)
     v.extra = {
         "stack": stack.describe(),
