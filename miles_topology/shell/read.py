@@ -29,7 +29,7 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None,
     `others`, and `entry` is None when there is no training launch.
     """
     r = Reader(Path(path), env or {}, positional)
-    r.w.cluster = cluster
+    r.w.subs.cluster = cluster
     r.text = text
     abs_path = r.at.main_abs
     if text is None and not os.path.isfile(abs_path):
