@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import gate
 from ..errors import Location
 from ..textfilters import FILTERS
 from . import launch as launches
@@ -22,7 +20,6 @@ from . import syntax
 from .assign import Assignments
 from .budget import (
     MAX_EXPANDED,
-    MAX_FILE,
     MAX_STEPS,
     Budget,
     too_many,
@@ -31,6 +28,7 @@ from .builtins import Builtins
 from .conditions import Conditions
 from .cursor import Cursor
 from .expand import Words
+from .files import Files
 from .findings import Findings
 from .loops import Loops
 from .provenance import Provenance
@@ -38,7 +36,6 @@ from .records import ScriptReadError
 from .state import Shell
 from .values import (
     MAX_ITEMS,
-    MAX_SOURCE_DEPTH,
     MAX_VALUE,
     PID,
     Field,
@@ -69,99 +66,24 @@ class Reader:
         self.w = Words(self.sh, self.at, self.found, self.prov)
         self.assigns = Assignments(self.sh, self.w, self.env, self.budget, self.at)
         self.loops = Loops(self)
+        self.files = Files(self.at, self.found, self.budget, self.loops)
         self.builtins = Builtins(self, self.w, self.prov, self.assigns, self.loops)
         self.tests = Conditions(self.w, self.builtins.getopts_next)
-        self.cache: dict[str, list] = {}
-        self.text: str | None = None  # the main script's text, when given instead of its file
         # >0 while a command runs where its failure is tested (an if/while test, before
         # && or ||, a negated pipeline): `set -e` does not stop bash there (bash(1), set -e)
         self.checked = 0
 
-    def parse_file(self, abs_path: str, disp: str) -> list:
-        if abs_path in self.cache:
-            return self.cache[abs_path]
-        data = self.file_bytes(abs_path, disp)
-        self.budget.take_words(data, disp)
-        text = data.decode("utf-8", "surrogateescape")
-        self.at.newlines[abs_path] = [m.start() for m in re.finditer("\n", text)]
-        body = self.parse(data, disp, counted=True)
-        self.cache[abs_path] = body
-        return body
-
-    def file_bytes(self, abs_path: str, disp: str) -> bytes:
-        try:
-            if abs_path != self.at.main_abs or self.text is None:
-                size = os.stat(abs_path).st_size
-                if size > MAX_FILE:
-                    raise ScriptReadError(
-                        f"{disp}:0: the file is {size / (1 << 20):.0f} MB, over the "
-                        f"{MAX_FILE >> 20} MB a launch script can be; it was not read. "
-                        "Fix: pass the bash launch script itself.")
-                main = abs_path == self.at.main_abs  # named by the user: only its own file
-                data = gate.read_bytes(abs_path, (Path(os.path.realpath(abs_path)),) if main
-                                       else self.at.roots, limit=MAX_FILE)
-            else:
-                data = self.text.encode("utf-8", "surrogateescape")
-        except OSError as e:
-            raise ScriptReadError(f"{disp}:0: cannot read the file ({e.strerror or e}). "
-                                  "Fix: check the path and its permissions.") from None
-        except gate.Refused as e:
-            raise ScriptReadError(f"{disp}:0: {e}. Fix: pass a regular file inside the "
-                                  "script's checkout.") from None
-        if len(data) > MAX_FILE:
-            raise ScriptReadError(f"{disp}:0: the text is over {MAX_FILE >> 20} MB. "
-                                  "Fix: pass the bash launch script itself.")
-        if b"\0" in data:
-            raise ScriptReadError(f"{disp}:1: not a text file (it contains NUL bytes). "
-                                  "Fix: pass the bash launch script.")
-        return data
-
-    def parse(self, data: bytes, disp: str, located: bool = True, line: int = 1,
-              counted: bool = False) -> list:
-        if not counted:
-            self.budget.take_words(data, disp)
-        try:
-            body, notes = syntax.parse(data, located, line)
-        except syntax.ShellSyntaxError as e:
-            raise ScriptReadError(f"{disp}:{e.line}: {e.message}. Fix: {e.fix}.") from None
-        for code, at, message, fix in notes:
-            self.found.note(code, message, fix, Location(disp, at))
-        return body
-
-    # -- entering a file: the main script, a sourced file, a file the script wrote
-
-    @contextmanager
-    def entering(self, key: str, disp: str, code_file: str, at: Location | None = None,
-                 shown: str = "") -> Iterator[bool]:
-        """Push a file while its commands run (its name for sources, its own file for spans,
-        a barrier for `break`). A source (`at` given) of a file being read already, or
-        nested too deep, is noted and gives False: the nested read is skipped."""
-        stack = self.at.stack
-        if at is not None and (len(stack) >= MAX_SOURCE_DEPTH or any(key == s for s, _ in stack)):
-            self.found.note("source-cycle", f"'{shown}' is sourced again while it is being "
-                            "read; the nested read is skipped", "source each model file once", at)
-            yield False
-            return
-        stack.append((key, disp))
-        self.at.where.append(code_file)
-        try:
-            with self.loops.barrier():
-                yield True
-        finally:
-            stack.pop()
-            self.at.where.pop()
-
     def run_main(self):
         abs_path = self.at.main_abs
-        body = self.parse_file(abs_path, self.at.disp(abs_path))
-        with self.entering(abs_path, self.at.disp(abs_path), abs_path):
+        body = self.files.parse_file(abs_path, self.at.disp(abs_path))
+        with self.files.entering(abs_path, self.at.disp(abs_path), abs_path):
             self.run(body, None)
 
     def source_file(self, path: str, n: syntax.Simple, cond: Unk | None, shown: str):
         """``source FILE`` of a file found on disk."""
-        with self.entering(path, self.at.disp(path), path, self.at.src(n.line), shown) as ok:
+        with self.files.entering(path, self.at.disp(path), path, self.at.src(n.line), shown) as ok:
             if ok:
-                self.run(self.parse_file(path, self.at.disp(path)), cond)
+                self.run(self.files.parse_file(path, self.at.disp(path)), cond)
 
     def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
                   cond: Unk | None, shown: str, written: bool = False):
@@ -198,11 +120,11 @@ class Reader:
                                "unknown")
             return self.assigns.taint(f"{n.words[0].text} {n.words[1].text}", where, why)
         disp = shown(key)
-        with self.entering(key, disp, self.at.where[-1], where, disp) as ok:
+        with self.files.entering(key, disp, self.at.where[-1], where, disp) as ok:
             if not ok:
                 return
             try:
-                body = self.parse(text.encode("utf-8", "surrogateescape"), disp, False)
+                body = self.files.parse(text.encode("utf-8", "surrogateescape"), disp, False)
             except ScriptReadError as e:
                 raise ScriptReadError(f"{where}: the file it sources, which the script "
                                       f"writes, is not valid bash: {e}") from None
@@ -210,7 +132,7 @@ class Reader:
 
     def run_text(self, text: str, line: int, cond: Unk | None, name: str, n: syntax.Simple):
         """``eval TEXT``: parsed and run here, as deep as calls are followed."""
-        body = self.parse(text.encode("utf-8", "surrogateescape"), self.at.file, False, line)
+        body = self.files.parse(text.encode("utf-8", "surrogateescape"), self.at.file, False, line)
         if self.budget.deep:  # not followed: what it may set is unknown from here on
             return self.assigns.too_deep(name, n, body)
         self.budget.calls += 1
@@ -481,7 +403,8 @@ class Reader:
                 text = got.value
         if not text.strip() or self.budget.deep:
             return
-        body = self.parse(text.encode("utf-8", "surrogateescape"), self.at.file, False, doc.line)
+        body = self.files.parse(text.encode("utf-8", "surrogateescape"), self.at.file, False,
+                                doc.line)
         saved = self.sh.copy_vars()
         self.budget.calls += 1
         try:

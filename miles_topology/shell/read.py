@@ -30,7 +30,7 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None,
     """
     r = Reader(Path(path), env or {}, positional)
     r.w.subs.cluster = cluster
-    r.text = text
+    r.files.text = text
     abs_path = r.at.main_abs
     if text is None and not os.path.isfile(abs_path):
         raise ScriptReadError(f"{path}:0: no such file. Fix: check the script path.")
