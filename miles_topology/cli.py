@@ -31,11 +31,11 @@ miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY
                      [--color auto|always|never] [--batch] [--stdin-filename NAME]
                      [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
                      [--real-imports] [--path DIR] [--pass-env NAME ...] [--read PATH ...]
-                     [--isolated] [--no-respect-gitignore]
+                     [--isolated] [--no-respect-gitignore] [--timeout SECONDS]
                      (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
                       | FOLDER... | - | -- FLAGS...)
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAME]
-                     [--env KEY=VALUE ...] [--isolated]
+                     [--env KEY=VALUE ...] [--isolated] [--timeout SECONDS]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
                        [--env KEY=VALUE ...]
@@ -43,6 +43,7 @@ miles-topology plan  (CONFIG.json | MODEL.sh | MODEL.py | -- MODEL FLAGS...) --n
                      [--gpus-per-node N] [--gpu NAME] [--top K] [--max-tokens-per-gpu T]
                      [--recompute] [--optimizer-cpu-offload] [--margin SHARE] [--tokens-per-step T]
                      [--seq-length L] [--colocate] [--explain] [--format text|json]
+                     [--timeout SECONDS]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
@@ -149,8 +150,7 @@ def keys(text: str) -> str:
 
 def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
     """`env`: at check time, the only names its ${oc.env:NAME} reads (--env; else the
-    default written); the fields that read another are unresolved (env.AT_RUN_TIME). None:
-    this process's environment (`show`, as `flags` at run time)."""
+    default written); the fields that read another are unresolved (env.AT_RUN_TIME)."""
     from .check_script import env_unresolved, skip_unknown
     from .env import AT_RUN_TIME, PartialEnv
     from .flags import field_of
@@ -178,6 +178,13 @@ def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
 
 
 def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
+    from .deadline import per_input
+
+    with per_input():  # one time budget for the input and all it runs (--timeout)
+        return _judge(path, env, py)
+
+
+def _judge(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
     from . import check_script, confine, pylaunch  # noqa: F401  (loaded once, not per child)
     from .gate import checking
 
@@ -192,8 +199,8 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
 
 
 def _one_in(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
-    if path.endswith((".yaml", ".yml")):  # `check` (py given) reads no name of os.environ
-        return [_yaml_verdict(path, env if py is not None else None)]
+    if path.endswith((".yaml", ".yml")):  # check and show read no name of os.environ
+        return [_yaml_verdict(path, env)]
     if path.endswith(".py"):
         return _python(path, [], env, py)
     from .check_script import check_script
@@ -206,11 +213,12 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
     """A Python launcher: one verdict per launch, on the cluster the flags and the
     ``[tool.miles-topology]`` table give (pylaunch/cluster.py)."""
     from .check_launcher import check_python_all
+    from .deadline import per_input
     from .gate import checking
     from .pylaunch.cluster import cluster_for
 
     py = py or {}
-    with checking(path):
+    with checking(path), per_input():  # its checkout; one time budget for all its runs
         return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
                                 bool(py.get("real_imports")), bool(py.get("trust")),
                                 py.get("pass_env") or (), py.get("reads") or ())
@@ -245,11 +253,12 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
         return
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
         from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
+        from .deadline import per_input
         from .gate import checking
         from .pylaunch.cluster import cluster_for
 
         def judge_script() -> list[Verdict]:
-            with checking(paths[0]):
+            with checking(paths[0]), per_input():
                 return [check_script(paths[0], env, flags,
                                      cluster_for(paths[0], (py or {}).get("cluster") or {}))]
 
@@ -268,7 +277,7 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
 
         def given() -> list[Verdict]:
             with using(for_launch(None, None, flag_pairs(flags))):  # installed, --stack, ...
-                v = verdict_of("flags", lambda: read_flags(flags).topology)
+                v = verdict_of("flags", lambda: read_flags(flags, env).topology)
             return [apply(v, flags, cluster)]
 
         yield "flags", _guarded("flags", given)
@@ -561,7 +570,7 @@ def cmd_rule(args, flags) -> int:
 def cmd_show(args, flags) -> int:
     from .fit import rank_gib
     from .formats.text import memory_lines, text_one
-    from .show import svg_map, text_map
+    from .show import svg_map, text_map, too_big
 
     py = {"cluster": {"gpu": args.gpu, "isolated": args.isolated}}
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py=py)
@@ -570,7 +579,7 @@ def cmd_show(args, flags) -> int:
         if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, OUT)
             continue
-        mem = rank_gib(v.topology, v.memory)
+        mem = None if too_big(v.topology) else rank_gib(v.topology, v.memory)  # per rank
         if args.svg:
             gpu = (v.memory or {}).get("gpu_gib")
             try:
@@ -589,10 +598,12 @@ def cmd_show(args, flags) -> int:
 
 
 def cmd_plan(args, flags) -> int:
+    from .deadline import per_input
     from .memory import gpu_bytes
-    from .plan import Options, gpu_name, plan, read_model, report
+    from .plan import MAX_WORLD, Options, gpu_name, plan, read_model, report
 
-    shape, model = read_model(args.inputs, flags)
+    with per_input():  # a model script's helpers
+        shape, model = read_model(args.inputs, flags)
     gpu = gpu_name(args.gpu)
     for key in ("nodes", "gpus_per_node", "top", "max_tokens_per_gpu", "tokens_per_step",
                 "seq_length"):
@@ -601,6 +612,9 @@ def cmd_plan(args, flags) -> int:
             raise InputError(f"--{key.replace('_', '-')} {value}: give 1 or more")
     if not 0 <= args.margin < 1:
         raise InputError(f"--margin {args.margin}: give a share of the GPU in [0, 1)")
+    if args.nodes * args.gpus_per_node > MAX_WORLD:  # every layout is built rank by rank
+        raise InputError(f"--nodes {args.nodes} x --gpus-per-node {args.gpus_per_node}: "
+                         f"plan searches layouts of at most {MAX_WORLD} GPUs")
     opts = Options(tokens=args.max_tokens_per_gpu, recompute=args.recompute or None,
                    offload=args.optimizer_cpu_offload or None, margin=args.margin,
                    step_tokens=args.tokens_per_step, seq_length=args.seq_length,
@@ -659,6 +673,25 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(message)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text}: give seconds between 0 and 86400")
+    return value
+
+
+def _timeout_option(p: argparse.ArgumentParser) -> None:
+    from .deadline import DEFAULT_S
+
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="wall-clock budget of one input, shared by every helper and launcher "
+                        f"run it makes (default {DEFAULT_S:g}); what is left when it is spent "
+                        "stays unknown")
+
+
 def parser() -> argparse.ArgumentParser:
     top = _Parser(
         prog="miles-topology", usage=USAGE,
@@ -714,6 +747,7 @@ def parser() -> argparse.ArgumentParser:
                            help="print each step-time term of every layout shown")
             p.add_argument("--format", choices=("text", "json"), default="text",
                            metavar="FORMAT", help="text (default) or json")
+            _timeout_option(p)
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
             "launch scripts (.sh), Python launchers (.py), topology files (.yaml), folders " \
@@ -721,6 +755,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("inputs", nargs="*", metavar="INPUT", help=what)
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
+        if name in ("check", "show"):
+            _timeout_option(p)
         if name in ("check", "migrate"):
             p.add_argument("--stack", metavar="PATH",
                            help="the user's stack: a checkout or site-packages holding miles "
@@ -839,6 +875,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from . import deadline, sources
+
     argv = list(sys.argv[1:] if argv is None else argv)
     head, flags = _split_dashdash(argv)
     try:
@@ -850,6 +888,10 @@ def _main(argv: list[str] | None) -> int:
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
                "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule,
                "plan": cmd_plan}[args.cmd]
+        # an input's ${oc.env:...} reads --env and the script's exports, never this
+        # process's environment (a CI runner's secrets); `flags` runs in the launch itself
+        sources.SEALED = args.cmd in ("check", "show", "plan", "migrate")
+        deadline.SECONDS = getattr(args, "timeout", None)
         code = run(args, flags)
         sys.stdout.flush()
         return code
@@ -872,6 +914,9 @@ def _main(argv: list[str] | None) -> int:
         ERR.line(f"miles-topology: internal error: {type(e).__name__}: {e} "
                  "(set MILES_TOPOLOGY_DEBUG=1 for the traceback)")
         return 2
+    finally:
+        sources.SEALED = False
+        deadline.SECONDS = None
 
 
 if __name__ == "__main__":

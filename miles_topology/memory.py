@@ -196,6 +196,14 @@ class Layout:
     engines: int = 0
 
 
+# The largest sizes the estimate models (fit.too_large; docs/sandbox.md "Bounds"): far above
+# any real job (~200 layers, ~400 experts), low enough that what is computed per layer or
+# stage stays well under a second. Past them the estimate is skipped with the reason.
+MAX_LAYERS = 10_000
+MAX_EXPERTS = 1 << 16
+MAX_STAGES = MAX_LAYERS
+
+
 def layout_of(topo: Topology) -> Layout:
     """The one adapter from the Topology: sizes, stage layers (`stage_layers`, uneven
     first/last stages included) and expert ownership (`local_experts`), never re-derived."""
@@ -327,9 +335,13 @@ class Counter:
         pre = p == 0 and v == 0
         post = p == lay.pp - 1 and v == lay.vpp - 1
         mtp = post and lay.mtp > 0
+        ids = lay.stages[p][v]  # two kinds of layer: counted, not summed layer by layer
+        moe = sum(1 for i in ids if lay.moe[i])
         got = Params()
-        for i in lay.stages[p][v]:
-            got += self.layer(lay.moe[i], lay.experts_on[p])
+        if moe:
+            got += self.layer(True, lay.experts_on[p]) * moe
+        if len(ids) > moe:
+            got += self.layer(False, lay.experts_on[p]) * (len(ids) - moe)
         d = 0
         if pre or mtp:
             d += self.embedding

@@ -122,6 +122,10 @@ class Candidate:
         return out
 
 
+# The most GPUs plan searches: each candidate layout is built and placed rank by rank.
+MAX_WORLD = 1 << 15
+
+
 def _divisors(n: int, most: int) -> list[int]:
     return [d for d in range(1, min(n, most) + 1) if n % d == 0]
 
@@ -325,6 +329,12 @@ def read_model(inputs: Sequence[str], flags: list[str] | None) -> tuple[Shape, d
     if shape is None or "layers" not in model or "heads" not in model:
         raise InputError("plan: the model needs --num-layers, --hidden-size and "
                          "--num-attention-heads")
+    from .memory import MAX_EXPERTS, MAX_LAYERS
+
+    for name, most in (("layers", MAX_LAYERS), ("experts", MAX_EXPERTS)):
+        if isinstance(model.get(name), int) and model[name] > most:
+            raise InputError(f"plan: {flag_of(name)} {model[name]} is more than {most}, the "
+                             "largest value the estimate models")
     return shape, model
 
 

@@ -5,12 +5,12 @@ interpreter runs the test afterwards, with its real effects."""
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Callable
 
 from ..textfilters import FILTERS
 from . import syntax
+from .pattern import fullmatch
 from .values import ArithError, Field, Unk, arith
 
 
@@ -176,7 +176,7 @@ def test(vals: list[Field], fancy: bool) -> bool | None:
 
 def _binary(a: str, op: str, b: str, fancy: bool) -> bool | None:
     if op in ("=", "==", "!="):
-        eq = fnmatch.fnmatchcase(a, b) if fancy else a == b
+        eq = fullmatch(a, b) if fancy else a == b
         return eq if op != "!=" else not eq
     if op in _INTS:
         try:

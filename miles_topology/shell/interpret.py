@@ -7,7 +7,6 @@ The process environment is never read: only the ``env`` given, so a check is rep
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
@@ -31,6 +30,7 @@ from .expand import Words
 from .files import Files
 from .findings import Findings
 from .loops import Loops
+from .pattern import fullmatch
 from .provenance import Provenance
 from .records import ScriptReadError
 from .state import Shell
@@ -255,7 +255,7 @@ class Reader:
                 if pv.unk:
                     matched = None
                     break
-                if fnmatch.fnmatchcase(word.value, pv.value):
+                if fullmatch(word.value, pv.value):
                     matched = True
                     break
                 matched = False
@@ -276,6 +276,8 @@ class Reader:
         budget.steps += 1
         if budget.steps > MAX_STEPS:
             budget.over_steps(self.at.src(n.line))
+        if not budget.steps & 1023:  # the input's --timeout covers its reading too
+            budget.check_clock(self.at.src(n.line))
         if not words or head in syntax.DECLARE:
             if head in ("declare", "typeset", "local"):
                 self.assigns.declare(n, head)

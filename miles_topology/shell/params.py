@@ -4,10 +4,9 @@ the shell state: known values, or unknown ones that say why."""
 
 from __future__ import annotations
 
-import fnmatch
-
+from .pattern import replace, strip
 from .syntax import Param
-from .values import INT_LIMIT, PID, ArithError, Field, Var, arith, glob_re, strip
+from .values import INT_LIMIT, PID, ArithError, Field, Var, arith
 
 
 class Params:
@@ -215,16 +214,4 @@ class Params:
             b = arith(ln, lookup)
             return v[a:a + b] if b >= 0 else v[a:len(v) + b]
         rep = self.w.join(p.arg2).value if p.arg2 is not None else ""
-        rep = rep or ""
-        if not arg:
-            return v
-        rx = glob_re(arg)
-        if op == "/#":
-            m = rx.match(v)
-            return rep + v[m.end():] if m else v
-        if op == "/%":
-            for k in range(len(v) + 1):
-                if fnmatch.fnmatchcase(v[k:], arg):
-                    return v[:k] + rep
-            return v
-        return rx.sub(lambda m: rep, v, count=0 if op == "//" else 1)
+        return replace(v, arg, rep or "", op) if arg else v

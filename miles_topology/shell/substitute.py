@@ -318,15 +318,18 @@ class Substitutions:
         # answered from the model); any other helper with what is installed
         cluster = self.cluster if probe else None
         key = (tuple(argv), tuple(sorted(env.items())), cwd, cluster and cluster.line())
-        got = self.helpers.get(key)
-        if got is None:
-            from ..pylaunch import run_program  # the sandbox: only when a script needs it
-
-            got = self.helpers[key] = run_program(argv, env=env, cwd=cwd, cluster=cluster,
-                                                  confine=self.at.roots)
         shown = " ".join(["python3", *argv])
         if len(shown) > 120:
             shown = shown[:117] + "..."
+        got = self.helpers.get(key)
+        if got is None:
+            from .. import deadline
+            from ..pylaunch import run_program  # the sandbox: only when a script needs it
+
+            if deadline.left() == 0:  # every helper after it too: at once, not one by one
+                return self.w.unknown(sub, f"the helper '{shown}' was {deadline.spent_why()}")
+            got = self.helpers[key] = run_program(argv, env=env, cwd=cwd, cluster=cluster,
+                                                  confine=self.at.roots)
         if got.status != 0 or got.error:
             why = got.error or f"exited with status {got.status}"
             return self.w.unknown(sub, f"the helper '{shown}' gave no output: {why}")

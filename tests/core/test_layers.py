@@ -14,7 +14,7 @@ PKG = ROOT / "miles_topology"
 # bottom first; a subpackage is one unit. A unit may import its own layer or lower ones.
 LAYERS = (
     ("errors", "grid", "layers", "env", "codes", "surface", "argscan", "stack",
-     "textfilters", "commandline", "safetext", "gate"),  # records, data and arithmetic
+     "textfilters", "commandline", "safetext", "gate", "deadline"),  # records, data and arithmetic
     ("parts", "placement"),  # a Topology's fields by concern; where its GPUs land
     ("model",),  # Topology: the floor of the core
     ("checks", "flags"),  # the rules on it; the flag grammar
