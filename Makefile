@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) bench/first_result.py
 	$(PY) bench/plan.py
 	$(PY) bench/bounds.py
+	$(PY) bench/plan_measured.py
 
 wheel: $(STAMP)
 	$(PY) -m pip wheel --no-deps -q -w dist .

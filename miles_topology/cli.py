@@ -187,6 +187,7 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
 def _judge(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
     from . import check_script, confine, pylaunch  # noqa: F401  (loaded once, not per child)
     from .gate import checking
+    from .pylaunch.cluster import cluster_for
 
     with checking(path):  # what it names is read only inside its checkout (gate.py)
         if path.endswith(".py"):  # a launcher: it runs in its own sandbox
@@ -195,10 +196,15 @@ def _judge(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdi
         note = confine.missing_note()
         if note:  # where the kernel cannot: said once (docs/sandbox.md)
             ERR.line(f"miles-topology: note: {note}")
-        return confine.run(path, lambda: _one_in(path, env, py))
+        # the project's settings (pyproject.toml of the script's folder or the current one)
+        # are the checker's own: read here, before the reading is confined to the checkout
+        cluster = None if path.endswith((".yaml", ".yml")) else \
+            cluster_for(path, (py or {}).get("cluster") or {})
+        return confine.run(path, lambda: _one_in(path, env, py, cluster))
 
 
-def _one_in(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
+def _one_in(path: str, env: dict[str, str], py: dict | None = None,
+            cluster=None) -> list[Verdict]:
     if path.endswith((".yaml", ".yml")):  # check and show read no name of os.environ
         return [_yaml_verdict(path, env)]
     if path.endswith(".py"):
@@ -206,7 +212,9 @@ def _one_in(path: str, env: dict[str, str], py: dict | None = None) -> list[Verd
     from .check_script import check_script
     from .pylaunch.cluster import cluster_for
 
-    return [check_script(path, env, cluster=cluster_for(path, (py or {}).get("cluster") or {}))]
+    if cluster is None:
+        cluster = cluster_for(path, (py or {}).get("cluster") or {})
+    return [check_script(path, env, cluster=cluster)]
 
 
 def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:

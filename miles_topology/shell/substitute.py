@@ -318,9 +318,7 @@ class Substitutions:
         # answered from the model); any other helper with what is installed
         cluster = self.cluster if probe else None
         key = (tuple(argv), tuple(sorted(env.items())), cwd, cluster and cluster.line())
-        shown = " ".join(["python3", *argv])
-        if len(shown) > 120:
-            shown = shown[:117] + "..."
+        shown = _shown(["python3", *argv])
         got = self.helpers.get(key)
         if got is None:
             from .. import deadline
@@ -386,6 +384,12 @@ class Substitutions:
     def written_text(self, path: str) -> str | None:
         """The text of a file this script wrote (``cat > F <<EOF``, ``echo ... > F``)."""
         return self.sh.written.get(self.w.file_key(path))
+
+
+def _shown(argv: list[str]) -> str:
+    """A command line as a message quotes it: at most 120 characters."""
+    shown = " ".join(argv)
+    return shown if len(shown) <= 120 else shown[:117] + "..."
 
 
 def _sequence(body: list) -> list:
