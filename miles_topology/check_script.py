@@ -8,6 +8,7 @@ not failed: `ok` is false only when proven.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -93,10 +94,13 @@ def not_ours(path: str, entry: str | None) -> None:
     """NoTrainingLaunch (nothing to check) when the entry is found in the checkout and builds
     neither miles' nor slime's parser (stack.parser_package): another program's train.py,
     such as a vendored Megatron-LM's examples/mimo/train.py, whose flags are its own. An
-    entry not found here (a container's /root/miles/train.py) is judged as miles' or
-    slime's training, as its name says."""
+    entry not found here (a container's /root/miles/train.py), or named bare (`train.py`:
+    the working folder decides which), is judged as miles' or slime's training, as its name
+    says."""
     from .stack import entry_parser
 
+    if not os.path.dirname(entry or ""):  # a bare train.py runs from the working folder,
+        return  # which may be another checkout (`cd /root/slime`): not decided here
     got = entry_parser(path, entry)
     if got is not None and got[1] is None:
         raise NoTrainingLaunch(

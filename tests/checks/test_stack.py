@@ -194,7 +194,8 @@ def test_another_program_s_train_py_is_not_judged_as_a_miles_launch():
 def test_an_entry_python_cannot_parse_here_is_judged_as_its_name_says(tmp_path):
     (tmp_path / "train.py").write_text("print 'a python 2 file'\n")
     script = tmp_path / "run.sh"
-    script.write_text("python3 train.py --num-layers 4 --colocate --tensor-model-paralel-size 2\n")
+    script.write_text("python3 ./train.py --num-layers 4 --colocate "
+                      "--tensor-model-paralel-size 2\n")
     assert codes(check_script(str(script), {})) == ["unknown-flag"]
 
 

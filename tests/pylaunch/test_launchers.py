@@ -510,7 +510,13 @@ def test_a_torchrun_launch_has_torchrun_s_world_and_another_program_is_not_judge
         " --colocate')\n")
     (v,) = check_python_all(str(launcher), [])
     assert v.summary["world_size"] == 4
-    (tmp_path / "train.py").write_text("from megatron.training import pretrain\n")
-    launcher.write_text(launcher.read_text().replace("/root/miles/train.py", "train.py"))
+    (tmp_path / "mimo").mkdir()
+    (tmp_path / "mimo" / "train.py").write_text("from megatron.training import pretrain\n")
+    launcher.write_text(launcher.read_text().replace("/root/miles/train.py", "mimo/train.py"))
     with pytest.raises(NoTrainingLaunch, match="builds neither"):
         check_python_all(str(launcher), [])
+    # a bare train.py runs from the working folder, which may be another checkout
+    launcher.write_text(launcher.read_text().replace("mimo/train.py", "train.py"))
+    (tmp_path / "mimo" / "train.py").rename(tmp_path / "train.py")
+    (v,) = check_python_all(str(launcher), [])
+    assert v.summary["world_size"] == 4
