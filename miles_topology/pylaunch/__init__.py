@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, NoTrainingLaunch
+from ..model.errors import InputError, NoTrainingLaunch
 from . import checkout, typerapp
 from . import records as records_mod
 from .child import REFUSED, status_of
@@ -238,7 +238,7 @@ def read_paths(target: str | None, cwd: str | None, env: Mapping[str, str],
     files out of each. `confine`: a helper of a script (gate.py's roots of that script): its
     checkout is the first of them, and the folder it runs in and PYTHONPATH entries (the
     script's to choose: `cd /`, `PYTHONPATH=/`) are readable only inside them."""
-    from .. import gate
+    from ..reading import gate
 
     # its checkout (checkout.root_of), else its own folder; never $HOME or /
     root = (checkout.root_of(target or os.path.join(cwd, "")) or os.path.dirname(
@@ -319,7 +319,7 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
         if not os.path.isfile(full):
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
         if confine:
-            from .. import gate
+            from ..reading import gate
 
             try:
                 gate.admit(full, confine)

@@ -21,8 +21,8 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..commandline import _PY
-from ..textfilters import Ran, run_pipeline
+from ..reading.commandline import _PY
+from ..reading.textfilters import Ran, run_pipeline
 
 # name as given -> (name the driver reports, memory MiB, NVLink links per GPU, vendor);
 # GPUs per node when not given: miles' NUM_GPUS_OF_HARDWARE (GB200/GB300: 4 a tray)
@@ -299,8 +299,8 @@ def cluster_for(launcher: str, given: dict) -> Cluster:
     pyproject.toml from the launcher up, else from the current folder; selection.py reads
     it; none with `isolated` given, as --isolated), over the defaults. Raises InputError on
     a bad value."""
-    from ..errors import InputError
-    from ..selection import CLUSTER_KEYS, TABLE, _read_toml, find_pyproject
+    from ..judging.selection import CLUSTER_KEYS, TABLE, _read_toml, find_pyproject
+    from ..model.errors import InputError
 
     found = None if given.get("isolated") else \
         find_pyproject(launcher) or find_pyproject(os.getcwd())

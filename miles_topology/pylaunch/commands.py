@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 
 # one rule of command forms, of ray job submit's runtime env and of a training entry
-from ..commandline import ASSIGN, command_form, is_training, runtime_env
+from ..reading.commandline import ASSIGN, command_form, is_training, runtime_env
 
 _OPERATORS = {";", "&&", "||", "|", "&", "\n", ";;", "|&"}
 

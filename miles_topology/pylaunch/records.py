@@ -132,7 +132,9 @@ class Reader:
         path = src[0]
         ok = self._seen.get(path)
         if ok is None:
-            from .. import gate  # inside the checkout, no hidden name, a bounded regular file
+            from ..reading import (
+                gate,  # inside the checkout, no hidden name, a bounded regular file
+            )
 
             try:
                 ok = gate.is_file(path, (Path(self.root),))

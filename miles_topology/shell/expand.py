@@ -10,11 +10,11 @@ import os
 import re
 import shlex
 
-from .. import gate
-from ..errors import InputError
-from ..textfilters import FILTERS, run_pipeline
-from ..yamlflags import COMMAND, env_names
-from ..yamlflags import text as flags_text
+from ..model.errors import InputError
+from ..reading import gate
+from ..reading.textfilters import FILTERS, run_pipeline
+from ..reading.yamlflags import COMMAND, env_names
+from ..reading.yamlflags import text as flags_text
 from . import syntax
 from .cursor import Cursor
 from .findings import Findings

@@ -14,9 +14,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import gate
-from ..errors import Location
-from ..textfilters import FILTERS
+from ..model.errors import Location
+from ..reading import gate
+from ..reading.textfilters import FILTERS
 from . import launch as launches
 from . import syntax
 from .budget import (

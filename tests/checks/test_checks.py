@@ -292,7 +292,7 @@ def test_each_rule_declares_every_code_it_reports():
 
 def test_rules_are_not_named_like_topology_members():
     from miles_topology.codes import RULES
-    from miles_topology.placement import Placement
+    from miles_topology.model.placement import Placement
 
     assert len(RULES) >= 20
     assert not [f.__name__ for f in RULES
@@ -326,7 +326,7 @@ def _hand_flags(path):
     import ast
     import re
 
-    from miles_topology.parts import FIELDS, flag_of
+    from miles_topology.model.parts import FIELDS, flag_of
 
     own = {flag_of(n) for n in FIELDS} - set(FIELDS)
     tree = ast.parse(path.read_text())

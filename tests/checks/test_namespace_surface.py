@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from miles_topology import Topology, TopologyError, surface
+from miles_topology import Topology, TopologyError
+from miles_topology.reading import surface
 
 QWEN3_30B_A3B = [  # scripts/models/qwen3-30B-A3B.sh, on one node of 8, colocated
     "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--colocate",

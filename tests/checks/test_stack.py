@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from support import FIXTURES, ROOT
 
-from miles_topology import stack, surface
-from miles_topology.check_script import check_script
-from miles_topology.flags import parse_flags
+from miles_topology.judging.check_script import check_script
+from miles_topology.reading import stack, surface
+from miles_topology.reading.flags import parse_flags
 from miles_topology.shell import read_script
 
 FIX = FIXTURES / "stack"
@@ -255,7 +255,7 @@ def test_an_unreadable_yaml_cfg_is_skipped():
 
 
 def test_yaml_cfg_is_not_read_as_base64_and_not_on_fsdp(tmp_path):
-    from miles_topology.channels import read_channels
+    from miles_topology.reading.channels import read_channels
 
     inline = "base64:dGVuc29yX21vZGVsX3BhcmFsbGVsX3NpemU6IDQK"  # a custom-config form only
     problems, words = read_channels([("--yaml-cfg", inline, None)])
@@ -304,7 +304,7 @@ def test_an_installed_megatron_s_own_flags_are_known(tmp_path, monkeypatch):
 
 def test_add_arguments_are_followed_through_imports_and_classes():
     # miles' session_verify_agent style: its add_arguments calls the base function's first
-    from miles_topology.argscan import Resolver
+    from miles_topology.reading.argscan import Resolver
 
     src = {
         "pkg.base": "import argparse\nasync def generate(x): ...\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from miles_topology import surface
+from miles_topology.reading import surface
 
 
 def _argv(f: surface.Flag) -> list[str]:
@@ -71,7 +71,7 @@ def test_upstream_facts_the_checker_relies_on():
 
 def test_check_accepts_every_flag_of_the_surface():
     """No spelling of miles' surface is an unknown-flag for `check` and the launcher."""
-    from miles_topology.flags import parse_flags
+    from miles_topology.reading.flags import parse_flags
 
     refused = []
     for name in sorted(surface.names()):
@@ -82,7 +82,7 @@ def test_check_accepts_every_flag_of_the_surface():
 
 
 def test_a_flag_only_slime_has_says_so():
-    from miles_topology.flags import parse_flags
+    from miles_topology.reading.flags import parse_flags
 
     assert "--update-weight-mode" in surface.slime_only()
     assert not surface.slime_only() & surface.names()

@@ -4,7 +4,7 @@ verdict computed by hand from upstream's code (file + function named in checks.p
 import pytest
 
 from miles_topology import Topology, TopologyError
-from miles_topology.sources import read_flags, to_yaml
+from miles_topology.reading.sources import read_flags, to_yaml
 
 
 def codes(problems, severity=None):

@@ -11,7 +11,7 @@ import pytest
 from support import SCRIPTS
 
 from miles_topology.cli import main
-from miles_topology.discover import Ignore, find, kind
+from miles_topology.reading.discover import Ignore, find, kind
 
 LAUNCH = "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate " \
          "--num-layers 4 --num-attention-heads 4 {extra}\n"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_topology import gate
 from miles_topology.cli import main
+from miles_topology.reading import gate
 
 SECRET = "fake-secret-gate-0123456789"
 LAUNCH = "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --num-layers 4"
@@ -281,7 +281,7 @@ def test_migrate_never_writes_through_a_dangling_link(ws, capsys):
 
 
 def test_fork_sources_linked_out_of_the_checkout_are_not_read(ws):
-    from miles_topology.stack import _read_under
+    from miles_topology.reading.stack import _read_under
 
     home, repo, _ = ws
     pkg = repo / "miles" / "utils"
@@ -332,7 +332,7 @@ def test_helper_read_rules_keep_cwd_and_pythonpath_inside_the_checkout(ws):
 
 def test_static_reading_runs_under_the_kernels_read_rules(ws):
     """A path the code forgets to send through the gate is still refused (confine.py)."""
-    from miles_topology import confine
+    from miles_topology.reading import confine
 
     home, repo, _ = ws
     if not confine.available():

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from support import SCRIPTS
 
-from miles_topology import cli, formats
+from miles_topology import cli
 from miles_topology.cli import main
-from miles_topology.report import Verdict
-from miles_topology.safetext import Sink
+from miles_topology.judging.verdict import Verdict
+from miles_topology.reporting import formats
+from miles_topology.reporting.safetext import Sink
 
 CLEAN = str(SCRIPTS / "run-qwen3-4B.sh")
 BAD = str(SCRIPTS / "err-expert-grid.sh")
@@ -181,7 +182,7 @@ def test_an_internal_error_is_that_inputs_verdict_and_the_batch_goes_on(
         tmp_path, monkeypatch, capsys, error):
     """A bug of ours on one input (issue 33 item 6): that input's internal-error verdict,
     exit 2, unsuppressible; the inputs after it are still judged and printed."""
-    from miles_topology import check_script
+    from miles_topology.judging import check_script
 
     real = check_script.check_script
 

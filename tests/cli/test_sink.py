@@ -100,8 +100,8 @@ def test_a_crlf_scripts_diff_applies(tmp_path, capsys):
 def test_the_progress_line_and_a_stdin_name_are_escaped(monkeypatch, capsys):
     import io
 
-    from miles_topology import formats
-    from miles_topology.report import Verdict
+    from miles_topology.judging.verdict import Verdict
+    from miles_topology.reporting import formats
 
     h = NASTY.replace("\x00", "").replace("\udc80", "")
     monkeypatch.setattr(formats, "PROGRESS_AFTER_S", 0.0)

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from miles_topology import Topology
-from miles_topology.show import svg_map
+from miles_topology.reporting.show import svg_map
 
 try:  # the test extra pins cairosvg; it needs the system's libcairo2 (Debian: libcairo2)
     import cairosvg

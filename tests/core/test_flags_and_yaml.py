@@ -7,10 +7,10 @@ from pydantic import ValidationError
 from support import ROOT
 
 from miles_topology import Topology, TopologyError
-from miles_topology.argscan import Added
-from miles_topology.model import megatron_args
-from miles_topology.sources import read_flags, to_yaml
-from miles_topology.stack import Stack, using
+from miles_topology.model.topology import megatron_args
+from miles_topology.reading.argscan import Added
+from miles_topology.reading.sources import read_flags, to_yaml
+from miles_topology.reading.stack import Stack, using
 
 
 def test_real_defaults():
@@ -176,7 +176,7 @@ def test_engines_spanning_whole_nodes_and_disaggregated_start():
 
 
 def test_yaml_reads_a_given_env_instead_of_the_process_env(tmp_path, monkeypatch):
-    from miles_topology.errors import InputError
+    from miles_topology.model.errors import InputError
 
     path = tmp_path / "t.yaml"
     path.write_text("nodes: ${oc.env:NNODES,2}\ngpus_per_node: ${oc.env:GPN}\ncolocate: true\n")
@@ -210,7 +210,7 @@ def test_explicit_etp_round_trips_through_yaml(tmp_path):
 
 
 def test_etp_implied_is_derived_not_a_field():
-    from miles_topology.parts import FIELDS
+    from miles_topology.model.parts import FIELDS
 
     assert "etp_implied" not in FIELDS
     with pytest.raises(TopologyError) as info:
@@ -244,8 +244,8 @@ def test_invalid_tp_is_one_problem_not_two():
 
 
 def test_every_field_has_a_group_and_every_flag_reads_its_field():
-    from miles_topology.flags import ALIASES, RENAMED, field_of, flag_of, is_switch, known
-    from miles_topology.parts import FIELDS, GROUPS, facts, fields_in
+    from miles_topology.model.parts import FIELDS, GROUPS, facts, fields_in
+    from miles_topology.reading.flags import ALIASES, RENAMED, field_of, flag_of, is_switch, known
 
     assert sorted(n for g in GROUPS for n in fields_in(g)) == sorted(FIELDS)
     for name in FIELDS:
@@ -264,7 +264,7 @@ def test_every_field_has_a_group_and_every_flag_reads_its_field():
 def test_parse_flags_keeps_the_token_objects_that_set_each_field():
     from dataclasses import dataclass
 
-    from miles_topology.flags import parse_flags
+    from miles_topology.reading.flags import parse_flags
 
     @dataclass
     class Word:
@@ -284,7 +284,7 @@ def test_parse_flags_keeps_the_token_objects_that_set_each_field():
 
 
 def test_a_topology_flag_without_a_file_is_unreadable_input():
-    from miles_topology.errors import InputError
+    from miles_topology.model.errors import InputError
 
     for argv in (["--topology"], ["--topology", "--colocate"]):
         with pytest.raises(InputError, match="--topology needs a topology YAML file"):
@@ -307,7 +307,7 @@ def test_unknown_flag_is_an_error_with_did_you_mean_and_cached(monkeypatch):
     over the whole surface, once per spelling (a check repeats its unknown flags)."""
     import difflib
 
-    from miles_topology import flags
+    from miles_topology.reading import flags
 
     calls = []
     real = difflib.get_close_matches
@@ -329,7 +329,7 @@ def test_unknown_flag_is_an_error_with_did_you_mean_and_cached(monkeypatch):
 
 
 def test_deprecated_upstream_spellings_warn_and_pass():
-    from miles_topology.flags import parse_flags
+    from miles_topology.reading.flags import parse_flags
 
     got = parse_flags(["--sglang-cuda-graph-bs", "4", "--sglang-prefill-round-robin-balance"])
     assert got.errors == []
@@ -339,8 +339,8 @@ def test_deprecated_upstream_spellings_warn_and_pass():
 
 
 def test_repeat_and_typo_point_at_the_token_that_wrote_them():
-    from miles_topology.errors import Location
-    from miles_topology.flags import parse_flags
+    from miles_topology.model.errors import Location
+    from miles_topology.reading.flags import parse_flags
     from miles_topology.shell.records import Token
 
     words = [("--lr", 3), ("1e-6", 3), ("--tensor-model-paralel-size", 4), ("2", 4),
@@ -357,7 +357,7 @@ def test_the_trigram_shortlist_finds_what_full_difflib_finds():
     flags (a letter dropped, doubled or swapped) it agrees with difflib over all of them."""
     import difflib
 
-    from miles_topology import flags
+    from miles_topology.reading import flags
 
     every = flags._spellings()
     cases = []
@@ -391,7 +391,7 @@ def _undocumented():
 
     from pydantic import BaseModel
 
-    from miles_topology.parts import PARTS
+    from miles_topology.model.parts import PARTS
 
     out = []
     for cls in (Topology, *PARTS.values()):
@@ -407,14 +407,14 @@ def _undocumented():
 
 
 def test_every_public_name_is_documented_and_the_schema_says_it():
-    from miles_topology.sources import schema
+    from miles_topology.reading.sources import schema
 
     assert _undocumented() == []
     props = schema()["properties"]
     assert props["tp"]["description"] == (
         "Tensor-parallel size of the trainer, in GPUs, e.g. 4. "
         "(--tensor-model-parallel-size; group layout)")
-    from miles_topology.parts import FIELDS
+    from miles_topology.model.parts import FIELDS
 
     assert all(FIELDS[n].description.split()[0] in p["description"]
                for n, p in props.items())
@@ -452,7 +452,7 @@ def test_topology_has_at_most_20_public_names_of_its_own():
     that only forwards to a part or a view (a flat `topo.tp` is `topo.layout.tp`)."""
     from pydantic import BaseModel
 
-    from miles_topology.parts import FIELDS
+    from miles_topology.model.parts import FIELDS
 
     topo = Topology.from_flags(["--colocate"])
     own = {n for n in dir(topo) if not n.startswith("_") and not hasattr(BaseModel, n)}

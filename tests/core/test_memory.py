@@ -8,8 +8,8 @@ import pytest
 from support import FIXTURES, SCRIPTS, run_cli
 
 from miles_topology import Topology
-from miles_topology.fit import judge
-from miles_topology.memory import (
+from miles_topology.judging.fit import judge
+from miles_topology.judging.memory import (
     GIB,
     Precision,
     Run,
@@ -306,7 +306,7 @@ def test_odd_values_never_break_the_check(capsys, bad):
 
 
 def test_hf_config_of_a_qwen3_moe():
-    from miles_topology.memory import from_hf_config
+    from miles_topology.judging.memory import from_hf_config
 
     shape, model = from_hf_config({
         "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,

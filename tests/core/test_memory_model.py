@@ -6,8 +6,8 @@ import pytest
 from support import FIXTURES, run_cli
 
 from miles_topology import Topology, TopologyError
-from miles_topology.fit import judge
-from miles_topology.memory import (
+from miles_topology.judging.fit import judge
+from miles_topology.judging.memory import (
     GIB,
     Run,
     gpu_bytes,
@@ -17,7 +17,7 @@ from miles_topology.memory import (
     shape_from_flags,
     train_memory,
 )
-from miles_topology.plan import read_model
+from miles_topology.judging.plan import read_model
 from miles_topology.pylaunch.cluster import Cluster
 
 MODELS = FIXTURES / "models"

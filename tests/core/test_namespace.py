@@ -5,7 +5,7 @@ from argparse import Namespace
 import pytest
 
 from miles_topology import Topology, TopologyError
-from miles_topology.model import summary
+from miles_topology.model.topology import summary
 
 
 def miles_args(**over):

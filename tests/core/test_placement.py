@@ -3,7 +3,7 @@
 from miles.ray.cluster import _ranks_on_node
 from miles.ray.plan import need_per_node, slots
 from miles_topology import Topology
-from miles_topology.show import text_map
+from miles_topology.reporting.show import text_map
 
 SHAPE_A = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "12",
            "--rollout-num-gpus-per-engine", "4", "--num-gpus-per-node", "8"]

@@ -8,9 +8,9 @@ import pytest
 from support import FIXTURES, run_cli
 
 from miles_topology import Topology
-from miles_topology.cost import HARDWARE, TERMS, spans, step_cost
-from miles_topology.memory import Precision, Run, gpu_bytes, layout_of
-from miles_topology.plan import Options, plan, read_model
+from miles_topology.judging.cost import HARDWARE, TERMS, spans, step_cost
+from miles_topology.judging.memory import Precision, Run, gpu_bytes, layout_of
+from miles_topology.judging.plan import Options, plan, read_model
 from miles_topology.pylaunch.cluster import GPUS
 
 MOE = str(FIXTURES / "models" / "qwen3-30B-A3B.sh")
@@ -80,7 +80,7 @@ def test_proposals_pass_check_on_the_same_cluster_without_a_memory_finding(capsy
 
 
 def _model_args(path: str) -> list[str]:
-    from miles_topology.plan import _script_flags
+    from miles_topology.judging.plan import _script_flags
 
     return _script_flags(path)
 

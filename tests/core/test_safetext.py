@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support import ROOT
 
-from miles_topology.safetext import Paint, Sink, printable
+from miles_topology.reporting.safetext import Paint, Sink, printable
 
 
 def sink(**kw) -> tuple[Sink, io.StringIO]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from miles_topology import Topology
-from miles_topology.weightsync import engine_senders, rank_sends, sync_plan
+from miles_topology.model.weightsync import engine_senders, rank_sends, sync_plan
 
 CASES = {
     "default-ep2-colocated": dict(nodes=2, gpus_per_node=4, ep=2, colocate=True),

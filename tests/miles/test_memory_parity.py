@@ -18,13 +18,13 @@ import warnings
 import pytest
 
 from miles_topology import Topology, TopologyError
-from miles_topology.memory import (
+from miles_topology.judging.memory import (
     Shape,
     layout_of,
     megatron_formula,
     train_memory,
 )
-from miles_topology.model import megatron_args
+from miles_topology.model.topology import megatron_args
 
 
 def _divs(n: int) -> list[int]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from support import LAUNCHERS
 
-from miles_topology.check_launcher import check_python_all
 from miles_topology.cli import main
+from miles_topology.judging.check_launcher import check_python_all
 from miles_topology.pylaunch import read_python_launches
 from miles_topology.pylaunch.cluster import Cluster
 

@@ -12,8 +12,8 @@ import time
 import pytest
 from support import LAUNCHERS
 
-from miles_topology.check_launcher import check_python
-from miles_topology.errors import InputError
+from miles_topology.judging.check_launcher import check_python
+from miles_topology.model.errors import InputError
 from miles_topology.pylaunch import read_python_launcher, read_python_launches
 from miles_topology.pylaunch.cluster import Cluster, _plain
 from miles_topology.pylaunch.servers import Polls, served
