@@ -334,7 +334,7 @@ def _gpu(name: str) -> str:
     need its size), else a usage error with a did-you-mean."""
     import difflib
 
-    from .pylaunch.cluster import GPUS
+    from .model.gpus import GPUS
 
     if name.upper() in GPUS:
         return name

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from ..model.errors import Location
 from ..pylaunch import UNKNOWN_ENV, PythonLaunch, read_python_launches
-from ..pylaunch.cluster import Cluster
+from ..pylaunch.cluster import ClusterModel
 from ..pylaunch.standins import unknowns_in
 from ..reading.channels import read_channels
 from ..reading.env import AT_RUN_TIME, PartialEnv
@@ -29,7 +29,7 @@ from .verdict import verdict_of
 
 
 def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
-                 cluster: Cluster | None = None, real_imports: bool = False,
+                 cluster: ClusterModel | None = None, real_imports: bool = False,
                  trust: bool = False, pass_env: Sequence[str] = (),
                  reads: Sequence[str] = ()):
     """The Verdict on the launcher's first training launch (see `check_python_all`)."""
@@ -38,14 +38,14 @@ def check_python(path: str, launcher_args: list[str], env: Mapping[str, str] | N
 
 
 def check_python_all(path: str, launcher_args: list[str], env: Mapping[str, str] | None = None,
-                     cluster: Cluster | None = None, real_imports: bool = False,
+                     cluster: ClusterModel | None = None, real_imports: bool = False,
                      trust: bool = False, pass_env: Sequence[str] = (),
                      reads: Sequence[str] = ()) -> list:
     """`check LAUNCHER.py [-- ARGS]`: one Verdict per training launch the launcher issues
     (per typer command, per call), each pointing at its own file:line. `pass_env`
     (--pass-env NAME) and `reads` (--read PATH): what of this machine it may see beyond
     the sandbox's allow-lists (pylaunch.launcher_env, pylaunch.read_paths)."""
-    cluster = cluster or Cluster.of({})
+    cluster = cluster or ClusterModel.of({})
     got = read_python_launches(path, launcher_args, env, cluster=cluster,
                                real_imports=real_imports, trust=trust, pass_env=pass_env,
                                reads=reads)
@@ -116,7 +116,7 @@ def _imports(path: str) -> tuple[str, ...]:
                  if re.search(rf"^\s*(?:from|import)\s+{fw}\b", text, re.M))
 
 
-def _verdict(path: str, got: PythonLaunch, env, cluster: Cluster, of: int):
+def _verdict(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int):
     """A ``--topology`` YAML is resolved with the environment the entry really gets: under
     ray job submit only the runtime env; else what the command sets and --env, the rest
     being known only at run time (this process's environment is never read: in CI it holds
@@ -208,7 +208,7 @@ def _spelled(p, got: PythonLaunch, path: str) -> Location | None:
     return next((_shown(path, got.spelled[f]) for f in p.flags if f in got.spelled), None)
 
 
-def _assumed_cluster_is_no_proof(v, cluster: Cluster) -> None:
+def _assumed_cluster_is_no_proof(v, cluster: ClusterModel) -> None:
     """A launcher sizes its job from the cluster it runs on (miles' ExecuteTrainConfig reads
     SLURM_JOB_NUM_NODES, its options default to one node): on the assumed cluster a layout
     meant for many nodes puts a whole model on one, and `memory-exceeds-gpu` would promise an
@@ -224,7 +224,7 @@ def _assumed_cluster_is_no_proof(v, cluster: Cluster) -> None:
                               f"runs on; {p.fix}") for p in moved]
 
 
-def _servers_line(servers: list[dict], cluster: Cluster) -> str:
+def _servers_line(servers: list[dict], cluster: ClusterModel) -> str:
     """The servers the launcher's commands were started to serve (pylaunch/servers.py): the
     ones it connected to, then the others by name."""
     def at(s: dict) -> str:

@@ -24,7 +24,7 @@ from . import fit
 from .verdict import Verdict, verdict_of
 
 if TYPE_CHECKING:
-    from ..pylaunch.cluster import Cluster
+    from ..pylaunch.cluster import ClusterModel
 
 # checks that read whether the model is MoE (checks/, Model.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
@@ -159,7 +159,7 @@ def values_report(found: ScriptRead) -> dict:
 
 
 def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = None,
-                 cluster: Cluster | None = None) -> Verdict:
+                 cluster: ClusterModel | None = None) -> Verdict:
     """`args`: the script's positional arguments (``check SCRIPT.sh -- ARGS``); `cluster`: the
     modelled cluster (pylaunch/cluster.py): the GPU the memory estimate is judged on (fit.py;
     None: assumed), and the answers to the script's GPU probes (``$(nvidia-smi -L | wc -l)``)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from .memory import Counter, Layout, Precision, Run, Shape
+from .memory import Counter, Sizes, Precision, Run, Shape
 
 GB = 1e9
 TB = 1e12
@@ -139,7 +139,7 @@ class Spans:
     ep_local: int = 1  # members of an ep group on one node
 
 
-def spans(lay: Layout, per_node: int) -> Spans:
+def spans(lay: Sizes, per_node: int) -> Spans:
     """Nodes each group spans, for megatron-core's default order tp-cp-ep-dp-pp (dense) and
     etp-ep-edp-pp (experts) on ranks packed node by node (miles' placement group)."""
     def nodes(size: int, stride: int) -> int:
@@ -181,7 +181,7 @@ def _collective(nbytes: float, group: int, span: int, hw: Hardware) -> float:
     return nbytes * (group - 1) / group / bw
 
 
-def _dispatch(kind: str, own: float, lay: Layout, sp: Spans, per_node: int,
+def _dispatch(kind: str, own: float, lay: Sizes, sp: Spans, per_node: int,
               hw: Hardware) -> float:
     """One way (dispatch or combine) of a MoE layer's token exchange; `own`: the bytes of
     the rank's own tokens (sequence-parallel share), one copy. megatron-core token
@@ -208,7 +208,7 @@ def _dispatch(kind: str, own: float, lay: Layout, sp: Spans, per_node: int,
     return a2a + gather
 
 
-def step_cost(shape: Shape, lay: Layout, hw: Hardware, per_node: int, prec: Precision,
+def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Precision,
               run: Run, step_tokens: int, context: int | None = None,
               counter: Counter | None = None) -> Cost:
     """The step time of `lay` (see the module docstring). `run.tokens`: tokens of a rank's

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..model.errors import Problem
+from ..model.gpus import GPUS
 from ..model.parts import GROUP_OF, flag_of
-from ..pylaunch.cluster import GPUS
 from .memory import (
     READS,
     Estimate,
@@ -40,7 +40,7 @@ from .memory import (
 
 if TYPE_CHECKING:
     from ..model.topology import Topology
-    from ..pylaunch.cluster import Cluster
+    from ..pylaunch.cluster import ClusterModel
     from .verdict import Verdict
 
 NEAR = 0.9
@@ -59,7 +59,7 @@ class Gpu:
                                                                if self.assumed else "")
 
 
-def gpu_of(cluster: Cluster | None) -> Gpu | None:
+def gpu_of(cluster: ClusterModel | None) -> Gpu | None:
     """The GPU judged on; None when its name is not in the table (memory unknown)."""
     name = (cluster.gpu if cluster is not None else "H100").upper()
     assumed = cluster is None or "gpu" in cluster.assumed
@@ -151,7 +151,7 @@ def fixes(topo: Topology, shape: Shape, prec: Precision, run: Run, limit: float,
     return [text for _, _, text in sorted(found)[:most]]
 
 
-def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None,
+def judge(topo: Topology, argv: Sequence[str], cluster: ClusterModel | None,
           launcher: bool = False) -> tuple[list[Problem], dict[str, Any] | None]:
     """(problems, report) of the memory of a valid Topology launched with `argv`;
     `launcher`: a Python launcher that sizes its job from the cluster it runs on."""
@@ -217,7 +217,7 @@ def judge(topo: Topology, argv: Sequence[str], cluster: Cluster | None,
     return problems, report
 
 
-def _assumed_cluster(cluster: Cluster | None) -> str:
+def _assumed_cluster(cluster: ClusterModel | None) -> str:
     """Where the cluster a launcher sized its job from was assumed: the flags that give it."""
     if cluster is None:
         return ""
@@ -237,7 +237,7 @@ def rank_gib(topo: Topology, report: dict[str, Any] | None) -> dict[int, float] 
     return {r: report["stages"][stage_of(r)]["total_gib"] for r in range(topo.world_size)}
 
 
-def apply(v: Verdict, argv: Sequence[Any], cluster: Cluster | None,
+def apply(v: Verdict, argv: Sequence[Any], cluster: ClusterModel | None,
           unknown: Collection[str | None] = (), launcher: bool = False) -> Verdict:
     """Add the memory findings and figures to a verdict whose Topology was built. `unknown`:
     the flags whose value is known only at run time (None: words that may hold any flag); one

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from ..pylaunch.cluster import GPUS
+from ..model.gpus import GPUS
 from ..reading.flags import text_of
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def reserve_bytes(gpu: int | None, colocated: bool = False) -> int:
 
 
 @dataclass(frozen=True)
-class Layout:
+class Sizes:
     """What the estimate reads from a Topology; `layout_of` is the only place that reads it."""
 
     world: int
@@ -196,7 +196,7 @@ class Layout:
     engines: int = 0
 
 
-def layout_of(topo: Topology) -> Layout:
+def layout_of(topo: Topology) -> Sizes:
     """The one adapter from the Topology: sizes, stage layers (`stage_layers`, uneven
     first/last stages included) and expert ownership (`local_experts`), never re-derived."""
     lay, model, stages, grid = topo.layout, topo.model, topo.stages, topo.grid("dense")
@@ -206,7 +206,7 @@ def layout_of(topo: Topology) -> Layout:
                    for p in range(lay.pp))
     owners = tuple(len(topo.local_experts(grid.rank(pp=p))) if model.is_moe else 0
                    for p in range(lay.pp))
-    return Layout(
+    return Sizes(
         world=topo.world_size, tp=lay.tp, cp=lay.cp, pp=lay.pp, ep=lay.ep, etp=lay.etp,
         dp=topo.dp, edp=topo.edp, vpp=stages.chunks, sp=lay.sp, layers=model.layers,
         heads=model.heads, groups=model.query_groups or model.heads,
@@ -251,7 +251,7 @@ class Params:
 class Counter:
     """Parameter counts of the pieces of the model on one rank of a layout (exact)."""
 
-    def __init__(self, shape: Shape, lay: Layout):
+    def __init__(self, shape: Shape, lay: Sizes):
         self.s, self.l = shape, lay
         self._layers: dict[tuple[bool, int], Params] = {}
         self._stages: dict[int, Params] = {}
@@ -387,7 +387,7 @@ def gib(n: float) -> float:
     return round(n / GIB, 2)
 
 
-def activations(shape: Shape, lay: Layout, run: Run, p: int) -> int | None:
+def activations(shape: Shape, lay: Sizes, run: Run, p: int) -> int | None:
     """Activation bytes of pipeline stage p (estimate; see the module docstring)."""
     if run.tokens is None:
         return None
@@ -425,7 +425,7 @@ def activations(shape: Shape, lay: Layout, run: Run, p: int) -> int | None:
 class Estimate:
     """Per-stage figures of a layout (every rank of a stage holds the same)."""
 
-    layout: Layout
+    layout: Sizes
     shape: Shape
     stages: tuple[RankMemory, ...]
 
@@ -441,7 +441,7 @@ class Estimate:
         return max(self.stages, key=lambda m: m.static)
 
 
-def train_memory(shape: Shape, lay: Layout, prec: Precision = Precision(),
+def train_memory(shape: Shape, lay: Sizes, prec: Precision = Precision(),
                  run: Run = Run(), counter: Counter | None = None) -> Estimate:
     """Per-rank training memory of every pipeline stage: the one function (see module doc).
     `counter`: the layout's Counter, when the caller estimates it more than once."""
@@ -460,7 +460,7 @@ def train_memory(shape: Shape, lay: Layout, prec: Precision = Precision(),
     return Estimate(lay, shape, tuple(out))
 
 
-def megatron_formula(shape: Shape, lay: Layout) -> int:
+def megatron_formula(shape: Shape, lay: Sizes) -> int:
     """Parameters on the most loaded shard as Megatron-LM's theoretical_memory_usage.py
     computed them up to core_v0.18 (commit a7c9e8c4): everything / (tp x pp), experts too."""
     c = Counter(replace(shape, vocab_multiple=shape.vocab_multiple), replace(
@@ -491,7 +491,7 @@ class EngineMemory:
                 "kv_tokens": self.kv_tokens, "tp": tp, "ep": ep, "dp": dp}
 
 
-def engine_memory(shape: Shape, lay: Layout, gpu: int | None, fraction: float | None
+def engine_memory(shape: Shape, lay: Sizes, gpu: int | None, fraction: float | None
                   ) -> EngineMemory:
     """Weights per engine GPU (bf16) and KV tokens per GPU.
 
@@ -642,7 +642,7 @@ def precision_from_flags(argv: Sequence[str]) -> Precision:
                      distributed=optimizer == "adam", offload=offload)
 
 
-def run_from_flags(argv: Sequence[str], lay: Layout) -> Run:
+def run_from_flags(argv: Sequence[str], lay: Sizes) -> Run:
     """Tokens of one micro-batch on a rank: --max-tokens-per-gpu with dynamic batches, else
     micro-batch x (prompt + response length, or --seq-length) / cp."""
     v = flag_values(argv)
@@ -735,6 +735,6 @@ def read_hf_config(path: str) -> tuple[Shape, dict[str, Any]]:
     return from_hf_config(json.loads(text))
 
 
-__all__ = ["Counter", "Estimate", "Layout", "Params", "Precision", "RankMemory", "Run",
+__all__ = ["Counter", "Estimate", "Sizes", "Params", "Precision", "RankMemory", "Run",
            "Shape", "engine_memory", "from_hf_config", "gpu_bytes", "layout_of",
            "megatron_formula", "shape_from_flags", "train_memory"]

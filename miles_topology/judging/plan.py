@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..model.errors import InputError, TopologyError
+from ..model.gpus import GPUS
 from ..model.parts import flag_of
 from ..model.topology import Topology
-from ..pylaunch.cluster import GPUS
 from ..reading.flags import parse_flags
 from .cost import HARDWARE, TERMS, Cost, spans, step_cost
 from .fit import NEAR
@@ -32,7 +32,7 @@ from .memory import (
     GIB,
     Counter,
     Estimate,
-    Layout,
+    Sizes,
     Precision,
     Run,
     Shape,
@@ -186,7 +186,7 @@ def _pow2(most: int) -> list[int]:
     return out
 
 
-def propose_rollout(shape: Shape, lay: Layout, world: int, gpu: int,
+def propose_rollout(shape: Shape, lay: Sizes, world: int, gpu: int,
                     margin: float) -> Rollout | None:
     """The smallest engine (a power of two dividing the world) whose bf16 weights take at
     most half of SGLang's static pool, with the static fraction left by the margin, the

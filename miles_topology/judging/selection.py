@@ -14,14 +14,13 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import sys
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..codes import CODES
 from ..model.errors import InputError, Problem
+from ..reading.settings import CLUSTER_KEYS, TABLE, WALK_KEYS, find_pyproject, read_toml
 
 if TYPE_CHECKING:
     from .verdict import Verdict
@@ -29,11 +28,6 @@ if TYPE_CHECKING:
 DIRECTIVE = re.compile(r"#\s*miles-topology:\s*(disable|disable-file)\s*=\s*([\w, -]+)")
 LEVELS = ("error", "warning", "note")  # what --severity takes; a skipped check is a note
 KEYS = ("select", "ignore", "severity")  # of [tool.miles-topology]
-# ... the files a folder walk leaves out (discover.py), globs relative to the pyproject.toml
-WALK_KEYS = ("exclude", "extend-exclude")
-# ... and the cluster Python launchers are checked on (pylaunch/cluster.py reads them)
-CLUSTER_KEYS = ("nodes", "gpus-per-node", "gpu", "nvlink")
-TABLE = "miles-topology"
 
 
 @dataclass(frozen=True)
@@ -83,38 +77,12 @@ def level(value: str, where: str) -> str:
     return value
 
 
-def find_pyproject(start: str) -> Path | None:
-    """The closest pyproject.toml with a [tool.miles-topology] table, from `start` (a file
-    or folder) upward."""
-    here = Path(start).resolve()
-    here = here if here.is_dir() else here.parent
-    for folder in (here, *here.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file() and TABLE in _read_toml(candidate).get("tool", {}):
-            return candidate
-    return None
-
-
-def _read_toml(path: Path) -> dict:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    from ..reading import gate
-
-    try:  # a bounded regular file: never a FIFO or a device in the checked tree
-        return tomllib.loads(gate.read_text(path, (gate.Path(os.path.realpath(path)),),
-                                            errors="strict"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, gate.Refused) as e:
-        raise InputError(f"{path}: cannot read as TOML: {e}") from None
-
-
 def settings(start: str, select: list[str] | None, ignore: list[str] | None,
              severity: str | None, isolated: bool = False) -> Settings:
     """The pyproject table found from `start`, with the command-line options over it;
     `isolated` (--isolated, as ruff's): no table is read, only the options count."""
     found = None if isolated else find_pyproject(start)
-    table = _read_toml(found)["tool"][TABLE] if found else {}
+    table = read_toml(found)["tool"][TABLE] if found else {}
     where = f"{found} [tool.{TABLE}]" if found else ""
     for key in table:
         if key not in KEYS + WALK_KEYS + CLUSTER_KEYS:

@@ -244,7 +244,7 @@ class Topology(BaseModel):
         """Warnings found while validating (tuple of Problem), e.g. etp-implied."""
         return self._warnings
 
-    # ---- sizes (DESIGN.md's contract; defined once, on the layout) --------------------
+    # ---- sizes (docs/design.md's contract; defined once, on the layout) --------------------
 
     @computed_field
     @property
@@ -293,7 +293,7 @@ class Topology(BaseModel):
         (node, GPU) and back, the rollout GPUs and the nodes it fills (placement.py)."""
         return _placement.Placement.of(self.layout, self.rollout)
 
-    # ---- DESIGN.md's queries --------------------------------------------------------
+    # ---- docs/design.md's queries --------------------------------------------------------
 
     def rank_groups(self, token: str, expert: bool = False) -> list[list[int]]:
         """Groups for `token` exactly as megatron-core RankGenerator.get_ranks(token).

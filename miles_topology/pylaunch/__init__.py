@@ -30,7 +30,7 @@ from ..model.errors import InputError, NoTrainingLaunch
 from . import checkout, typerapp
 from . import records as records_mod
 from .child import REFUSED, status_of
-from .cluster import Cluster
+from .cluster import ClusterModel
 from .commands import launch_of, shown
 from .locate import locate
 
@@ -100,7 +100,7 @@ class PythonLaunch:
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
                          = None, timeout_s: float | None = None, memory_mb: int | None = None,
-                         cwd: str | None = None, cluster: Cluster | None = None,
+                         cwd: str | None = None, cluster: ClusterModel | None = None,
                          real_imports: bool = False, trust: bool = False,
                          pass_env: Sequence[str] = (), reads: Sequence[str] = ()
                          ) -> PythonLaunch:
@@ -111,7 +111,7 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
     that reads files relative to where it is started; its writes there are redirected all the
     same); it may read its checkout, its import path and `reads` (a model folder), nothing
     else of this machine. Its probes are answered from `cluster` (default:
-    `Cluster.of({})`); heavy modules are stand-ins unless `real_imports`. `trust`: run it
+    `ClusterModel.of({})`); heavy modules are stand-ins unless `real_imports`. `trust`: run it
     with the in-process recorders only, not isolated by the kernel (--trust-launcher). Raises
     InputError when there is no launch, when the launcher cannot run to it, or when the
     kernel here cannot isolate it."""
@@ -122,7 +122,7 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
 
 
 def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, str] | None
-                         = None, cwd: str | None = None, cluster: Cluster | None = None,
+                         = None, cwd: str | None = None, cluster: ClusterModel | None = None,
                          real_imports: bool = False, trust: bool = False,
                          pass_env: Sequence[str] = (), reads: Sequence[str] = (),
                          timeout_s: float | None = None) -> list[PythonLaunch]:
@@ -265,7 +265,7 @@ def _read(path, launcher_args, env, budget: _Budget, memory_mb, cwd, cluster, re
             raise InputError(f"--read {r}: no such file or folder")
     if memory_mb is None:
         memory_mb = REAL_MEMORY_MB if real_imports else MEMORY_MB
-    cluster = cluster or Cluster.of({})
+    cluster = cluster or ClusterModel.of({})
     # the devices a node shows are the modelled ones, not this machine's: its
     # CUDA_VISIBLE_DEVICES is not passed on (given with --env, it is)
     child_env = launcher_env(env, pass_env)
@@ -295,7 +295,7 @@ STDERR_TAIL = 4096
 def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
                 cwd: str | None = None, timeout_s: float = 10, trust: bool = False,
                 pass_env: Sequence[str] = (), reads: Sequence[str] = (),
-                cluster: Cluster | None = None, confine: Sequence = ()) -> ProgramRun:
+                cluster: ClusterModel | None = None, confine: Sequence = ()) -> ProgramRun:
     """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
     is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
     MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Its
@@ -384,7 +384,7 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
         records, err, status, out, verdict = _run(
             mode, target, args, env, sandbox, Path(tmp), work, timeout_s, memory_mb, trust,
             {**(extra or {}), "reads": paths})
-        records = records_mod.Reader(root).parse(records)
+        records = records_mod.RecordReader(root).parse(records)
     return _Ran(records, err, status, out, sandbox, _end(records, status, verdict))
 
 

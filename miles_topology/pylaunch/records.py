@@ -48,7 +48,7 @@ _SHAPES = {  # the key that names a record's kind -> the keys it may hold
 }
 
 
-class Reader:
+class RecordReader:
     """Parses record lines for one launcher whose checkout is `root`."""
 
     def __init__(self, root: str):

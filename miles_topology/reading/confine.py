@@ -79,7 +79,7 @@ def _compute(roots: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
     from .stack import cache_dir
 
     own = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-           str(Path(__file__).resolve().parent), *(p for p in sys.path if p),
+           str(Path(__file__).resolve().parent.parent), *(p for p in sys.path if p),
            str(cache_dir())]
     system = [(p, isolate.FS_READS) for p in isolate.SYSTEM]
     return tuple(system + isolate.readable([*roots, *own]))

@@ -448,7 +448,7 @@ def test_yaml_fixture_output_is_kept_byte_for_byte(name, command, monkeypatch, c
 
 
 def test_topology_has_at_most_20_public_names_of_its_own():
-    """Fields by concern, DESIGN.md section 5's contract, three views, the warnings: nothing
+    """Fields by concern, docs/design.md section 5's contract, three views, the warnings: nothing
     that only forwards to a part or a view (a flat `topo.tp` is `topo.layout.tp`)."""
     from pydantic import BaseModel
 

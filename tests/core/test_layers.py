@@ -158,7 +158,7 @@ def test_the_walk_sees_a_lazy_upward_import_and_a_cycle(tmp_path):
     (tmp_path / "model" / "grid.py").write_text("from ..codes import T\n")
     mods = {_name(p, tmp_path): p for p in tmp_path.rglob("*.py")}
     g = graph(mods)
-    assert "model.topology -> reading.sources" in upward(g) and "codes -> model.topology" in upward(g)
+    assert {"model.topology -> reading.sources", "codes -> model.topology"} <= set(upward(g))
     assert cycles(g) == [["model.topology", "reading.sources"]]
     assert graph(mods, typing=False)["codes"] == set()
 

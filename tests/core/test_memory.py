@@ -24,7 +24,7 @@ from miles_topology.judging.memory import (
     train_memory,
     vary,
 )
-from miles_topology.pylaunch.cluster import Cluster
+from miles_topology.pylaunch.cluster import ClusterModel
 
 UPSTREAM = sorted((SCRIPTS / "memory").glob("*.sh"))
 DSV3 = str(FIXTURES / "hf" / "deepseek-v3.config.json")
@@ -173,8 +173,8 @@ def test_the_error_is_certain_without_a_gpu_given():
     static = max(m.static for m in train_memory(
         shape_from_flags(argv), layout_of(topo), precision_from_flags(argv)).stages)
     assert gpu_bytes("H100") < static < gpu_bytes("MI355X")
-    assumed, _ = judge(topo, argv, Cluster.of({}))
-    given, _ = judge(topo, argv, Cluster.of({"gpu": "H100"}))
+    assumed, _ = judge(topo, argv, ClusterModel.of({}))
+    given, _ = judge(topo, argv, ClusterModel.of({"gpu": "H100"}))
     assert [p.code for p in given] == ["memory-exceeds-gpu"]
     assert [(p.code, p.severity) for p in assumed] == [("memory-near-gpu", "warning")]
 
@@ -197,7 +197,7 @@ def test_the_warning_starts_at_90_percent_with_activations():
     while lo + 1 < hi:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if total(mid) <= 0.9 * gpu else (lo, mid)
-    h100 = Cluster.of({"gpu": "H100"})
+    h100 = ClusterModel.of({"gpu": "H100"})
     below, _ = judge(topo, argv + ["--use-dynamic-batch-size", "--max-tokens-per-gpu", str(lo)],
                      h100)
     above, report = judge(topo, argv + ["--use-dynamic-batch-size", "--max-tokens-per-gpu",
@@ -214,7 +214,7 @@ def test_the_warning_starts_at_90_percent_with_activations():
 ])
 def test_no_estimate_where_the_flags_do_not_describe_the_trained_model(extra, why):
     argv = QWEN235 + ON_8 + ["--expert-model-parallel-size", "1"] + extra
-    problems, report = judge(topo_of(QWEN235 + ON_8), argv, Cluster.of({"gpu": "H100"}))
+    problems, report = judge(topo_of(QWEN235 + ON_8), argv, ClusterModel.of({"gpu": "H100"}))
     assert problems == [] and why in report["skipped"]
 
 

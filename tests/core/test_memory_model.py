@@ -18,7 +18,7 @@ from miles_topology.judging.memory import (
     train_memory,
 )
 from miles_topology.judging.plan import read_model
-from miles_topology.pylaunch.cluster import Cluster
+from miles_topology.pylaunch.cluster import ClusterModel
 
 MODELS = FIXTURES / "models"
 BASE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "8"]
@@ -89,7 +89,7 @@ def test_the_reserve_is_counted_per_gpu():
     assert reserve_bytes(h100, True) - reserve_bytes(h100) == GIB
     problems, report = judge(Topology.from_flags(BASE + ["--actor-num-gpus-per-node", "8",
                                                          "--colocate"]),
-                             BASE + ["--colocate"], Cluster.of({"gpu": "H100"}))
+                             BASE + ["--colocate"], ClusterModel.of({"gpu": "H100"}))
     assert report["stages"][0]["reserve_gib"] == round(reserve_bytes(h100, True) / GIB, 2)
     argv = BASE + ["--actor-num-gpus-per-node", "1"]
     topo = Topology.from_flags(argv)

@@ -11,7 +11,7 @@ from miles_topology import Topology
 from miles_topology.judging.cost import HARDWARE, TERMS, spans, step_cost
 from miles_topology.judging.memory import Precision, Run, gpu_bytes, layout_of
 from miles_topology.judging.plan import Options, plan, read_model
-from miles_topology.pylaunch.cluster import GPUS
+from miles_topology.model.gpus import GPUS
 
 MOE = str(FIXTURES / "models" / "qwen3-30B-A3B.sh")
 QWEN4B = str(FIXTURES / "models" / "qwen3-4B.sh")

@@ -4,7 +4,7 @@ problems.
 Every rule reads derived sizes from the Topology (never recomputes them), states the
 arithmetic, the rule, and a fix with concrete values that pass. Each declares the codes it
 reports, their kind and the upstream code it follows in its `@rule(...)` decorator
-(codes.py builds the registry from them); messages name fields and quote their flags
+(codes/ builds the registry from them); messages name fields and quote their flags
 through the field table (`F.tp`, `flag_of`). Importing this package registers the rules
 with `codes.RULES`, which the model runs on every construction.
 

@@ -1,6 +1,6 @@
 """Rollout and engines: whole engines that SGLang can run where miles places them, engine
-DP/EP, what miles or SGLang overwrite, the placement group against the cluster, weight
-transfer, eval engines and --sglang-config groups.
+DP/EP, what miles or SGLang overwrite, and the placement group against the cluster (weight
+transfer, eval engines and --sglang-config groups are fleet.py's).
 """
 
 from __future__ import annotations
