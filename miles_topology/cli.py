@@ -180,7 +180,7 @@ def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
 def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
     from . import pylaunch  # noqa: F401  (loaded once, not per child)
     from .judging import check_script  # noqa: F401
-    from .reading import confine
+    from .pylaunch import confine
     from .reading.gate import checking
 
     with checking(path):  # what it names is read only inside its checkout (gate.py)

@@ -125,7 +125,8 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
         'summary': "a flag the launch's stack does not define (miles' or slime's train.py: "
                    'their own flags, Megatron-LM, SGLang as `--sglang-*`, the add_arguments of '
                    'the functions the launch names; the stack given by `--stack`, beside the '
-                   'script, installed, else miles_topology/surface.json), or a short alias '
+                   'script, installed, else miles_topology/reading/surface.json), or a short '
+                   'alias '
                    'such as `-tp`, whatever its value: its parser exits at start-up; the '
                    'message names the closest known flag',
         'example': '--expert-model-paralel-size "${EP}"'},

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from .memory import Counter, Sizes, Precision, Run, Shape
+from .memory import Counter, Precision, Run, Shape, Sizes
 
 GB = 1e9
 TB = 1e12

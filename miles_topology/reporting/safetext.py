@@ -22,7 +22,7 @@ SARIF by `Sink.document`, which keeps every value exact (json-escaped, ASCII onl
 invisible character is kept, written as ``\\u200b``, and ``##[`` as ``##\\u005b``). A
 `--diff` is written by `Sink.diff`: a tab and a CRLF line end stay (the patch applies), any
 other control is escaped. Nothing else in the package writes to stdout, stderr or a report
-file (tests/core/test_safetext.py greps for it).
+file (tests/reporting/test_safetext.py greps for it).
 """
 
 from __future__ import annotations

@@ -16,9 +16,12 @@ PKG = ROOT / "miles_topology"
 LAYERS = (
     ("codes",),  # the problem codes: the vocabulary every layer reports in
     ("model",),  # Topology, its parts, the rules on it (checks/), the GPU table
-    # reading inputs into it: the gate, stack, flag grammar, sources; the bash reader and the
-    # Python launcher sandbox are readers too; the package face (`Topology.from_*`)
-    ("reading", "shell", "pylaunch", "__init__"),
+    # reading inputs into it: the gate, stack, flag grammar, sources; the package face
+    # (`Topology.from_*`); then the Python launcher sandbox, then the bash reader (it runs
+    # a helper through the sandbox)
+    ("reading", "__init__"),
+    ("pylaunch",),
+    ("shell",),
     ("judging",),  # a launch's verdict, memory fit, cost, plans, code selection
     ("reporting",),  # the sink, the output formats, the maps
     ("migrations",),  # rewriting inputs: migrations and --fix (they print through the sink)

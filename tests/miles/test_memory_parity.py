@@ -1,4 +1,4 @@
-"""Parameters per rank: the estimate (miles_topology/memory.py) equals megatron-core exactly.
+"""Parameters per rank: the estimate (miles_topology/judging/memory.py) equals megatron-core.
 
 One group of gloo processes per world size joins every configuration in turn (process
 group set up once; initialize_model_parallel / destroy_model_parallel per configuration),

@@ -1,4 +1,4 @@
-"""The one gate for every path an input names (miles_topology/gate.py, issue 33 item 1).
+"""The one gate for every path an input names (miles_topology/reading/gate.py, issue 33 item 1).
 
 A CI runner's workspace, faked in a scratch folder: a HOME holding fake secrets (.netrc,
 .ssh, .config/gh, the Hugging Face token cache), the pull request's checkout (a git work tree
@@ -332,7 +332,7 @@ def test_helper_read_rules_keep_cwd_and_pythonpath_inside_the_checkout(ws):
 
 def test_static_reading_runs_under_the_kernels_read_rules(ws):
     """A path the code forgets to send through the gate is still refused (confine.py)."""
-    from miles_topology.reading import confine
+    from miles_topology.pylaunch import confine
 
     home, repo, _ = ws
     if not confine.available():

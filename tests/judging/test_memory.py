@@ -256,7 +256,7 @@ def test_plan_lists_valid_layouts_that_fit_best_first(capsys):
     assert code == 0
     got = json.loads(out)
     assert got["layouts"] and got["cluster"]["gpu"] == "H100"
-    keys = [x["step_s"] for x in got["layouts"]]  # fastest first (tests/core/test_plan_cost)
+    keys = [x["step_s"] for x in got["layouts"]]  # fastest first (tests/judging/test_plan_cost)
     assert keys == sorted(keys)
     shape, model = read_hf_config(DSV3)
     for x in got["layouts"][:5]:  # its flags are a valid layout whose largest rank fits

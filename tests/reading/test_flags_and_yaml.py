@@ -299,7 +299,7 @@ def test_the_topology_option_is_parsed_only_in_flags_py():
     files = {p.resolve() for d in ("miles_topology", "miles")
              for p in (root / d).rglob("*.py")}
     found = [str(p.relative_to(root)) for p in files if pattern.search(p.read_text())]
-    assert found == ["miles_topology/flags.py"]
+    assert found == ["miles_topology/reading/flags.py"]
 
 
 def test_unknown_flag_is_an_error_with_did_you_mean_and_cached(monkeypatch):

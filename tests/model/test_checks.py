@@ -283,7 +283,7 @@ def test_rules_run_in_registration_order():
 
 
 def test_each_rule_declares_every_code_it_reports():
-    rules = [r for p in (ROOT / "miles_topology" / "checks")
+    rules = [r for p in (ROOT / "miles_topology" / "model" / "checks")
              .glob("*.py") for r in _rule_codes(p)]
     assert sorted(name for name, _, _ in rules) == sorted(ORDER)
     bad = {name: body - said for name, body, said in rules if body - said}
@@ -343,7 +343,7 @@ def _hand_flags(path):
 
 def test_rule_messages_quote_flags_through_the_field_table(tmp_path):
 
-    root = ROOT / "miles_topology" / "checks"
+    root = ROOT / "miles_topology" / "model" / "checks"
     spelled = {p.name: _hand_flags(p) for p in root.glob("*.py") if _hand_flags(p)}
     assert not spelled, f"quote these as F.<field> (checks/base.py): {spelled}"
     bad = tmp_path / "bad.py"

@@ -34,7 +34,7 @@ _SAID: ContextVar[bool] = ContextVar("confine_note_said", default=False)  # once
 def available() -> bool:
     if sys.platform != "linux" or os.environ.get("MILES_TOPOLOGY_CONFINE") == "0":
         return False
-    from ..pylaunch import isolate
+    from . import isolate
 
     return isolate.landlock_abi() >= 1
 
@@ -54,7 +54,7 @@ def _rules(roots: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
     """The read rules for these roots, computed in the checker (the walk for hidden names is
     the costly part) and inherited by each child; kept while no split folder (one whose
     entries have rules of their own) gained or lost an entry (its mtime)."""
-    from ..pylaunch import isolate
+    from . import isolate
 
     got = _RULES.get(roots)
     if got is not None and all(_mtime(d) == t for d, t in got[1]):
@@ -75,8 +75,8 @@ def _mtime(path: str) -> int:
 
 
 def _compute(roots: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
-    from ..pylaunch import isolate
-    from .stack import cache_dir
+    from ..reading.stack import cache_dir
+    from . import isolate
 
     own = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
            str(Path(__file__).resolve().parent.parent), *(p for p in sys.path if p),
@@ -91,7 +91,7 @@ def _restrict(rules) -> None:
     import stat
     import struct
 
-    from ..pylaunch import isolate
+    from . import isolate
 
     isolate._prctl(isolate.PR_SET_NO_NEW_PRIVS, 1)
     attr = struct.pack("Q", isolate.FS_READS)
@@ -131,7 +131,7 @@ def _private_tmp() -> str:
 def run(path: str, fn: Callable[[], T]) -> T:
     """`fn()` (the reading of the input at `path`), in a child under the kernel's read rules
     for that input's roots; in-process where the kernel cannot (noted once)."""
-    from . import gate
+    from ..reading import gate
 
     if not available():
         return fn()
