@@ -26,6 +26,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     computed_field,
     model_validator,
 )
@@ -220,13 +221,15 @@ class Topology(BaseModel):
         return out
 
     @model_validator(mode="after")
-    def _validate(self) -> Topology:
+    def _validate(self, info: ValidationInfo) -> Topology:
         found = run_rules(self)
         errors = [p for p in found if p.severity == "error"]
         warnings = [p for p in found if p.severity != "error"]  # warnings, then skipped
         if errors:
             raise TopologyError(errors, warnings, summary(self))  # sizes known, grid or not
-        self._warnings = tuple(warnings)
+        # what its reader found (`model_validate(..., context={"read": [...]})`: a YAML value
+        # the command line also gives) comes first
+        self._warnings = tuple((info.context or {}).get("read", ())) + tuple(warnings)
         return self
 
     def __eq__(self, other: object) -> bool:

@@ -86,13 +86,11 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
             else:
                 fields.pop(name, None)
     try:
-        topo = Topology(**with_files(fields))
+        topo = Topology.model_validate(with_files(fields), context={"read": warnings})
     except TopologyError as e:
         raise TopologyError(errors + e.problems, warnings + e.warnings, e.summary) from None
     if errors:
-        raise TopologyError(errors, warnings + list(topo.warnings),
-                            summary(topo))
-    topo._warnings = tuple(warnings) + topo.warnings
+        raise TopologyError(errors, list(topo.warnings), summary(topo))
     return FlagRead(topo, parsed.passthrough, parsed)
 
 

@@ -248,8 +248,6 @@ def svg_map(topo: Topology, color_by: str = "engine", fold: bool = True,
     marked "x N"), each box coloured by the role asked for (`color_by`: engine, ep, pp or
     dp; memory: each rank's estimate `mem`, GiB, against `gpu_gib`), and a legend. Every
     text is placed in room measured for it, so none overlaps."""
-    import textwrap
-
     if too_big(topo):
         raise InputError(f"no SVG: {too_big(topo)}")
     if color_by not in COLOR_BY:
@@ -265,50 +263,92 @@ def svg_map(topo: Topology, color_by: str = "engine", fold: bool = True,
     rows = _rows(topo, nodes, per_node, fold)
     depth = max(len(lines) for lines in grid.values()) + 1  # + the "gpu N" line
     box_w = max(100.0, max(_width(t) for lines in grid.values() for t in lines) + 2 * INSET)
-    box_h = depth * LINE + 2 * INSET
+    box = (box_w, depth * LINE + 2 * INSET)
     labels = [(f"node {n}" if k == 1 else f"nodes {n}-{n + (k - 1) * step}",
                "" if k == 1 else f"x {k}" if step == 1 else f"every {step}, x {k}")
               for n, k, step in rows]
     label_w = max(_width(t) for pair in labels for t in pair) + 2 * GAP
-    content_w = label_w + per_node * (box_w + GAP)
-    width = max(content_w, 60 * CHAR) + 2 * GAP
+    width = max(label_w + per_node * (box_w + GAP), 60 * CHAR) + 2 * GAP
     chars = int((width - 2 * GAP) // CHAR)
     parts: list[str] = []
-    y = GAP + FONT
-    for line in header(topo).splitlines():  # wrapped to the picture, never drawn over
-        for piece in textwrap.wrap(line, chars, subsequent_indent="  ") or [""]:
-            parts.append(_text(GAP, y, piece))
-            y += LINE
+    y = _svg_wrapped(parts, GAP + FONT, header(topo).splitlines(), chars, indent="  ")
     y += GAP
-    for (n, _, _), (name, times) in zip(rows, labels):
-        parts.append(_text(GAP, y + box_h / 2, name, weight="bold"))
-        if times:
-            parts.append(_text(GAP, y + box_h / 2 + LINE, times, fill="#b71c1c", weight="b"))
-        for g in range(per_node):
-            x = GAP + label_w + g * (box_w + GAP)
-            lines = grid.get((n, g))
-            fill = colour(role[(n, g)]) if (n, g) in role else UNUSED
-            stroke = "#333" if lines else "#ccc"
-            parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{box_w:.1f}" height="{box_h}" '
-                         f'rx="6" fill="{fill}" stroke="{stroke}"/>')
-            parts.append(_text(x + INSET, y + INSET + FONT, f"gpu {g}", fill="#555"))
-            for i, line in enumerate(lines or []):
-                parts.append(_text(x + INSET, y + INSET + FONT + LINE * (i + 1), line))
-        y += box_h + GAP
+    for (n, _, _), label in zip(rows, labels):
+        y = _svg_node(parts, y, n, label, label_w, box, per_node, grid,
+                      lambda cell: colour(role[cell]) if cell in role else UNUSED)
     # legend: what the colours mean, then one swatch per value (and the unused GPUs)
     y += GAP
-    for piece in textwrap.wrap(f"colour: {COLOR_BY[color_by]}", chars):
-        parts.append(_text(GAP, y + FONT, piece, weight="b"))
-        y += LINE
-    drawn = {role[(n, g)] for n, _, _ in rows for g in range(per_node) if (n, g) in role}
+    y = _svg_wrapped(parts, y + FONT, [f"colour: {COLOR_BY[color_by]}"], chars, "b") - FONT
+    cells_drawn = [(n, g) for n, _, _ in rows for g in range(per_node)]
+    y = _svg_legend(parts, y, _svg_entries(cells_drawn, role, names, colour, color_by, gpu_gib),
+                    width)
+    if any(k > 1 for _, k, _ in rows):
+        note = ("x N: the row stands for N nodes laid out alike (every S-th node when "
+                "marked \"every S\"), drawn once; their rank, dp, edp and engine numbers "
+                "advance from node to node")
+        y = _svg_wrapped(parts, y + GAP + FONT, [note], chars) - FONT
+    height = y + GAP
+    return "\n".join([
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="DejaVu Sans Mono, monospace" '
+        f'font-size="{FONT}">',
+        f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>',
+        *parts, "</svg>"])
+
+
+def _svg_wrapped(parts: list[str], y: float, lines: list[str], chars: int, weight: str = "",
+                 indent: str = "") -> float:
+    """Each line wrapped to `chars`, one text a piece from baseline `y` down (an empty line
+    keeps its row); the baseline below the last."""
+    import textwrap
+
+    for line in lines:
+        for piece in textwrap.wrap(line, chars, subsequent_indent=indent) or [""]:
+            parts.append(_text(GAP, y, piece, weight=weight))
+            y += LINE
+    return y
+
+
+def _svg_node(parts: list[str], y: float, n: int, label: tuple[str, str], label_w: float,
+              box: tuple[float, float], per_node: int, grid: dict, fill_of) -> float:
+    """One row: the node's label (and "x N" when it stands for several), then a box per GPU
+    with its lines; the top of the next row."""
+    (name, times), (box_w, box_h) = label, box
+    parts.append(_text(GAP, y + box_h / 2, name, weight="bold"))
+    if times:
+        parts.append(_text(GAP, y + box_h / 2 + LINE, times, fill="#b71c1c", weight="b"))
+    for g in range(per_node):
+        x = GAP + label_w + g * (box_w + GAP)
+        lines = grid.get((n, g))
+        stroke = "#333" if lines else "#ccc"
+        parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{box_w:.1f}" height="{box_h}" '
+                     f'rx="6" fill="{fill_of((n, g))}" stroke="{stroke}"/>')
+        parts.append(_text(x + INSET, y + INSET + FONT, f"gpu {g}", fill="#555"))
+        for i, line in enumerate(lines or []):
+            parts.append(_text(x + INSET, y + INSET + FONT + LINE * (i + 1), line))
+    return y + box_h + GAP
+
+
+def _svg_entries(cells_drawn: list[tuple[int, int]], role: dict, names: dict, colour,
+                 color_by: str, gpu_gib: float | None) -> list[tuple[str, str]]:
+    """The legend: (fill, text) per value drawn, then what the folded nodes and the
+    uncoloured GPUs hold; for memory, first the GPU's size."""
+    drawn = {role[c] for c in cells_drawn if c in role}
     entries = [(colour(v), names[v]) for v in sorted(drawn)]
     if len(drawn) < len(names):  # the folded nodes hold the others, in the same pattern
         entries.append(("none", f"+ {len(names) - len(drawn)} more in the folded nodes"))
-    if any((n, g) not in role for n, _, _ in rows for g in range(per_node)):
+    if any(c not in role for c in cells_drawn):
         entries.append((UNUSED, "not coloured: no " + ("engine" if color_by == "engine"
                                                        else "train rank")))
     if color_by == "memory":
         entries.insert(0, ("none", f"of {gpu_gib:g} GiB a GPU"))
+    return entries
+
+
+def _svg_legend(parts: list[str], y: float, entries: list[tuple[str, str]], width: float
+                ) -> float:
+    """One swatch and its text per entry, in as many columns as the picture is wide; the y
+    below them."""
     entry_w = max(_width(t) for _, t in entries) + FONT + 3 * GAP
     cols = max(1, int((width - 2 * GAP) // entry_w))
     for i, (fill, text) in enumerate(entries):
@@ -317,19 +357,4 @@ def svg_map(topo: Topology, color_by: str = "engine", fold: bool = True,
         parts.append(f'<rect x="{ex:.1f}" y="{ey:.1f}" width="{FONT}" height="{FONT}" '
                      f'fill="{fill}" stroke="#333"/>')
         parts.append(_text(ex + FONT + GAP / 2, ey + FONT - 2, text))
-    y += ((len(entries) - 1) // cols + 1) * LINE + 4
-    if any(k > 1 for _, k, _ in rows):
-        y += GAP
-        note = ("x N: the row stands for N nodes laid out alike (every S-th node when "
-                "marked \"every S\"), drawn once; their rank, dp, edp and engine numbers "
-                "advance from node to node")
-        for piece in textwrap.wrap(note, chars):
-            parts.append(_text(GAP, y + FONT, piece))
-            y += LINE
-    height = y + GAP
-    return "\n".join([
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="DejaVu Sans Mono, monospace" '
-        f'font-size="{FONT}">',
-        f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>',
-        *parts, "</svg>"])
+    return y + ((len(entries) - 1) // cols + 1) * LINE + 4
