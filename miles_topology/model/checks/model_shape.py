@@ -143,70 +143,88 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
                                and lay.first_stage_layers is None
                                and lay.last_stage_layers is None):
         return
-    if lay.pp == 1:
-        if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
-            yield _err(
-                "layers-not-divisible-by-pp",
-                "uneven first/last pipeline stages were given with pp = 1, where there is "
-                "only one stage.",
-                f"drop {F.first_stage_layers}/{F.last_stage_layers}, "
-                f"or set {F.pp} 2 or more",
-                "first_stage_layers", "last_stage_layers", "pp",
-            )
-        return  # vpp with pp == 1 is vpp-requires-pp
-    counts = topo.stages.counts
-    pad = topo.stages.pad
-    if counts is None and any(pad):
-        named = [flag for flag, on in ((F.embedding_in_split, pad[0]),
-                                       (F.loss_in_split, pad[1])) if on]
-        if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
-            # megatron-core TransformerConfig.__post_init__ raises ValueError
-            yield _err(
-                "layers-not-divisible-by-pp",
-                f"{' and '.join(named)} cannot be combined with uneven first/last pipeline "
-                "stages: megatron-core refuses both at once.",
-                f"drop {F.first_stage_layers}/{F.last_stage_layers} or {' / '.join(named)}",
-                "first_stage_layers", "last_stage_layers", "pp",
-            )
-            return
-        slots = mod.layers + sum(pad)
-        pps = [p for p in _divisors(slots) if topo.world_size % (lay.tp * lay.cp * p) == 0]
+    if lay.pp == 1:  # vpp with pp == 1 is vpp-requires-pp
+        yield from _one_stage(lay)
+    elif topo.stages.counts is None:
+        yield from _padded_split(topo) if any(topo.stages.pad) else _uneven_split(topo)
+    else:
+        yield from _stage_counts(topo)
+
+
+def _one_stage(lay) -> Iterator[Problem]:
+    """Uneven first/last stages with a single pipeline stage (miles' parse_args asserts)."""
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
         yield _err(
             "layers-not-divisible-by-pp",
-            f"{mod.layers} layers + {sum(pad)} ({' and '.join(named)}) = {slots} cannot be "
-            f"split evenly over pp = {lay.pp} stages ({slots}/{lay.pp} = "
-            f"{slots / lay.pp:.2f}); megatron-core get_num_layers_to_build asserts it.",
-            f"try {F.pp} {_or(_nearest(pps, lay.pp))}",
-            "layers", "pp",
+            "uneven first/last pipeline stages were given with pp = 1, where there is "
+            "only one stage.",
+            f"drop {F.first_stage_layers}/{F.last_stage_layers}, "
+            f"or set {F.pp} 2 or more",
+            "first_stage_layers", "last_stage_layers", "pp",
+        )
+
+
+def _padded_split(topo: Topology) -> Iterator[Problem]:
+    """The embedding or the loss counted as a layer slot (no uneven stage sizes given)."""
+    lay, mod, pad = topo.layout, topo.model, topo.stages.pad
+    named = [flag for flag, on in ((F.embedding_in_split, pad[0]),
+                                   (F.loss_in_split, pad[1])) if on]
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+        # megatron-core TransformerConfig.__post_init__ raises ValueError
+        yield _err(
+            "layers-not-divisible-by-pp",
+            f"{' and '.join(named)} cannot be combined with uneven first/last pipeline "
+            "stages: megatron-core refuses both at once.",
+            f"drop {F.first_stage_layers}/{F.last_stage_layers} or {' / '.join(named)}",
+            "first_stage_layers", "last_stage_layers", "pp",
         )
         return
-    if counts is None:
-        if lay.first_stage_layers is None and lay.last_stage_layers is None:
-            pps = [
-                p for p in _divisors(mod.layers)
-                if topo.world_size % (lay.tp * lay.cp * p) == 0
-            ]
-            yield _err(
-                "layers-not-divisible-by-pp",
-                f"{mod.layers} layers cannot be split evenly over pp = {lay.pp} stages "
-                f"({mod.layers}/{lay.pp} = {mod.layers / lay.pp:.2f}).",
-                f"try {F.pp} {_or(_nearest(pps, lay.pp))}, or give "
-                f"{F.first_stage_layers}/{F.last_stage_layers}",
-                "layers", "pp",
-            )
-        else:
-            given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
-            middle = lay.pp - len(given)
-            rest = mod.layers - sum(given)
-            yield _err(
-                "layers-not-divisible-by-pp",
-                f"after the uneven stages ({' + '.join(map(str, given))} layers), {rest} layers "
-                f"remain for {middle} middle stage(s), which cannot be split evenly.",
-                "choose first/last stage sizes so that the remaining layers divide by the "
-                "number of remaining stages",
-                "layers", "pp", "first_stage_layers", "last_stage_layers",
-            )
-        return
+    slots = mod.layers + sum(pad)
+    pps = [p for p in _divisors(slots) if topo.world_size % (lay.tp * lay.cp * p) == 0]
+    yield _err(
+        "layers-not-divisible-by-pp",
+        f"{mod.layers} layers + {sum(pad)} ({' and '.join(named)}) = {slots} cannot be "
+        f"split evenly over pp = {lay.pp} stages ({slots}/{lay.pp} = "
+        f"{slots / lay.pp:.2f}); megatron-core get_num_layers_to_build asserts it.",
+        f"try {F.pp} {_or(_nearest(pps, lay.pp))}",
+        "layers", "pp",
+    )
+
+
+def _uneven_split(topo: Topology) -> Iterator[Problem]:
+    """No stage sizes fit: the layers (or those left after uneven first/last stages)."""
+    lay, mod = topo.layout, topo.model
+    if lay.first_stage_layers is None and lay.last_stage_layers is None:
+        pps = [
+            p for p in _divisors(mod.layers)
+            if topo.world_size % (lay.tp * lay.cp * p) == 0
+        ]
+        yield _err(
+            "layers-not-divisible-by-pp",
+            f"{mod.layers} layers cannot be split evenly over pp = {lay.pp} stages "
+            f"({mod.layers}/{lay.pp} = {mod.layers / lay.pp:.2f}).",
+            f"try {F.pp} {_or(_nearest(pps, lay.pp))}, or give "
+            f"{F.first_stage_layers}/{F.last_stage_layers}",
+            "layers", "pp",
+        )
+    else:
+        given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
+        middle = lay.pp - len(given)
+        rest = mod.layers - sum(given)
+        yield _err(
+            "layers-not-divisible-by-pp",
+            f"after the uneven stages ({' + '.join(map(str, given))} layers), {rest} layers "
+            f"remain for {middle} middle stage(s), which cannot be split evenly.",
+            "choose first/last stage sizes so that the remaining layers divide by the "
+            "number of remaining stages",
+            "layers", "pp", "first_stage_layers", "last_stage_layers",
+        )
+
+
+def _stage_counts(topo: Topology) -> Iterator[Problem]:
+    """Stage sizes known: an empty stage, or chunks (vpp) that do not divide them."""
+    lay, mod = topo.layout, topo.model
+    counts, pad = topo.stages.counts, topo.stages.pad
     if 0 in counts and not any(pad):
         # megatron-core TransformerConfig.__post_init__ (uneven PP): first/last stage sizes must
         # be > 0 and middle stages need layers, else ValueError
