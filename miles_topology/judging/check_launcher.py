@@ -126,12 +126,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int):
     tainted = tainted + [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}",
                           "source": f"{got.source[0]}:{got.source[1]}" if got.source else "?",
                           "why": why} for value, why in refused]
-    if not got.env_known:
-        environ = PartialEnv(got.env, why=UNKNOWN_ENV)
-    elif got.launcher == "ray job submit":
-        environ = dict(got.env)
-    else:
-        environ = PartialEnv({**(env or {}), **got.env}, why=AT_RUN_TIME, defaults=True)
+    environ = _environ(got, env)
     stack = for_launch(path, getattr(got, "entry", None), pairs, imports=_imports(path))
     channel, words = read_channels([(f, val, None) for f, val in pairs],
                                    [os.path.dirname(os.path.abspath(path)), os.getcwd(),
@@ -156,6 +151,35 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int):
     v.errors, v.warnings, v.skipped = ([p if p.location else p.at(_spelled(p, got, path) or where)
                                         for p in ps] for ps in (v.errors, v.warnings, v.skipped))
     at = str(where) if where else "?"
+    lines = _lines(got, of, at, cluster, tainted, facts, why)
+    v.extra = {"launcher": got.launcher, "entry": got.entry, "argv": got.argv,
+               "source": at, "unresolved": unresolved,
+               "launch": {"index": got.index, "of": of, "command": got.command, "source": at},
+               "cluster": cluster.as_dict(), "probes": got.probes, "servers": got.servers,
+               "assumed": got.assumed,
+               "others": [{"kind": o.kind, "command": o.command,
+                           "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
+                          for o in got.others],
+               "notes": got.notes, "report_lines": lines,
+               "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
+    return v
+
+
+def _environ(got: PythonLaunch, env):
+    """The environment the entry gets: a ray job's runtime env alone (known in part when it
+    is not given literally); else what the command sets over --env, the rest known only at
+    run time."""
+    if not got.env_known:
+        return PartialEnv(got.env, why=UNKNOWN_ENV)
+    if got.launcher == "ray job submit":
+        return dict(got.env)
+    return PartialEnv({**(env or {}), **got.env}, why=AT_RUN_TIME, defaults=True)
+
+
+def _lines(got: PythonLaunch, of: int, at: str, cluster: ClusterModel, tainted: list[dict],
+           facts: set[str], why: str) -> list[str]:
+    """The report's lines: which launch and where, the sandbox's notes, the cluster, the
+    probes and servers answered, what was assumed, what stayed unresolved."""
     which = "launch: "
     if of > 1 or got.command:
         which = f"launch {got.index + 1} of {of}" if of > 1 else "launch"
@@ -184,17 +208,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int):
         lines.append(f"unresolved {what}  at {u['source']}: {u['why']}")
     if facts:
         lines.append(facts_line(facts, why))
-    v.extra = {"launcher": got.launcher, "entry": got.entry, "argv": got.argv,
-               "source": at, "unresolved": unresolved,
-               "launch": {"index": got.index, "of": of, "command": got.command, "source": at},
-               "cluster": cluster.as_dict(), "probes": got.probes, "servers": got.servers,
-               "assumed": got.assumed,
-               "others": [{"kind": o.kind, "command": o.command,
-                           "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
-                          for o in got.others],
-               "notes": got.notes, "report_lines": lines,
-               "unknown_model_facts": {"flags": sorted(facts), "why": why} if facts else None}
-    return v
+    return lines
 
 
 def _shown(path: str, source) -> Location:

@@ -180,28 +180,12 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
             {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
         for p in may_vanish(found):
             v.warnings.append(p)
-        # a flag whose value is unresolved stays out of argv: its spelling is judged here
-        for name in dict.fromkeys(u.flag for u in found.unresolved if u.flag):
-            p = spelling_problem(name)
-            if p is not None:
-                p = p.at(Location(*_first_source(found, name)))
-                {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
-    unresolved = [  # one entry per unknown, though the launch may use it more than once
-        dict(t) for t in dict.fromkeys(
-            (("flag", u.flag), ("expression", u.expression), ("source", str(u.source)),
-             ("why", u.why)) for u in found.unresolved)
-    ]
-    at = next((str(fv.source) for fv in found.argv if fv.flag == TOPOLOGY), "?")
-    unresolved += [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}", "source": at,
-                    "why": why} for value, why in refused]
-    unresolved += env_unresolved(exported, _topology_file(found)) if not refused else []
+        for p in _unresolved_spellings(found):
+            {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
+    unresolved = _unresolved(found, refused, exported)
     unknown = {u["flag"] for u in unresolved if u["flag"]}
     if not any(p.code == "missing-line-continuation" for p in found.notes):  # its cause
-        v.errors += no_layers([(fv.flag, fv.value) for fv in found.argv] +
-                              [(w.text.partition("=")[0], "") for w in words],
-                              bool(found.gaps) or any(fv.value is None for fv in found.argv)
-                              or any(u.flag is None for u in found.unresolved),
-                              stack.framework)
+        v.errors += _no_layers_in(found, words, stack.framework)
     fit.apply(v, found.tokens(), cluster, {u["flag"] for u in unresolved})
     facts, why = unknown_facts(found)
     skip_unknown(v, unknown, facts)
@@ -227,6 +211,41 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
         "report_lines": _lines(values, found, unresolved, facts, why),
     }
     return v
+
+
+def _unresolved(found: ScriptRead, refused: list, exported) -> list[dict]:
+    """The report's `unresolved` entries: one per unknown the reader met, though the launch
+    may use it more than once; a --topology the gate refuses; the fields of its YAML left
+    unread for a name of an environment known only in part."""
+    unresolved = [
+        dict(t) for t in dict.fromkeys(
+            (("flag", u.flag), ("expression", u.expression), ("source", str(u.source)),
+             ("why", u.why)) for u in found.unresolved)
+    ]
+    at = next((str(fv.source) for fv in found.argv if fv.flag == TOPOLOGY), "?")
+    unresolved += [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}", "source": at,
+                    "why": why} for value, why in refused]
+    unresolved += env_unresolved(exported, _topology_file(found)) if not refused else []
+    return unresolved
+
+
+def _unresolved_spellings(found: ScriptRead) -> list[Problem]:
+    """A flag whose value is unresolved stays out of argv: its spelling is judged here."""
+    out = []
+    for name in dict.fromkeys(u.flag for u in found.unresolved if u.flag):
+        p = spelling_problem(name)
+        if p is not None:
+            out.append(p.at(Location(*_first_source(found, name))))
+    return out
+
+
+def _no_layers_in(found: ScriptRead, words: list, framework: str) -> list[Problem]:
+    """`no_layers` over the script's argv and the words its YAML channels add; undecided
+    while a gap or an unknown value may hold the flag."""
+    return no_layers([(fv.flag, fv.value) for fv in found.argv] +
+                     [(w.text.partition("=")[0], "") for w in words],
+                     bool(found.gaps) or any(fv.value is None for fv in found.argv)
+                     or any(u.flag is None for u in found.unresolved), framework)
 
 
 # a flag that gives (or may give) Megatron the layer count some other way than --num-layers
