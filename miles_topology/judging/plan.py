@@ -227,10 +227,7 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
     reserve = reserve_bytes(gpu, opts.colocate)
     limit = (1 - opts.margin) * gpu
     context = opts.seq_length // 2 if opts.seq_length else None  # causal: half a sample
-    cps = [c for c in _pow2(min(world, 16))
-           if opts.seq_length is None or c * opts.tokens >= opts.seq_length]
-    if not cps:
-        cps = [c for c in _pow2(world) if c * opts.tokens >= (opts.seq_length or 0)][:1]
+    cps = _cps(world, opts)
     recomputes = [True] if opts.recompute else [False, True]
     offloads = [True] if opts.offload else [False, True]
     rollout = None
@@ -272,10 +269,7 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
         where = spans(lay, per_node)
         best.tp_in_node = where.tp == 1
         best.ep_in_node = not topo.model.experts or where.ep == 1
-        best.flags = flags_of(topo) + (RECOMPUTE if best.recompute else []) + (
-            OFFLOAD if best.offload else []) + [
-            "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(opts.tokens)] + (
-            rollout.flags if rollout else [])
+        best.flags = _flags(best, opts, rollout)
         return best
 
     out = []
@@ -300,6 +294,23 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
                 out.append(other)
     out.sort(key=lambda c: (c.cost.total if c.cost else 0.0, c.total, c.topo.world_size))
     return out
+
+
+def _cps(world: int, opts: Options) -> list[int]:
+    """The cp sizes tried, smallest first: powers of two up to 16 whose ring holds the
+    longest sample (--seq-length), else the smallest one that does."""
+    cps = [c for c in _pow2(min(world, 16))
+           if opts.seq_length is None or c * opts.tokens >= opts.seq_length]
+    return cps or [c for c in _pow2(world) if c * opts.tokens >= (opts.seq_length or 0)][:1]
+
+
+def _flags(best: Candidate, opts: Options, rollout) -> list[str]:
+    """A candidate's complete flags: its layout, recompute and offload as chosen, dynamic
+    batching at the tokens a GPU takes, and the rollout proposed beside it."""
+    return flags_of(best.topo) + (RECOMPUTE if best.recompute else []) + (
+        OFFLOAD if best.offload else []) + [
+        "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(opts.tokens)] + (
+        rollout.flags if rollout else [])
 
 
 def read_model(inputs: Sequence[str], flags: list[str] | None) -> tuple[Shape, dict[str, Any]]:

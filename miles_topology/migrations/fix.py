@@ -137,7 +137,7 @@ def plan(v: Verdict, unsafe: bool) -> tuple[list[Change], int]:
 def fix_script(path: str, v: Verdict, env: dict[str, str], unsafe: bool) -> Fixed | None:
     """The fixed text of a launch script (None: nothing to fix)."""
     from ..shell import ScriptReadError, read_script
-    from .common import Edit, apply, delete, words
+    from .common import apply
     from .runner import Refused, load
 
     changes, held = plan(v, unsafe)
@@ -151,26 +151,12 @@ def fix_script(path: str, v: Verdict, env: dict[str, str], unsafe: bool) -> Fixe
     here = os.path.abspath(path)
     edits, done, renamed, dropped = [], [], {}, set()
     for c in changes:
-        occurrences = [fv for fv in before.argv if fv.flag == c.old]
-        if c.problem.code == "flag-given-twice":  # all but the last (the one that runs)
-            targets = occurrences[:-1]
-        else:
-            targets = [fv for fv in occurrences if not c.line or fv.source.line == c.line]
-        spans = [(fv, words(fv)) for fv in targets]
-        if not targets or any(s is None or s.file != here for _, ws in spans for s in ws) or \
-                any(len(fv.tokens) > 1 for fv in targets):
+        got = _edits_for(c, before, text, here)
+        if got is None:
             continue  # not written as words of its own in this file: left for a person
-        for fv, ws in spans:
-            i = next(k for k, x in enumerate(before.argv) if x is fv)
-            if c.new is None:
-                edits += [delete(s) for s in ws]
-                dropped.add(i)
-            else:
-                word = text[fv.span.start:fv.span.end]
-                if not word.startswith(c.old):
-                    continue  # quoted: left as written
-                edits.append(Edit(fv.span.start, fv.span.start + len(c.old), c.new))
-                renamed[i] = c.new
+        edits += got[0]
+        renamed.update(got[1])
+        dropped |= got[2]
         done.append(_said(c))
     if not edits:
         return Fixed(path, text, text, left=held)
@@ -184,16 +170,51 @@ def fix_script(path: str, v: Verdict, env: dict[str, str], unsafe: bool) -> Fixe
     except ScriptReadError as e:
         out.why = f"the fixed script does not read back ({e})"
         return out
+    out.why = _read_back(before, after, renamed, dropped, changes)
+    return out
+
+
+def _edits_for(c: Change, before, text: str, here: str) -> tuple[list, dict, set] | None:
+    """The edits one change makes to the words that spell its flag, with the argv positions
+    it renames and drops; None when they are not words of their own in this file."""
+    from .common import Edit, delete, words
+
+    occurrences = [fv for fv in before.argv if fv.flag == c.old]
+    if c.problem.code == "flag-given-twice":  # all but the last (the one that runs)
+        targets = occurrences[:-1]
+    else:
+        targets = [fv for fv in occurrences if not c.line or fv.source.line == c.line]
+    spans = [(fv, words(fv)) for fv in targets]
+    if not targets or any(s is None or s.file != here for _, ws in spans for s in ws) or \
+            any(len(fv.tokens) > 1 for fv in targets):
+        return None
+    edits, renamed, dropped = [], {}, set()
+    for fv, ws in spans:
+        i = next(k for k, x in enumerate(before.argv) if x is fv)
+        if c.new is None:
+            edits += [delete(s) for s in ws]
+            dropped.add(i)
+        else:
+            word = text[fv.span.start:fv.span.end]
+            if not word.startswith(c.old):
+                continue  # quoted: left as written
+            edits.append(Edit(fv.span.start, fv.span.start + len(c.old), c.new))
+            renamed[i] = c.new
+    return edits, renamed, dropped
+
+
+def _read_back(before, after, renamed: dict, dropped: set, changes: list[Change]
+               ) -> str | None:
+    """Why the fixed script may not be written (None: it launches the words the fixes
+    intend, reads with no new note and keeps the layout)."""
     want = [(renamed.get(i, fv.flag), fv.value) for i, fv in enumerate(before.argv)
             if i not in dropped]
     got = [(fv.flag, fv.value) for fv in after.argv]
     if (after.launcher, after.entry) != (before.launcher, before.entry) or got != want:
-        out.why = "the fixed script would launch other words than the fixes intend"
-    elif {n.code for n in after.notes} - {n.code for n in before.notes}:
-        out.why = "the fixed script would read differently (a new note)"
-    else:
-        out.why = _layout_changed(before.flags(), after.flags(), changes)
-    return out
+        return "the fixed script would launch other words than the fixes intend"
+    if {n.code for n in after.notes} - {n.code for n in before.notes}:
+        return "the fixed script would read differently (a new note)"
+    return _layout_changed(before.flags(), after.flags(), changes)
 
 
 def _layout_changed(old: list[str], new: list[str], changes: list[Change]) -> str | None:

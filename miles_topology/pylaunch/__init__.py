@@ -331,6 +331,13 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
                    MEMORY_MB, trust, extra, reads, confine)
     calls = [r for r in got.records if "kind" in r]
     records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
+    status, error = _program_status(got, timeout_s)
+    return ProgramRun(status, got.stdout, got.err, error, records)
+
+
+def _program_status(got: _Ran, timeout_s: float) -> tuple[int | str, str | None]:
+    """(status, error) of a program run for its output: as it exited, or "timeout",
+    "memory", "refused", with why."""
     end = got.end
     status: int | str
     error = None
@@ -355,7 +362,7 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             error = code
     else:
         status = 0
-    return ProgramRun(status, got.stdout, got.err, error, records)
+    return status, error
 
 
 @dataclass
@@ -545,29 +552,8 @@ def _where(src) -> tuple[str, int] | None:
 def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds, end,
                every: bool = False) -> list[PythonLaunch]:
     calls = [r for r in records if "kind" in r]
-    ran: dict[str, set[int]] = {}  # the lines of the user's code run so far (locate.py)
-    for r in records:
-        if r.get("ran"):
-            ran.setdefault(r["ran"][0], set()).update(r["lines"])
-        elif "kind" in r and _runs(r["kind"]):
-            r["_ran"] = {f: set(lines) for f, lines in ran.items()}
-    found, others, launches, since = None, [], [], []
-    for r in calls:
-        env = r.get("env")
-        if env is None:
-            env = {k: v for k, v in {**child_env, **(r.get("env_changes") or {})}.items()
-                   if v is not None}
-        got = launch_of({**r, "env": env}) if _runs(r["kind"]) else None
-        if got is not None:
-            launches.append((got, r, since))
-            since = []
-        if got is not None and found is None:
-            found = (got, r)
-        elif got is None or not every:
-            others.append(Recorded(r["kind"], shown(r), _where(r.get("source"))))
-            since.append(r)
-    if launches:  # what follows the last launch is reported with it
-        launches[-1][2].extend(since)
+    _mark_ran(records)
+    found, others, launches = _split(calls, child_env, every)
     name = os.path.basename(path)
     notes = []
     # [launchers hook] modules the launcher's own code imports that are not installed here
@@ -596,65 +582,46 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
                       "here and answered by recording stand-ins)") from None
 
 
+def _mark_ran(records: list[dict]) -> None:
+    """Each action that runs a program carries the lines of the user's code run before it
+    (`_ran`, for locate.py)."""
+    ran: dict[str, set[int]] = {}
+    for r in records:
+        if r.get("ran"):
+            ran.setdefault(r["ran"][0], set()).update(r["lines"])
+        elif "kind" in r and _runs(r["kind"]):
+            r["_ran"] = {f: set(lines) for f, lines in ran.items()}
+
+
+def _split(calls: list[dict], child_env: dict, every: bool) -> tuple:
+    """(the first training launch and its record or None, the other actions, each launch
+    with its record and the actions recorded since the one before)."""
+    found, others, launches, since = None, [], [], []
+    for r in calls:
+        env = r.get("env")
+        if env is None:
+            env = {k: v for k, v in {**child_env, **(r.get("env_changes") or {})}.items()
+                   if v is not None}
+        got = launch_of({**r, "env": env}) if _runs(r["kind"]) else None
+        if got is not None:
+            launches.append((got, r, since))
+            since = []
+        if got is not None and found is None:
+            found = (got, r)
+        elif got is None or not every:
+            others.append(Recorded(r["kind"], shown(r), _where(r.get("source"))))
+            since.append(r)
+    if launches:  # what follows the last launch is reported with it
+        launches[-1][2].extend(since)
+    return found, others, launches
+
+
 MAX_NOTES = 32  # distinct notes of one kind (assumed values, absent modules) per launcher
 
 
 def _launches(path, found, launches, others, calls, records, notes, err, status, child_env,
               timeout_s, memory_mb, seconds, every, end) -> list[PythonLaunch]:
-    name = os.path.basename(path)
-    if status in ("timeout", -signal.SIGXCPU):  # the wall clock, or RLIMIT_CPU
-        if found is None:
-            raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
-                             "recorded no training launch (an endless loop, or waiting for "
-                             "something the sandbox never starts)")
-        notes.append(f"the launcher was stopped after {timeout_s:g} s, after its training "
-                     "launch was recorded")
-    elif end is None:
-        why = f"killed by signal {-status}" if isinstance(status, int) and status < 0 else \
-            f"exited with status {status}"
-        if found is None:
-            raise InputError(f"{path}: the launcher was {why} before it launched training "
-                             f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
-                             + _tail(err))
-        notes.append(f"the launcher was {why} after its training launch was recorded")
-    elif end["end"] == "refused":
-        raise InputError(f"{path}: {refusal(end)}")
-    elif end["end"] == "threads":
-        raise InputError(f"{path}: {_THREADS}")
-    elif end["end"] == "memory":
-        if found is None:
-            raise InputError(f"{path}: the launcher ran out of memory (limit {memory_mb} MiB) "
-                             "before it launched training")
-        notes.append(f"the launcher ran out of memory (limit {memory_mb} MiB) afterwards")
-    elif end["end"] == "missing":
-        pkg = (end.get("module") or "?").split(".")[0]
-        raise InputError(f"{name} imports {pkg}, which is not installed here: pip install "
-                         f"{PIP_NAMES.get(pkg, pkg)} (or put it on PYTHONPATH); "
-                         + checkout.hint(pkg))
-    elif end["end"] == "error":
-        if found is None and end.get("sizes"):
-            raise InputError(f"{path}: the launcher's check of the cluster it expects failed "
-                             f"before it launched training: {_at(end)}; {_sizes(end['sizes'])}")
-        if found is None:
-            raise InputError(f"{path}: the launcher failed before it launched training: "
-                             f"{_at(end)}{_limit(end)}{_hint(calls)}"
-                             f"{_unset(end.get('error') or '', child_env)}")
-        notes.append(f"the launcher failed after its training launch: {_at(end)}")
-    elif end["end"] == "waiting":
-        if found is None:
-            raise InputError(f"{path}: {_waiting(end)}")
-        notes.append(f"the launcher was stopped after its training launch: {_waiting(end)}")
-    elif end["end"] == "exit" and isinstance(end.get("code"), str) and found is None:
-        raise InputError(f"{path}: the launcher stopped before it launched training: "
-                         f"{_said(end['code'], child_env)}")
-    elif end["end"] == "exit" and end.get("code") not in (None, 0):
-        if found is None:
-            gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
-            raise InputError(f"{path}: the launcher exited with status {end['code']} before "
-                             f"it launched training{_tail(err)}"
-                             + (f"; {checkout.hint(gone)}" if gone else ""))
-        notes.append(f"the launcher exited with status {end['code']} after its training "
-                     "launch was recorded")
+    _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end)
     if found is None:
         ran = f"ran {len(calls)} command(s)" if calls else "ran no command"
         raise NoTrainingLaunch(f"{path}: no training launch: the launcher {ran}, none of them "
@@ -689,6 +656,72 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
                                 launch.env_known, None, i, marks, assumed, probes,
                                 servers, locate(launch.argv, rec.get("_ran") or {}, path)))
     return out
+
+
+def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end
+             ) -> None:
+    """How the launcher's run ended: an InputError when it ended before a training launch
+    was recorded, else a note saying how it ended after (in `notes`)."""
+    if status in ("timeout", -signal.SIGXCPU):  # the wall clock, or RLIMIT_CPU
+        if found is None:
+            raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
+                             "recorded no training launch (an endless loop, or waiting for "
+                             "something the sandbox never starts)")
+        notes.append(f"the launcher was stopped after {timeout_s:g} s, after its training "
+                     "launch was recorded")
+    elif end is None:
+        why = f"killed by signal {-status}" if isinstance(status, int) and status < 0 else \
+            f"exited with status {status}"
+        if found is None:
+            raise InputError(f"{path}: the launcher was {why} before it launched training "
+                             f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
+                             + _tail(err))
+        notes.append(f"the launcher was {why} after its training launch was recorded")
+    else:
+        _ended(path, found, calls, notes, err, child_env, memory_mb, end)
+
+
+def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict) -> None:
+    """The child's own end record (`end`): refused, out of threads or memory, a module
+    missing, an error, a wait, an exit."""
+    if end["end"] == "refused":
+        raise InputError(f"{path}: {refusal(end)}")
+    elif end["end"] == "threads":
+        raise InputError(f"{path}: {_THREADS}")
+    elif end["end"] == "memory":
+        if found is None:
+            raise InputError(f"{path}: the launcher ran out of memory (limit {memory_mb} MiB) "
+                             "before it launched training")
+        notes.append(f"the launcher ran out of memory (limit {memory_mb} MiB) afterwards")
+    elif end["end"] == "missing":
+        pkg = (end.get("module") or "?").split(".")[0]
+        raise InputError(f"{os.path.basename(path)} imports {pkg}, which is not installed "
+                         f"here: pip install {PIP_NAMES.get(pkg, pkg)} (or put it on PYTHONPATH); "
+                         + checkout.hint(pkg))
+    elif end["end"] == "error":
+        if found is None and end.get("sizes"):
+            raise InputError(f"{path}: the launcher's check of the cluster it expects failed "
+                             f"before it launched training: {_at(end)}; {_sizes(end['sizes'])}")
+        if found is None:
+            raise InputError(f"{path}: the launcher failed before it launched training: "
+                             f"{_at(end)}{_limit(end)}{_hint(calls)}"
+                             f"{_unset(end.get('error') or '', child_env)}")
+        notes.append(f"the launcher failed after its training launch: {_at(end)}")
+    elif end["end"] == "waiting":
+        if found is None:
+            raise InputError(f"{path}: {_waiting(end)}")
+        notes.append(f"the launcher was stopped after its training launch: {_waiting(end)}")
+    elif end["end"] == "exit" and isinstance(end.get("code"), str) and found is None:
+        raise InputError(f"{path}: the launcher stopped before it launched training: "
+                         f"{_said(end['code'], child_env)}")
+    elif end["end"] == "exit" and end.get("code") not in (None, 0):
+        if found is None:
+            gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
+            raise InputError(f"{path}: the launcher exited with status {end['code']} before "
+                             f"it launched training{_tail(err)}"
+                             + (f"; {checkout.hint(gone)}" if gone else ""))
+        notes.append(f"the launcher exited with status {end['code']} after its training "
+                     "launch was recorded")
 
 
 def _probe(r: dict) -> dict:

@@ -395,13 +395,7 @@ def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
             if r.field is None:
                 continue
         if spec is not None and spec.kind == "switch":
-            if value is not None and value.lower() not in ("true", "1", "false", "0"):
-                out.errors.append(
-                    _bad_value(name, value, "a switch takes no value", f"write {name} alone.")
-                )
-                continue
-            on = value is None or value.lower() in ("true", "1")
-            _set(out, spec.field, spec.values[on] if spec.values else on, name, token)
+            _switch(out, spec, name, value, token)
             continue
         if value is None:
             if i < len(argv) and not _is_flag(text_of(argv[i])):
@@ -415,31 +409,52 @@ def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
         if name == TOPOLOGY:
             out.topology = value
             continue
-        if spec.kind == "int":
-            try:
-                parsed: object = int(value)
-            except ValueError:
-                out.errors.append(_bad_value(name, value, "it must be a whole number"))
-                continue
-        elif spec.kind == "list":  # argparse nargs="+": every value up to the next flag
-            items = [value]
-            while i < len(argv) and not text_of(argv[i]).startswith("--"):
-                items.append(text_of(argv[i]))
-                i += 1
-            parsed = tuple(items)
-        elif spec.values and value not in spec.values:
-            out.errors.append(_bad_value(
-                name, value, f"it must be one of {', '.join(spec.values)}",
-                f"give {name} one of: {', '.join(spec.values)}."))
-            continue
-        else:
-            parsed = value
-        _set(out, spec.field, parsed, name, token)
+        parsed, i = _typed(out, spec, name, value, argv, i)
+        if parsed is not _REFUSED:
+            _set(out, spec.field, parsed, name, token)
     for r, name, token in likes:  # e.g. --sglang-enable-ep-moe: engine EP = engine size
         if r.field not in out.fields:
             like = out.fields.get(r.like, FIELDS[r.like].default)
             _set(out, r.field, like, name, token)
     return out
+
+
+def _switch(out: Parsed, spec, name: str, value: str | None, token: Any) -> None:
+    """A switch: alone, or with true/1/false/0 (`--colocate=false`); another value is an
+    error."""
+    if value is not None and value.lower() not in ("true", "1", "false", "0"):
+        out.errors.append(
+            _bad_value(name, value, "a switch takes no value", f"write {name} alone."))
+        return
+    on = value is None or value.lower() in ("true", "1")
+    _set(out, spec.field, spec.values[on] if spec.values else on, name, token)
+
+
+_REFUSED = object()  # a value its flag's kind refuses (the error is filed)
+
+
+def _typed(out: Parsed, spec, name: str, value: str, argv: list, i: int
+           ) -> tuple[object, int]:
+    """The value as its flag's kind reads it, and the position after the words it took: a
+    whole number, every word up to the next flag (argparse nargs="+"), one of the choices."""
+    if spec.kind == "int":
+        try:
+            return int(value), i
+        except ValueError:
+            out.errors.append(_bad_value(name, value, "it must be a whole number"))
+            return _REFUSED, i
+    if spec.kind == "list":
+        items = [value]
+        while i < len(argv) and not text_of(argv[i]).startswith("--"):
+            items.append(text_of(argv[i]))
+            i += 1
+        return tuple(items), i
+    if spec.values and value not in spec.values:
+        out.errors.append(_bad_value(
+            name, value, f"it must be one of {', '.join(spec.values)}",
+            f"give {name} one of: {', '.join(spec.values)}."))
+        return _REFUSED, i
+    return value, i
 
 
 def _renamed(old: str, new: str, token: Any = None) -> Problem:
