@@ -45,6 +45,7 @@ class Code:
     by: str  # the rule or module that reports it
     example: str = ""  # an input that reports it (flags of a topology rule)
     fixable: bool = False  # `--fix` can rewrite it mechanically
+    off: bool = False  # reported only when selected by name (or `all`), as ruff's RUF100
 
 
 CODES: dict[str, Code] = {}  # in declaration order
@@ -254,10 +255,11 @@ declare("selection.py (suppression directives, as ruff's noqa and RUF100)", {
         'warning', 'a `# miles-topology: disable=` directive names a code that does not '
         'exist (a misspelling): it suppresses nothing',
         '--sequence-parallel   # miles-topology: disable=sp-ignord'),
-    'unused-suppression': (
-        'warning', 'a `# miles-topology: disable=` directive suppresses no report of its '
-        'file (off unless selected: `--select unused-suppression`)',
-        '--tensor-model-parallel-size 2   # miles-topology: disable=sp-ignored'),
+    'unused-suppression': {
+        'severity': 'warning', 'off': True,
+        'summary': 'a `# miles-topology: disable=` directive suppresses no report of its '
+                   'file (off unless selected: `--select unused-suppression`)',
+        'example': '--tensor-model-parallel-size 2   # miles-topology: disable=sp-ignored'},
 }, why="A directive that names no code, or no report, turns nothing off: the report it was "
        "written for (or a later one) would pass unseen, or the directive outlived its cause.",
    source="ruff's noqa handling (RUF100 unused-noqa)")

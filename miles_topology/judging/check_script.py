@@ -301,8 +301,8 @@ def may_vanish(found: ScriptRead) -> list[Problem]:
             "one argument\")",
             f"quote the expansions that carry it (\"{fv.bare}\", and \"${{ARGS[@]}}\" for an "
             f"array holding it), give {name} a default (${{{name}:-...}}), or leave "
-            f"{fv.flag} out when {name} is empty", (fv.flag,), "warning",
-            Location(fv.source.path, fv.source.line)))
+            f"{fv.flag} out when {name} is empty", (fv.flag,),
+            location=Location(fv.source.path, fv.source.line)))
     return out
 
 

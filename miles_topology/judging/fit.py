@@ -204,7 +204,7 @@ def judge(topo: Topology, argv: Sequence[str], cluster: ClusterModel | None,
                 ("try " + ", or ".join(got)) if got else
                 "recompute (--recompute-granularity full), fewer tokens a micro-batch "
                 "(--max-tokens-per-gpu), or more GPUs",
-                flags, "warning"))
+                flags))
     report = {
         "gpu": gpu.name, "gpu_gib": gib(gpu.bytes), "gpu_assumed": gpu.assumed,
         "vocab_known": shape.vocab_known, "largest_stage": est.largest.stage,

@@ -50,7 +50,7 @@ class Settings:
     def reports(self, p: Problem, level: str) -> bool:
         if self.select is not None and p.code not in self.select or p.code in self.ignore:
             return False
-        if self.select is None and p.code in OFF_BY_DEFAULT:
+        if self.select is None and p.code in CODES and CODES[p.code].off:
             return False
         return LEVELS.index(level) <= LEVELS.index(self.severity)
 
@@ -117,10 +117,6 @@ def settings(start: str, select: list[str] | None, ignore: list[str] | None,
     return got
 
 
-# codes reported only when selected by name (or `all`), as ruff's RUF100
-OFF_BY_DEFAULT = frozenset({"unused-suppression"})
-
-
 @lru_cache(maxsize=256)
 def _parsed(path: str) -> tuple[tuple[int, str, str], ...]:
     """Every (line, kind, code) a directive of the file names, unknown codes included."""
@@ -168,13 +164,12 @@ def directive_problems(path: str, used: set[tuple[str, int, str]]) -> list[Probl
             out.append(Problem("unknown-directive-code", f"`# miles-topology: {kind}={code}`: "
                                f"{code} is not a problem code, so it suppresses nothing"
                                + (f"; did you mean {near[0]}?" if near else "."), fix, (),
-                               "warning", at))
+                               location=at))
         elif (path, n, code) not in used:
             where = "on this line or the next" if kind == "disable" else "in this file"
             out.append(Problem("unused-suppression", f"`# miles-topology: {kind}={code}` "
                                f"suppresses nothing: no {code} report {where}",
-                               "remove the directive (or the code from its list)", (),
-                               "warning", at))
+                               "remove the directive (or the code from its list)", (), location=at))
     return out
 
 

@@ -114,7 +114,7 @@ def _yaml_cfg(value: str | None, at: Location | None, dirs: Sequence[str],
             f"args.{missing[0]} (AttributeError).",
             f"drop {YAML_CFG} and give the arguments on the command line, or write every "
             f"argument, {', '.join(missing)} included, at the top level of {value}",
-            (YAML_CFG,), "error", at))
+            (YAML_CFG,), location=at))
     words = _words([yv for yv in values if yv.key in _by_dest()])
     sizes = {flag_of(name) for name in _by_dest().values()}
     dropped = sorted({f for f, _, _ in pairs if f in sizes}
@@ -126,7 +126,7 @@ def _yaml_cfg(value: str | None, at: Location | None, dirs: Sequence[str],
             f"the YAML's (yaml_arguments.py load_yaml), which does not set "
             f"{', '.join(dropped)}: the command line's value is dropped, not what runs.",
             f"set them at the top level of {value}, or drop {YAML_CFG}",
-            tuple(dropped), "warning", at))
+            tuple(dropped), location=at))
     return problems, words
 
 
@@ -165,7 +165,7 @@ def _custom_config(value: str | None, at: Location | None, dirs: Sequence[str]
                 "(miles/utils/arguments.py), so it changes a size the job's layout was "
                 "already built from.",
                 f"give {flag} {yv.value} on the command line and remove {yv.key} from "
-                f"{yv.path}", (flag,), "error", loc))
+                f"{yv.path}", (flag,), location=loc))
             continue
         keep.append(yv)
     return problems, _words(keep)

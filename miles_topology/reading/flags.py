@@ -239,7 +239,7 @@ def _unknown(name: str, token: Any) -> Problem | None:
         return Problem(
             "unknown-flag", f"{name} is not a flag of miles' or slime's parser; did you mean "
             f"{near}? (it would leave that size at its default)", f"write {near}", (name,),
-            "error", where(token))
+            location=where(token))
     other = st.other(name)
     if other is not None:
         return Problem(
@@ -247,7 +247,7 @@ def _unknown(name: str, token: Any) -> Problem | None:
             f"{name} is not a flag of {st.describe()}, but {other}: the launch runs only "
             "on a stack that has it.",
             f"run it on that stack (check it there, or with --stack PATH), or remove {name}",
-            (name,), "warning", where(token))
+            (name,), location=where(token))
     near = _near(name, st)
     if near is None and st.unresolved:
         funcs = ", ".join(st.unresolved)
@@ -264,13 +264,13 @@ def _unknown(name: str, token: Any) -> Problem | None:
             f"{name} is not a flag of {fw} train.py ({st.describe()}): its parser drops it "
             f"(ignore_unknown_args), so what it would set keeps its default{hint}",
             f"write {near}" if near else f"remove {name}, or check its spelling against "
-            "`python train.py --help`", (name,), "warning", where(token))
+            "`python train.py --help`", (name,), location=where(token))
     return Problem(
         "unknown-flag",
         f"{name} is not a flag of {fw} train.py ({st.describe()}): its parser refuses it "
         f"at start-up{hint}",
         f"write {near}" if near else f"remove {name}, or check its spelling against "
-        "`python train.py --help`", (name,), "error", where(token),
+        "`python train.py --help`", (name,), location=where(token),
     )
 
 
@@ -298,7 +298,7 @@ def _upstream_deprecated(name: str, f: Any, token: Any) -> Problem:
             f"replace {name} with {f.renamed_to}"
     else:
         text, fix = f"{name} is deprecated upstream and has no effect.", f"remove {name}"
-    return Problem("deprecated-flag", text, fix, (name,), "warning", where(token))
+    return Problem("deprecated-flag", text, fix, (name,), location=where(token))
 
 
 def _repeated(name: str, first: object, last: object, token: Any) -> Problem:
@@ -310,7 +310,7 @@ def _repeated(name: str, first: object, last: object, token: Any) -> Problem:
         "flag-given-twice",
         f"{name} is given twice, {first} and then {last}; {_fw()} parser keeps the last, "
         f"{last}.",
-        f"give {name} once ({name} {last} is what runs)", (name,), "warning", where(token),
+        f"give {name} once ({name} {last} is what runs)", (name,), location=where(token),
     )
 
 
@@ -352,7 +352,7 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
             f"{name}: expected {want}\" (the next word, {nxt!r}, is a flag)" if nxt else
             f"{name} got no value; argparse refuses the launch at start-up: \"argument "
             f"{name}: expected {want}\" (it is the last word)",
-            f"give {name} a value, or remove it", (name,), "error", where(argv[i - 1])))
+            f"give {name} a value, or remove it", (name,), location=where(argv[i - 1])))
         return
     value = inline if eq else (nxt if f.takes_value and nxt is not None
                                and not nxt.startswith("--") else None)
@@ -473,16 +473,16 @@ def _renamed(old: str, new: str, token: Any = None) -> Problem:
             "ignored-flag",
             f"{old} is not a flag of {_fw()} train.py ({st.describe()}): its parser drops it "
             f"(ignore_unknown_args); it was renamed, and now reads {new}.",
-            fix, (old,), "warning", where(token))
+            fix, (old,), location=where(token))
     if st.flag(old) is None:
         fw = _fw()
         return Problem(
             "unknown-flag",
             f"{old} is not a flag of {fw} train.py ({st.describe()}): its parser refuses it "
             f"at start-up; it was renamed, and now reads {new}.",
-            fix, (old,), "error", where(token))
+            fix, (old,), location=where(token))
     return Problem("deprecated-flag", f"{old} was renamed; it now reads {new}.", fix, (old,),
-                   "warning", where(token))
+                   location=where(token))
 
 
 def _set(out: Parsed, name: str, value: object, flag: str, token: Any) -> None:

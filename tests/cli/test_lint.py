@@ -235,3 +235,18 @@ def test_an_unused_suppression_is_reported_only_when_selected(tmp_path, capsys):
     main(["check", "--select", "unused-suppression", "--output-format", "concise", unused])
     out = capsys.readouterr().out
     assert f"{unused}:4:" in out and "disable=sp-ignored` suppresses nothing" in out
+
+
+def test_off_by_default_is_the_code_records_word(tmp_path, capsys, monkeypatch):
+    """Which codes are off unless selected is said once, on the record (`Code.off`): turning
+    a record's `off` on silences its code the same way."""
+    from dataclasses import replace
+
+    from miles_topology.codes import CODES
+
+    assert [c.code for c in CODES.values() if c.off] == ["unused-suppression"]
+    typo = script(tmp_path, same="  # miles-topology: disable=sp-ignord", name="typo.sh")
+    assert "unknown-directive-code" in reported(capsys, typo)[1]
+    monkeypatch.setitem(CODES, "unknown-directive-code",
+                        replace(CODES["unknown-directive-code"], off=True))
+    assert "unknown-directive-code" not in reported(capsys, typo)[1]

@@ -205,7 +205,7 @@ def _emitted_codes(extra=()):
     root = ROOT
     files = {p.resolve() for d in ("miles_topology", "miles")
              for p in (root / d).rglob("*.py") if "fixtures" not in p.parts} | set(extra)
-    makers = {"Problem", "Note", "_err", "_warn", "_skip", "_problem", "_note"}
+    makers = {"Problem", "Note", "_found", "_skip", "_problem", "_note"}
     found = {}
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -256,7 +256,7 @@ def _rule_codes(path):
             if kw.arg == "uses":
                 said |= {e.value for e in kw.value.elts}
         body = {c.args[0].value for c in ast.walk(node) if isinstance(c, ast.Call)
-                and getattr(c.func, "id", None) in ("_err", "_warn", "_skip", "Problem")
+                and getattr(c.func, "id", None) in ("_found", "_skip", "Problem")
                 and c.args and isinstance(c.args[0], ast.Constant)}
         out.append((node.name, body, said))
     return out
@@ -302,8 +302,8 @@ def test_rules_are_not_named_like_topology_members():
 def test_a_rule_reporting_an_undeclared_code_is_caught(tmp_path):
     new = tmp_path / "rule.py"
     new.write_text("@rule(source='s', codes={'a-code': ('error', 'w')})\n"
-                   "def r(topo):\n    yield _err('a-code', 'm', 'f')\n"
-                   "    yield _warn('other-code', 'm', 'f')\n")
+                   "def r(topo):\n    yield _found('a-code', 'm', 'f')\n"
+                   "    yield _found('other-code', 'm', 'f')\n")
     [(name, body, said)] = _rule_codes(new)
     assert body - said == {"other-code"}
 
@@ -357,7 +357,7 @@ def test_registry_catches_an_unregistered_code(tmp_path):
     from miles_topology.codes import CODES
 
     new = tmp_path / "new_check.py"
-    new.write_text("def rule(topo):\n    yield _err('made-up-code', 'm', 'f', 'tp')\n"
+    new.write_text("def rule(topo):\n    yield _found('made-up-code', 'm', 'f', 'tp')\n"
                    "notes.append(('made-up-note', 1, 'm', 'f'))\n")
     found = _emitted_codes([new])
     assert {"made-up-code", "made-up-note"} <= set(found) and "made-up-code" not in CODES
@@ -392,3 +392,19 @@ def test_every_rule_code_has_a_record_and_its_example_reports_it():
         except TopologyError as e:
             found = e.problems + e.warnings
         assert code in [p.code for p in found], (code, c.example)
+
+
+def test_no_report_site_restates_its_codes_severity():
+    """A code's severity is its record's (codes/): a report names it only to say `skipped`
+    (a rule that could not decide); the checks report through one `_found`."""
+    import ast
+
+    said = []
+    for path in (ROOT / "miles_topology").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Problem"):
+                continue
+            given = [*node.args[4:5], *(k.value for k in node.keywords if k.arg == "severity")]
+            said += [f"{path.name}:{node.lineno}" for g in given
+                     if isinstance(g, ast.Constant) and g.value != "skipped"]
+    assert said == []

@@ -24,12 +24,9 @@ class _Flags:
 F = _Flags()
 
 
-def _err(code: str, message: str, fix: str, *fields: str) -> Problem:
-    return Problem(code, message, fix, tuple(flag_of(f) for f in fields), "error")
-
-
-def _warn(code: str, message: str, fix: str, *fields: str) -> Problem:
-    return Problem(code, message, fix, tuple(flag_of(f) for f in fields), "warning")
+def _found(code: str, message: str, fix: str, *fields: str) -> Problem:
+    """A rule's finding, at its code's severity (the record's, codes/)."""
+    return Problem(code, message, fix, tuple(flag_of(f) for f in fields))
 
 
 def _skip(code: str, message: str, fix: str, *fields: str) -> Problem:

@@ -10,7 +10,7 @@ from ...codes import rule
 from ..errors import Problem
 from ..parts import flag_of
 from ..topology import Topology
-from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
+from .base import F, _divisors, _found, _nearest, _or, _skip
 
 
 @rule(
@@ -67,7 +67,7 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
             )
         else:
             why = (f"(no {F.experts})" if mod.experts is None else f"({F.moe_layer_freq})")
-            yield _err(
+            yield _found(
                 "r3-requires-moe",
                 f"routing replay was asked for, but the model has no MoE layers {why}"
                 + (": miles starts the engines with routed-expert capture on, and SGLang's "
@@ -79,7 +79,7 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
                 which, "experts",
             )
     if rep.rollout_routing_replay and ro.rollout_external:
-        yield _warn(
+        yield _found(
             "r3-external-capture",
             "rollout routing replay with external engines: miles cannot switch on routed-"
             "expert capture for engines it does not start; a server started without "
@@ -91,7 +91,7 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
             "rollout_routing_replay", "rollout_external",
         )
     if mod.router_fusion:
-        yield _err(
+        yield _found(
             "r3-router-fusion",
             "routing replay with fused router top-k: the fused kernel bypasses the replay "
             "hook, so recorded routes would be silently ignored.",
@@ -138,7 +138,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
         # multi-LoRA); the
         # global batch is then set per rollout (RolloutManager._compute_dynamic_global_batch_size)
         if not bat.dynamic_batch:
-            yield _err(
+            yield _found(
                 "dynamic-global-batch-requires-dynamic-batch",
                 f"{F.dynamic_global_batch} needs {F.dynamic_batch}: miles refuses "
                 "it at start-up (static micro-batches cannot follow a data-dependent count).",
@@ -147,7 +147,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
             )
         return
     if bat.dynamic_batch and bat.qkv_format == "bshd":
-        yield _err(  # miles 31f1ca9 utils/arguments.py miles_validate_args, `if
+        yield _found(  # miles 31f1ca9 utils/arguments.py miles_validate_args, `if
             # args.qkv_format == "bshd"`: "Dynamic batch size is not supported for bshd format"
             "dynamic-batch-bshd",
             f"{F.dynamic_batch} with {F.qkv_format} bshd: miles refuses it at start-up "
@@ -158,7 +158,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
             "dynamic_batch", "qkv_format",
         )
     if bat.dynamic_batch and bat.max_tokens_per_gpu is None:
-        yield _err(  # miles utils/arguments.py miles_validate_args asserts it
+        yield _found(  # miles utils/arguments.py miles_validate_args asserts it
             "dynamic-batch-requires-max-tokens",
             f"{F.dynamic_batch} needs {F.max_tokens_per_gpu}: miles asserts it at start-up.",
             f"add {F.max_tokens_per_gpu} N",
@@ -168,7 +168,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
         total = bat.rollout_batch_size * bat.n_samples_per_prompt
         want = total // bat.steps_per_rollout
         if gbs is not None and gbs != want:
-            yield _err(  # miles utils/arguments.py miles_validate_args asserts equality
+            yield _found(  # miles utils/arguments.py miles_validate_args asserts equality
                 "steps-per-rollout-conflict",
                 f"{F.steps_per_rollout} {bat.steps_per_rollout} sets the global batch to "
                 f"{bat.rollout_batch_size} x {bat.n_samples_per_prompt} // "
@@ -184,7 +184,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
         if total < gbs and not bat.no_trim:
             # miles RolloutManager._get_rollout_data (trim to a multiple of the global batch;
             # trim_len == 0 raises): read in an earlier miles, not re-found in HEAD's rollout/
-            yield _err(
+            yield _found(
                 "rollout-batch-below-global-batch",
                 f"rollout_batch_size x n_samples_per_prompt = {bat.rollout_batch_size} x "
                 f"{bat.n_samples_per_prompt} = {total} samples do not fill one global batch of "
@@ -194,7 +194,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
             )
         elif total % gbs and not bat.no_trim:
             # RolloutManager._get_rollout_data trims to a multiple of the global batch
-            yield _warn(
+            yield _found(
                 "rollout-batch-not-multiple-of-global-batch",
                 f"rollout_batch_size x n_samples_per_prompt = {bat.rollout_batch_size} x "
                 f"{bat.n_samples_per_prompt} = {total} samples is not a multiple of "
@@ -218,7 +218,7 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
     # global_batch_size % (micro_batch_size * dp) == 0 (static micro-batches only)
     if (not bat.dynamic_batch and lay.train_backend == "megatron"
             and topo.world_size % lay.dense_model_size == 0 and gbs % step):
-        yield _err(
+        yield _found(
             "global-batch-not-divisible-by-dp",
             f"global_batch_size {gbs} is not divisible by dp x micro_batch_size = {topo.dp} x "
             f"{bat.micro_batch_size} = {step} ({gbs}/{step} = {gbs / step:.2f}).",

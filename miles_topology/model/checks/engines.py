@@ -11,7 +11,7 @@ from ...codes import rule
 from .. import placement as _placement
 from ..errors import Problem
 from ..topology import Topology
-from .base import F, _divisors, _err, _nearest, _or, _warn
+from .base import F, _divisors, _found, _nearest, _or
 
 
 @rule(
@@ -36,7 +36,7 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
     gpus, size = topo.placement_group.rollout_gpus, ro.engine_size
     if ro.engine_groups is None and gpus % size:
         multiples = [size * k for k in (gpus // size, gpus // size + 1) if k > 0]
-        yield _err(
+        yield _found(
             "rollout-gpus-not-multiple-of-engine",
             f"{gpus} rollout GPUs do not make whole engines of {size} GPUs "
             f"({gpus}/{size} = {gpus / size:.2f}).",
@@ -49,7 +49,7 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
     for group in topo.placement_group.groups:
         if group.gpus % group.engine_size and group.kind != "placeholder" \
                 and ro.engine_groups is not None and group.model != "eval":
-            yield _err(
+            yield _found(
                 "rollout-gpus-not-multiple-of-engine",
                 f"{F.sglang_config} group {group.model}/{group.kind} has {group.gpus} GPUs, not "
                 f"whole engines of {group.engine_size} ({group.gpus}/{group.engine_size} = "
@@ -66,7 +66,7 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
         at = topo.engine_gpus(bad)[0] if bad < topo.placement_group.engines else (0, 0)
         s, offset = group.engine_size, topo.placement_group.rollout_offset
         ok = [d for d in _divisors(node) if d <= node] + [node * k for k in (2, 4)]
-        yield _err(
+        yield _found(
             # the packed placement group (placement.py) lets engines start mid-node; SGLang
             # takes base_gpu_id .. base_gpu_id + tp - 1 on one node, so an engine that runs
             # past the node's last GPU (or a multi-node engine not tiling whole nodes) fails
@@ -102,7 +102,7 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
         # attention `assert self.tp_size % self.dp_size == 0` (engine TP = the engine's GPUs:
         # miles sglang_utils validate_args sets sglang_tp_size = rollout_num_gpus_per_engine);
         # without DP attention miles' assert below fires first
-        yield _err(
+        yield _found(
             "sglang-dp-invalid",
             f"engine DP {dp} does not divide the engine's {size} GPUs (engine TP); in SGLang "
             "DP subdivides the engine, it does not multiply it.",
@@ -112,7 +112,7 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
     if dp > 1 and not topo.rollout.dp_attention:
         # miles backends/sglang_utils/arguments.py validate_args:
         # `if args.sglang_dp_size > 1: assert args.sglang_enable_dp_attention`
-        yield _err(
+        yield _found(
             "sglang-dp-invalid",
             f"engine DP {dp} > 1 needs DP attention: miles asserts "
             f"{F.dp_attention} whenever {F.engine_dp} "
@@ -137,7 +137,7 @@ def sglang_ep(topo: Topology) -> Iterator[Problem]:
     size, ep = ro.engine_size, ro.engine_ep_used
     ok = [d for d in _divisors(size) if mod.experts is None or mod.experts % d == 0]
     if size % ep or (mod.experts is not None and mod.experts % ep):
-        yield _err(
+        yield _found(
             "sglang-ep-invalid",
             f"engine EP {ep} must divide the engine's {size} GPUs"
             + (f" and the {mod.experts} experts" if mod.experts is not None else "")
@@ -172,7 +172,7 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
     if ro.sglang_tp is not None and ro.sglang_tp != ro.engine_size:
         # miles backends/sglang_utils/arguments.py validate_args:
         # `args.sglang_tp_size = args.rollout_num_gpus_per_engine`
-        yield _warn(
+        yield _found(
             "sglang-tp-overridden",
             f"{F.sglang_tp} {ro.sglang_tp} is overwritten by miles with "
             f"{F.engine_size} {ro.engine_size}: each engine runs TP "
@@ -184,7 +184,7 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
     if ro.a2a_forces_ep and ro.engine_ep not in (1, ro.engine_size):
         # SGLang python/sglang/srt/server_args.py ServerArgs._handle_a2a_moe (post-init, with a
         # logger.warning): `self.ep_size = self.tp_size` for the backends of `a2a_forces_ep`
-        yield _warn(
+        yield _found(
             "sglang-ep-overridden",
             f"{F.a2a_backend} {ro.a2a_backend} makes SGLang set engine EP = engine "
             f"TP = {ro.engine_size}, so {F.engine_ep} {ro.engine_ep} is ignored.",
@@ -222,7 +222,7 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
         # miles ray/actor_group.py: rank i takes bundle i of the sorted packed group; the
         # per-node count is only multiplied into the world size
         n = -(-topo.world_size // node)
-        yield _warn(
+        yield _found(
             "actor-node-shape-ignored",
             f"the actor asks for {lay.nodes} node(s) x {lay.gpus_per_node} GPUs, but miles "
             f"packs its {topo.world_size} ranks into one placement group: they fill {n} "
@@ -260,7 +260,7 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
             else:
                 happens = (f"miles starts each as {size // npn} processes of {npn} GPUs, more "
                            f"than a node of {node} GPUs has")
-            yield _warn(
+            yield _found(
                 "num-gpus-per-node-default",
                 f"the actor uses {lay.nodes} nodes x {node} GPUs but {F.node_gpus} is "
                 f"not given, so miles sizes engines for nodes of {npn}: the {what} of {size} "
@@ -272,7 +272,7 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
                 "engine_size" if ro.engine_groups is None else "sglang_config",
             )
     if lay.cluster_nodes is not None and topo.placement_group.nodes > lay.cluster_nodes:
-        yield _err(
+        yield _found(
             "gpu-budget-exceeded",
             f"this job needs {topo.placement_group.nodes} nodes of {node} GPUs "
             f"({topo.placement_group.budget}, one packed placement group) but the cluster has "

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from ...codes import rule
 from ..errors import Problem
 from ..topology import Topology
-from .base import F, _err, _skip
+from .base import F, _found, _skip
 
 
 @rule(
@@ -25,7 +25,7 @@ def weight_transfer(topo: Topology) -> Iterator[Problem]:
     ro = topo.rollout
     mode = ro.transfer_mode
     if mode in ("p2p", "disk-delta") and ro.colocate:
-        yield _err(  # miles utils/arguments.py miles_validate_args asserts it (p2p, disk-delta)
+        yield _found(  # miles utils/arguments.py miles_validate_args asserts it (p2p, disk-delta)
             "transfer-mode-invalid",
             f"{F.transfer_mode} {mode} is refused with {F.colocate} at start-up "
             "(colocated engines take weights through CUDA IPC).",
@@ -33,7 +33,7 @@ def weight_transfer(topo: Topology) -> Iterator[Problem]:
             "transfer_mode", "colocate",
         )
     if mode in ("p2p", "disk-delta") and ro.prefill_servers is not None:  # asserted likewise
-        yield _err(
+        yield _found(
             "transfer-mode-invalid",
             f"{F.transfer_mode} {mode} is refused with {F.prefill_servers} "
             "(not supported with prefill/decode disaggregation).",
@@ -58,7 +58,7 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
     if not ro.eval_gpus:
         return
     if ro.eval_gpus % ro.eval_size:
-        yield _err(  # miles utils/arguments.py miles_validate_args asserts it
+        yield _found(  # miles utils/arguments.py miles_validate_args asserts it
             "eval-gpus-not-multiple-of-engine",
             f"{F.eval_gpus} {ro.eval_gpus} is not divisible by GPUs per eval engine "
             f"{ro.eval_size} ({ro.eval_gpus}/{ro.eval_size} = "
@@ -72,7 +72,7 @@ def eval_engines(topo: Topology) -> Iterator[Problem]:
     for on, why in ((ro.rollout_external, "external rollout engines"),
                     (ro.colocate, f"{F.colocate} (snapshot eval)")):
         if on:
-            yield _err(
+            yield _found(
                 "eval-gpus-invalid",
                 f"{F.eval_gpus} {ro.eval_gpus} cannot be used with {why}: miles asserts "
                 "against it at start-up.",
@@ -109,7 +109,7 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
     ro = topo.rollout
     if ro.prefill_servers is not None:
         if ro.sglang_config is not None or ro.rollout_external:
-            yield _err(
+            yield _found(
                 "engine-groups-invalid",
                 f"{F.prefill_servers} cannot be combined with "
                 + (f"{F.sglang_config}" if ro.sglang_config else "external rollout engines")
@@ -122,7 +122,7 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
             and topo.placement_group.rollout_gpus
         ):
             n = topo.placement_group.rollout_gpus // ro.engine_size
-            yield _err(
+            yield _found(
                 "engine-groups-invalid",
                 f"{F.prefill_servers} {ro.prefill_servers} leaves no decode engine: "
                 f"{n} engine(s) in all; miles asserts engines > prefill servers.",
@@ -132,7 +132,7 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
     if ro.sglang_config is None:
         return
     if ro.rollout_external:
-        yield _err(
+        yield _found(
             "engine-groups-invalid",
             f"{F.sglang_config} cannot be used with external rollout engines (miles asserts it).",
             f"drop {F.sglang_config}", "sglang_config", "rollout_external",
@@ -153,7 +153,7 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
     rollout = 0 if ro.train_only else topo.placement_group.rollout_gpus
     want = rollout + ro.eval_gpus
     if total != want:
-        yield _err(
+        yield _found(
             "engine-groups-invalid",
             f"{F.sglang_config} groups hold {total} GPUs but {F.rollout_gpus} + {F.eval_gpus} "
             f"= {rollout} + {ro.eval_gpus} = {want}"
@@ -168,7 +168,7 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
     if ro.eval_gpus:
         held = sum(g[2] for g in ro.engine_groups if g[0] == "eval")
         if held != ro.eval_gpus:
-            yield _err(
+            yield _found(
                 "engine-groups-invalid",
                 f"{F.eval_gpus} {ro.eval_gpus} needs exactly one {F.sglang_config} model named "
                 f"'eval' holding {ro.eval_gpus} GPUs, but "

@@ -10,7 +10,7 @@ from ...codes import declare, rule
 from ..errors import Problem
 from ..parts import MEGATRON_SIZES, flag_of
 from ..topology import Topology
-from .base import F, _divisors, _err, _nearest, _or, _warn
+from .base import F, _divisors, _found, _nearest, _or
 
 # the fields whose flags only Megatron's parser defines (fsdp_undefined_flags below)
 MEGATRON_ONLY_FLAGS = (*MEGATRON_SIZES, "sp", "order")
@@ -36,7 +36,7 @@ def critic(topo: Topology) -> Iterator[Problem]:
     --critic-num-* overwritten with the actor's; placement_group.py create_placement_groups
     gives the critic the actor's bundles."""
     if topo.layout.use_critic and topo.layout.advantage_estimator is None:
-        yield _warn(
+        yield _found(
             "deprecated-flag",
             f"{F.use_critic} is gone from miles: the critic exists exactly when "
             f"{F.advantage_estimator} is ppo (miles sets use_critic from it and drops this flag).",
@@ -46,7 +46,7 @@ def critic(topo: Topology) -> Iterator[Problem]:
     if not topo.layout.use_critic:
         return
     if topo.layout.train_backend != "megatron":
-        yield _err(
+        yield _found(
             "ppo-requires-megatron",
             f"{F.advantage_estimator} ppo (shared actor/critic) needs the Megatron backend: miles "
             "raises 'Shared Actor/Critic PPO requires the Megatron backend' at start-up.",
@@ -58,7 +58,7 @@ def critic(topo: Topology) -> Iterator[Problem]:
         ("critic_gpus_per_node", topo.layout.critic_gpus_per_node, topo.layout.gpus_per_node),
     ) if v is not None and v != a]
     if asked:
-        yield _warn(
+        yield _found(
             "critic-placement-overridden",
             "the critic shares the actor's placement group and miles overwrites "
             + ", ".join(f"{flag_of(f)} {v} with the actor's {a}" for f, v, a in asked) + ".",
@@ -93,7 +93,7 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
     lay = topo.layout
     if lay.train_backend != "fsdp":
         if lay.dp_replicate > 1:
-            yield _warn(
+            yield _found(
                 "fsdp-flag-ignored",
                 f"{F.dp_replicate} {lay.dp_replicate} applies to {F.train_backend} fsdp only; "
                 "Megatron ignores it.",
@@ -103,7 +103,7 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
         return
     world = topo.world_size
     if lay.cp > 1:
-        yield _err(
+        yield _found(
             "fsdp-cp-unsupported",
             f"{F.cp} {lay.cp} with {F.train_backend} fsdp: miles asserts "
             "'Context parallelism is not supported for FSDP backend' at start-up.",
@@ -111,7 +111,7 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
             "cp", "train_backend",
         )
     if world % lay.dp_replicate:
-        yield _err(
+        yield _found(
             "fsdp-mesh-divisibility",
             f"world size {world} is not divisible by dp_replicate_size {lay.dp_replicate} "
             f"({world}/{lay.dp_replicate} = {world / lay.dp_replicate:.2f}): FSDP2 hybrid "
@@ -124,7 +124,7 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
         # (our topology YAML, a Python caller): on a command line those flags are an error,
         # fsdp-unknown-flag (fsdp_undefined_flags), and are not reported twice.
         shown = ", ".join(f"{flag_of(f)} {v}" for f, v in lay.fsdp_ignored)
-        yield _warn(
+        yield _found(
             "fsdp-ignores-megatron-sizes",
             f"{F.train_backend} fsdp ignores {shown}: FSDP shards every parameter over the "
             "data-parallel ranks and builds no tensor, pipeline or expert groups.",

@@ -10,7 +10,7 @@ from ...codes import rule
 from ..errors import Problem
 from ..parts import flag_of
 from ..topology import Topology
-from .base import F, _divisors, _err, _nearest, _or, _skip, _warn
+from .base import F, _divisors, _found, _nearest, _or, _skip
 
 
 @rule(
@@ -33,7 +33,7 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
     if mod.experts is None and lay.ep > 1 and mod.layers is not None:
         # validate_args: "num_experts must be non None to use expert model parallelism"; only
         # when the model shape is on the command line (else it may come from a model script)
-        yield _err(
+        yield _found(
             "ep-requires-moe",
             f"{F.ep} {lay.ep} on a model without experts ({F.layers} "
             f"is given, {F.experts} is not): Megatron asserts num_experts is set for EP > 1.",
@@ -44,7 +44,7 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
     if mod.experts is None or mod.experts % lay.ep == 0:
         return
     eps = [e for e in _divisors(mod.experts) if topo.world_size % (lay.etp * e * lay.pp) == 0]
-    yield _err(
+    yield _found(
         "experts-not-divisible-by-ep",
         f"{mod.experts} experts cannot be split evenly over ep = {lay.ep} expert-parallel "
         f"ranks ({mod.experts}/{lay.ep} = {mod.experts / lay.ep:.2f}); each EP rank must own "
@@ -74,7 +74,7 @@ def moe_pattern_length(topo: Topology) -> Iterator[Problem]:
     if lay.train_backend == "fsdp" or mod.experts is None or mod.layers is None \
             or isinstance(freq, int) or len(freq) == mod.layers:
         return
-    yield _err(
+    yield _found(
         "moe-layer-freq-length",
         f"{F.moe_layer_freq} lists {len(freq)} layers but {F.layers} is {mod.layers}: "
         "megatron-core asserts one entry per layer when it builds the layer specs.",
@@ -112,7 +112,7 @@ def heads_by_tp(topo: Topology) -> Iterator[Problem]:
                                                                      * lay.pp) == 0]
         rule = (f"each TP rank needs whole {what}" if name == "heads" else
                 "query groups must be a multiple or a divisor of tp")
-        yield _err(
+        yield _found(
             "heads-not-divisible-by-tp",
             f"{count} {what} cannot be split over tp = {lay.tp} "
             f"({count}/{lay.tp} = {count / lay.tp:.2f}); {rule}.",
@@ -154,7 +154,7 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
 def _one_stage(lay) -> Iterator[Problem]:
     """Uneven first/last stages with a single pipeline stage (miles' parse_args asserts)."""
     if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
-        yield _err(
+        yield _found(
             "layers-not-divisible-by-pp",
             "uneven first/last pipeline stages were given with pp = 1, where there is "
             "only one stage.",
@@ -171,7 +171,7 @@ def _padded_split(topo: Topology) -> Iterator[Problem]:
                                    (F.loss_in_split, pad[1])) if on]
     if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
         # megatron-core TransformerConfig.__post_init__ raises ValueError
-        yield _err(
+        yield _found(
             "layers-not-divisible-by-pp",
             f"{' and '.join(named)} cannot be combined with uneven first/last pipeline "
             "stages: megatron-core refuses both at once.",
@@ -181,7 +181,7 @@ def _padded_split(topo: Topology) -> Iterator[Problem]:
         return
     slots = mod.layers + sum(pad)
     pps = [p for p in _divisors(slots) if topo.world_size % (lay.tp * lay.cp * p) == 0]
-    yield _err(
+    yield _found(
         "layers-not-divisible-by-pp",
         f"{mod.layers} layers + {sum(pad)} ({' and '.join(named)}) = {slots} cannot be "
         f"split evenly over pp = {lay.pp} stages ({slots}/{lay.pp} = "
@@ -199,7 +199,7 @@ def _uneven_split(topo: Topology) -> Iterator[Problem]:
             p for p in _divisors(mod.layers)
             if topo.world_size % (lay.tp * lay.cp * p) == 0
         ]
-        yield _err(
+        yield _found(
             "layers-not-divisible-by-pp",
             f"{mod.layers} layers cannot be split evenly over pp = {lay.pp} stages "
             f"({mod.layers}/{lay.pp} = {mod.layers / lay.pp:.2f}).",
@@ -211,7 +211,7 @@ def _uneven_split(topo: Topology) -> Iterator[Problem]:
         given = [x for x in (lay.first_stage_layers, lay.last_stage_layers) if x is not None]
         middle = lay.pp - len(given)
         rest = mod.layers - sum(given)
-        yield _err(
+        yield _found(
             "layers-not-divisible-by-pp",
             f"after the uneven stages ({' + '.join(map(str, given))} layers), {rest} layers "
             f"remain for {middle} middle stage(s), which cannot be split evenly.",
@@ -228,7 +228,7 @@ def _stage_counts(topo: Topology) -> Iterator[Problem]:
     if 0 in counts and not any(pad):
         # megatron-core TransformerConfig.__post_init__ (uneven PP): first/last stage sizes must
         # be > 0 and middle stages need layers, else ValueError
-        yield _err(
+        yield _found(
             "layers-not-divisible-by-pp",
             f"stage layer counts {list(counts)} leave a pipeline stage without layers; "
             "Megatron refuses an empty first, last or middle stage.",
@@ -238,7 +238,7 @@ def _stage_counts(topo: Topology) -> Iterator[Problem]:
         )
         return
     if lay.vpp_layers is not None and mod.layers % (lay.pp * lay.vpp_layers):
-        yield _err(
+        yield _found(
             "layers-not-divisible-by-pp",
             f"{mod.layers} layers do not split into pp = {lay.pp} stages of chunks of "
             f"{lay.vpp_layers} layers ({mod.layers}/({lay.pp}*{lay.vpp_layers}) = "
@@ -253,7 +253,7 @@ def _stage_counts(topo: Topology) -> Iterator[Problem]:
     slots = [(mod.layers + sum(pad)) // lay.pp] * lay.pp if any(pad) else counts
     bad = [c for c in slots if c % topo.stages.chunks]
     if bad:
-        yield _err(
+        yield _found(
             "layers-not-divisible-by-pp",
             f"stage layer counts {list(counts)} do not split into "
             f"vpp = {topo.stages.chunks} virtual "
@@ -282,7 +282,7 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
     pp > 1 (also parallel_state.initialize_model_parallel raises RuntimeError)."""
     lay, mod = topo.layout, topo.model
     if lay.vpp is not None and lay.vpp_layers is not None:
-        yield _err(
+        yield _found(
             "vpp-requires-pp",
             f"both {F.vpp} and "
             f"{F.vpp_layers} were given: Megatron accepts only one.",
@@ -292,7 +292,7 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
         return
     if lay.vpp_layers is not None and (lay.first_stage_layers is not None
                                         or lay.last_stage_layers is not None):
-        yield _err(
+        yield _found(
             "vpp-requires-pp",
             f"{F.vpp_layers} cannot be combined with uneven first/last "
             f"pipeline stages: Megatron asserts {F.vpp} instead.",
@@ -317,7 +317,7 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
         if mod.layers % lay.vpp_layers == 0 and mod.layers // lay.vpp_layers == 1:
             return  # one chunk per stage: no virtual pipeline
         if mod.layers % lay.vpp_layers:
-            yield _err(
+            yield _found(
                 "layers-not-divisible-by-pp",
                 f"{mod.layers} layers do not split into chunks of {lay.vpp_layers} layers "
                 f"({mod.layers}/{lay.vpp_layers} = {mod.layers / lay.vpp_layers:.2f}); "
@@ -328,7 +328,7 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
             return
     if lay.vpp is not None or lay.vpp_layers is not None:
         given = "vpp_layers" if lay.vpp_layers is not None else "vpp"
-        yield _err(
+        yield _found(
             "vpp-requires-pp",
             "a virtual pipeline was given but pp = 1: interleaving needs at least two "
             "pipeline stages.",
@@ -353,7 +353,7 @@ def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
     if topo.layout.train_backend == "fsdp":  # FSDP builds no Megatron grid
         return
     if topo.model.is_moe and topo.layout.tp > 1 and not topo.layout.sp:
-        yield _err(
+        yield _found(
             "moe-tp-requires-sp",
             f"an MoE model with tp = {topo.layout.tp} trains only with sequence parallel on "
             "(Megatron refuses MoE with TP > 1 and no SP).",
@@ -361,7 +361,7 @@ def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
             "sp", "tp",
         )
     if topo.layout.sp and topo.layout.tp == 1:
-        yield _warn(
+        yield _found(
             "sp-ignored",
             f"{F.sp} has no effect with tp = 1; Megatron drops it.",
             f"remove {F.sp}, or raise {F.tp}",

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from ...codes import rule
 from ..errors import Problem
 from ..topology import Topology
-from .base import F, _warn
+from .base import F, _found
 
 
 @rule(
@@ -23,7 +23,7 @@ from .base import F, _warn
 def etp_stated(topo: Topology) -> Iterator[Problem]:
     """Megatron-LM validate_args sets expert_tensor_parallel_size = tp when not given."""
     if topo.layout.etp_implied and topo.layout.tp > 1 and topo.model.is_moe:
-        yield _warn(
+        yield _found(
             "etp-implied",
             f"{F.etp} not given and tp = {topo.layout.tp}, so Megatron uses "
             f"etp = tp = {topo.layout.tp}: each expert is split over {topo.layout.tp} GPUs.",
@@ -51,7 +51,7 @@ def rollout_gpus_given(topo: Topology) -> Iterator[Problem]:
     Topology may describe the trainer only)."""
     ro = topo.rollout
     if ro.colocate and ro.rollout_gpus is not None and ro.rollout_gpus != topo.world_size:
-        yield _warn(
+        yield _found(
             "colocate-ignores-rollout-gpus",
             f"{F.rollout_gpus} {ro.rollout_gpus} is ignored under {F.colocate}: engines use "
             f"the actor's {topo.world_size} GPUs.",
@@ -60,7 +60,7 @@ def rollout_gpus_given(topo: Topology) -> Iterator[Problem]:
         )
     if not ro.colocate and not ro.rollout_external and not ro.train_only \
             and ro.rollout_gpus is None:
-        yield _warn(
+        yield _found(
             "no-rollout-gpus",
             f"neither {F.colocate} nor {F.rollout_gpus} is given, so no rollout engine is placed "
             "here; miles itself leaves rollout_num_gpus unset and fails sizing its placement "
@@ -94,7 +94,7 @@ def groups_within_nodes(topo: Topology) -> Iterator[Problem]:
             spans = 2  # the group holding the node's last GPU runs into the next node
         else:
             continue
-        yield _warn(
+        yield _found(
             "tp-group-crosses-nodes",
             f"a {name} group of {size} ranks spans {spans} nodes of {node} GPUs; {name} "
             "traffic then crosses the network.",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from ...codes import rule
 from ..errors import Problem
 from ..topology import Topology
-from .base import F, _divisors, _err, _nearest, _or, _with_nodes
+from .base import F, _divisors, _found, _nearest, _or, _with_nodes
 
 
 @rule(
@@ -36,7 +36,7 @@ def dense_grid_divides(topo: Topology) -> Iterator[Problem]:
     pps = [p for p in _divisors(world) if world % (lay.tp * lay.cp * p) == 0]
     if pps and lay.pp > 1:
         fixes.append(f"{F.pp} {_or(_nearest(pps, lay.pp))}")
-    yield _err(
+    yield _found(
         "dense-grid-divisibility",
         f"world size {lay.nodes} node(s) x {lay.gpus_per_node} GPUs = {world} is not divisible "
         f"by tp*cp*pp = {lay.tp}*{lay.cp}*{lay.pp} = {m} ({world}/{m} = {world / m:.2f}); "
@@ -73,7 +73,7 @@ def expert_grid_divides(topo: Topology) -> Iterator[Problem]:
         if etps:
             fixes.append(f"{F.etp} {_or(_nearest(etps, lay.etp))}")
     fix = "try " + ", or ".join(fixes) if fixes else "change the sizes"
-    yield _err(
+    yield _found(
         "expert-grid-divisibility",
         f"world size {lay.nodes} node(s) x {lay.gpus_per_node} GPUs = {world} is not divisible "
         f"by etp*ep*pp = {lay.etp}*{lay.ep}*{lay.pp} = {m} ({world}/{m} = {world / m:.2f}); "
@@ -100,7 +100,7 @@ def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
     lay = topo.layout
     if lay.order.endswith("pp") or lay.pp == 1 or not lay.forms_grid or topo.dp == topo.edp:
         return
-    yield _err(
+    yield _found(
         "order-requires-equal-dp",
         f"order {lay.order} ({F.order}) with pp = {lay.pp} needs the same "
         f"data-parallel size on both grids, but dense dp = {topo.world_size}/(tp*cp*pp) = "
