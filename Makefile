@@ -37,6 +37,8 @@ bench: $(STAMP)
 	$(PY) bench/startup.py
 	$(PY) bench/first_result.py
 	$(PY) bench/plan.py
+	$(PY) bench/bounds.py
+	$(PY) bench/plan_measured.py
 
 wheel: $(STAMP)
 	$(PY) -m pip wheel --no-deps -q -w dist .

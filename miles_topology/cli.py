@@ -31,11 +31,11 @@ miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY
                      [--color auto|always|never] [--batch] [--stdin-filename NAME]
                      [--nodes N] [--gpus-per-node N] [--gpu NAME] [--[no-]nvlink]
                      [--real-imports] [--path DIR] [--pass-env NAME ...] [--read PATH ...]
-                     [--isolated] [--no-respect-gitignore]
+                     [--isolated] [--no-respect-gitignore] [--timeout SECONDS]
                      (SCRIPT.sh... [-- SCRIPT ARGS] | LAUNCHER.py [-- ARGS] | TOPOLOGY.yaml...
                       | FOLDER... | - | -- FLAGS...)
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAME]
-                     [--env KEY=VALUE ...] [--isolated]
+                     [--env KEY=VALUE ...] [--isolated] [--timeout SECONDS]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
 miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
                        [--env KEY=VALUE ...]
@@ -43,6 +43,7 @@ miles-topology plan  (CONFIG.json | MODEL.sh | MODEL.py | -- MODEL FLAGS...) --n
                      [--gpus-per-node N] [--gpu NAME] [--top K] [--max-tokens-per-gpu T]
                      [--recompute] [--optimizer-cpu-offload] [--margin SHARE] [--tokens-per-step T]
                      [--seq-length L] [--colocate] [--explain] [--format text|json]
+                     [--timeout SECONDS]
 miles-topology flags TOPOLOGY.yaml
 miles-topology schema
 miles-topology rule [CODE]
@@ -149,8 +150,7 @@ def keys(text: str) -> str:
 
 def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
     """`env`: at check time, the only names its ${oc.env:NAME} reads (--env; else the
-    default written); the fields that read another are unresolved (env.AT_RUN_TIME). None:
-    this process's environment (`show`, as `flags` at run time)."""
+    default written); the fields that read another are unresolved (env.AT_RUN_TIME)."""
     from .judging.check_script import env_unresolved, skip_unknown
     from .model.topology import Topology
     from .reading.env import AT_RUN_TIME, PartialEnv
@@ -178,9 +178,17 @@ def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
 
 
 def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
+    from .reading.deadline import per_input
+
+    with per_input():  # one time budget for the input and all it runs (--timeout)
+        return _judge(path, env, py)
+
+
+def _judge(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
     from . import pylaunch  # noqa: F401  (loaded once, not per child)
     from .judging import check_script  # noqa: F401
     from .pylaunch import confine
+    from .pylaunch.cluster import cluster_for
     from .reading.gate import checking
 
     with checking(path):  # what it names is read only inside its checkout (gate.py)
@@ -190,18 +198,25 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
         note = confine.missing_note()
         if note:  # where the kernel cannot: said once (docs/sandbox.md)
             ERR.line(f"miles-topology: note: {note}")
-        return confine.run(path, lambda: _one_in(path, env, py))
+        # the project's settings (pyproject.toml of the script's folder or the current one)
+        # are the checker's own: read here, before the reading is confined to the checkout
+        cluster = None if path.endswith((".yaml", ".yml")) else \
+            cluster_for(path, (py or {}).get("cluster") or {})
+        return confine.run(path, lambda: _one_in(path, env, py, cluster))
 
 
-def _one_in(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
-    if path.endswith((".yaml", ".yml")):  # `check` (py given) reads no name of os.environ
-        return [_yaml_verdict(path, env if py is not None else None)]
+def _one_in(path: str, env: dict[str, str], py: dict | None = None,
+            cluster=None) -> list[Verdict]:
+    if path.endswith((".yaml", ".yml")):  # check and show read no name of os.environ
+        return [_yaml_verdict(path, env)]
     if path.endswith(".py"):
         return _python(path, [], env, py)
     from .judging.check_script import check_script
     from .pylaunch.cluster import cluster_for
 
-    return [check_script(path, env, cluster=cluster_for(path, (py or {}).get("cluster") or {}))]
+    if cluster is None:
+        cluster = cluster_for(path, (py or {}).get("cluster") or {})
+    return [check_script(path, env, cluster=cluster)]
 
 
 def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:
@@ -209,10 +224,11 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
     ``[tool.miles-topology]`` table give (pylaunch/cluster.py)."""
     from .judging.check_launcher import check_python_all
     from .pylaunch.cluster import cluster_for
+    from .reading.deadline import per_input
     from .reading.gate import checking
 
     py = py or {}
-    with checking(path):
+    with checking(path), per_input():  # its checkout; one time budget for all its runs
         return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
                                 bool(py.get("real_imports")), bool(py.get("trust")),
                                 py.get("pass_env") or (), py.get("reads") or ())
@@ -250,10 +266,11 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
             check_script,  # SCRIPT.sh -- ARGS: its positional arguments
         )
         from .pylaunch.cluster import cluster_for
+        from .reading.deadline import per_input
         from .reading.gate import checking
 
         def judge_script() -> list[Verdict]:
-            with checking(paths[0]):
+            with checking(paths[0]), per_input():
                 return [check_script(paths[0], env, flags,
                                      cluster_for(paths[0], (py or {}).get("cluster") or {}))]
 
@@ -272,7 +289,7 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
 
         def given() -> list[Verdict]:
             with using(for_launch(None, None, flag_pairs(flags))):  # installed, --stack, ...
-                v = verdict_of("flags", lambda: read_flags(flags).topology)
+                v = verdict_of("flags", lambda: read_flags(flags, env).topology)
             return [apply(v, flags, cluster)]
 
         yield "flags", _guarded("flags", given)
@@ -565,7 +582,7 @@ def cmd_rule(args, flags) -> int:
 def cmd_show(args, flags) -> int:
     from .judging.fit import rank_gib
     from .reporting.formats.text import memory_lines, text_one
-    from .reporting.show import svg_map, text_map
+    from .reporting.show import svg_map, text_map, too_big
 
     py = {"cluster": {"gpu": args.gpu, "isolated": args.isolated}}
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py=py)
@@ -574,7 +591,7 @@ def cmd_show(args, flags) -> int:
         if v.topology is None or v.summary is None:  # sizes that depend on unknowns: no map
             text_one(v, OUT)
             continue
-        mem = rank_gib(v.topology, v.memory)
+        mem = None if too_big(v.topology) else rank_gib(v.topology, v.memory)  # per rank
         if args.svg:
             gpu = (v.memory or {}).get("gpu_gib")
             try:
@@ -594,9 +611,11 @@ def cmd_show(args, flags) -> int:
 
 def cmd_plan(args, flags) -> int:
     from .judging.memory import gpu_bytes
-    from .judging.plan import Options, gpu_name, plan, read_model, report
+    from .judging.plan import MAX_WORLD, Options, gpu_name, plan, read_model, report
+    from .reading.deadline import per_input
 
-    shape, model = read_model(args.inputs, flags)
+    with per_input():  # a model script's helpers
+        shape, model = read_model(args.inputs, flags)
     gpu = gpu_name(args.gpu)
     for key in ("nodes", "gpus_per_node", "top", "max_tokens_per_gpu", "tokens_per_step",
                 "seq_length"):
@@ -605,6 +624,9 @@ def cmd_plan(args, flags) -> int:
             raise InputError(f"--{key.replace('_', '-')} {value}: give 1 or more")
     if not 0 <= args.margin < 1:
         raise InputError(f"--margin {args.margin}: give a share of the GPU in [0, 1)")
+    if args.nodes * args.gpus_per_node > MAX_WORLD:  # every layout is built rank by rank
+        raise InputError(f"--nodes {args.nodes} x --gpus-per-node {args.gpus_per_node}: "
+                         f"plan searches layouts of at most {MAX_WORLD} GPUs")
     opts = Options(tokens=args.max_tokens_per_gpu, recompute=args.recompute or None,
                    offload=args.optimizer_cpu_offload or None, margin=args.margin,
                    step_tokens=args.tokens_per_step, seq_length=args.seq_length,
@@ -663,6 +685,25 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(message)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text}: give seconds between 0 and 86400")
+    return value
+
+
+def _timeout_option(p: argparse.ArgumentParser) -> None:
+    from .reading.deadline import DEFAULT_S
+
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="wall-clock budget of one input, shared by every helper and launcher "
+                        f"run it makes (default {DEFAULT_S:g}); what is left when it is spent "
+                        "stays unknown")
+
+
 def parser() -> argparse.ArgumentParser:
     top = _Parser(
         prog="miles-topology", usage=USAGE,
@@ -718,6 +759,7 @@ def parser() -> argparse.ArgumentParser:
                            help="print each step-time term of every layout shown")
             p.add_argument("--format", choices=("text", "json"), default="text",
                            metavar="FORMAT", help="text (default) or json")
+            _timeout_option(p)
             continue
         what = "launch scripts to rewrite" if name == "migrate" else \
             "launch scripts (.sh), Python launchers (.py), topology files (.yaml), folders " \
@@ -725,6 +767,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("inputs", nargs="*", metavar="INPUT", help=what)
         p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                        help="a value the script reads from its environment (repeatable)")
+        if name in ("check", "show"):
+            _timeout_option(p)
         if name in ("check", "migrate"):
             p.add_argument("--stack", metavar="PATH",
                            help="the user's stack: a checkout or site-packages holding miles "
@@ -843,6 +887,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from .reading import deadline, sources
+
     argv = list(sys.argv[1:] if argv is None else argv)
     head, flags = _split_dashdash(argv)
     try:
@@ -854,6 +900,10 @@ def _main(argv: list[str] | None) -> int:
         run = {"check": cmd_check, "show": cmd_show, "migrate": cmd_migrate,
                "flags": cmd_flags, "schema": cmd_schema, "rule": cmd_rule,
                "plan": cmd_plan}[args.cmd]
+        # an input's ${oc.env:...} reads --env and the script's exports, never this
+        # process's environment (a CI runner's secrets); `flags` runs in the launch itself
+        sources.SEALED = args.cmd in ("check", "show", "plan", "migrate")
+        deadline.SECONDS = getattr(args, "timeout", None)
         code = run(args, flags)
         sys.stdout.flush()
         return code
@@ -876,6 +926,9 @@ def _main(argv: list[str] | None) -> int:
         ERR.line(f"miles-topology: internal error: {type(e).__name__}: {e} "
                  "(set MILES_TOPOLOGY_DEBUG=1 for the traceback)")
         return 2
+    finally:
+        sources.SEALED = False
+        deadline.SECONDS = None
 
 
 if __name__ == "__main__":

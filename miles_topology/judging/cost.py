@@ -23,7 +23,7 @@ terms add up to the key (`Cost.total`); `plan --explain` prints them. The model,
 - dp / edp: the distributed optimizer's gradient reduce-scatter (main-grad bytes) and
   parameter all-gather (2 B) over dp x cp (dense) and edp (experts);
 - optimizer: Adam on the GPU (HBM-bound), or with CPU offload the PCIe copies (grads
-  down, parameters up) and CPU Adam.
+  down, parameters up) pipelined with CPU Adam (the longer of the two).
 
 Micro-batches a step: the tokens of a step / (dp x cp x tokens a rank's micro-batch). Not
 modelled: overlap of communication with compute beyond the CP ring (conservative for
@@ -187,7 +187,8 @@ def _dispatch(kind: str, own: float, lay: Sizes, sp: Spans, per_node: int,
     the rank's own tokens (sequence-parallel share), one copy. megatron-core token
     dispatchers: allgather gathers the tokens of the etp x ep group once each; alltoall
     permutes first (a copy per routed expert), exchanges them over ep and gathers them over
-    etp; flex (DeepEP) sends a token once to each remote node its experts are on."""
+    etp; flex (DeepEP) sends a token once to each rank and each remote node its experts
+    are on."""
     if lay.experts == 0 or lay.etp * lay.ep == 1:
         return 0.0
     link, net = hw.link * COMM_EFF, hw.net * COMM_EFF
@@ -197,15 +198,35 @@ def _dispatch(kind: str, own: float, lay: Sizes, sp: Spans, per_node: int,
         near = min(group, per_node)
         return max(own * (near - 1) / link, own * (group - near) / net)
     local, ep_nodes = sp.ep_local, sp.ep
-    near_bytes = own * k * (local - 1) / lay.ep
-    if kind == "flex" and ep_nodes > 1:
+    if kind == "flex":
+        # DeepEP sends a token once to each rank (NVLink) and once to each node (RDMA) that
+        # holds any of its experts, whatever number of them are there: its dispatch layout
+        # is a token x rank (is_token_in_rank) and a token x RDMA rank map, not a copy a
+        # routed expert (deepseek-ai/DeepEP deep_ep/buffer.py get_dispatch_layout)
+        ranks = lay.ep * (1 - (1 - 1 / lay.ep) ** k)  # expected distinct ranks a token
+        near_bytes = own * ranks * (local - 1) / lay.ep
         nodes = ep_nodes
-        far_bytes = own * nodes * (1 - (1 - 1 / nodes) ** k) * (nodes - 1) / nodes
+        far_bytes = own * nodes * (1 - (1 - 1 / nodes) ** k) * (nodes - 1) / nodes \
+            if nodes > 1 else 0.0
     else:
+        near_bytes = own * k * (local - 1) / lay.ep
         far_bytes = own * k * (lay.ep - local) / lay.ep
     a2a = max(near_bytes / link, far_bytes / net)
     gather = own * k * (lay.etp - 1) / (link if sp.etp <= 1 else net)
     return a2a + gather
+
+
+def ring_bytes(shape: Shape, lay: Sizes, tokens: int, groups: int) -> float:
+    """Bytes of K and V a rank passes on at each step of the CP ring: bf16, its tokens, the
+    heads (MLA: K of qk + rope width and V of v width a head) or query groups (K and V of
+    kv_channels each) of its TP share. TransformerEngine's P2P context parallelism sends K
+    and V both, MLA's too (NVIDIA/TransformerEngine transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py, AttnFuncWithCPAndKVP2P)."""
+    t = lay.tp
+    if shape.mla:
+        return tokens * 2 * (lay.heads / t) * (shape.qk_head + shape.rope_head + shape.v_head)
+    kv = shape.kv_channels or shape.hidden // lay.heads
+    return tokens * 2 * 2 * max(1, groups // t) * kv
 
 
 def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Precision,
@@ -213,7 +234,9 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
               counter: Counter | None = None) -> Cost:
     """The step time of `lay` (see the module docstring). `run.tokens`: tokens of a rank's
     micro-batch; `step_tokens`: tokens of a whole step; `context`: the tokens a token
-    attends to on average (None: half a micro-batch of the CP group, causal)."""
+    attends to on average (None: half of `run.tokens`, causal). Samples are packed and attend
+    within themselves (slime / miles dynamic batching, THD format), so the context is the
+    data's, the same for every layout: cp splits a sample, it does not lengthen it."""
     tokens = run.tokens or 4096
     sp = spans(lay, per_node)
     c = counter or Counter(shape, lay)
@@ -249,8 +272,7 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
     one_tp = _collective(act_bytes, t, sp.tp, hw) * (1 if lay.sp else 2)
     dispatch = _dispatch(shape.dispatcher, tokens / t * h * 2, lay, sp, per_node, hw)
     # CP ring: K and V of the query groups a TP rank holds, (cp-1) steps
-    kv_bytes = tokens * 2 * ((heads / t) * (qk + v_dim) / 2 if shape.mla
-                             else 2 * max(1, groups // t) * kv)
+    kv_bytes = ring_bytes(shape, lay, tokens, groups)
     ring = (lay.cp - 1) * kv_bytes / ((hw.link if sp.cp <= 1 else hw.net) * COMM_EFF) \
         if lay.cp > 1 else 0.0
     ring_fwd = max(0.0, ring - attn_core)
@@ -302,8 +324,12 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
     gpu_adam = (shard - on_cpu) * (2 * prec.optimizer + prec.grad + prec.weight) / (
         hw.hbm * HBM_EFF)
     copies = on_cpu * (prec.grad + prec.weight) / (hw.pcie * PCIE_EFF)
-    terms["optimizer"] = gpu_adam + copies + on_cpu / CPU_ADAM
+    # with --overlap-cpu-optimizer-d2h-h2d (what plan proposes with offload) megatron-core's
+    # HybridDeviceOptimizer keeps a CPU optimizer a parameter, each stepping once its grads
+    # are down while the others copy, and copies the result up on another stream: the copies
+    # and CPU Adam are pipelined (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py)
+    terms["optimizer"] = gpu_adam + max(copies, on_cpu / CPU_ADAM)
     return Cost({k: terms[k] for k in TERMS}, m)
 
 
-__all__ = ["HARDWARE", "TERMS", "Cost", "Hardware", "spans", "step_cost"]
+__all__ = ["HARDWARE", "TERMS", "Cost", "Hardware", "ring_bytes", "spans", "step_cost"]

@@ -84,6 +84,21 @@ def _skip_reason(topo: Topology, argv: Sequence[str]) -> str | None:
         return "FSDP inside Megatron shards weights and grads (not modelled)"
     if topo.model.layers is None or topo.model.heads is None:
         return "--num-layers / --num-attention-heads not given"
+    return too_large(topo)
+
+
+def too_large(topo: Topology) -> str | None:
+    """Why a size is beyond what the estimate models (memory.MAX_*): it is computed stage by
+    stage and layer by layer, so a size of 10^30 would run for ever (or not fit in memory)."""
+    from .memory import MAX_EXPERTS, MAX_LAYERS, MAX_STAGES
+
+    m, lay = topo.model, topo.layout
+    for flag, value, most in (("--num-layers", m.layers, MAX_LAYERS),
+                              ("--num-experts", m.experts, MAX_EXPERTS),
+                              ("--pipeline-model-parallel-size", lay.pp, MAX_STAGES),
+                              ("--mtp-num-layers", m.mtp_layers, MAX_LAYERS)):
+        if value is not None and value > most:
+            return f"{flag} {value} is more than the {most} the estimate models"
     return None
 
 

@@ -25,7 +25,8 @@ Sources:
   Models" (arXiv 2205.05198), Table 2, as generalised in theoretical_memory_usage.py
   compute_activation_memory (sbh(18 + 4 f/h) per layer with sequence parallel and selective
   recompute; sbh(10 + 24/t) without SP); pipeline stage p holds pp - p micro-batches in
-  flight, times the interleaving penalty 1 + (pp-1)/(pp vpp).
+  flight, times the interleaving penalty 1 + (pp-1)/(pp vpp); with full recompute each keeps
+  only its layers' inputs and the one layer redone in a backward is counted once.
 - Rollout: SGLang's static memory (--sglang-mem-fraction-static of the GPU) holds the
   weights and the KV pool (sglang srt/model_executor/model_runner.py profile_max_num_token).
 """
@@ -196,6 +197,14 @@ class Sizes:
     engines: int = 0
 
 
+# The largest sizes the estimate models (fit.too_large; docs/sandbox.md "Bounds"): far above
+# any real job (~200 layers, ~400 experts), low enough that what is computed per layer or
+# stage stays well under a second. Past them the estimate is skipped with the reason.
+MAX_LAYERS = 10_000
+MAX_EXPERTS = 1 << 16
+MAX_STAGES = MAX_LAYERS
+
+
 def layout_of(topo: Topology) -> Sizes:
     """The one adapter from the Topology: sizes, stage layers (`stage_layers`, uneven
     first/last stages included) and expert ownership (`local_experts`), never re-derived."""
@@ -327,9 +336,13 @@ class Counter:
         pre = p == 0 and v == 0
         post = p == lay.pp - 1 and v == lay.vpp - 1
         mtp = post and lay.mtp > 0
+        ids = lay.stages[p][v]  # two kinds of layer: counted, not summed layer by layer
+        moe = sum(1 for i in ids if lay.moe[i])
         got = Params()
-        for i in lay.stages[p][v]:
-            got += self.layer(lay.moe[i], lay.experts_on[p])
+        if moe:
+            got += self.layer(True, lay.experts_on[p]) * moe
+        if len(ids) > moe:
+            got += self.layer(False, lay.experts_on[p]) * (len(ids) - moe)
         d = 0
         if pre or mtp:
             d += self.embedding
@@ -403,21 +416,32 @@ def activations(shape: Shape, lay: Sizes, run: Run, p: int) -> int | None:
 
     moe_share = sum(lay.moe[i] for c in lay.stages[p] for i in c) / max(layers, 1)
     ratio = moe_share * mlp_ratio(True) + (1 - moe_share) * mlp_ratio(False)
-    if run.recompute == "full":  # only each layer's input is kept, plus one layer redone
-        kept = 2 * sbh / (t if lay.sp else 1)
-        one = sbh * (18 + ratio) / t if lay.sp else sbh * (10 + (8 + ratio) / t)
-        per = kept * layers + one
+    full_layer = sbh * (18 + ratio) / t if lay.sp else sbh * (10 + (8 + ratio) / t)
+    one = 0.0
+    if run.recompute == "full":
+        # every micro-batch in flight keeps only each layer's input; the one layer redone
+        # in a backward exists once: backwards run one at a time on a rank (Korthikanti et
+        # al. section 4.1: "only the input to each transformer layer is stored"; megatron-core
+        # tensor_parallel/random.py CheckpointFunction recomputes inside the backward)
+        per = 2 * sbh / (t if lay.sp else 1) * layers
+        one = full_layer
     else:
-        per_layer = sbh * (18 + ratio) / t if lay.sp else sbh * (10 + (8 + ratio) / t)
-        per = per_layer * layers
+        per = full_layer * layers
     in_flight = lay.pp - p
     if lay.vpp > 1:
         per *= 1 + (lay.pp - 1) / (lay.pp * lay.vpp)
-    act = per * in_flight
+    act = per * in_flight + one
     if p == 0:  # embedding input and dropout, pp micro-batches in flight
         act += (8 * run.tokens + sbh) * lay.pp / (t if lay.sp else 1)
-    if p == lay.pp - 1:  # inputs to the output layer and the fp32 logits of the loss
-        act += 4 * sbh * (1 + shape.padded_vocab(t) / h) / t
+    if p == lay.pp - 1:
+        # the output layer's inputs, and the RL loss's logits: a rank's [tokens, vocab / tp]
+        # in fp32 and the fp32 softmax the log-prob keeps for its backward, a second buffer
+        # of the same size (slime: the logits reach the loss in fp32, loss.py
+        # get_log_probs_and_entropy asserts it, and utils/ppo_utils.py
+        # _VocabParallelLogProbEntropy allocates `logits - logits_max` for exp and softmax;
+        # miles: training_utils/loss_hub/math_utils.py takes an fp32 copy of the logits for
+        # the log-prob and another for the entropy): 8 bytes an element, at least
+        act += 4 * sbh / t + 8 * run.tokens * shape.padded_vocab(t) / t
     return int(act)
 
 

@@ -55,6 +55,16 @@ RECOMPUTE = ["--recompute-granularity", "full", "--recompute-method", "uniform",
              "--recompute-num-layers", "1"]
 OFFLOAD = ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
            "--use-precision-aware-optimizer"]
+# DeepEP through megatron-core's flex dispatcher (megatron-core >= 0.12, TransformerConfig
+# moe_enable_deepep requires moe_token_dispatcher_type 'flex'); slime's cross-node MoE
+# scripts set these two (THUDM/slime scripts/run-deepseek-r1.sh, run-kimi-k2-*.sh); slime's
+# image builds DeepEP (docker/Dockerfile DEEPEP_COMMIT), miles' starts from SGLang's image
+# (docker/Dockerfile FROM lmsysorg/sglang), which SGLang's DeepEP MoE backend runs on. The
+# model file's own dispatcher flag comes first, so check notes the pair (flag-given-twice;
+# the last, flex, runs), as on slime's DeepSeek script. DeepEP sends a token once to each
+# remote node its experts are on, once a rank inside a node, instead of once a routed
+# expert: weighed against the model file's dispatcher whenever ep > 1.
+DEEPEP = ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
 
 
 @dataclass(frozen=True)
@@ -103,13 +113,15 @@ class Candidate:
     offload: bool = False
     estimate: Estimate | None = None
     rollout: Rollout | None = None
+    deepep: bool = False  # the flex dispatcher (DeepEP) proposed over the model file's
 
     def as_dict(self, gpu: int) -> dict[str, Any]:
         t = self.topo.layout
         out = {"tp": t.tp, "pp": t.pp, "cp": t.cp, "ep": t.ep, "etp": t.etp,
                "vpp": self.topo.stages.chunks, "dp": self.topo.dp, "edp": self.topo.edp,
                "last_stage_layers": t.last_stage_layers, "recompute": self.recompute,
-               "optimizer_cpu_offload": self.offload, "static_gib": gib(self.static),
+               "optimizer_cpu_offload": self.offload, "deepep": self.deepep,
+               "static_gib": gib(self.static),
                "total_gib": gib(self.total), "headroom": round(1 - self.total / gpu, 3),
                "tp_in_node": self.tp_in_node, "ep_in_node": self.ep_in_node,
                "flags": self.flags}
@@ -120,6 +132,10 @@ class Candidate:
             out["micro_batches"] = self.cost.micro_batches
             out["cost_s"] = {k: round(v, 4) for k, v in self.cost.terms.items()}
         return out
+
+
+# The most GPUs plan searches: each candidate layout is built and placed rank by rank.
+MAX_WORLD = 1 << 15
 
 
 def _divisors(n: int, most: int) -> list[int]:
@@ -267,6 +283,13 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
         if best is None:
             return None
         where = spans(lay, per_node)
+        if topo.model.experts and lay.ep > 1 and shape.dispatcher != "flex":
+            flex = step_cost(replace(shape, dispatcher="flex"), lay, hw, per_node,
+                             replace(base, offload=1.0 if best.offload else 0.0),
+                             Run(tokens=opts.tokens, recompute="full" if best.recompute
+                                 else None, reserve=reserve), step_tokens, context, counter)
+            if best.cost is not None and flex.total < best.cost.total:
+                best.cost, best.deepep = flex, True
         best.tp_in_node = where.tp == 1
         best.ep_in_node = not topo.model.experts or where.ep == 1
         best.flags = _flags(best, opts, rollout)
@@ -308,7 +331,7 @@ def _flags(best: Candidate, opts: Options, rollout) -> list[str]:
     """A candidate's complete flags: its layout, recompute and offload as chosen, dynamic
     batching at the tokens a GPU takes, and the rollout proposed beside it."""
     return flags_of(best.topo) + (RECOMPUTE if best.recompute else []) + (
-        OFFLOAD if best.offload else []) + [
+        OFFLOAD if best.offload else []) + (DEEPEP if best.deepep else []) + [
         "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(opts.tokens)] + (
         rollout.flags if rollout else [])
 
@@ -336,6 +359,12 @@ def read_model(inputs: Sequence[str], flags: list[str] | None) -> tuple[Shape, d
     if shape is None or "layers" not in model or "heads" not in model:
         raise InputError("plan: the model needs --num-layers, --hidden-size and "
                          "--num-attention-heads")
+    from .memory import MAX_EXPERTS, MAX_LAYERS
+
+    for name, most in (("layers", MAX_LAYERS), ("experts", MAX_EXPERTS)):
+        if isinstance(model.get(name), int) and model[name] > most:
+            raise InputError(f"plan: {flag_of(name)} {model[name]} is more than {most}, the "
+                             "largest value the estimate models")
     return shape, model
 
 
@@ -434,7 +463,8 @@ def report(cands: list[Candidate], shape: Shape, model: dict[str, Any], nodes: i
         where = ", ".join(w for w, ok in (("tp in node", c.tp_in_node),
                                           ("ep in node", c.ep_in_node)) if ok) or "crosses nodes"
         opt = "".join(w for w, on in ((", recompute", c.recompute),
-                                      (", optimizer offload", c.offload)) if on)
+                                      (", optimizer offload", c.offload),
+                                      (", DeepEP", c.deepep)) if on)
         step = f"~{c.cost.total:.2f} s a step, " if c.cost else ""
         lines.append(f"{i:2}. tp {t.tp} pp {t.pp} cp {t.cp} ep {t.ep} etp {t.etp}"
                      + (f" vpp {c.topo.stages.chunks}" if c.topo.stages.chunks > 1 else "")

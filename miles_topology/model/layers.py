@@ -8,7 +8,10 @@ v * (layers of one chunk round) + the v-th chunks of stages 0..p-1.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
+_DEEPEST = 64  # parentheses and brackets inside each other
+_LONGEST = 100_000  # list items; the list is built before the layer count is compared
 _TOKEN = re.compile(r"\s*(?:(\d+)|(.))")
 
 
@@ -43,7 +46,7 @@ def parse_layer_freq(text: str) -> int | tuple[int, ...]:
 
 class _Parser:
     def __init__(self, tokens: list, text: str):
-        self.tokens, self.pos, self.text = tokens, 0, text
+        self.tokens, self.pos, self.text, self.depth = tokens, 0, text, 0
 
     def _peek(self):
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -73,6 +76,12 @@ class _Parser:
         while self._peek() == "*":
             self._take("*")
             right = self.atom()
+            if isinstance(value, list) and isinstance(right, list):
+                raise ValueError(f"cannot multiply two lists in {self.text!r}")
+            items = value if isinstance(value, list) else right
+            times = right if isinstance(value, list) else value
+            if isinstance(items, list) and len(items) * max(times, 0) > _LONGEST:
+                raise ValueError(f"moe_layer_freq {self.text!r} is implausibly long")
             if isinstance(value, list) and isinstance(right, int):
                 value = value * right
             elif isinstance(value, int) and isinstance(right, list):
@@ -81,7 +90,7 @@ class _Parser:
                 value = value * right
             else:
                 raise ValueError(f"cannot multiply two lists in {self.text!r}")
-            if isinstance(value, list) and len(value) > 100_000:
+            if isinstance(value, list) and len(value) > _LONGEST:
                 raise ValueError(f"moe_layer_freq {self.text!r} is implausibly long")
         return value
 
@@ -90,10 +99,16 @@ class _Parser:
         if isinstance(tok, int):
             self.pos += 1
             return tok
+        if tok in ("(", "["):
+            self.depth += 1
+            if self.depth > _DEEPEST:  # recursive descent: bounded before Python's stack
+                raise ValueError(f"moe_layer_freq {self.text[:40]!r}... nests deeper than "
+                                 f"{_DEEPEST} levels")
         if tok == "(":
             self._take("(")
             value = self.expr()
             self._take(")")
+            self.depth -= 1
             return value
         if tok == "[":
             self._take("[")
@@ -106,10 +121,12 @@ class _Parser:
                 if self._peek() == ",":
                     self._take(",")
             self._take("]")
+            self.depth -= 1
             return items
         raise ValueError(f"cannot read moe_layer_freq {self.text!r}")
 
 
+@lru_cache(maxsize=32)  # every Topology a fit tries holds the same pattern
 def moe_pattern(num_layers: int, freq: int | tuple[int, ...]) -> tuple[bool, ...]:
     """Per decoder layer: is it an MoE layer (Megatron: layer i is MoE when i % freq == 0)."""
     if isinstance(freq, int):

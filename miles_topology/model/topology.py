@@ -16,7 +16,7 @@ the doors here. Validation reads no file: sources.py reads a --sglang-config's g
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Literal
 
@@ -61,8 +61,14 @@ class Stages:
     pp: int
     chunks: int  # virtual pipeline stages per pipeline rank (1 without interleaving)
     counts: tuple[int, ...] | None  # decoder layers per pipeline stage; None without layers
-    moe_pattern: tuple[bool, ...]  # per decoder layer, whether it is an MoE layer
+    model: Model = field(compare=False, repr=False)  # its moe_pattern, built when read
     pad: tuple[int, int] = (0, 0)  # the embedding / loss counted as a layer in the split
+
+    @property
+    def moe_pattern(self) -> tuple[bool, ...]:
+        """Per decoder layer, whether it is an MoE layer (built on first use: a stage's
+        sizes are arithmetic, so --num-layers 10^30 answers without it)."""
+        return self.model.moe_pattern
 
     @classmethod
     def of(cls, layout: Layout, model: Model) -> Stages:
@@ -74,7 +80,7 @@ class Stages:
         pad = (int(layout.embedding_in_split), int(layout.loss_in_split))
         counts = None if model.layers is None else _layers.stage_counts(
             model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers, pad)
-        return cls(layout.pp, chunks, counts, model.moe_pattern, pad)
+        return cls(layout.pp, chunks, counts, model, pad)
 
     def layers(self, pp_rank: int, vpp_rank: int = 0) -> tuple[int, ...]:
         """Global decoder layer ids of virtual stage (pp_rank, vpp_rank)."""

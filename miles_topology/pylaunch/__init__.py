@@ -191,8 +191,14 @@ class _Budget:
 
 
 def _budget(timeout_s: float | None, real_imports: bool) -> _Budget:
+    """The launcher's limit, at most what is left of its input's --timeout (reading/deadline.py)."""
+    from ..reading import deadline
+
     if timeout_s is None:
         timeout_s = REAL_TIMEOUT_S if real_imports else TIMEOUT_S
+    timeout_s = round(deadline.cap(timeout_s), 1)
+    if timeout_s <= 0:
+        raise InputError(f"launcher {deadline.spent_why()}")
     return _Budget(timeout_s, time.monotonic() + timeout_s)
 
 
@@ -327,6 +333,11 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
                 return ProgramRun("refused", "", "", str(e))
         target = os.path.abspath(full)
     extra = None if cluster is None else {"cluster": cluster.as_dict(), "real_imports": False}
+    from ..reading import deadline
+
+    timeout_s = deadline.cap(timeout_s)  # its share of the input's --timeout
+    if timeout_s <= 0:
+        return ProgramRun("timeout", "", "", deadline.spent_why())
     got = _execute(mode, target, rest, launcher_env(env, pass_env), cwd, timeout_s,
                    MEMORY_MB, trust, extra, reads, confine)
     calls = [r for r in got.records if "kind" in r]
@@ -338,11 +349,14 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
 def _program_status(got: _Ran, timeout_s: float) -> tuple[int | str, str | None]:
     """(status, error) of a program run for its output: as it exited, or "timeout",
     "memory", "refused", with why."""
+    from ..reading import deadline
+
     end = got.end
     status: int | str
     error = None
     if got.status in ("timeout", -signal.SIGXCPU):
-        status, error = "timeout", f"did not finish within {timeout_s:g} s"
+        status, error = "timeout", f"did not finish within {timeout_s:g} s" + (
+            "; this input's time budget (--timeout) is spent" if deadline.left() == 0 else "")
     elif end is None:
         status = got.status
         error = f"killed by signal {-got.status}" if isinstance(got.status, int) and \
@@ -617,6 +631,13 @@ def _split(calls: list[dict], child_env: dict, every: bool) -> tuple:
 
 
 MAX_NOTES = 32  # distinct notes of one kind (assumed values, absent modules) per launcher
+# Characters of one free-form text a launcher recorded that every launch of it carries
+# (assumed values, servers): the report stays linear in what was sent, not launches x text
+NOTE_MAX = 300
+
+
+def brief(text: str) -> str:
+    return text if len(text) <= NOTE_MAX else f"{text[:NOTE_MAX]}... ({len(text)} characters)"
 
 
 def _launches(path, found, launches, others, calls, records, notes, err, status, child_env,
@@ -636,8 +657,8 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
         notes.append(_capped(len(launches)))
     unknowns = {r["unknown"]: {"what": r["what"], "source": _where(r.get("source"))}
                 for r in records if "unknown" in r}
-    assumed = list(dict.fromkeys(f"{r['assumed']} taken as {r['as']}" for r in records
-                                 if "assumed" in r))[:MAX_NOTES]
+    assumed = list(dict.fromkeys(brief(f"{r['assumed']} taken as {r['as']}")
+                                 for r in records if "assumed" in r))[:MAX_NOTES]
     servers = _servers(records)
     out = []
     for i, (launch, rec, since) in enumerate(chosen):
@@ -666,7 +687,8 @@ def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memor
         if found is None:
             raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
                              "recorded no training launch (an endless loop, or waiting for "
-                             "something the sandbox never starts)")
+                             "something the sandbox never starts; the time of one input is "
+                             "bounded by --timeout)")
         notes.append(f"the launcher was stopped after {timeout_s:g} s, after its training "
                      "launch was recorded")
     elif end is None:
@@ -738,8 +760,9 @@ def _marks(argv: list[str]) -> list[int]:
 
 def _servers(records: list[dict]) -> list[dict]:
     """The modelled servers of a run, each with how often the launcher connected to it."""
-    out = {(r["node"], r["port"]): {**r, "polls": 0} for r in records if "server" in r and
-           "kind" not in r}
+    out = {(r["node"], r["port"]): {**{k: brief(v) if isinstance(v, str) else v
+                                       for k, v in r.items()}, "polls": 0}
+           for r in records if "server" in r and "kind" not in r}
     for r in records:
         if r.get("answer") == "server" and (r.get("node"), r.get("port")) in out:
             out[r["node"], r["port"]]["polls"] += 1

@@ -29,12 +29,18 @@ class Added:
     takes_value: bool
 
 
+# The most characters of one source parsed: ast holds ~150 bytes a character (1 MiB of
+# crafted add_argument calls: ~160 MiB); miles' own arguments.py is 173 KB. A larger
+# source is not read (the reader knows less, never more).
+SOURCE_MAX = 1 << 20
+
+
 def _parse(text: str | None) -> ast.Module | None:
-    if text is None:
+    if text is None or len(text) > SOURCE_MAX:
         return None
     try:
         return ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # `1+1+...+1`: too deep
         return None
 
 

@@ -22,7 +22,9 @@ they are there before any user code runs; model.py declares them as class variab
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ from ..model.checks import MEGATRON_ONLY_FLAGS, fsdp_undefined_flags
 from ..model.errors import InputError, Problem, TopologyError
 from ..model.parts import FIELDS, GROUPS, facts, fields_in, flag_of
 from ..model.topology import Topology, summary
-from .env import PartialEnv
+from .env import AT_RUN_TIME, PartialEnv
 from .flags import RENAMED, TOPOLOGY, Parsed, parse_flags, table, text_of
 
 # ---- flags ------------------------------------------------------------------------------
@@ -200,11 +202,68 @@ def from_flags(argv: list[str], stack: Any = None) -> Topology:
 # Where editors find the JSON Schema of a topology YAML (`miles-topology schema` prints it).
 SCHEMA_URL = ("https://raw.githubusercontent.com/radixark/miles-topology/main/docs/"
               "topology.schema.json")
-ENV_REF = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^{}]*))?\}")
+# The names a YAML's ${oc.env:NAME} reads, for listing them (`yamlflags.env_names`); the
+# value itself is only ever read through `_resolvers` (whatever the spelling).
+ENV_REF = re.compile(r"\$\{\s*oc\.env\s*:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*"
+                     r"(?:,([^{}]*))?\}")
+
+# Set while a command judges inputs (check, show, plan, migrate): a YAML resolved with no
+# `env` then reads none of this process's environment either (cli.main sets it).
+SEALED = False
 
 
 class _Unknown(Exception):
     pass
+
+
+class _Unset(Exception):
+    pass
+
+
+_LOCK = threading.RLock()
+
+
+@contextmanager
+def _resolvers(env: Mapping[str, str | None] | None, missing: list):
+    """omegaconf's resolvers while a YAML resolves. `env` None (and not SEALED): omegaconf's
+    own, so `flags` and `from_yaml` read the process environment at run time. Otherwise only
+    omegaconf's built-in resolvers, with `oc.env` replaced by one that reads `env` alone: the
+    name arrives parsed (spaces, quotes, a nested ${...}, oc.decode all end here), so no
+    spelling reaches os.environ; a custom resolver registered in this process is not offered.
+    A name whose value is None in `env`, or not in a PartialEnv, is unknown (`missing`)."""
+    if env is None and not SEALED:
+        with _LOCK:  # never while another thread's resolve has the table swapped
+            yield
+        return
+    from omegaconf import OmegaConf
+    from omegaconf.basecontainer import BaseContainer
+    from omegaconf.omegaconf import register_default_resolvers
+
+    env = env if env is not None else PartialEnv(why=AT_RUN_TIME, defaults=True)
+    marker = object()
+
+    def oc_env(key: Any, default: Any = marker) -> str | None:
+        key = str(key)
+        if key in env and env[key] is not None:
+            return str(env[key])
+        partial = isinstance(env, PartialEnv)
+        if key in env or (partial and not (env.defaults and default is not marker)):
+            missing.append(key)
+            raise _Unknown(key)
+        if default is marker:
+            missing.append(key)
+            raise _Unset(key)
+        return None if default is None else str(default)
+
+    with _LOCK:  # the table is omegaconf's, class-wide: swapped for this resolve only
+        saved = BaseContainer._resolvers
+        try:
+            BaseContainer._resolvers = {}
+            register_default_resolvers()
+            OmegaConf.register_resolver("oc.env", oc_env, replace=True)
+            yield
+        finally:
+            BaseContainer._resolvers = saved
 
 
 def load_fields(
@@ -213,26 +272,37 @@ def load_fields(
     """Read a topology YAML into plain field values, interpolations resolved.
 
     With `env`, `${oc.env:VAR,default}` reads `env` (what a launch script exports) instead
-    of this process's environment, so reading a script's topology file is reproducible.
+    of this process's environment, so reading a script's topology file is reproducible; with
+    a `PartialEnv`, a top-level field that reads a name it does not know is left out and
+    listed in its `dropped`. Without `env`, the process environment (run time), unless
+    SEALED (`_resolvers`).
     """
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
     path = Path(path)
+    if env is None and SEALED:
+        env = PartialEnv(why=AT_RUN_TIME, defaults=True)
+    missing: list[str] = []
     try:
         cfg = OmegaConf.load(path)
-        if env is not None:
-            raw = OmegaConf.to_container(cfg, resolve=False)
-            if isinstance(env, PartialEnv) and isinstance(raw, dict):
-                raw = _known_fields(raw, env, path)
-            cfg = OmegaConf.create(_substitute_env(raw, env, path))
         if overrides:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
-        data = OmegaConf.to_container(cfg, resolve=True)
+        with _resolvers(env, missing):
+            if isinstance(env, PartialEnv) and isinstance(cfg, DictConfig):
+                data = _known_fields(cfg, env, missing)
+            else:
+                data = OmegaConf.to_container(cfg, resolve=True)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except (OmegaConfBaseException, YAMLError, ValueError, OSError) as e:
+        if missing:
+            name = missing[-1]
+            if env is not None and name in env:
+                raise InputError(f"{path} reads {name}, known only at run time") from None
+            raise InputError(f"{path}: ${{oc.env:{name}}} is not set and has no default; "
+                             f"pass --env {name}=VALUE") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{path}: cannot read the topology YAML: {first}") from None
     if data is None:
@@ -242,36 +312,23 @@ def load_fields(
     return data
 
 
-def _known_fields(raw: dict, env: PartialEnv, path: Path) -> dict:
+def _known_fields(cfg, env: PartialEnv, missing: list) -> dict:
+    """Each top-level field resolved on its own: one that reads an unknown name is dropped."""
+    from omegaconf import Container, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     out = {}
-    for key, value in raw.items():
+    for key in cfg:
         try:
-            out[key] = _substitute_env(value, env, path)
-        except _Unknown:
+            value = cfg[key]
+            out[key] = (OmegaConf.to_container(value, resolve=True)
+                        if isinstance(value, Container) else value)
+        except OmegaConfBaseException:
+            if not missing:
+                raise
             env.dropped.append(str(key))
+            missing.clear()
     return out
-
-
-def _substitute_env(data: Any, env: Mapping[str, str], path: Path) -> Any:
-    if isinstance(data, dict):
-        return {k: _substitute_env(v, env, path) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_substitute_env(v, env, path) for v in data]
-    if not isinstance(data, str):
-        return data
-
-    def value(m: re.Match) -> str:
-        name, default = m.group(1), m.group(2)
-        if name in env:
-            return env[name]
-        if isinstance(env, PartialEnv) and not (env.defaults and default is not None):
-            raise _Unknown(name)
-        if default is None:
-            raise InputError(f"{path}: ${{oc.env:{name}}} is not set and has no default; "
-                             f"pass --env {name}=VALUE")
-        return default.strip().strip("'\"")
-
-    return ENV_REF.sub(value, data)
 
 
 def from_yaml(path: str | Path, overrides: list[str] | None = None) -> Topology:

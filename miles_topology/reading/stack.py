@@ -218,13 +218,14 @@ def _source(roots: Sequence[Path], module: str) -> str | None:
 
 def _read_under(root: Path, cands: Sequence[Path]) -> str | None:
     """The first candidate the gate admits under `root` (resolved inside it, no hidden
-    name, a regular file of at most gate.AST_LIMIT bytes: it is parsed whole)."""
+    name, a regular file of at most argscan.SOURCE_MAX bytes: it is parsed whole)."""
     from . import gate
+    from .argscan import SOURCE_MAX
 
     allowed = (Path(os.path.realpath(root)),)
     for cand in cands:
         try:
-            return gate.read_text(cand, allowed, limit=gate.AST_LIMIT)
+            return gate.read_text(cand, allowed, limit=min(gate.AST_LIMIT, SOURCE_MAX))
         except (OSError, gate.Refused):
             continue
     return None
@@ -249,14 +250,32 @@ def _cached(tag: str, files: Sequence[Path], compute) -> list[Added]:
     except (OSError, ValueError, TypeError):
         pass
     got = compute()
+    body = json.dumps([[list(a.names), a.takes_value] for a in got])
+    if len(body) > CACHE_ENTRY_MAX:  # a crafted fork's flags are not kept beyond the run
+        return got
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps([[list(a.names), a.takes_value] for a in got]))
+        tmp.write_text(body)
         os.replace(tmp, path)
+        _prune(path.parent)
     except OSError:
         pass  # a read-only home: read again next time
     return got
+
+
+# The cache holds small entries (miles' flags: 13 KB, slime's: 8 KB), and few of them: what
+# a checkout derives from its own sources stays bounded beyond the run that read it.
+CACHE_ENTRY_MAX = 256 << 10
+CACHE_ENTRIES = 32
+
+
+def _prune(folder: Path) -> None:
+    """Keep the CACHE_ENTRIES newest entries (one per version of each stack read)."""
+    entries = sorted(folder.glob("flags-*.json"), key=lambda p: p.stat().st_mtime_ns,
+                     reverse=True)
+    for old in entries[CACHE_ENTRIES:]:
+        old.unlink(missing_ok=True)
 
 
 def _framework_flags(root: Path, package: str) -> list[Added]:
@@ -275,30 +294,45 @@ def _megatron_flags(roots: Sequence[Path]) -> tuple[str, list[Added]] | None:
         f = base / "megatron" / "training" / "arguments.py"
         if f.is_file():
             def read(f=f, base=base) -> list[Added]:
-                text = _read_under(base, [f])
-                try:
-                    import ast
+                from .argscan import _parse
 
-                    return list(adds(ast.parse(text))) if text is not None else []
-                except (SyntaxError, ValueError, RecursionError, MemoryError):
-                    return []
+                tree = _parse(_read_under(base, [f]))
+                return [] if tree is None else list(adds(tree))
             return str(f.parent.parent.parent), _cached("megatron", [f], read)
     return None
+
+
+def _oversized(files: Sequence[Path]) -> list[str]:
+    """The sources among `files` too large to parse (argscan.SOURCE_MAX): their flags are
+    not known, so a flag they may add is unverified, not refused."""
+    from .argscan import SOURCE_MAX
+
+    out = []
+    for f in files:
+        try:
+            if f.stat().st_size > SOURCE_MAX:
+                out.append(f"{f} (larger than {SOURCE_MAX >> 20} MiB, not read)")
+        except OSError:
+            continue
+    return out
 
 
 @lru_cache(maxsize=64)
 def _base(root: str | None, framework: str, origin: str) -> Stack:
     added: dict[str, tuple[str, Added]] = {}
+    unread: list[str] = []
     if root is not None:
         for a in _framework_flags(Path(root), framework):
             for n in a.names:
                 added[n] = (f"{framework} of {root}", a)
+        unread = _oversized(sorted((Path(root) / framework).glob("**/arguments.py")))
     megatron = _megatron_flags([Path(root)] if root else [])
     if megatron is not None:
         for a in megatron[1]:
             for n in a.names:
                 added.setdefault(n, (f"Megatron-LM of {megatron[0]}", a))
-    return Stack(framework, root, origin, added,
+        unread += _oversized([Path(megatron[0], "megatron", "training", "arguments.py")])
+    return Stack(framework, root, origin, added, tuple(unread),
                  drops_unknown=drops_unknown(Path(root) if root else None, framework))
 
 

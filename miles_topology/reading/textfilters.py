@@ -313,6 +313,54 @@ def _uniq(args: list[str], stdin: str):
     return _join(f"{n:7d} {line}" if "c" in opts else line for line, n in runs), 0
 
 
+_QUANT = re.compile(r"(?<!\\)(?:[*+]|\{\d*,?\d*\})")
+MAX_QUANTIFIERS = 4
+
+
+# The longest line a regex with k repeats is run over (Python's engine backtracks: each
+# repeat can multiply the work by the line's length; `.*.*x` on 4,000 characters: 10 s).
+LONGEST_LINE = {0: LIMIT, 1: 8192, 2: 1024}
+LONGEST_LINE_MORE = 128
+
+
+def _tame(rx: str, text: str = "") -> str:
+    """A regex of the script's, refused (unknown) where Python's backtracking engine can take
+    time exponential or of a high power in the line: a quantified group holding a quantifier
+    or an alternation (``(a|aa)*b``, ``(a+)+``), a back-reference, more than
+    MAX_QUANTIFIERS repeats (``.*.*.*.*.*x``), or a line of `text` longer than its repeats
+    allow (LONGEST_LINE). Launch scripts' filters (``s/.*=//``, ``s/^ *//`` on a path or a
+    number) pass."""
+    k = len(_QUANT.findall(rx))
+    if re.search(r"\\[1-9]", rx) or k > MAX_QUANTIFIERS:
+        raise _Unknown("a regular expression that may backtrack without bound")
+    if text and max(map(len, text.split("\n"))) > LONGEST_LINE.get(k, LONGEST_LINE_MORE):
+        raise _Unknown("a regular expression over lines too long to match in bounded time")
+    stack: list[bool] = []  # per open group: holds a repeat or an alternation
+    i, n = 0, len(rx)
+    while i < n:
+        c = rx[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a bracket: nothing inside counts
+            j = rx.find("]", i + 2)
+            i = n if j < 0 else j + 1
+            continue
+        if c == "(":
+            stack.append(False)
+        elif c in "|*+{?" and stack and not (c == "?" and rx[i - 1] == "("):
+            stack[-1] = True
+        elif c == ")" and stack:
+            inner = stack.pop()
+            after = rx[i + 1:i + 2]
+            if inner and after in ("*", "+", "{", "?"):
+                raise _Unknown("a regular expression that may backtrack without bound")
+            if stack:
+                stack[-1] = stack[-1] or inner
+        i += 1
+    return rx
+
+
 def _bre(pattern: str) -> str:
     r"""A POSIX basic regular expression (GNU flavour) as Python's: \( \) \{ \} \| \+ \? are the
     operators and their bare forms are literal."""
@@ -362,7 +410,7 @@ def _grep(args: list[str], stdin: str):
         rx = rf"(?<![\w])(?:{rx})(?![\w])"
     if "x" in opts:
         rx = rf"^(?:{rx})$"
-    compiled = re.compile(rx, re.IGNORECASE if "i" in opts else 0)
+    compiled = re.compile(_tame(rx, stdin), re.IGNORECASE if "i" in opts else 0)
     limit = int(opts["m"]) if "m" in opts else None
     out, count = [], 0
     for line in _lines(stdin):
@@ -405,7 +453,7 @@ def _awk(args: list[str], stdin: str):
     def fields_of(line: str) -> list[str]:
         if sep is None or sep == " ":
             return line.split()
-        return line.split(sep) if len(sep) == 1 else re.split(sep, line)
+        return line.split(sep) if len(sep) == 1 else re.split(_tame(sep, line), line)
 
     def value(item: str, line: str, nr: int) -> str:
         item = item.strip()
@@ -442,7 +490,8 @@ def _sed(args: list[str], stdin: str):
         parts = re.split(rf"(?<!\\){re.escape(d)}", script[2:])
         if len(parts) != 3 or parts[2] not in ("", "g"):
             raise _Unknown("sed s flags")
-        rx = re.compile(_ere(parts[0]) if ("E" in opts or "r" in opts) else _bre(parts[0]))
+        rx = re.compile(_tame(_ere(parts[0]) if ("E" in opts or "r" in opts) else
+                              _bre(parts[0]), "\n".join(out)))
         rep = re.sub(r"\\(\d)", r"\\g<\1>", parts[1].replace("&", r"\g<0>").replace(r"\&", "&"))
         out = [rx.sub(rep, line, count=0 if parts[2] == "g" else 1) for line in out]
     return _join(out), 0

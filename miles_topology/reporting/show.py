@@ -23,8 +23,10 @@ def rank_label(topo: Topology, rank: int) -> list[str]:
         f"tp{d['tp']} cp{d['cp']} dp{d['dp']} pp{d['pp']}",
         f"etp{x['etp']} ep{x['ep']} edp{x['edp']}",
     ]
-    if topo.model.experts:
-        lines.append(_experts(topo.local_experts(rank)))
+    if topo.model.experts:  # the range of topo.local_experts, without listing it
+        per = topo.model.experts // topo.layout.ep
+        first = x["ep"] * per
+        lines.append(_experts((first, first + per - 1) if per > 1 else (first,) if per else ()))
     return lines
 
 
@@ -77,7 +79,7 @@ def header(topo: Topology) -> str:
         + (f" (vpp {topo.stages.chunks})" if topo.stages.chunks > 1 else "")
         + f"\nexpert etp {lay.etp} x ep {lay.ep} x edp {topo.edp} x pp {lay.pp}"
         + (
-            f"; {mod.experts} experts, {len(topo.local_experts(0))} per EP rank"
+            f"; {mod.experts} experts, {mod.experts // lay.ep} per EP rank"
             if mod.experts
             else ""
         )

@@ -48,6 +48,15 @@ class Budget:
         raise ScriptReadError(f"{where}: reading the script runs more than {MAX_STEPS} "
                               "commands (recursion without end?). Fix: simplify the script.")
 
+    def check_clock(self, where):
+        """Past the input's time budget (deadline.py, --timeout), reading stops."""
+        from ..reading import deadline
+
+        if deadline.left() == 0:
+            raise ScriptReadError(f"{where}: reading the script took the whole time budget of "
+                                  "this input (--timeout). Fix: pass --timeout SECONDS, or "
+                                  "simplify the script.")
+
     def take_words(self, data: bytes, disp: str):
         """All the text a read parses (files, sourced files, eval strings, written files)
         holds at most MAX_WORDS words: memory and time stay bounded on any input."""

@@ -19,32 +19,25 @@ from .values import INT_LIMIT, MAX_ITEMS, Field, Unk, Var, printf
 class Commands(Protocol):
     """What the built-ins ask of command execution (interpret.Reader)."""
 
-    def set(self, name: str, value: str | None, unk: Unk | None, src: Location,
-            cond: Unk | None, expr: str, text: str): ...
-
-    def hold(self, size: int, old: Var | None = None, items: list[Field] | None = None): ...
-
     def source_file(self, path: str, n: syntax.Simple, cond: Unk | None, shown: str): ...
 
     def run_written(self, key: str, n: syntax.Simple, cond: Unk | None): ...
 
     def run_text(self, text: str, line: int, cond: Unk | None, name: str, n: syntax.Simple): ...
 
-    def taint(self, what: str, at: Location, why: str): ...
-
     def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
                   cond: Unk | None, shown: str, written: bool = False): ...
-
-    def jump(self, kind: str, fields: list[Field], n: syntax.Simple, cond: Unk | None): ...
 
     checked: int  # >0 where a command's failure is tested (set -e ignores it)
 
 
 class Builtins:
-    """The built-ins of one read; `table` maps a command name to its handler."""
+    """The built-ins of one read; `table` maps a command name to its handler. They run
+    files and text through `r`, set variables through `assigns` (assign.Assignments) and
+    jump out of loops through `loops` (loops.Loops)."""
 
-    def __init__(self, r: Commands, words, prov):
-        self.r, self.w, self.prov = r, words, prov
+    def __init__(self, r: Commands, words, prov, assigns, loops):
+        self.r, self.w, self.prov, self.assigns, self.loops = r, words, prov, assigns, loops
         self.sh, self.at, self.found = words.sh, words.at, words.found
         self.table = {
             ":": self.nothing, "true": self.nothing, "false": self.nothing,
@@ -162,18 +155,18 @@ class Builtins:
         if got is None or cond is not None:
             for v in ((fields[2].value,) if len(fields) > 2 and fields[2].value else ()) + \
                     ("OPTARG", "OPTIND"):
-                self.r.set(v, None, Unk(what, src, f"{v} is set by {what} at run time"), src, cond,
-                      what, what)
+                self.assigns.set(v, None, Unk(what, src, f"{v} is set by {what} at run time"),
+                                 src, cond, what, what)
             return
         for v, value in got[1].items():
             self.sh.inherited.discard(v)
             if value is None:
                 self.sh.vars.pop(v, None)
             else:
-                self.r.set(v, value, None, src, None, what, what)
+                self.assigns.set(v, value, None, src, None, what, what)
 
     def jump(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        self.r.jump(fields[0].value, fields, n, cond)
+        self.loops.jump(fields[0].value, fields, self.at.src(n.line), cond)
 
     def read(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``read [-r] [-a A] NAMES`` and ``mapfile/readarray [-t] [-d D] A`` over known text."""
@@ -181,7 +174,7 @@ class Builtins:
         array, delim, names = _read_options(fields)
         what = " ".join(f.value or f.text for f in fields)
         src = self.at.src(n.line)
-        got = self.w.stdin(n, what)
+        got = self.w.subs.stdin(n, what)
         ifs = next((a for a in n.prefix if a.name == "IFS"), None)
         var = self.sh.vars.get("IFS")
         ifs_v = self.w.join(ifs.value).value if ifs is not None else \
@@ -199,7 +192,7 @@ class Builtins:
                 lines.pop()
             keep = "-t" not in [f.value for f in fields]
             items = [Field(x + (delim if keep else ""), src, text=what) for x in lines]
-            self.r.hold(0, self.sh.vars.get(array), items[:MAX_ITEMS])
+            self.assigns.hold(0, self.sh.vars.get(array), items[:MAX_ITEMS])
             self.sh.vars[array] = Var(items[:MAX_ITEMS], True)
         else:
             raw = any(f.value and f.value[:1] == "-" and "r" in f.value for f in fields[1:])
@@ -217,7 +210,7 @@ class Builtins:
         words = _split(line, ifs_v)
         if array is not None:
             items = [Field(w, src, text=what) for w in words[:MAX_ITEMS]]
-            self.r.hold(0, self.sh.vars.get(array), items)
+            self.assigns.hold(0, self.sh.vars.get(array), items)
             self.sh.vars[array] = Var(items, True)
         blank = ifs_v and not ifs_v.strip(" \t\n")  # IFS of blanks only: the rest is kept
         for k, v in enumerate(names):
@@ -226,7 +219,7 @@ class Builtins:
                 value = _rest(line, ifs_v, k)
             else:
                 value = " ".join(words[k:]) if last else (words[k] if k < len(words) else "")
-            self.r.set(v, value, None, src, cond, what, what)
+            self.assigns.set(v, value, None, src, cond, what, what)
 
     def eval_(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``eval "A=(...)"``: a known string is parsed and run here; its words are not the
@@ -236,7 +229,7 @@ class Builtins:
             where = self.at.src(n.line)
             why = f"eval of text only known when the script runs ({bad.unk.why})"
             self.found.unknown(bad.text, where, why)
-            return self.r.taint("eval " + bad.text, where, why)
+            return self.assigns.taint("eval " + bad.text, where, why)
         code = " ".join(f.value for f in fields[1:])
         if not code.strip():
             return
@@ -255,7 +248,7 @@ class Builtins:
             value = printf(fields[3].value, [f.value for f in fields[4:]])
         if value is None and bad is None:
             bad = Unk(expr, src, f"{name} is formatted by printf at run time")
-        self.r.set(name, value, bad, src, cond, expr, expr)
+        self.assigns.set(name, value, bad, src, cond, expr, expr)
         return True
 
     def source(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
@@ -282,7 +275,7 @@ class Builtins:
         if f.value is None:
             why = f"cannot tell which file is sourced: {f.unk.why}"
             self.found.unknown(f.text, f.unk.src, why)
-            return self.r.taint(f"{fields[0].value} {f.text}", where, why)
+            return self.assigns.taint(f"{fields[0].value} {f.text}", where, why)
         found = self.locate(f.value, where)
         gone = self.absent(f.value) if found is None else None
         if gone is not None:
@@ -296,7 +289,7 @@ class Builtins:
             what = n.words[1].text if len(n.words) > 1 else f.text
             why = f"sourced file '{f.value}' not found ({looked})"
             self.found.unknown(what, where, f"{why}; the flags it defines are unknown")
-            return self.r.taint(f"{fields[0].value} {what}", where, why)
+            return self.assigns.taint(f"{fields[0].value} {what}", where, why)
         self.r.source_file(found, n, cond, f.value)
 
     def absent(self, path: str) -> str | None:
@@ -341,7 +334,7 @@ class Builtins:
                 "or directory), before the launch", fix, where)
             why = f"sourced file '{path}' does not exist; bash stops here (set -e)"
             self.found.unknown(what, where, why)
-            return self.r.taint(f"{n.words[0].text} {what}", where, why)
+            return self.assigns.taint(f"{n.words[0].text} {what}", where, why)
         self.found.note(
             "sourced-file-skipped", f"{what} is {shown}, which does not exist in the script's "
             "checkout: bash reports it and goes on, and what the file would set stays unset",

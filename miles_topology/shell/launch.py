@@ -74,48 +74,64 @@ def argv_of(fields: list, unresolved: list[Unresolved], span=lambda t: None,
         if f.unk is not None and gaps is not None and (f.extra or f.cond is None):
             gaps.append(len(out))  # unknown words not a flag's value: they may hold any flag
         if f.cond is not None:
-            flag = f.value.partition("=")[0] if _is_flag(f) else None
-            text = [f.value or f.text]
-            while flag and i < n and not _is_flag(fields[i]) and fields[i].cond \
-                    and not fields[i].extra:
-                text.append(fields[i].value or fields[i].text)
-                i += 1
-            if flag:
-                out.append(FlagValue(flag, None, f.src, unresolved=" ".join(text)))
-            unresolved.append(Unresolved(flag, " ".join(text), f.cond.src, f.cond.why))
-            continue
-        if f.unk is not None:
+            i = _conditional(f, fields, i, out, unresolved)
+        elif f.unk is not None:
             unresolved.append(Unresolved(None, f.unk.expr, f.unk.src, f.unk.why))
-            continue
-        if not _is_flag(f):
+        elif not _is_flag(f):
             out.append(FlagValue("", f.value, f.src, tokens=(f.value,), span=span(f.span)))
-            continue
-        flag, eq, val = f.value.partition("=")
-        if eq:
-            out.append(FlagValue(flag, val, f.src, tokens=(val,), span=span(f.span),
-                                 joined=True))
-            continue
-        vals: list[Field] = []
-        while i < n and not _is_flag(fields[i]) and not fields[i].extra \
-                and fields[i].cond is None and not (  # an unknown word after a switch
-                    fields[i].unk is not None and known(flag) and is_switch(flag)):
-            vals.append(fields[i])
-            i += 1
-        if not vals and i < n and fields[i].extra and known(flag) and not is_switch(flag):
-            g = fields[i]  # its value may be the first of the unknown words
-            out.append(FlagValue(flag, None, f.src, unresolved=g.text, span=span(f.span)))
-            unresolved.append(Unresolved(flag, g.unk.expr, g.unk.src,
-                                         f"{flag} has no value of its own; it takes the first "
-                                         f"word of {g.text}, and {g.unk.why}"))
-            continue
-        bad = next((v for v in vals if v.unk is not None), None)
-        if bad is not None:
-            text = " ".join(v.text if v.unk else v.value for v in vals)
-            out.append(FlagValue(flag, None, f.src, unresolved=text,
-                                 bare=bad.text if len(vals) == 1 and bad.bare else None))
-            unresolved.append(Unresolved(flag, bad.unk.expr, bad.unk.src, bad.unk.why))
-            continue
-        toks = tuple(v.value for v in vals)
-        out.append(FlagValue(flag, " ".join(toks), f.src, tokens=toks, span=span(f.span),
-                             value_spans=tuple(span(v.span) for v in vals)))
+        else:
+            i = _flag(f, fields, i, out, unresolved, span)
     return out
+
+
+def _conditional(f: Field, fields: list, i: int, out: list[FlagValue],
+                 unresolved: list[Unresolved]) -> int:
+    """A word that is there only under a run-time condition, with the conditional words
+    after it that a flag takes: unresolved. Gives the index after them."""
+    n = len(fields)
+    flag = f.value.partition("=")[0] if _is_flag(f) else None
+    text = [f.value or f.text]
+    while flag and i < n and not _is_flag(fields[i]) and fields[i].cond \
+            and not fields[i].extra:
+        text.append(fields[i].value or fields[i].text)
+        i += 1
+    if flag:
+        out.append(FlagValue(flag, None, f.src, unresolved=" ".join(text)))
+    unresolved.append(Unresolved(flag, " ".join(text), f.cond.src, f.cond.why))
+    return i
+
+
+def _flag(f: Field, fields: list, i: int, out: list[FlagValue],
+          unresolved: list[Unresolved], span) -> int:
+    """A known ``--flag`` (``--flag=V``, or with the words after it as its value). Gives
+    the index after its value."""
+    n = len(fields)
+    flag, eq, val = f.value.partition("=")
+    if eq:
+        out.append(FlagValue(flag, val, f.src, tokens=(val,), span=span(f.span),
+                             joined=True))
+        return i
+    vals: list[Field] = []
+    while i < n and not _is_flag(fields[i]) and not fields[i].extra \
+            and fields[i].cond is None and not (  # an unknown word after a switch
+                fields[i].unk is not None and known(flag) and is_switch(flag)):
+        vals.append(fields[i])
+        i += 1
+    if not vals and i < n and fields[i].extra and known(flag) and not is_switch(flag):
+        g = fields[i]  # its value may be the first of the unknown words
+        out.append(FlagValue(flag, None, f.src, unresolved=g.text, span=span(f.span)))
+        unresolved.append(Unresolved(flag, g.unk.expr, g.unk.src,
+                                     f"{flag} has no value of its own; it takes the first "
+                                     f"word of {g.text}, and {g.unk.why}"))
+        return i
+    bad = next((v for v in vals if v.unk is not None), None)
+    if bad is not None:
+        text = " ".join(v.text if v.unk else v.value for v in vals)
+        out.append(FlagValue(flag, None, f.src, unresolved=text,
+                             bare=bad.text if len(vals) == 1 and bad.bare else None))
+        unresolved.append(Unresolved(flag, bad.unk.expr, bad.unk.src, bad.unk.why))
+        return i
+    toks = tuple(v.value for v in vals)
+    out.append(FlagValue(flag, " ".join(toks), f.src, tokens=toks, span=span(f.span),
+                         value_spans=tuple(span(v.span) for v in vals)))
+    return i

@@ -29,8 +29,8 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None,
     `others`, and `entry` is None when there is no training launch.
     """
     r = Reader(Path(path), env or {}, positional)
-    r.w.cluster = cluster
-    r.text = text
+    r.w.subs.cluster = cluster
+    r.files.text = text
     abs_path = r.at.main_abs
     if text is None and not os.path.isfile(abs_path):
         raise ScriptReadError(f"{path}:0: no such file. Fix: check the script path.")

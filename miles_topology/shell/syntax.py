@@ -285,8 +285,9 @@ def _ansi_c(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: _ANSI.get(m.group(1), m.group(0)), text)
 
 
-class _Conv:
-    """One file's tree turned into nodes; `base` is added to line numbers (eval strings)."""
+class _Text:
+    """One file's text as the converters see it: node text, positions (characters,
+    lines; `base` is added to line numbers for eval strings), nesting depth and notes."""
 
     def __init__(self, data: bytes, located: bool, base: int):
         self.data = data
@@ -333,7 +334,14 @@ class _Conv:
             raise ShellSyntaxError(self.line(n), f"nesting deeper than {MAX_DEPTH} levels",
                                    "simplify the script")
 
-    # -- statements
+
+class _Commands:
+    """Statements, commands, redirections and compound commands (if, case, loops,
+    functions, groups, tests) as nodes; their words through `words` (_Words)."""
+
+    def __init__(self, src: _Text):
+        self.src = src
+        self.words = _Words(src, self)
 
     def stmts(self, children) -> list:
         out = []
@@ -343,11 +351,11 @@ class _Conv:
         return out
 
     def stmt(self, n):
-        self.enter(n)
+        self.src.enter(n)
         try:
             return getattr(self, "s_" + n.type)(n)
         finally:
-            self.depth -= 1
+            self.src.depth -= 1
 
     def s_command(self, n, stdin=None, stdout=None):
         assigns, words, prefix = [], [], []
@@ -355,12 +363,12 @@ class _Conv:
         for c in n.children:
             t = c.type
             if t == "variable_assignment":
-                (assigns if not words else prefix).append(self.assign(c))
+                (assigns if not words else prefix).append(self.words.assign(c))
             elif t == "command_name":
-                w = self.word(c.children[0]) if c.children else None
+                w = self.words.word(c.children[0]) if c.children else None
                 if w is not None:
                     if w.text in RESERVED:
-                        raise ShellSyntaxError(self.line(c), f"unexpected '{w.text}'",
+                        raise ShellSyntaxError(self.src.line(c), f"unexpected '{w.text}'",
                                                "remove it, or add the command that opens it")
                     words.append(w)
             elif t in _REDIRECTS:
@@ -370,24 +378,25 @@ class _Conv:
                 continue
             elif c.is_named and t != "comment":
                 if words and prev is not None and prev.end_byte == c.start_byte:
-                    words.append(self.glue(words.pop(), c))
+                    words.append(self.words.glue(words.pop(), c))
                 else:
-                    words.append(self.word(c))
+                    words.append(self.words.word(c))
                 prev = c
                 continue
         if words:  # `cmd \ ` at a line end: bash passes the escaped blank as one more word
-            m = _TRAILING_ESC.match(self.data, n.end_byte)
+            m = _TRAILING_ESC.match(self.src.data, n.end_byte)
             if m:
                 a, b = m.start(1), m.end(1)
-                t = self.gap(a, b)
-                at = (self.char(a), self.char(b)) if self.located else (-1, -1)
-                words.append(Word.make(parts=[Lit.make(text=t[1:], quoted=True, line=self.line(n))],
-                                  line=self.line(n), text=t, start=at[0], end=at[1]))
+                t = self.src.gap(a, b)
+                at = (self.src.char(a), self.src.char(b)) if self.src.located else (-1, -1)
+                line = self.src.line(n)
+                words.append(Word.make(parts=[Lit.make(text=t[1:], quoted=True, line=line)],
+                                       line=line, text=t, start=at[0], end=at[1]))
         if words:  # X=1 cmd: the assignments are the command's environment only
             prefix, assigns = assigns + prefix, []
-        return Simple.make(assigns=assigns, words=words, line=self.line(n),
-                      end=n.end_point[0] + self.base,
-                      start=self.char(n.start_byte) if self.located else -1, stdin=stdin,
+        return Simple.make(assigns=assigns, words=words, line=self.src.line(n),
+                      end=n.end_point[0] + self.src.base,
+                      start=self.src.char(n.start_byte) if self.src.located else -1, stdin=stdin,
                       prefix=tuple(prefix), stdout=stdout)
 
     def s_declaration_command(self, n):
@@ -395,29 +404,29 @@ class _Conv:
         for c in n.children:
             t = c.type
             if t == "variable_assignment":
-                assigns.append(self.assign(c))
+                assigns.append(self.words.assign(c))
             elif not c.is_named:
-                words.append(self.word(c))  # the keyword
+                words.append(self.words.word(c))  # the keyword
             elif t in _REDIRECTS:
                 continue
             elif t != "comment":
-                words.append(self.word(c))
-        return Simple.make(assigns=assigns, words=words, line=self.line(n),
-                      end=n.end_point[0] + self.base,
-                      start=self.char(n.start_byte) if self.located else -1)
+                words.append(self.words.word(c))
+        return Simple.make(assigns=assigns, words=words, line=self.src.line(n),
+                      end=n.end_point[0] + self.src.base,
+                      start=self.src.char(n.start_byte) if self.src.located else -1)
 
     s_unset_command = s_declaration_command
 
     def s_variable_assignment(self, n):
-        return Simple.make(assigns=[self.assign(n)], words=[], line=self.line(n),
-                      end=n.end_point[0] + self.base,
-                      start=self.char(n.start_byte) if self.located else -1)
+        return Simple.make(assigns=[self.words.assign(n)], words=[], line=self.src.line(n),
+                      end=n.end_point[0] + self.src.base,
+                      start=self.src.char(n.start_byte) if self.src.located else -1)
 
     def s_variable_assignments(self, n):
-        assigns = [self.assign(c) for c in n.children if c.type == "variable_assignment"]
-        return Simple.make(assigns=assigns, words=[], line=self.line(n),
-                           end=n.end_point[0] + self.base,
-                           start=self.char(n.start_byte) if self.located else -1)
+        assigns = [self.words.assign(c) for c in n.children if c.type == "variable_assignment"]
+        return Simple.make(assigns=assigns, words=[], line=self.src.line(n),
+                           end=n.end_point[0] + self.src.base,
+                           start=self.src.char(n.start_byte) if self.src.located else -1)
 
     def s_redirected_statement(self, n):
         body, stdin, stdout = None, None, None
@@ -428,14 +437,14 @@ class _Conv:
             elif c.type in _STATEMENTS and body is None:
                 body = c
         if body is None:
-            return Simple.make(assigns=[], words=[], line=self.line(n),
-                               end=n.end_point[0] + self.base)
+            return Simple.make(assigns=[], words=[], line=self.src.line(n),
+                               end=n.end_point[0] + self.src.base)
         if body.type == "command":
-            self.enter(body)
+            self.src.enter(body)
             try:
                 return self.s_command(body, stdin, stdout)
             finally:
-                self.depth -= 1
+                self.src.depth -= 1
         got = self.stmt(body)
         if type(got) is Simple and stdin is not None and got.stdin is None:
             got = replace(got, stdin=stdin)
@@ -445,46 +454,46 @@ class _Conv:
 
     def to_file(self, n):
         """(Word, append) when `n` sends standard output to a file (``>``, ``>>``, ``>|``)."""
-        if n.type != "file_redirect" or any(c.type == "file_descriptor" and self.text(c) != "1"
+        if n.type != "file_redirect" or any(c.type == "file_descriptor" and self.src.text(c) != "1"
                                             for c in n.children):
             return None
         op = next((c.type for c in n.children if not c.is_named), None)
         dest = [c for c in n.children if c.is_named and c.type != "file_descriptor"]
         if op not in (">", ">>", ">|") or not dest:
             return None
-        return self.word(dest[-1]), op == ">>"
+        return self.words.word(dest[-1]), op == ">>"
 
     def redirect(self, n):
         kids = n.children
         if n.type == "heredoc_redirect":
             body = next((c for c in kids if c.type == "heredoc_body"), None)
             if body is None:
-                return Heredoc.make(text="", line=self.line(n) + 1)
+                return Heredoc.make(text="", line=self.src.line(n) + 1)
             start = next((c for c in kids if c.type == "heredoc_start"), None)
-            if start is not None and any(q in self.text(start) for q in "'\"\\"):
-                return Heredoc.make(text=self.text(body), line=self.line(body))
+            if start is not None and any(q in self.src.text(start) for q in "'\"\\"):
+                return Heredoc.make(text=self.src.text(body), line=self.src.line(body))
             parts: list = []
-            pos, line = body.start_byte, self.line(body)
+            pos, line = body.start_byte, self.src.line(body)
             for c in body.children:
                 if c.type == "heredoc_content":
                     continue
                 if c.start_byte > pos:
-                    parts.append(Lit.make(text=_dq_unescape(self.gap(pos, c.start_byte)),
+                    parts.append(Lit.make(text=_dq_unescape(self.src.gap(pos, c.start_byte)),
                                           quoted=True, line=line))
-                self.parts(c, True, parts)
+                self.words.parts(c, True, parts)
                 pos = c.end_byte
             if body.end_byte > pos:
-                parts.append(Lit.make(text=_dq_unescape(self.gap(pos, body.end_byte)),
+                parts.append(Lit.make(text=_dq_unescape(self.src.gap(pos, body.end_byte)),
                                       quoted=True, line=line))
-            word = Word.make(parts=parts, line=line, text=self.text(body))
-            return Heredoc.make(text=self.text(body), line=line, word=word)
+            word = Word.make(parts=parts, line=line, text=self.src.text(body))
+            return Heredoc.make(text=self.src.text(body), line=line, word=word)
         if n.type == "herestring_redirect":
             arg = [c for c in kids if c.is_named]
-            return self.word(arg[-1]) if arg else None
+            return self.words.word(arg[-1]) if arg else None
         if n.type == "file_redirect" and any(c.type == "<" for c in kids):
             dest = [c for c in kids if c.is_named and c.type != "file_descriptor"]
             if dest and dest[-1].type == "process_substitution":
-                return self.sub(dest[-1], False)
+                return self.words.sub(dest[-1], False)
             return "file"
         return None
 
@@ -530,7 +539,7 @@ class _Conv:
                 orelse = self.stmts(c.children)
             elif t in _STATEMENTS:
                 (cond if part == "cond" else body).append(self.stmt(c))
-        return If.make(branches=[(cond, body)] + branches, orelse=orelse, line=self.line(n))
+        return If.make(branches=[(cond, body)] + branches, orelse=orelse, line=self.src.line(n))
 
     def s_case_statement(self, n):
         word, arms = None, []
@@ -541,31 +550,32 @@ class _Conv:
                     if d.type == ")":
                         seen = True
                     elif not seen and d.is_named and d.type != "comment":
-                        pats.append(self.word(d))
+                        pats.append(self.words.word(d))
                     elif seen and d.type in _STATEMENTS:
                         body.append(self.stmt(d))
                 arms.append((pats, body))
             elif c.is_named and word is None and c.type != "comment":
-                word = self.word(c)
-        return Case.make(word=word or Word.make(parts=[], line=self.line(n), text=""), arms=arms,
-                    line=self.line(n))
+                word = self.words.word(c)
+        line = self.src.line(n)
+        return Case.make(word=word or Word.make(parts=[], line=line, text=""), arms=arms,
+                         line=line)
 
     def s_for_statement(self, n):
         var, body, words, listed = None, [], [], False
         for c in n.children:
             if c.type == "variable_name" and var is None:
-                var = self.text(c)
+                var = self.src.text(c)
             elif c.type == "in":
                 listed = True
             elif c.type == "do_group":
                 body = self.stmts(c.children)
             elif listed and c.is_named and c.type != "comment":
-                words.append(self.word(c))
+                words.append(self.words.word(c))
         if not listed:  # for NAME; do ...: the positional arguments
-            line = self.line(n)
+            line = self.src.line(n)
             words = [Word.make(parts=[Param.make(name="@", quoted=True, text='"$@"', line=line)],
                           line=line, text='"$@"')]
-        return Loop.make(kind="for", var=var, body=body, line=self.line(n), words=words)
+        return Loop.make(kind="for", var=var, body=body, line=self.src.line(n), words=words)
 
     def s_c_style_for_statement(self, n):
         body = next((self.stmts(c.children) for c in n.children
@@ -580,10 +590,10 @@ class _Conv:
             if len(semis) == 2:
                 cuts = [opened.end_byte, semis[0].start_byte, semis[0].end_byte,
                         semis[1].start_byte, semis[1].end_byte, closed.start_byte]
-                header = tuple(self.region(n, cuts[k], cuts[k + 1], True)
-                               if self.gap(cuts[k], cuts[k + 1]).strip() else None
+                header = tuple(self.words.region(n, cuts[k], cuts[k + 1], True)
+                               if self.src.gap(cuts[k], cuts[k + 1]).strip() else None
                                for k in (0, 2, 4))
-        return Loop.make(kind="for", var=None, body=body, line=self.line(n), words=None,
+        return Loop.make(kind="for", var=None, body=body, line=self.src.line(n), words=None,
                          header=header)
 
     def s_while_statement(self, n):
@@ -594,25 +604,25 @@ class _Conv:
                 body = self.stmts(c.children)
             elif c.type in _STATEMENTS:
                 cond.append(self.stmt(c))
-        return Loop.make(kind=kind, var=None, body=cond + body, line=self.line(n), cond=cond)
+        return Loop.make(kind=kind, var=None, body=cond + body, line=self.src.line(n), cond=cond)
 
     def s_function_definition(self, n):
-        name = next((self.text(c) for c in n.children if c.type == "word"), "")
+        name = next((self.src.text(c) for c in n.children if c.type == "word"), "")
         body = next((c for c in reversed(n.children) if c.type in _STATEMENTS), None)
         empty = Group.make(body=[], subshell=False, line=0)
         return Func.make(name=name, body=self.stmt(body) if body is not None else empty,
-                    line=self.line(n))
+                    line=self.src.line(n))
 
     def s_compound_statement(self, n):
         kids = n.children
         if kids and kids[0].type == "((":  # ((...)): arithmetic only
             b = kids[-1].start_byte if len(kids) > 1 and kids[-1].type == "))" else n.end_byte
-            return ArithCmd.make(expr=self.region(n, kids[0].end_byte, b, True), line=self.line(n),
-                            text=self.text(n))
-        return Group.make(body=self.stmts(n.children), subshell=False, line=self.line(n))
+            return ArithCmd.make(expr=self.words.region(n, kids[0].end_byte, b, True),
+                                 line=self.src.line(n), text=self.src.text(n))
+        return Group.make(body=self.stmts(n.children), subshell=False, line=self.src.line(n))
 
     def s_subshell(self, n):
-        return Group.make(body=self.stmts(n.children), subshell=True, line=self.line(n))
+        return Group.make(body=self.stmts(n.children), subshell=True, line=self.src.line(n))
 
     def s_test_command(self, n):
         """``[ ... ]`` / ``[[ ... ]]`` as the words of a command, operators included."""
@@ -629,16 +639,22 @@ class _Conv:
             elif c.type in _EXPANSIONS or c.type in ("word", "number", "concatenation",
                                                       "variable_name", "extglob_pattern",
                                                       "regex"):
-                words.append(self.word(c))
+                words.append(self.words.word(c))
             else:
-                t = self.text(c)
-                words.append(Word.make(parts=[Lit.make(text=t, quoted=True, line=self.line(c))],
-                                  line=self.line(c), text=t))
-        return Simple.make(assigns=[], words=words, line=self.line(n),
-                           end=n.end_point[0] + self.base,
-                           start=self.char(n.start_byte) if self.located else -1)
+                t = self.src.text(c)
+                words.append(Word.make(parts=[Lit.make(text=t, quoted=True, line=self.src.line(c))],
+                                  line=self.src.line(c), text=t))
+        return Simple.make(assigns=[], words=words, line=self.src.line(n),
+                           end=n.end_point[0] + self.src.base,
+                           start=self.src.char(n.start_byte) if self.src.located else -1)
 
-    # -- assignments
+
+class _Words:
+    """Words (literals, quoting, parameter, command and arithmetic expansions) and
+    assignments as nodes; a command substitution's body through `cmds` (_Commands)."""
+
+    def __init__(self, src: _Text, cmds: _Commands):
+        self.src, self.cmds = src, cmds
 
     def assign(self, n) -> Assign:
         kids = n.children
@@ -647,19 +663,19 @@ class _Conv:
         for c in kids:
             t = c.type
             if t == "variable_name" and not name:
-                name = self.text(c)
+                name = self.src.text(c)
             elif t == "subscript" and not name:
                 for d in c.children:
                     if d.type == "variable_name":
-                        name = self.text(d)
+                        name = self.src.text(d)
                     elif d.is_named:
-                        index = self.text(d)
+                        index = self.src.text(d)
             elif t in ("=", "+="):
                 append = t == "+="
                 eq_end = c.end_byte
             elif c.is_named and t != "comment":
                 value = c
-        line = self.line(n)
+        line = self.src.line(n)
         if value is not None and value.type == "array":
             items: list = []
             prev = None
@@ -673,21 +689,21 @@ class _Conv:
                     items.append(self.element(c))
                 prev = c
             return Assign.make(name=name, index=None, append=append, value=None, array=items,
-                               line=line, text=self.gap(n.start_byte, eq_end))
+                               line=line, text=self.src.gap(n.start_byte, eq_end))
         word = self.word(value) if value is not None else Word.make(parts=[], line=line, text="")
         return Assign.make(name=name, index=index, append=append, value=word, array=None, line=line,
-                      text=self.text(n))
+                      text=self.src.text(n))
 
     def element(self, n):
         """An array element: a Word, or (key, Word) for ``[key]=value``."""
         if n.type == "concatenation":
             kids = n.children
-            if len(kids) >= 3 and kids[0].type == "word" and self.text(kids[0]) == "[":
-                close = next((k for k, c in enumerate(kids) if k and self.text(c) == "]"), None)
+            if len(kids) >= 3 and kids[0].type == "word" and self.src.text(kids[0]) == "[":
+                close = next((k for k, c in enumerate(kids) if k and self.src.text(c) == "]"), None)
                 if close is not None and close + 1 < len(kids):
                     eq = kids[close + 1]
-                    if self.data[eq.start_byte:eq.start_byte + 1] == b"=":
-                        key = self.gap(kids[0].end_byte, kids[close].start_byte)
+                    if self.src.data[eq.start_byte:eq.start_byte + 1] == b"=":
+                        key = self.src.gap(kids[0].end_byte, kids[close].start_byte)
                         value = self.region(n, eq.start_byte + 1, n.end_byte, False, kids)
                         return (key, value)
         return self.word(n)
@@ -704,7 +720,7 @@ class _Conv:
         last = parts[-1] if parts else None
         if type(last) is Lit and not last.quoted and last.text.endswith("$") and more and \
                 type(more[0]) is Lit and not more[0].quoted and \
-                self.data[n.start_byte - 1:n.start_byte] == b"$":
+                self.src.data[n.start_byte - 1:n.start_byte] == b"$":
             m = re.match(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]", more[0].text)
             if m:
                 if last.text == "$":
@@ -716,85 +732,85 @@ class _Conv:
                 rest = more[0].text[m.end():]
                 more = ([Lit.make(text=rest, quoted=False,
                              line=more[0].line)] if rest else []) + more[1:]
-        text = prev.text + self.text(n)
-        if not self.located:
+        text = prev.text + self.src.text(n)
+        if not self.src.located:
             return Word.make(parts=parts + more, line=prev.line, text=text)
         return Word.make(parts=parts + more, line=prev.line, text=text, start=prev.start,
-                    end=self.char(n.end_byte))
+                    end=self.src.char(n.end_byte))
 
     def word(self, n) -> Word:
         parts: list = []
         self.parts(n, False, parts)
         a, b = n.start_byte, n.end_byte
         text = parts[0].text if len(parts) == 1 and n.type == "word" and \
-            len(parts[0].text) == b - a else self.data[a:b].decode("utf-8", "replace")
-        if self.crlf:
+            len(parts[0].text) == b - a else self.src.data[a:b].decode("utf-8", "replace")
+        if self.src.crlf:
             text = text.replace(_CR, "\r")
-        line = parts[0].line if parts else self.line(n)
-        if not self.located:
+        line = parts[0].line if parts else self.src.line(n)
+        if not self.src.located:
             return Word.make(parts=parts, line=line, text=text)
-        if self.marks:
-            a, b = self.char(a), self.char(b)
+        if self.src.marks:
+            a, b = self.src.char(a), self.src.char(b)
         return Word.make(parts=parts, line=line, text=text, start=a, end=b)
 
     def parts(self, n, quoted: bool, out: list):
         t = n.type
-        line = n.start_point[0] + self.base
+        line = n.start_point[0] + self.src.base
         if t == "word" or t == "number":
-            text = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
-            if self.crlf:
+            text = self.src.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+            if self.src.crlf:
                 text = text.replace(_CR, "\r")
             out.append(Lit.make(text=_unescape(text) if "\\" in text else text, quoted=quoted,
                            line=line))
         elif t == "string" or t == "translated_string":
             self.string(n, line, out)
         elif t == "raw_string":
-            out.append(Lit.make(text=self.text(n)[1:-1], quoted=True, line=line))
+            out.append(Lit.make(text=self.src.text(n)[1:-1], quoted=True, line=line))
         elif t == "ansi_c_string":
-            out.append(Lit.make(text=_ansi_c(self.text(n)[2:-1]), quoted=True, line=line))
+            out.append(Lit.make(text=_ansi_c(self.src.text(n)[2:-1]), quoted=True, line=line))
         elif t == "concatenation":
             pos = n.start_byte
             for c in n.children:
                 if c.start_byte > pos:
-                    out.append(Lit.make(text=_unescape(self.gap(pos, c.start_byte)), quoted=quoted,
-                                   line=line))
+                    out.append(Lit.make(text=_unescape(self.src.gap(pos, c.start_byte)),
+                                        quoted=quoted, line=line))
                 self.parts(c, quoted, out)
                 pos = c.end_byte
         elif t == "simple_expansion":
-            name = self.text(n)[1:]
-            out.append(Param.make(name=name, quoted=quoted, text=self.text(n), line=line))
+            name = self.src.text(n)[1:]
+            out.append(Param.make(name=name, quoted=quoted, text=self.src.text(n), line=line))
         elif t == "expansion":
-            self.enter(n)
+            self.src.enter(n)
             try:
                 out.append(self.expansion(n, quoted))
             finally:
-                self.depth -= 1
-        elif t == "command_substitution" and _misread_arith(n, self.text(n)):
+                self.src.depth -= 1
+        elif t == "command_substitution" and _misread_arith(n, self.src.text(n)):
             # tree-sitter-bash 0.25.1 reads ``${X:-$((A - B))}`` as $( (A - B) ); bash reads
             # ``$((`` as arithmetic whenever it can
-            self.enter(n)
+            self.src.enter(n)
             try:
                 out.append(Arith.make(expr=self.region(n, n.start_byte + 3, n.end_byte - 2, True),
-                                 quoted=quoted, text=self.text(n), line=line))
+                                 quoted=quoted, text=self.src.text(n), line=line))
             finally:
-                self.depth -= 1
+                self.src.depth -= 1
         elif t == "command_substitution":
             out.append(self.sub(n, quoted))
         elif t == "process_substitution":
             out.append(self.sub(n, quoted))
         elif t == "arithmetic_expansion":
-            self.enter(n)
+            self.src.enter(n)
             try:
                 a = n.children[0].end_byte if n.children else n.start_byte
                 b = n.children[-1].start_byte if len(n.children) > 1 else n.end_byte
                 out.append(Arith.make(expr=self.region(n, a, b, True), quoted=quoted,
-                                 text=self.text(n), line=line))
+                                 text=self.src.text(n), line=line))
             finally:
-                self.depth -= 1
-        elif t == "$" and self.text(n) == "$$":  # ends a concatenation: still the pid
+                self.src.depth -= 1
+        elif t == "$" and self.src.text(n) == "$$":  # ends a concatenation: still the pid
             out.append(Param.make(name="$", quoted=quoted, text="$$", line=line))
         else:
-            out.append(Lit.make(text=_unescape(self.text(n)), quoted=quoted, line=line))
+            out.append(Lit.make(text=_unescape(self.src.text(n)), quoted=quoted, line=line))
 
     def string(self, n, line: int, out: list):
         """``"..."`` / ``$"..."``: its text and expansions, all quoted."""
@@ -804,39 +820,40 @@ class _Conv:
         before = len(out)
         for c in kids:
             if c.start_byte > pos:
-                out.append(Lit.make(text=_dq_unescape(self.gap(pos, c.start_byte)), quoted=True,
+                out.append(Lit.make(text=_dq_unescape(self.src.gap(pos, c.start_byte)), quoted=True,
                                line=line))
             if c.type == "string_content":
-                out.append(Lit.make(text=_dq_unescape(self.text(c)), quoted=True, line=line))
+                out.append(Lit.make(text=_dq_unescape(self.src.text(c)), quoted=True, line=line))
             else:
                 self.parts(c, True, out)
             pos = c.end_byte
         if end > pos:
-            out.append(Lit.make(text=_dq_unescape(self.gap(pos, end)), quoted=True, line=line))
+            out.append(Lit.make(text=_dq_unescape(self.src.gap(pos, end)), quoted=True, line=line))
         if len(out) == before:
             out.append(Lit.make(text="", quoted=True, line=line))
 
     def sub(self, n, quoted: bool) -> Sub:
-        self.enter(n)
+        self.src.enter(n)
         try:
-            body = self.stmts(n.children)
+            body = self.cmds.stmts(n.children)
         finally:
-            self.depth -= 1
-        proc = self.text(n)[:2] if n.type == "process_substitution" else None
-        return Sub.make(body=body, quoted=quoted, text=self.text(n), line=self.line(n), proc=proc)
+            self.src.depth -= 1
+        proc = self.src.text(n)[:2] if n.type == "process_substitution" else None
+        return Sub.make(body=body, quoted=quoted, text=self.src.text(n), line=self.src.line(n),
+                        proc=proc)
 
     def region(self, n, a: int, b: int, quoted: bool, kids=None, line=None) -> Word:
         """Bytes [a, b) of `n` as one word: expansions inside it, the text between literal."""
         parts: list = []
         if line is None:
-            line = self.line(n)
+            line = self.src.line(n)
         pos = a
         if kids is None:
             kids = n.children
         inner = [c for c in kids if c.end_byte > a and c.start_byte < b]
         if len(inner) == 1 and inner[0].start_byte == a and inner[0].end_byte == b and \
                 inner[0].type in ("word", "number"):
-            text = self.gap(a, b)
+            text = self.src.gap(a, b)
             lit = Lit.make(text=_unescape(text), quoted=quoted, line=line)
             return Word.make(parts=[lit], line=line, text=text)
         stack = list(reversed(kids))
@@ -846,19 +863,19 @@ class _Conv:
                 continue
             if c.type in _EXPANSIONS:
                 if c.start_byte > pos:
-                    parts.append(Lit.make(text=_unescape(self.gap(pos, c.start_byte)),
+                    parts.append(Lit.make(text=_unescape(self.src.gap(pos, c.start_byte)),
                                           quoted=quoted, line=line))
                 self.parts(c, quoted, parts)
                 pos = c.end_byte
             else:
                 stack.extend(reversed(c.children))
         if b > pos:
-            parts.append(Lit.make(text=_unescape(self.gap(pos, b)), quoted=quoted, line=line))
-        return Word.make(parts=parts, line=line, text=self.gap(a, b))
+            parts.append(Lit.make(text=_unescape(self.src.gap(pos, b)), quoted=quoted, line=line))
+        return Word.make(parts=parts, line=line, text=self.src.gap(a, b))
 
     def expansion(self, n, quoted: bool) -> Param:
         allk = n.children
-        line = n.start_point[0] + self.base
+        line = n.start_point[0] + self.src.base
         kids = allk[1:-1] if len(allk) >= 2 else []
         name, index, length, bad = "", None, False, False
         ops: list = []  # operator nodes after the name
@@ -870,14 +887,14 @@ class _Conv:
         if k < len(kids):
             c = kids[k]
             if c.type in ("variable_name", "special_variable_name"):
-                name, k = self.text(c), k + 1
+                name, k = self.src.text(c), k + 1
             elif c.type == "subscript":
                 k += 1
                 for d in c.children:
                     if d.type == "variable_name":
-                        name = self.text(d)
+                        name = self.src.text(d)
                     elif d.is_named:
-                        ix = self.text(d)
+                        ix = self.src.text(d)
                         index = ix if ix in ("@", "*") else self.word(d) \
                             if d.type in _EXPANSIONS or d.type in ("word", "number") \
                             else self.region(d, d.start_byte, d.end_byte, True)
@@ -903,7 +920,7 @@ class _Conv:
         if bad or not name:
             op = "?bad"
         return Param.make(name=name, index=index, op=op, arg=arg, arg2=arg2, length=length,
-                     quoted=quoted, text=self.text(n), line=line)
+                     quoted=quoted, text=self.src.text(n), line=line)
 
 
 # ---------------------------------------------------------------- errors
@@ -922,7 +939,7 @@ _OPENERS = {"array": "array '(' is never closed by ')'",
             "subshell": "'(' is never closed by ')'"}
 
 
-def _error(root, conv: _Conv) -> ShellSyntaxError:
+def _error(root, conv: _Text) -> ShellSyntaxError:
     stack = [root]
     while stack:
         n = stack.pop()
@@ -973,7 +990,7 @@ _SPACE_CONT = re.compile(rb"\\[ \t]+\r?\n")
 _TRAILING_ESC = re.compile(rb"[ \t]*(\\[ \t])[ \t]*\r?(?:\n|$)")
 
 
-def _space_notes(root, conv: _Conv):
+def _space_notes(root, conv: _Text):
     """``\\`` then spaces at the end of a line escapes a space; the command ends there."""
     for m in _SPACE_CONT.finditer(conv.data):
         at = root.descendant_for_byte_range(m.start(), m.start() + 1)
@@ -1013,10 +1030,10 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     data = _end_continued(_blank_comments(data))
     tree = _parser().parse(data)
     root = tree.root_node
-    conv = _Conv(data, located, base_line)
+    conv = _Text(data, located, base_line)
     if root.has_error:
         raise _error(root, conv)
-    body = conv.stmts(root.children)
+    body = _Commands(conv).stmts(root.children)
     if b"\\" in data:
         _space_notes(root, conv)
     if cr >= 0:

@@ -4,7 +4,6 @@ why and where), or an unknown number of words; variables; bash integer arithmeti
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from functools import lru_cache
 from typing import NamedTuple
@@ -287,25 +286,6 @@ def dirname(p: str) -> str:
     if "/" not in p2:
         return "."
     return p2.rsplit("/", 1)[0].rstrip("/") or "/"
-
-
-def glob_re(pattern: str) -> re.Pattern:
-    return re.compile(fnmatch.translate(pattern).removesuffix(r"\Z").removeprefix("(?s:")
-                      .removesuffix(")"), re.S)
-
-
-def strip(value: str, pattern: str, op: str) -> str:
-    """``${X#p}`` ``${X##p}`` ``${X%p}`` ``${X%%p}`` with glob patterns."""
-    rng = range(len(value) + 1)
-    if op in ("#", "##"):
-        for k in (rng if op == "#" else reversed(rng)):
-            if fnmatch.fnmatchcase(value[:k], pattern):
-                return value[k:]
-    else:
-        for k in (reversed(rng) if op == "%" else rng):
-            if fnmatch.fnmatchcase(value[k:], pattern):
-                return value[:k]
-    return value
 
 
 _PRINTF_ESC = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'"}

@@ -95,6 +95,43 @@ def test_activations_follow_recompute_sp_and_pipeline_depth():
     assert train_memory(shape, lay).stages[0].activations is None  # tokens unknown
 
 
+def test_full_recompute_redoes_one_layer_once_whatever_the_pipeline_depth():
+    # micro-batches in flight keep their layers' inputs only; the layer redone in a backward
+    # exists once on a rank, not once a micro-batch in flight
+    from miles_topology import Topology
+    shape = shape_from_flags(["--num-layers", "8", "--hidden-size", "4096",
+                              "--num-attention-heads", "32", "--ffn-hidden-size", "11008",
+                              "--swiglu", "--vocab-size", "32000"])
+    assert shape is not None
+    run = Run(tokens=4096, recompute="full")
+    got = {pp: train_memory(shape, layout_of(Topology(
+        nodes=1, gpus_per_node=8, tp=2, sp=True, pp=pp, layers=8, heads=32)), run=run)
+        for pp in (2, 4)}
+    inputs = 2 * 4096 * 4096 / 2  # a layer's input a micro-batch, bf16, over tp with SP
+    # stages 1 and 2 of pp 4 (neither embedding nor logits) hold 3 and 2 micro-batches
+    # of 2 layers' inputs: they differ by one micro-batch's inputs, not by the redone layer
+    four = got[4].stages
+    assert four[1].activations - four[2].activations == pytest.approx(2 * inputs, abs=8)
+    assert four[2].activations > 2 * 2 * inputs  # the redone layer, once
+
+
+def test_the_last_stage_holds_the_rl_losss_fp32_logits_and_softmax():
+    # slime's and miles' log-prob: fp32 logits and an fp32 softmax buffer of the same size,
+    # [tokens, vocab / tp] each (was one fp32 copy)
+    from miles_topology import Topology
+
+    def last(vocab: int) -> int:
+        shape = shape_from_flags(["--num-layers", "2", "--hidden-size", "1024",
+                                  "--num-attention-heads", "8", "--vocab-size", str(vocab)])
+        assert shape is not None
+        lay = layout_of(Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, layers=2, heads=8))
+        got = train_memory(shape, lay, run=Run(tokens=4096, recompute="full")).stages[-1]
+        assert got.activations is not None
+        return got.activations
+
+    assert last(2 * 65536) - last(65536) == pytest.approx(8 * 4096 * 65536 / 2, abs=8)
+
+
 def test_engine_kv_cache_tokens():
     argv = QWEN235 + ON_8
     topo, shape = topo_of(argv), shape_from_flags(argv)

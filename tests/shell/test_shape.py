@@ -124,3 +124,115 @@ def test_the_parsers_fast_build_is_the_same_frozen_node(name):
                 if f.default is not dataclasses.MISSING}
     only = {k: given[k] for k in required}
     assert all(getattr(cls.make(**only), k) == v for k, v in defaults.items())
+
+
+# -- issue 34: the shell along Oils' seams (cmd_eval, word_eval, sh_expr_eval, builtins)
+
+CLASS_LIMIT = 400  # lines of one class
+COMPLEXITY_LIMIT = 30  # McCabe, counted as radon counts it
+
+
+def class_lengths(root: Path = SHELL) -> dict[str, int]:
+    out = {}
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                out[f"{path.stem}.{node.name}"] = node.end_lineno - node.lineno + 1
+    return out
+
+
+def complexity(fn: ast.AST) -> int:
+    """McCabe complexity of one function, its nested functions apart (radon's rules: one
+    per if/elif/loop/except/ternary/assert/comprehension clause, one per extra operand of
+    `and`/`or`)."""
+    n = 1
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        if isinstance(node, ast.If | ast.IfExp | ast.For | ast.AsyncFor | ast.While |
+                      ast.ExceptHandler | ast.Assert):
+            n += 1
+        elif isinstance(node, ast.comprehension):
+            n += 1 + len(node.ifs)
+        elif isinstance(node, ast.BoolOp):
+            n += len(node.values) - 1
+        if isinstance(node, ast.For | ast.While) and node.orelse:
+            n += 1
+        todo.extend(ast.iter_child_nodes(node))
+    return n
+
+
+def complexities(root: Path = SHELL) -> dict[str, int]:
+    out = {}
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                out[f"{path.stem}.{node.name}:{node.lineno}"] = complexity(node)
+    return out
+
+
+def test_no_class_over_the_limit():
+    over = {name: n for name, n in class_lengths().items() if n > CLASS_LIMIT}
+    assert not over, f"classes over {CLASS_LIMIT} lines in shell/: {over}"
+
+
+def test_no_function_over_the_complexity_limit():
+    over = {name: n for name, n in complexities().items() if n > COMPLEXITY_LIMIT}
+    assert not over, f"functions over McCabe {COMPLEXITY_LIMIT} in shell/: {over}"
+
+
+def test_the_measures_catch_a_big_class_and_a_branchy_function(tmp_path):
+    ifs = "\n".join(f"        if x == {k}:\n            return {k}" for k in range(CLASS_LIMIT))
+    (tmp_path / "big.py").write_text(f"class C:\n    def f(self, x):\n{ifs}\n")
+    (tmp_path / "small.py").write_text("def g(a, b):\n    return [x for x in a if x] or b\n")
+    assert class_lengths(tmp_path)["big.C"] > CLASS_LIMIT
+    got = complexities(tmp_path)
+    assert got["big.f:2"] == CLASS_LIMIT + 1 and got["small.g:1"] == 4
+
+
+def test_no_mixin_classes_in_shell():
+    """Concerns are collaborators an object holds, not bases it inherits."""
+    trees = [ast.parse(path.read_text()) for path in sorted(SHELL.glob("*.py"))]
+    classes = [n for t in trees for n in ast.walk(t) if isinstance(n, ast.ClassDef)]
+    ours = {c.name for c in classes}
+    for c in classes:
+        bases = {ast.unparse(b) for b in c.bases}
+        assert len(bases) <= 1 and not bases & ours, (c.name, bases)
+
+
+def _names_imported(stem: str) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse((SHELL / f"{stem}.py").read_text())):
+        if isinstance(node, ast.ImportFrom):
+            out.add(("." * node.level) + (node.module or ""))
+            out.update(f"{'.' * node.level}{node.module or ''}.{a.name}" for a in node.names)
+    return out
+
+
+def test_each_concern_lives_in_its_module():
+    """Command substitution (the sandbox, `miles-topology flags`, text filters) only in
+    substitute.py; the interpreter steps no loop and decides no test itself."""
+    for stem in ("expand", "interpret", "params", "conditions", "loops", "assign"):
+        got = _names_imported(stem)
+        assert not {m for m in got if "pylaunch" in m or "yamlflags" in m or
+                    "run_pipeline" in m}, (stem, got)
+    assert {"..reading.yamlflags", "..reading.textfilters.run_pipeline"} <= \
+        _names_imported("substitute")
+    text = (SHELL / "interpret.py").read_text()
+    assert "_Unsteppable" not in text and "def _test" not in text and "def keyed" not in text
+
+
+def test_the_reader_holds_its_collaborators(tmp_path):
+    from miles_topology.shell.assign import Assignments
+    from miles_topology.shell.conditions import Conditions
+    from miles_topology.shell.interpret import Reader
+    from miles_topology.shell.loops import Loops
+    from miles_topology.shell.params import Params
+    from miles_topology.shell.substitute import Substitutions
+
+    r = Reader(tmp_path / "s.sh", {})
+    assert type(r.tests) is Conditions and type(r.loops) is Loops
+    assert type(r.assigns) is Assignments and type(r.w.subs) is Substitutions
+    assert type(r.w.params) is Params and r.w.subs.w is r.w and r.loops.r is r

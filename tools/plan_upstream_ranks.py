@@ -1,0 +1,58 @@
+"""Where `plan` ranks the layouts slime's engineers run (issue 35's acceptance).
+
+For each of slime's five large-model scripts, `plan` is given the model file the script
+sources, its node count, H100, --recompute, --optimizer-cpu-offload and its
+--max-tokens-per-gpu; the line prints the rank of the script's (tp, pp, cp, ep, etp), of its
+tp/pp/ep/etp at any cp, and the first layout. `--seq-length` adds the longest sample (the
+script's --rollout-max-response-len + 1,024 prompt tokens).
+
+    python tools/plan_upstream_ranks.py /tmp/up/THUDM+slime [--seq-length]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from miles_topology.judging.memory import gpu_bytes  # noqa: E402
+from miles_topology.judging.plan import Options, plan, read_model  # noqa: E402
+
+# script, model file, nodes, --max-tokens-per-gpu, response length, (tp, pp, cp, ep, etp)
+CASES = [
+    ("run-qwen3-235B-A22B.sh", "qwen3-235B-A22B.sh", 8, 16384, 8192, (4, 4, 2, 16, 1)),
+    ("run-deepseek-r1.sh", "deepseek-v3.sh", 16, 16384, 32768, (8, 4, 4, 32, 1)),
+    ("run-kimi-k2-Instruct.sh", "kimi-k2.sh", 32, 16384, 32768, (8, 8, 4, 32, 1)),
+    ("run-qwen3-30B-A3B.sh", "qwen3-30B-A3B.sh", 1, 20480, 8192, (4, 1, 1, 8, 1)),
+    ("run-moonlight-16B-A3B.sh", "moonlight.sh", 1, 8192, 4096, (4, 1, 1, 8, 1)),
+]
+
+
+def main(argv: list[str]) -> int:
+    if not argv or not Path(argv[0], "scripts", "models").is_dir():
+        print(__doc__)
+        return 2
+    models = Path(argv[0], "scripts", "models")
+    seq = "--seq-length" in argv
+    for script, model, nodes, tokens, response, want in CASES:
+        shape, fields = read_model([str(models / model)], None)
+        opts = Options(tokens=tokens, recompute=True, offload=True,
+                       seq_length=response + 1024 if seq else None)
+        got = plan(shape, fields, nodes, 8, gpu_bytes("H100") or 0, opts=opts)
+
+        def key(c):  # noqa: ANN001, ANN202
+            t = c.topo.layout
+            return (t.tp, t.pp, t.cp, t.ep, t.etp)
+
+        exact = next((i for i, c in enumerate(got, 1) if key(c) == want), None)
+        anycp = next((i for i, c in enumerate(got, 1)
+                      if key(c)[:2] + key(c)[3:] == want[:2] + want[3:]), None)
+        first = key(got[0]) if got else None
+        print(f"{script}: upstream {want} rank {exact or 'absent'}, at any cp "
+              f"{anycp or 'absent'}, of {len(got)}; first {first}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
