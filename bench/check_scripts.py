@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from miles_topology.check_script import check_script  # noqa: E402
+from miles_topology.judging.check_script import check_script  # noqa: E402
 from miles_topology.shell import read_script  # noqa: E402
 
 MODEL = """\

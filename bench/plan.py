@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from miles_topology.memory import GIB, gpu_bytes, read_hf_config  # noqa: E402
-from miles_topology.plan import Options, candidates, plan  # noqa: E402
+from miles_topology.judging.memory import GIB, gpu_bytes, read_hf_config  # noqa: E402
+from miles_topology.judging.plan import Options, candidates, plan  # noqa: E402
 
 CONFIG = ROOT / "tests" / "fixtures" / "hf" / "deepseek-v3.config.json"
 

@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 from dataclasses import replace  # noqa: E402
 
-from miles_topology.cost import HARDWARE, step_cost  # noqa: E402
-from miles_topology.memory import Precision, Run, layout_of, shape_from_flags  # noqa: E402
-from miles_topology.model import Topology  # noqa: E402
+from miles_topology.judging.cost import HARDWARE, step_cost  # noqa: E402
+from miles_topology.judging.memory import Precision, Run, layout_of, shape_from_flags  # noqa: E402
+from miles_topology.model.topology import Topology  # noqa: E402
 
 # Qwen3-235B-A22B (its HF config; miles' scripts/models/qwen3-235B-A22B.sh)
 FLAGS = ("--disable-bias-linear --qk-layernorm --group-query-attention --num-attention-heads 64"

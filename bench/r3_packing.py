@@ -23,7 +23,7 @@ import numpy as np
 from miles.replay import replica_bytes, ship
 from miles.rollout import decode_routes, encode_routes
 from miles_topology import Topology
-from miles_topology.replay import replay_plan
+from miles_topology.model.replay import replay_plan
 
 SAMPLES, TOKENS, LAYERS, TOPK, EXPERTS = 256, 4096, 48, 8, 128
 

@@ -32,7 +32,7 @@ def launchers(checkout: Path) -> list[Path]:
 
 
 def sweep(checkout: Path) -> dict:
-    from miles_topology.errors import InputError
+    from miles_topology.model.errors import InputError
     from miles_topology.pylaunch import read_python_launches
 
     out = {}

@@ -10,9 +10,9 @@ A setting counts as given whether it came as a flag or from the `--topology` YAM
 
 from __future__ import annotations
 
-from miles_topology.flags import parse_flags
-from miles_topology.parts import fields_in
-from miles_topology.sources import load_fields
+from miles_topology.model.parts import fields_in
+from miles_topology.reading.flags import parse_flags
+from miles_topology.reading.sources import load_fields
 
 # field -> flags added when the field is not given (model facts and the GRPO group size)
 MODEL: dict[str, list[str]] = {

@@ -7,9 +7,9 @@ exactly what the Ray placement and the Megatron groups will do.
 from __future__ import annotations
 
 from miles_topology import Topology
-from miles_topology.show import header, text_map
-from miles_topology.show import too_big as show_too_big
-from miles_topology.weightsync import sync_plan
+from miles_topology.model.weightsync import sync_plan
+from miles_topology.reporting.show import header, text_map
+from miles_topology.reporting.show import too_big as show_too_big
 
 from .ray.plan import need_per_node, slots
 

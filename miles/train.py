@@ -21,9 +21,9 @@ import sys
 from dataclasses import dataclass
 
 from miles_topology import Problem, Topology, TopologyError
-from miles_topology.errors import InputError
-from miles_topology.show import header
-from miles_topology.sources import read_flags
+from miles_topology.model.errors import InputError
+from miles_topology.reading.sources import read_flags
+from miles_topology.reporting.show import header
 
 from .defaults import with_defaults
 

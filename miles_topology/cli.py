@@ -18,10 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import __version__
-from .errors import InputError, Location, NoTrainingLaunch, Problem
-from .formats import FORMATS
-from .report import Verdict, exit_code, verdict_of
-from .safetext import ERR, OUT, Sink
+from .judging.verdict import Verdict, exit_code, verdict_of
+from .model.errors import InputError, Location, NoTrainingLaunch, Problem
+from .reporting.formats import FORMATS
+from .reporting.safetext import ERR, OUT, Sink
 
 USAGE = """\
 miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY=VALUE ...]
@@ -143,7 +143,7 @@ FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 def keys(text: str) -> str:
     """A message about a topology YAML speaks of its keys: each topology flag in it becomes
     the field's key (`--expert-model-parallel-size 8` -> `ep 8`)."""
-    from .flags import field_of
+    from .reading.flags import field_of
 
     return FLAG.sub(lambda m: field_of(m.group()) or m.group(), text)
 
@@ -151,11 +151,11 @@ def keys(text: str) -> str:
 def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
     """`env`: at check time, the only names its ${oc.env:NAME} reads (--env; else the
     default written); the fields that read another are unresolved (env.AT_RUN_TIME)."""
-    from .check_script import env_unresolved, skip_unknown
-    from .env import AT_RUN_TIME, PartialEnv
-    from .flags import field_of
-    from .model import Topology
-    from .sources import gated, key_lines, load_fields, with_files
+    from .judging.check_script import env_unresolved, skip_unknown
+    from .model.topology import Topology
+    from .reading.env import AT_RUN_TIME, PartialEnv
+    from .reading.flags import field_of
+    from .reading.sources import gated, key_lines, load_fields, with_files
 
     partial = PartialEnv(env, why=AT_RUN_TIME, defaults=True) if env is not None else None
     v = verdict_of(path, lambda: Topology(**with_files(load_fields(gated(path), env=partial))))
@@ -178,16 +178,18 @@ def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
 
 
 def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
-    from .deadline import per_input
+    from .reading.deadline import per_input
 
     with per_input():  # one time budget for the input and all it runs (--timeout)
         return _judge(path, env, py)
 
 
 def _judge(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
-    from . import check_script, confine, pylaunch  # noqa: F401  (loaded once, not per child)
-    from .gate import checking
+    from . import pylaunch  # noqa: F401  (loaded once, not per child)
+    from .judging import check_script  # noqa: F401
+    from .pylaunch import confine
     from .pylaunch.cluster import cluster_for
+    from .reading.gate import checking
 
     with checking(path):  # what it names is read only inside its checkout (gate.py)
         if path.endswith(".py"):  # a launcher: it runs in its own sandbox
@@ -209,7 +211,7 @@ def _one_in(path: str, env: dict[str, str], py: dict | None = None,
         return [_yaml_verdict(path, env)]
     if path.endswith(".py"):
         return _python(path, [], env, py)
-    from .check_script import check_script
+    from .judging.check_script import check_script
     from .pylaunch.cluster import cluster_for
 
     if cluster is None:
@@ -220,10 +222,10 @@ def _one_in(path: str, env: dict[str, str], py: dict | None = None,
 def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:
     """A Python launcher: one verdict per launch, on the cluster the flags and the
     ``[tool.miles-topology]`` table give (pylaunch/cluster.py)."""
-    from .check_launcher import check_python_all
-    from .deadline import per_input
-    from .gate import checking
+    from .judging.check_launcher import check_python_all
     from .pylaunch.cluster import cluster_for
+    from .reading.deadline import per_input
+    from .reading.gate import checking
 
     py = py or {}
     with checking(path), per_input():  # its checkout; one time budget for all its runs
@@ -235,7 +237,7 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
 def _expand(paths: list[str], chosen=None, gitignore: bool = True):
     """The inputs named, each folder walked for the files that launch (discover.py);
     `gitignore` False: --no-respect-gitignore."""
-    from .discover import DEFAULT_EXCLUDE, find
+    from .reading.discover import DEFAULT_EXCLUDE, find
 
     exclude, base = chosen.excluded() if chosen is not None else ((), None)
     return find(paths, exclude or DEFAULT_EXCLUDE, base, gitignore)
@@ -260,10 +262,12 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
         yield paths[0], _guarded(paths[0], lambda: _python(paths[0], flags or [], env, py))
         return
     if not batch and paths and flags is not None and not paths[0].endswith((".yaml", ".yml")):
-        from .check_script import check_script  # SCRIPT.sh -- ARGS: its positional arguments
-        from .deadline import per_input
-        from .gate import checking
+        from .judging.check_script import (
+            check_script,  # SCRIPT.sh -- ARGS: its positional arguments
+        )
         from .pylaunch.cluster import cluster_for
+        from .reading.deadline import per_input
+        from .reading.gate import checking
 
         def judge_script() -> list[Verdict]:
             with checking(paths[0]), per_input():
@@ -275,11 +279,11 @@ def _each(found, flags: list[str] | None, env: dict[str, str], batch: bool = Fal
     if flags is not None:
         if paths or found.walked:
             raise InputError("give either files or `-- FLAGS...`, not both")
-        from .check_script import flag_pairs
-        from .fit import apply
+        from .judging.check_script import flag_pairs
+        from .judging.fit import apply
         from .pylaunch.cluster import cluster_for
-        from .sources import read_flags
-        from .stack import for_launch, using
+        from .reading.sources import read_flags
+        from .reading.stack import for_launch, using
 
         cluster = cluster_for(os.getcwd(), (py or {}).get("cluster") or {})
 
@@ -347,7 +351,7 @@ def _gpu(name: str) -> str:
     need its size), else a usage error with a did-you-mean."""
     import difflib
 
-    from .pylaunch.cluster import GPUS
+    from .model.gpus import GPUS
 
     if name.upper() in GPUS:
         return name
@@ -361,7 +365,7 @@ def _gpu(name: str) -> str:
 def _not_launcher(path: str) -> bool:
     """A Python file that discover.kind does not take for a launcher (it exists: a missing
     one stays unreadable)."""
-    from .discover import kind
+    from .reading.discover import kind
 
     return os.path.isfile(path) and kind(path) != "launcher"
 
@@ -398,7 +402,7 @@ def _env(args) -> dict[str, str]:
 
 
 def _settings(args):
-    from .selection import settings
+    from .judging.selection import settings
 
     start = next((p for p in args.inputs if os.path.exists(p)), os.getcwd())
     return settings(start, args.select, args.ignore, args.severity, args.isolated)
@@ -406,7 +410,7 @@ def _settings(args):
 
 def _stack_path(args) -> None:
     """`--stack PATH` for this command (stack.STACK_PATH; `main` resets it when it returns)."""
-    from .stack import STACK_PATH, framework_in
+    from .reading.stack import STACK_PATH, framework_in
 
     if args.stack is None:
         return
@@ -419,8 +423,8 @@ def _stack_path(args) -> None:
 
 
 def cmd_check(args, flags) -> int:
-    from .formats import Printer, stream_for
-    from .selection import apply
+    from .judging.selection import apply
+    from .reporting.formats import Printer, stream_for
 
     if "-" in args.inputs:
         return _check_stdin(args, flags)
@@ -463,11 +467,11 @@ def cmd_check(args, flags) -> int:
 def _fix(args, flags, found, chosen, py) -> int:
     """--fix / --diff: fix each input (fix.py) and say what was done; returns the number of
     fixes applied (--fix) or that would be (--diff). The diff goes to the report's stream."""
-    from . import fix
-    from .formats import stream_for
+    from .judging.selection import _parsed, apply
+    from .judging.verdict import _lines_of
+    from .migrations import fix
     from .migrations.runner import Refused
-    from .report import _lines_of
-    from .selection import _parsed, apply
+    from .reporting.formats import stream_for
 
     if flags is not None and not found.inputs:
         raise InputError("--fix and --diff edit files; `-- FLAGS...` has none")
@@ -520,8 +524,8 @@ def _fix(args, flags, found, chosen, py) -> int:
 
 def _check_stdin(args, flags) -> int:
     """`check -`: one script from standard input, named by --stdin-filename."""
-    from .formats import Printer, stream_for
-    from .selection import apply
+    from .judging.selection import apply
+    from .reporting.formats import Printer, stream_for
     from .stdin import renamed, staged
 
     if args.inputs != ["-"]:
@@ -536,7 +540,7 @@ def _check_stdin(args, flags) -> int:
           "real_imports": args.real_imports, "trust": args.trust_launcher,
           "pass_env": args.pass_env, "reads": args.read}
     with staged(args.stdin_filename) as tmp:
-        from .discover import Found
+        from .reading.discover import Found
 
         got = [v for _, vs in _each(Found([tmp]), flags, _env(args), args.batch, py)
                for v in vs]
@@ -569,7 +573,7 @@ def cmd_rule(args, flags) -> int:
         near = difflib.get_close_matches(args.code, CODES, n=1)
         hint = f"; did you mean {near[0]}?" if near else " (`miles-topology rule` lists them)"
         raise InputError(f"{args.code!r} is not a problem code{hint}")
-    from .fix import SAFETY
+    from .migrations.fix import SAFETY
 
     OUT.text(page(args.code), end="")
     if args.code in SAFETY:
@@ -578,9 +582,9 @@ def cmd_rule(args, flags) -> int:
 
 
 def cmd_show(args, flags) -> int:
-    from .fit import rank_gib
-    from .formats.text import memory_lines, text_one
-    from .show import svg_map, text_map, too_big
+    from .judging.fit import rank_gib
+    from .reporting.formats.text import memory_lines, text_one
+    from .reporting.show import svg_map, text_map, too_big
 
     py = {"cluster": {"gpu": args.gpu, "isolated": args.isolated}}
     verdicts = _inputs(args.inputs, flags, _parse_env(args.env), py=py)
@@ -608,9 +612,9 @@ def cmd_show(args, flags) -> int:
 
 
 def cmd_plan(args, flags) -> int:
-    from .deadline import per_input
-    from .memory import gpu_bytes
-    from .plan import MAX_WORLD, Options, gpu_name, plan, read_model, report
+    from .judging.memory import gpu_bytes
+    from .judging.plan import MAX_WORLD, Options, gpu_name, plan, read_model, report
+    from .reading.deadline import per_input
 
     with per_input():  # a model script's helpers
         shape, model = read_model(args.inputs, flags)
@@ -651,8 +655,8 @@ def cmd_migrate(args, flags) -> int:
 
 
 def cmd_flags(args, flags) -> int:
-    from .errors import TopologyError
-    from .yamlflags import text
+    from .model.errors import TopologyError
+    from .reading.yamlflags import text
 
     if flags is not None:
         raise InputError("flags takes one topology YAML, not `-- FLAGS...`")
@@ -666,7 +670,7 @@ def cmd_flags(args, flags) -> int:
 
 
 def cmd_schema(args, flags) -> int:
-    from .sources import schema
+    from .reading.sources import schema
 
     OUT.document(schema())
     return 0
@@ -694,7 +698,7 @@ def _seconds(text: str) -> float:
 
 
 def _timeout_option(p: argparse.ArgumentParser) -> None:
-    from .deadline import DEFAULT_S
+    from .reading.deadline import DEFAULT_S
 
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                    help="wall-clock budget of one input, shared by every helper and launcher "
@@ -885,13 +889,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from . import deadline, sources
+    from .reading import deadline, sources
 
     argv = list(sys.argv[1:] if argv is None else argv)
     head, flags = _split_dashdash(argv)
     try:
         args = parser().parse_args(head)
-        from .gate import add_user_roots
+        from .reading.gate import add_user_roots
 
         add_user_roots([*(getattr(args, "read", None) or []), getattr(args, "stack", None),
                         *(getattr(args, "path", None) or [])])  # the gate's roots the user gave

@@ -16,10 +16,10 @@ from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .errors import InputError
+from .model.errors import InputError
 
 if TYPE_CHECKING:
-    from .report import Verdict
+    from .judging.verdict import Verdict
 
 DEFAULT_NAME = "stdin.sh"  # read as a bash script unless --stdin-filename says otherwise
 

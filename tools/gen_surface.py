@@ -892,10 +892,10 @@ SGLANG_VERSION = "?"
 
 def function_arguments(miles: Tree) -> dict[str, list]:
     """miles' own functions that carry an `add_arguments` (`generate.add_arguments = f`), by
-    dotted path, with the flags it adds (miles_topology/argscan.py, as `check` reads a user's
-    function): for a launch that names one where miles is not installed."""
+    dotted path, with the flags it adds (miles_topology/reading/argscan.py, as `check` reads a
+    user's function): for a launch that names one where miles is not installed."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from miles_topology.argscan import Resolver
+    from miles_topology.reading.argscan import Resolver
 
     def read(module: str) -> str | None:
         base = module.replace(".", "/")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from miles_topology.memory import gpu_bytes  # noqa: E402
-from miles_topology.plan import Options, plan, read_model  # noqa: E402
+from miles_topology.judging.memory import gpu_bytes  # noqa: E402
+from miles_topology.judging.plan import Options, plan, read_model  # noqa: E402
 
 # script, model file, nodes, --max-tokens-per-gpu, response length, (tp, pp, cp, ep, etp)
 CASES = [

@@ -6,7 +6,7 @@ ranks into a staging copy, and serves only what `post_process` (standing for
 re-quantisation / scale swizzling) built from the staging copy. Shards that arrive after
 post-processing are not served until the next one, which is exactly how an early
 post-process corrupts a rollout. The engine itself refuses to post-process while any
-planned sender (from `miles_topology.weightsync`) has not reported, unless a fault turns
+planned sender (from `miles_topology.model.weightsync`) has not reported, unless a fault turns
 the guard off.
 
 Numerics are the engine's own, not the trainer's (`policy.engine_route`, `f32`, `bf16`):
@@ -26,7 +26,7 @@ import numpy as np
 
 from miles.rollout.routes import encode_routes
 from miles_topology import Topology
-from miles_topology.weightsync import engine_sync
+from miles_topology.model.weightsync import engine_sync
 
 from .spec import Spec, dense_names, expert_names, shape
 from .task import EOS, MAX_NEW

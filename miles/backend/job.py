@@ -2,7 +2,7 @@
 
 Per step: engines sample the toy task and record routes and log-probs; the driver
 decodes the routes (`miles.rollout.routes`), plans and packs each rank's replay rows
-(`miles_topology.replay`, `miles.replay.ship`); train ranks run the old-policy forward,
+(`miles_topology.model.replay`, `miles.replay.ship`); train ranks run the old-policy forward,
 the training forward/backward with replay and recompute, and the GRPO update; then every
 rank uploads its shards to the engines it feeds and each engine post-processes behind its
 sender-group barrier. Metrics compare train against rollout per token.
@@ -23,8 +23,8 @@ from miles.replay import ship
 from miles.rollout.routes import decode_routes
 from miles.startup import Phases
 from miles_topology import Topology
-from miles_topology.model import value
-from miles_topology.replay import replay_plans
+from miles_topology.model.replay import replay_plans
+from miles_topology.model.topology import value
 
 from . import metrics
 from .faults import NAMES, Faults

@@ -1,6 +1,6 @@
 """One train rank: its pipeline stage's layers, its experts, R3 replay and a GRPO update.
 
-The rank lays out its rows exactly as its replay plan (`miles_topology.replay`) says: the
+The rank lays out its rows exactly as its replay plan (`miles_topology.model.replay`) says: the
 plan's segments name the (sample, position) of every row, so tokens, replayed routes and
 log-probs line up by construction, and the mixer gathers the rows of the whole sequence
 over the TP-CP group (sequence + context parallel) before taking its own slice back.
@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from miles_topology import Topology
-from miles_topology.replay import replay_plans
-from miles_topology.weightsync import rank_sends, sync_plan
+from miles_topology.model.replay import replay_plans
+from miles_topology.model.weightsync import rank_sends, sync_plan
 
 from . import comm, moe
 from .faults import Faults

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from miles_topology import Topology
-from miles_topology.model import megatron_args
+from miles_topology.model.topology import megatron_args
 
 GROUPS: dict[str, tuple[str, dict[str, Any], str, bool]] = {
     "tp": ("get_tensor_model_parallel_group", {}, "tp", False),

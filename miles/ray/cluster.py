@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from miles_topology import Topology, TopologyError
-from miles_topology.model import summary
+from miles_topology.model.topology import summary
 
 from .local import NODE_RESOURCE, start_local
 from .plan import Slot, bind, budget_problems, gpu_key, slots

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from miles_topology import Problem, Topology
-from miles_topology.parts import flag_of
+from miles_topology.model.parts import flag_of
 
 Slot = tuple[int, int]
 # what sizes the placement group: the flags a gpu-budget-exceeded problem names

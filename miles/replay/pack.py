@@ -3,7 +3,7 @@
 miles used to send every rank of a DP replica the full [tokens - 1, layers, topk] routes of
 all its samples and let each rank cut out its part. Here the rollout side cuts first: a
 rank is shipped only the rows and MoE layers its routers consume
-(`miles_topology.replay.replay_plan`): one layer-major buffer, a view per micro-batch.
+(`miles_topology.model.replay.replay_plan`): one layer-major buffer, a view per micro-batch.
 Pad rows (CP/TP padding and each sample's last token, which the engine does not record)
 get a valid, deterministic route, experts 0..topk-1, never -1: a -1 row makes a whole
 sequence-parallel chunk fall back to live routing.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from miles_topology.replay import RankReplay
+from miles_topology.model.replay import RankReplay
 
 Routes = Mapping[int, np.ndarray] | Sequence[np.ndarray]
 

@@ -45,6 +45,7 @@ class Code:
     by: str  # the rule or module that reports it
     example: str = ""  # an input that reports it (flags of a topology rule)
     fixable: bool = False  # `--fix` can rewrite it mechanically
+    off: bool = False  # reported only when selected by name (or `all`), as ruff's RUF100
 
 
 CODES: dict[str, Code] = {}  # in declaration order
@@ -125,7 +126,8 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
         'summary': "a flag the launch's stack does not define (miles' or slime's train.py: "
                    'their own flags, Megatron-LM, SGLang as `--sglang-*`, the add_arguments of '
                    'the functions the launch names; the stack given by `--stack`, beside the '
-                   'script, installed, else miles_topology/surface.json), or a short alias '
+                   'script, installed, else miles_topology/reading/surface.json), or a short '
+                   'alias '
                    'such as `-tp`, whatever its value: its parser exits at start-up; the '
                    'message names the closest known flag',
         'example': '--expert-model-paralel-size "${EP}"'},
@@ -253,10 +255,11 @@ declare("selection.py (suppression directives, as ruff's noqa and RUF100)", {
         'warning', 'a `# miles-topology: disable=` directive names a code that does not '
         'exist (a misspelling): it suppresses nothing',
         '--sequence-parallel   # miles-topology: disable=sp-ignord'),
-    'unused-suppression': (
-        'warning', 'a `# miles-topology: disable=` directive suppresses no report of its '
-        'file (off unless selected: `--select unused-suppression`)',
-        '--tensor-model-parallel-size 2   # miles-topology: disable=sp-ignored'),
+    'unused-suppression': {
+        'severity': 'warning', 'off': True,
+        'summary': 'a `# miles-topology: disable=` directive suppresses no report of its '
+                   'file (off unless selected: `--select unused-suppression`)',
+        'example': '--tensor-model-parallel-size 2   # miles-topology: disable=sp-ignored'},
 }, why="A directive that names no code, or no report, turns nothing off: the report it was "
        "written for (or a later one) would pass unseen, or the directive outlived its cause.",
    source="ruff's noqa handling (RUF100 unused-noqa)")

@@ -1,6 +1,6 @@
 """`python -m miles_topology.codes > docs/problem-codes.md`: the registry as markdown."""
 
 from miles_topology.codes import markdown
-from miles_topology.safetext import OUT
+from miles_topology.reporting.safetext import OUT
 
 OUT.text(markdown(), end="")

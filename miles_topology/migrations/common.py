@@ -14,12 +14,15 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .. import gate
-from ..argscan import Added
-from ..errors import InputError, NoTrainingLaunch, TopologyError
-from ..flags import RENAMED, TOPOLOGY, field_of, is_switch
-from ..model import Topology, value
-from ..parts import FIELDS, fields_in
+from ..model.errors import InputError, NoTrainingLaunch, TopologyError
+from ..model.parts import FIELDS, fields_in
+from ..model.topology import Topology, value
+from ..reading import gate
+from ..reading.argscan import Added
+from ..reading.flags import RENAMED, TOPOLOGY, field_of, is_switch
+from ..reading.sources import read_flags
+from ..reading.stack import Stack, for_launch, using
+from ..reading.yamlflags import STAGED
 from ..shell import (
     FlagValue,
     ScriptRead,
@@ -29,9 +32,6 @@ from ..shell import (
     require_launch,
     syntax,
 )
-from ..sources import read_flags
-from ..stack import Stack, for_launch, using
-from ..yamlflags import STAGED
 
 # Fields the topology flags set beyond the model shape and batch sizes.
 LAYOUT = fields_in("layout", "rollout", "replay")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 
-from ..flags import RENAMED
+from ..reading.flags import RENAMED
 from .common import (
     EP_MOE,
     Edit,

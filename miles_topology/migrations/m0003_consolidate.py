@@ -33,9 +33,9 @@ import os
 import re
 from pathlib import Path
 
-from ..flags import TOPOLOGY, flag_of, is_switch, parse_flags
+from ..reading.flags import TOPOLOGY, flag_of, is_switch, parse_flags
+from ..reading.sources import schema_comment
 from ..shell import FlagValue
-from ..sources import schema_comment
 from .common import (
     EP_MOE,
     MOVES,
@@ -110,7 +110,7 @@ def current_yaml(state: State, r: Reading) -> tuple[Path, str, str] | None:
     path = Path(os.path.abspath(yaml_path(state)))
     body = state.files.get(path)
     if body is None and path.exists():
-        from .. import gate
+        from ..reading import gate
 
         try:  # the YAML beside the script, through the gate
             body = gate.read_text(path, limit=gate.AST_LIMIT, errors="strict")
@@ -406,8 +406,8 @@ def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit], notes: di
 def alone(state: State, r: Reading, path: Path, text: str) -> None:
     """`miles-topology flags` validates the YAML on its own when the script runs: refuse a
     YAML that is valid only with layout flags that stay in the script."""
-    from ..errors import InputError, TopologyError
-    from ..yamlflags import STAGED, load, validate
+    from ..model.errors import InputError, TopologyError
+    from ..reading.yamlflags import STAGED, load, validate
 
     token = STAGED.set({Path(os.path.abspath(path)): text})
     try:
@@ -469,7 +469,7 @@ def merge(state: State, r: Reading, moving: dict, edits: list[Edit], notes: dict
 
 
 def load_fields_of(path: Path, body: str, r: Reading) -> dict:
-    from ..yamlflags import STAGED, load
+    from ..reading.yamlflags import STAGED, load
 
     token = STAGED.set({path: body})
     try:

@@ -20,7 +20,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..safetext import ERR, OUT, Sink
+from ..reporting.safetext import ERR, OUT, Sink
 from . import m0001_rename_flags, m0002_explicit_and_dead, m0003_consolidate
 from .common import (
     Disagrees,
@@ -58,7 +58,7 @@ class Outcome:
 
 
 def load(path: Path) -> str:
-    from .. import gate
+    from ..reading import gate
 
     try:  # a bounded regular file in its own checkout (a link out of it is not read)
         data = gate.read_bytes(path, (gate.root_at(path),))
@@ -114,7 +114,7 @@ def writable(out: Outcome) -> None:
     """Refuse, before anything is written, what `write` could not do safely: the script and
     each file beside it stay in the script's checkout (gate.writable: no link out of it,
     no dangling link), then the checks below."""
-    from .. import gate
+    from ..reading import gate
 
     root = gate.root_at(out.path)
     for p in [out.path, *out.files]:
@@ -294,7 +294,7 @@ def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: 
     if not inputs:
         ERR.line("miles-topology migrate: give the launch scripts to migrate")
         return 2
-    from .. import gate
+    from ..reading import gate
 
     code = 0
     for name in inputs:
@@ -312,7 +312,7 @@ def main(inputs: list[str], env: dict[str, str], *, write: bool = False, check: 
 
 def _launches(name: str) -> bool:
     """Whether a file is a launch script by its content (discover.py), as a walk finds it."""
-    from ..discover import kind
+    from ..reading.discover import kind
 
     return not os.path.isfile(name) or kind(name) == "script"
 

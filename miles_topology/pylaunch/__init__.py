@@ -26,11 +26,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, NoTrainingLaunch
+from ..model.errors import InputError, NoTrainingLaunch
 from . import checkout, typerapp
 from . import records as records_mod
 from .child import REFUSED, status_of
-from .cluster import Cluster
+from .cluster import ClusterModel
 from .commands import launch_of, shown
 from .locate import locate
 
@@ -101,7 +101,7 @@ class PythonLaunch:
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
                          = None, timeout_s: float | None = None, memory_mb: int | None = None,
-                         cwd: str | None = None, cluster: Cluster | None = None,
+                         cwd: str | None = None, cluster: ClusterModel | None = None,
                          real_imports: bool = False, trust: bool = False,
                          pass_env: Sequence[str] = (), reads: Sequence[str] = ()
                          ) -> PythonLaunch:
@@ -112,7 +112,7 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
     that reads files relative to where it is started; its writes there are redirected all the
     same); it may read its checkout, its import path and `reads` (a model folder), nothing
     else of this machine. Its probes are answered from `cluster` (default:
-    `Cluster.of({})`); heavy modules are stand-ins unless `real_imports`. `trust`: run it
+    `ClusterModel.of({})`); heavy modules are stand-ins unless `real_imports`. `trust`: run it
     with the in-process recorders only, not isolated by the kernel (--trust-launcher). Raises
     InputError when there is no launch, when the launcher cannot run to it, or when the
     kernel here cannot isolate it."""
@@ -123,7 +123,7 @@ def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, 
 
 
 def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, str] | None
-                         = None, cwd: str | None = None, cluster: Cluster | None = None,
+                         = None, cwd: str | None = None, cluster: ClusterModel | None = None,
                          real_imports: bool = False, trust: bool = False,
                          pass_env: Sequence[str] = (), reads: Sequence[str] = (),
                          timeout_s: float | None = None) -> list[PythonLaunch]:
@@ -192,8 +192,8 @@ class _Budget:
 
 
 def _budget(timeout_s: float | None, real_imports: bool) -> _Budget:
-    """The launcher's limit, at most what is left of its input's --timeout (deadline.py)."""
-    from .. import deadline
+    """The launcher's limit, at most what is left of its input's --timeout (reading/deadline.py)."""
+    from ..reading import deadline
 
     if timeout_s is None:
         timeout_s = REAL_TIMEOUT_S if real_imports else TIMEOUT_S
@@ -245,7 +245,7 @@ def read_paths(target: str | None, cwd: str | None, env: Mapping[str, str],
     files out of each. `confine`: a helper of a script (gate.py's roots of that script): its
     checkout is the first of them, and the folder it runs in and PYTHONPATH entries (the
     script's to choose: `cd /`, `PYTHONPATH=/`) are readable only inside them."""
-    from .. import gate
+    from ..reading import gate
 
     # its checkout (checkout.root_of), else its own folder; never $HOME or /
     root = (checkout.root_of(target or os.path.join(cwd, "")) or os.path.dirname(
@@ -272,7 +272,7 @@ def _read(path, launcher_args, env, budget: _Budget, memory_mb, cwd, cluster, re
             raise InputError(f"--read {r}: no such file or folder")
     if memory_mb is None:
         memory_mb = REAL_MEMORY_MB if real_imports else MEMORY_MB
-    cluster = cluster or Cluster.of({})
+    cluster = cluster or ClusterModel.of({})
     # the devices a node shows are the modelled ones, not this machine's: its
     # CUDA_VISIBLE_DEVICES is not passed on (given with --env, it is)
     child_env = launcher_env(env, pass_env)
@@ -302,7 +302,7 @@ STDERR_TAIL = 4096
 def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
                 cwd: str | None = None, timeout_s: float = 10, trust: bool = False,
                 pass_env: Sequence[str] = (), reads: Sequence[str] = (),
-                cluster: Cluster | None = None, confine: Sequence = ()) -> ProgramRun:
+                cluster: ClusterModel | None = None, confine: Sequence = ()) -> ProgramRun:
     """Run ``python3 ARGS...`` in the launcher's sandbox and return what it printed. `args`
     is what follows ``python3``: ``[FILE, ARG...]``, ``["-c", CODE, ARG...]`` or ``["-m",
     MODULE, ARG...]`` (interpreter options before them, such as ``-u``, are skipped). Its
@@ -326,7 +326,7 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
         if not os.path.isfile(full):
             return ProgramRun("unavailable", "", "", f"{target}: no such file")
         if confine:
-            from .. import gate
+            from ..reading import gate
 
             try:
                 gate.admit(full, confine)
@@ -334,7 +334,7 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
                 return ProgramRun("refused", "", "", str(e))
         target = os.path.abspath(full)
     extra = None if cluster is None else {"cluster": cluster.as_dict(), "real_imports": False}
-    from .. import deadline
+    from ..reading import deadline
 
     timeout_s = deadline.cap(timeout_s)  # its share of the input's --timeout
     if timeout_s <= 0:
@@ -343,6 +343,15 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
                    MEMORY_MB, trust, extra, reads, confine)
     calls = [r for r in got.records if "kind" in r]
     records = [Recorded(r["kind"], shown(r), _where(r.get("source"))) for r in calls]
+    status, error = _program_status(got, timeout_s)
+    return ProgramRun(status, got.stdout, got.err, error, records)
+
+
+def _program_status(got: _Ran, timeout_s: float) -> tuple[int | str, str | None]:
+    """(status, error) of a program run for its output: as it exited, or "timeout",
+    "memory", "refused", with why."""
+    from ..reading import deadline
+
     end = got.end
     status: int | str
     error = None
@@ -368,7 +377,7 @@ def run_program(args: list[str], *, env: Mapping[str, str] | None = None,
             error = code
     else:
         status = 0
-    return ProgramRun(status, got.stdout, got.err, error, records)
+    return status, error
 
 
 @dataclass
@@ -397,7 +406,7 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
         records, err, status, out, verdict = _run(
             mode, target, args, env, sandbox, Path(tmp), work, timeout_s, memory_mb, trust,
             {**(extra or {}), "reads": paths})
-        records = records_mod.Reader(root).parse(records)
+        records = records_mod.RecordReader(root).parse(records)
     return _Ran(records, err, status, out, sandbox, _end(records, status, verdict))
 
 
@@ -558,29 +567,8 @@ def _where(src) -> tuple[str, int] | None:
 def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds, end,
                every: bool = False) -> list[PythonLaunch]:
     calls = [r for r in records if "kind" in r]
-    ran: dict[str, set[int]] = {}  # the lines of the user's code run so far (locate.py)
-    for r in records:
-        if r.get("ran"):
-            ran.setdefault(r["ran"][0], set()).update(r["lines"])
-        elif "kind" in r and _runs(r["kind"]):
-            r["_ran"] = {f: set(lines) for f, lines in ran.items()}
-    found, others, launches, since = None, [], [], []
-    for r in calls:
-        env = r.get("env")
-        if env is None:
-            env = {k: v for k, v in {**child_env, **(r.get("env_changes") or {})}.items()
-                   if v is not None}
-        got = launch_of({**r, "env": env}) if _runs(r["kind"]) else None
-        if got is not None:
-            launches.append((got, r, since))
-            since = []
-        if got is not None and found is None:
-            found = (got, r)
-        elif got is None or not every:
-            others.append(Recorded(r["kind"], shown(r), _where(r.get("source"))))
-            since.append(r)
-    if launches:  # what follows the last launch is reported with it
-        launches[-1][2].extend(since)
+    _mark_ran(records)
+    found, others, launches = _split(calls, child_env, every)
     name = os.path.basename(path)
     notes = []
     # [launchers hook] modules the launcher's own code imports that are not installed here
@@ -609,6 +597,40 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
                       "here and answered by recording stand-ins)") from None
 
 
+def _mark_ran(records: list[dict]) -> None:
+    """Each action that runs a program carries the lines of the user's code run before it
+    (`_ran`, for locate.py)."""
+    ran: dict[str, set[int]] = {}
+    for r in records:
+        if r.get("ran"):
+            ran.setdefault(r["ran"][0], set()).update(r["lines"])
+        elif "kind" in r and _runs(r["kind"]):
+            r["_ran"] = {f: set(lines) for f, lines in ran.items()}
+
+
+def _split(calls: list[dict], child_env: dict, every: bool) -> tuple:
+    """(the first training launch and its record or None, the other actions, each launch
+    with its record and the actions recorded since the one before)."""
+    found, others, launches, since = None, [], [], []
+    for r in calls:
+        env = r.get("env")
+        if env is None:
+            env = {k: v for k, v in {**child_env, **(r.get("env_changes") or {})}.items()
+                   if v is not None}
+        got = launch_of({**r, "env": env}) if _runs(r["kind"]) else None
+        if got is not None:
+            launches.append((got, r, since))
+            since = []
+        if got is not None and found is None:
+            found = (got, r)
+        elif got is None or not every:
+            others.append(Recorded(r["kind"], shown(r), _where(r.get("source"))))
+            since.append(r)
+    if launches:  # what follows the last launch is reported with it
+        launches[-1][2].extend(since)
+    return found, others, launches
+
+
 MAX_NOTES = 32  # distinct notes of one kind (assumed values, absent modules) per launcher
 # Characters of one free-form text a launcher recorded that every launch of it carries
 # (assumed values, servers): the report stays linear in what was sent, not launches x text
@@ -621,61 +643,7 @@ def brief(text: str) -> str:
 
 def _launches(path, found, launches, others, calls, records, notes, err, status, child_env,
               timeout_s, memory_mb, seconds, every, end) -> list[PythonLaunch]:
-    name = os.path.basename(path)
-    if status in ("timeout", -signal.SIGXCPU):  # the wall clock, or RLIMIT_CPU
-        if found is None:
-            raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
-                             "recorded no training launch (an endless loop, or waiting for "
-                             "something the sandbox never starts; the time of one input is "
-                             "bounded by --timeout)")
-        notes.append(f"the launcher was stopped after {timeout_s:g} s, after its training "
-                     "launch was recorded")
-    elif end is None:
-        why = f"killed by signal {-status}" if isinstance(status, int) and status < 0 else \
-            f"exited with status {status}"
-        if found is None:
-            raise InputError(f"{path}: the launcher was {why} before it launched training "
-                             f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
-                             + _tail(err))
-        notes.append(f"the launcher was {why} after its training launch was recorded")
-    elif end["end"] == "refused":
-        raise InputError(f"{path}: {refusal(end)}")
-    elif end["end"] == "threads":
-        raise InputError(f"{path}: {_THREADS}")
-    elif end["end"] == "memory":
-        if found is None:
-            raise InputError(f"{path}: the launcher ran out of memory (limit {memory_mb} MiB) "
-                             "before it launched training")
-        notes.append(f"the launcher ran out of memory (limit {memory_mb} MiB) afterwards")
-    elif end["end"] == "missing":
-        pkg = (end.get("module") or "?").split(".")[0]
-        raise InputError(f"{name} imports {pkg}, which is not installed here: pip install "
-                         f"{PIP_NAMES.get(pkg, pkg)} (or put it on PYTHONPATH); "
-                         + checkout.hint(pkg))
-    elif end["end"] == "error":
-        if found is None and end.get("sizes"):
-            raise InputError(f"{path}: the launcher's check of the cluster it expects failed "
-                             f"before it launched training: {_at(end)}; {_sizes(end['sizes'])}")
-        if found is None:
-            raise InputError(f"{path}: the launcher failed before it launched training: "
-                             f"{_at(end)}{_limit(end)}{_hint(calls)}"
-                             f"{_unset(end.get('error') or '', child_env)}")
-        notes.append(f"the launcher failed after its training launch: {_at(end)}")
-    elif end["end"] == "waiting":
-        if found is None:
-            raise InputError(f"{path}: {_waiting(end)}")
-        notes.append(f"the launcher was stopped after its training launch: {_waiting(end)}")
-    elif end["end"] == "exit" and isinstance(end.get("code"), str) and found is None:
-        raise InputError(f"{path}: the launcher stopped before it launched training: "
-                         f"{_said(end['code'], child_env)}")
-    elif end["end"] == "exit" and end.get("code") not in (None, 0):
-        if found is None:
-            gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
-            raise InputError(f"{path}: the launcher exited with status {end['code']} before "
-                             f"it launched training{_tail(err)}"
-                             + (f"; {checkout.hint(gone)}" if gone else ""))
-        notes.append(f"the launcher exited with status {end['code']} after its training "
-                     "launch was recorded")
+    _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end)
     if found is None:
         ran = f"ran {len(calls)} command(s)" if calls else "ran no command"
         raise NoTrainingLaunch(f"{path}: no training launch: the launcher {ran}, none of them "
@@ -711,6 +679,73 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
                                 servers, locate(launch.argv, rec.get("_ran") or {}, path),
                                 launch.world))
     return out
+
+
+def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end
+             ) -> None:
+    """How the launcher's run ended: an InputError when it ended before a training launch
+    was recorded, else a note saying how it ended after (in `notes`)."""
+    if status in ("timeout", -signal.SIGXCPU):  # the wall clock, or RLIMIT_CPU
+        if found is None:
+            raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
+                             "recorded no training launch (an endless loop, or waiting for "
+                             "something the sandbox never starts; the time of one input is "
+                             "bounded by --timeout)")
+        notes.append(f"the launcher was stopped after {timeout_s:g} s, after its training "
+                     "launch was recorded")
+    elif end is None:
+        why = f"killed by signal {-status}" if isinstance(status, int) and status < 0 else \
+            f"exited with status {status}"
+        if found is None:
+            raise InputError(f"{path}: the launcher was {why} before it launched training "
+                             f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
+                             + _tail(err))
+        notes.append(f"the launcher was {why} after its training launch was recorded")
+    else:
+        _ended(path, found, calls, notes, err, child_env, memory_mb, end)
+
+
+def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict) -> None:
+    """The child's own end record (`end`): refused, out of threads or memory, a module
+    missing, an error, a wait, an exit."""
+    if end["end"] == "refused":
+        raise InputError(f"{path}: {refusal(end)}")
+    elif end["end"] == "threads":
+        raise InputError(f"{path}: {_THREADS}")
+    elif end["end"] == "memory":
+        if found is None:
+            raise InputError(f"{path}: the launcher ran out of memory (limit {memory_mb} MiB) "
+                             "before it launched training")
+        notes.append(f"the launcher ran out of memory (limit {memory_mb} MiB) afterwards")
+    elif end["end"] == "missing":
+        pkg = (end.get("module") or "?").split(".")[0]
+        raise InputError(f"{os.path.basename(path)} imports {pkg}, which is not installed "
+                         f"here: pip install {PIP_NAMES.get(pkg, pkg)} (or put it on PYTHONPATH); "
+                         + checkout.hint(pkg))
+    elif end["end"] == "error":
+        if found is None and end.get("sizes"):
+            raise InputError(f"{path}: the launcher's check of the cluster it expects failed "
+                             f"before it launched training: {_at(end)}; {_sizes(end['sizes'])}")
+        if found is None:
+            raise InputError(f"{path}: the launcher failed before it launched training: "
+                             f"{_at(end)}{_limit(end)}{_hint(calls)}"
+                             f"{_unset(end.get('error') or '', child_env)}")
+        notes.append(f"the launcher failed after its training launch: {_at(end)}")
+    elif end["end"] == "waiting":
+        if found is None:
+            raise InputError(f"{path}: {_waiting(end)}")
+        notes.append(f"the launcher was stopped after its training launch: {_waiting(end)}")
+    elif end["end"] == "exit" and isinstance(end.get("code"), str) and found is None:
+        raise InputError(f"{path}: the launcher stopped before it launched training: "
+                         f"{_said(end['code'], child_env)}")
+    elif end["end"] == "exit" and end.get("code") not in (None, 0):
+        if found is None:
+            gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
+            raise InputError(f"{path}: the launcher exited with status {end['code']} before "
+                             f"it launched training{_tail(err)}"
+                             + (f"; {checkout.hint(gone)}" if gone else ""))
+        notes.append(f"the launcher exited with status {end['code']} after its training "
+                     "launch was recorded")
 
 
 def _probe(r: dict) -> dict:

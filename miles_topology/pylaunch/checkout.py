@@ -15,7 +15,7 @@ import ast
 import os
 import re
 
-from ..gate import git_root, project_root
+from ..reading.gate import git_root, project_root
 
 
 def root_of(launcher: str) -> str | None:

@@ -548,7 +548,7 @@ def _refuse_fork_exec(*a, **k):
 
 # ------------------------------------------- [launchers hook] the modelled cluster (issue 17)
 
-CLUSTER = None  # cluster.Cluster, from the config
+CLUSTER = None  # cluster.ClusterModel, from the config
 _STANDINS = None
 
 
@@ -570,7 +570,7 @@ def launchers_setup(cfg: dict) -> None:
     given = dict(cfg.get("cluster") or {})
     given["assumed"] = tuple(given.get("assumed", ()))
     try:
-        CLUSTER = importlib.import_module("_mt.pylaunch.cluster").Cluster(**given)
+        CLUSTER = importlib.import_module("_mt.pylaunch.cluster").ClusterModel(**given)
     except ImportError:  # child.py copied away from its package: the recorders alone
         return
     import shutil

@@ -10,8 +10,8 @@ Defaults are what miles' own launchers assume (``NUM_GPUS_OF_HARDWARE`` in
 miles/utils/external_utils/command_utils.py: 8 GPUs a node; one node; NVLink); a report says
 which values were assumed rather than given.
 
-This file is loaded by the sandbox's child too, so it imports only the standard library and
-textfilters.
+This file is loaded by the sandbox's child too, so it imports only the standard library,
+the GPU table (model/gpus.py), commandline and textfilters.
 """
 
 from __future__ import annotations
@@ -21,32 +21,15 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..commandline import _PY
-from ..textfilters import Ran, run_pipeline
+from ..model.gpus import DEFAULTS, GPUS, PER_NODE
+from ..reading.commandline import _PY
+from ..reading.textfilters import Ran, run_pipeline
 
-# name as given -> (name the driver reports, memory MiB, NVLink links per GPU, vendor);
-# GPUs per node when not given: miles' NUM_GPUS_OF_HARDWARE (GB200/GB300: 4 a tray)
-GPUS = {
-    "A100": ("NVIDIA A100-SXM4-80GB", 81920, 12, "nvidia"),
-    "H100": ("NVIDIA H100 80GB HBM3", 81559, 18, "nvidia"),
-    "H200": ("NVIDIA H200", 143771, 18, "nvidia"),
-    "H20": ("NVIDIA H20", 97871, 18, "nvidia"),
-    "B200": ("NVIDIA B200", 183359, 18, "nvidia"),
-    "B300": ("NVIDIA B300 SXM6 AC", 275040, 18, "nvidia"),
-    "GB200": ("NVIDIA GB200", 189471, 18, "nvidia"),
-    "GB300": ("NVIDIA GB300", 284208, 18, "nvidia"),
-    "MI300X": ("AMD Instinct MI300X OAM", 196592, 0, "amd"),
-    "MI325X": ("AMD Instinct MI325X OAM", 262128, 0, "amd"),
-    "MI350X": ("AMD Instinct MI350X", 294896, 0, "amd"),
-    "MI355X": ("AMD Instinct MI355X", 294896, 0, "amd"),
-}
-PER_NODE = {"GB200": 4, "GB300": 4}
-DEFAULTS = {"nodes": 1, "gpus_per_node": 8, "gpu": "H100", "nvlink": True}
-Python = Callable[[list], "tuple[str, int] | None"]  # a python probe's runner: Cluster.answer
+Python = Callable[[list], "tuple[str, int] | None"]  # a python probe's runner: ClusterModel.answer
 
 
 @dataclass
-class Cluster:
+class ClusterModel:
     nodes: int = 1
     gpus_per_node: int = 8
     gpu: str = "H100"
@@ -56,7 +39,7 @@ class Cluster:
     remote: bool = field(default=False, compare=False)  # inside a stand-in Ray task
 
     @classmethod
-    def of(cls, given: dict) -> Cluster:
+    def of(cls, given: dict) -> ClusterModel:
         """From the values given (CLI flags over the config table); the rest are defaults."""
         values = {k: given[k] for k in DEFAULTS if given.get(k) is not None}
         if "gpus_per_node" not in values and values.get("gpu", "").upper() in PER_NODE:
@@ -293,18 +276,18 @@ class Cluster:
         return got, got is not None
 
 
-def cluster_for(launcher: str, given: dict) -> Cluster:
+def cluster_for(launcher: str, given: dict) -> ClusterModel:
     """The cluster `check LAUNCHER.py` models: the flags given, over the keys `nodes`,
     `gpus-per-node`, `gpu`, `nvlink` of the ``[tool.miles-topology]`` table (the closest
-    pyproject.toml from the launcher up, else from the current folder; selection.py reads
-    it; none with `isolated` given, as --isolated), over the defaults. Raises InputError on
+    pyproject.toml from the launcher up, else from the current folder; reading/settings.py
+    reads it; none with `isolated` given, as --isolated), over the defaults. Raises InputError on
     a bad value."""
-    from ..errors import InputError
-    from ..selection import CLUSTER_KEYS, TABLE, _read_toml, find_pyproject
+    from ..model.errors import InputError
+    from ..reading.settings import CLUSTER_KEYS, TABLE, find_pyproject, read_toml
 
     found = None if given.get("isolated") else \
         find_pyproject(launcher) or find_pyproject(os.getcwd())
-    table = _read_toml(found)["tool"][TABLE] if found else {}
+    table = read_toml(found)["tool"][TABLE] if found else {}
     values = {k.replace("-", "_"): table[k] for k in CLUSTER_KEYS if k in table}
     origin = {k: f" in {found}" for k in values}
     for k, v in given.items():
@@ -320,7 +303,7 @@ def cluster_for(launcher: str, given: dict) -> Cluster:
                          "false")
     if values.get("gpu") is not None and not str(values["gpu"]).strip():
         raise InputError("--gpu: expected a GPU name, e.g. H100, B200, MI300X")
-    return Cluster.of(values)
+    return ClusterModel.of(values)
 
 
 def _ids(spec: str, ids: list[int]) -> list[int] | None:

@@ -16,13 +16,13 @@ import shlex
 from dataclasses import dataclass, field
 
 # one rule of command forms, of ray job submit's runtime env and of a training entry
-from ..commandline import ASSIGN, command_form, is_training, runtime_env, torchrun_world
+from ..reading.commandline import ASSIGN, command_form, is_training, runtime_env, torchrun_world
 
 _OPERATORS = {";", "&&", "||", "|", "&", "\n", ";;", "|&"}
 
 
 @dataclass
-class Launch:
+class CommandLaunch:
     """A training launch found in one recorded command."""
 
     argv: list[str]  # the flags after train.py / train_async.py
@@ -55,7 +55,7 @@ def split_shell(text: str) -> list[list[str]]:
     return [c for c in out if c]
 
 
-def find(words: list[str], env: dict[str, str] | None = None) -> Launch | None:
+def find(words: list[str], env: dict[str, str] | None = None) -> CommandLaunch | None:
     """The training launch in one simple command's words, or None."""
     form = command_form(list(words))
     if form is None:
@@ -65,7 +65,7 @@ def find(words: list[str], env: dict[str, str] | None = None) -> Launch | None:
     if form.shell:
         got = find_in_shell(words[form.entry], env)
     elif is_training(words[form.entry]):
-        got = Launch(list(words[form.entry + 1:]), words[form.entry], form.launcher, env)
+        got = CommandLaunch(list(words[form.entry + 1:]), words[form.entry], form.launcher, env)
         if "torch" in form.launcher:
             got.world = torchrun_world(list(words[:form.entry]))
     else:
@@ -81,7 +81,7 @@ def find(words: list[str], env: dict[str, str] | None = None) -> Launch | None:
     return got
 
 
-def find_in_shell(text: str, env: dict[str, str] | None = None) -> Launch | None:
+def find_in_shell(text: str, env: dict[str, str] | None = None) -> CommandLaunch | None:
     """The first training launch in a shell string; `export X=Y` before it reaches it."""
     env = dict(env or {})
     for words in split_shell(text):
@@ -97,7 +97,7 @@ def find_in_shell(text: str, env: dict[str, str] | None = None) -> Launch | None
     return None
 
 
-def launch_of(record: dict) -> Launch | None:
+def launch_of(record: dict) -> CommandLaunch | None:
     """The training launch in one recorded call, or None."""
     env = {k: v for k, v in (record.get("env") or {}).items()}
     if record.get("shell") is not None:

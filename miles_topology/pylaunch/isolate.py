@@ -128,7 +128,7 @@ def _lists() -> tuple:
         import importlib.util
 
         where = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "gate.py")
+                             "reading", "gate.py")
         spec = importlib.util.spec_from_file_location("_miles_topology_gate", where)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)

@@ -48,7 +48,42 @@ _SHAPES = {  # the key that names a record's kind -> the keys it may hold
 }
 
 
-class Reader:
+def _int(v) -> bool:
+    return type(v) is int and abs(v) < 1 << 62
+
+
+def _ints(v) -> bool:
+    return isinstance(v, list) and len(v) <= WORDS_MAX and all(
+        type(x) is int and 0 <= x < LINE_MAX for x in v)
+
+
+def _words(v) -> bool:
+    return v is None or isinstance(v, list) and len(v) <= WORDS_MAX and all(map(_text, v))
+
+
+def _env(v, some: bool = False) -> bool:
+    """None, or names to text values (`some`: None too, a variable the launcher unsets)."""
+    return v is None or isinstance(v, dict) and len(v) <= WORDS_MAX and all(
+        _text(k) and (_text(x) or some and x is None) for k, x in v.items())
+
+
+# a field's shape -> whether a value has it (RecordReader._value; "where", "at" and
+# "inner" are read into a location there)
+_FITS = {
+    "json": lambda v: _small(v),
+    _STR: lambda v: _text(v),
+    _OPT_STR: lambda v: v is None or _text(v),
+    _BOOL: lambda v: isinstance(v, bool),
+    _INT: _int,
+    "code": lambda v: v is None or _text(v) or _int(v),
+    "ints": _ints,
+    "words?": _words,
+    "env?": _env,
+    "changes?": lambda v: _env(v, some=True),
+}
+
+
+class RecordReader:
     """Parses record lines for one launcher whose checkout is `root`."""
 
     def __init__(self, root: str):
@@ -95,33 +130,12 @@ class Reader:
     def _value(self, shape: str, v) -> tuple[bool, object]:
         if shape == "where":
             return True, self.where(v)
-        if shape == "json":
-            return _small(v), v
-        if shape == _STR:
-            return _text(v), v
-        if shape == _OPT_STR:
-            return v is None or _text(v), v
-        if shape == _BOOL:
-            return isinstance(v, bool), v
-        if shape == _INT:
-            return type(v) is int and abs(v) < 1 << 62, v
-        if shape == "code":
-            return v is None or _text(v) or type(v) is int and abs(v) < 1 << 62, v
-        if shape == "ints":
-            return isinstance(v, list) and len(v) <= WORDS_MAX and all(
-                type(x) is int and 0 <= x < LINE_MAX for x in v), v
-        if shape == "words?":
-            return v is None or isinstance(v, list) and len(v) <= WORDS_MAX and all(
-                map(_text, v)), v
-        if shape in ("env?", "changes?"):
-            some = shape == "changes?"
-            return v is None or isinstance(v, dict) and len(v) <= WORDS_MAX and all(
-                _text(k) and (_text(x) or some and x is None) for k, x in v.items()), v
         if shape in ("at", "inner"):
             n = 2 if shape == "at" else 4
             return True, v if isinstance(v, list) and len(v) == n and _text(v[0]) and \
                 type(v[1]) is int and all(map(_text, v[2:])) else None
-        return False, None
+        fits = _FITS.get(shape)
+        return (fits(v), v) if fits is not None else (False, None)
 
     def where(self, src) -> list | None:
         """A source location [path, line], only where the path is a regular file inside the
@@ -132,7 +146,9 @@ class Reader:
         path = src[0]
         ok = self._seen.get(path)
         if ok is None:
-            from .. import gate  # inside the checkout, no hidden name, a bounded regular file
+            from ..reading import (
+                gate,  # inside the checkout, no hidden name, a bounded regular file
+            )
 
             try:
                 ok = gate.is_file(path, (Path(self.root),))

@@ -28,7 +28,7 @@ import socket
 import threading
 from dataclasses import dataclass
 
-from ..commandline import _skip_wrappers, command_form
+from ..reading.commandline import _skip_wrappers, command_form
 from .commands import find, split_shell
 
 # flags naming the port a program serves: --port, --rpc-port / --rpc_port (mooncake_master),

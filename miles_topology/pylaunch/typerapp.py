@@ -21,7 +21,7 @@ def commands(path: str) -> list[str] | None:
     when the launcher has no such app (it is run once, as it is)."""
     import os
 
-    from .. import gate
+    from ..reading import gate
 
     try:  # the launcher the user named: a bounded regular file
         source = gate.read_bytes(path, (gate.Path(os.path.realpath(path)),),

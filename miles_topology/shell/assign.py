@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import Location
+from ..model.errors import Location
 from . import syntax
 from .budget import Budget
 from .cursor import Cursor

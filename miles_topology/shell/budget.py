@@ -50,7 +50,7 @@ class Budget:
 
     def check_clock(self, where):
         """Past the input's time budget (deadline.py, --timeout), reading stops."""
-        from .. import deadline
+        from ..reading import deadline
 
         if deadline.left() == 0:
             raise ScriptReadError(f"{where}: reading the script took the whole time budget of "

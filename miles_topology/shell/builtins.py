@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Protocol
 
-from .. import gate
-from ..errors import Location
+from ..model.errors import Location
+from ..reading import gate
 from . import syntax
 from .values import INT_LIMIT, MAX_ITEMS, Field, Unk, Var, printf
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..textfilters import FILTERS
+from ..reading.textfilters import FILTERS
 from . import syntax
 from .pattern import fullmatch
 from .values import ArithError, Field, Unk, arith

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import Location
+from ..model.errors import Location
 
 
 class Cursor:
@@ -22,7 +22,7 @@ class Cursor:
         self.sources: dict[tuple[str, int], Location] = {}
         self.newlines: dict[str, list[int]] = {}  # per file read: offsets of its newlines
         # where the files it names may be read (gate.py): the script's checkout, --read...
-        from .. import gate
+        from ..reading import gate
 
         self.roots = gate.current() or gate.roots_for(main_abs)
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import gate
-from ..errors import Location
+from ..model.errors import Location
+from ..reading import gate
 from . import syntax
 from .budget import MAX_FILE, Budget
 from .cursor import Cursor

@@ -3,7 +3,7 @@ the sourced files not found, and which commands use each located word (for rewri
 
 from __future__ import annotations
 
-from ..errors import Location, Problem
+from ..model.errors import Location, Problem
 from .records import Unresolved, note
 
 MAX_RECORDS = 1000  # notes and unknowns kept

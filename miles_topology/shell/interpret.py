@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import Location
-from ..textfilters import FILTERS
+from ..model.errors import Location
+from ..reading.textfilters import FILTERS
 from . import launch as launches
 from . import syntax
 from .assign import Assignments

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from miles_topology.flags import known
+from miles_topology.reading.flags import known
 
-from ..commandline import (  # noqa: F401  (the shell's names for them)
+from ..model.errors import Location
+from ..reading.commandline import (  # noqa: F401  (the shell's names for them)
     ASSIGN,
     TRAIN_FILES,
     TRAIN_MODULES,
@@ -24,7 +25,6 @@ from ..commandline import (  # noqa: F401  (the shell's names for them)
     reads_stdin_script,
     runtime_env,
 )
-from ..errors import Location
 from .records import FlagValue, LaunchSite, Unresolved, is_switch
 from .values import Field, Unk
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..errors import Location
+from ..model.errors import Location
 from . import syntax
 from .budget import MAX_READ_LOOP_STEPS
 from .values import ArithError, Field, Unk, Var, arith, arith_targets

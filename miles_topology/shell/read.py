@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import Location, NoTrainingLaunch
+from ..model.errors import Location, NoTrainingLaunch
 from .findings import MAX_KEPT
 from .interpret import Reader
 from .launch import argv_of

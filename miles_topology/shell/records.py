@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from miles_topology.env import PartialEnv
-from miles_topology.errors import Location, Problem
-from miles_topology.flags import is_switch
+from miles_topology.model.errors import Location, Problem
+from miles_topology.reading.env import PartialEnv
+from miles_topology.reading.flags import is_switch
 
 __all__ = ["FlagValue", "LaunchSite", "ScriptRead", "ScriptReadError", "Span", "Token",
            "Unresolved", "is_switch", "note"]

@@ -12,11 +12,11 @@ import os
 import re
 import shlex
 
-from .. import gate
-from ..errors import InputError
-from ..textfilters import FILTERS, run_pipeline
-from ..yamlflags import COMMAND, env_names
-from ..yamlflags import text as flags_text
+from ..model.errors import InputError
+from ..reading import gate
+from ..reading.textfilters import FILTERS, run_pipeline
+from ..reading.yamlflags import COMMAND, env_names
+from ..reading.yamlflags import text as flags_text
 from . import syntax
 from .syntax import Lit, Sub
 from .values import MAX_VALUE, Field, Unk, Var, dirname, printf
@@ -321,8 +321,8 @@ class Substitutions:
         shown = _shown(["python3", *argv])
         got = self.helpers.get(key)
         if got is None:
-            from .. import deadline
             from ..pylaunch import run_program  # the sandbox: only when a script needs it
+            from ..reading import deadline
 
             if deadline.left() == 0:  # every helper after it too: at once, not one by one
                 return self.w.unknown(sub, f"the helper '{shown}' was {deadline.spent_why()}")

@@ -8,7 +8,7 @@ import re
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..errors import Location
+from ..model.errors import Location
 
 MAX_VALUE = 1 << 20  # characters in one string value; longer becomes unknown
 MAX_ITEMS = 1 << 17  # words in one array; more becomes an unknown number of words

@@ -9,9 +9,9 @@ import os
 import pytest
 from support import run_cli
 
-from miles_topology import sources
-from miles_topology.check_script import check_script
-from miles_topology.errors import InputError
+from miles_topology.judging.check_script import check_script
+from miles_topology.model.errors import InputError
+from miles_topology.reading import sources
 
 SECRET = "ghp_leakedTOKEN123"
 
@@ -294,7 +294,7 @@ def test_timeout_takes_seconds(capsys, value):
 
 
 def test_the_budget_is_per_input():
-    from miles_topology import deadline
+    from miles_topology.reading import deadline
 
     assert deadline.left() is None
     with deadline.per_input(5):
@@ -381,8 +381,8 @@ def test_a_huge_fork_parser_is_not_parsed_nor_cached(tmp_path):
 
 
 def test_the_cache_keeps_no_large_entry_and_few_entries(tmp_path, monkeypatch):
-    from miles_topology import stack
-    from miles_topology.argscan import Added
+    from miles_topology.reading import stack
+    from miles_topology.reading.argscan import Added
 
     monkeypatch.setenv("MILES_TOPOLOGY_CACHE", str(tmp_path))
     f = tmp_path / "src.py"
@@ -417,7 +417,7 @@ def test_a_deep_expression_is_the_input_s_problem(capsys, tmp_path):
 
 
 def test_the_budget_covers_the_reading_itself(tmp_path, monkeypatch):
-    from miles_topology import deadline
+    from miles_topology.reading import deadline
     from miles_topology.shell import ScriptReadError, read_script
 
     script = tmp_path / "run.sh"
@@ -448,7 +448,7 @@ def test_a_script_regex_cannot_backtrack_for_ever(tmp_path, pipeline):
 
 
 def test_launch_script_filters_still_run():
-    from miles_topology.textfilters import run_pipeline
+    from miles_topology.reading.textfilters import run_pipeline
 
     assert run_pipeline([["sed", "s/.*=//"]], "LAYERS=48\n").stdout == "48\n"
     assert run_pipeline([["sed", "-E", "s/^ +| +$//g"]], "  8  \n").stdout == "8\n"

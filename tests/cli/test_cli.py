@@ -9,7 +9,7 @@ import pytest
 from support import ROOT, SCRIPTS, STEP_FIXTURES
 
 from miles_topology.cli import main
-from miles_topology.sources import to_yaml
+from miles_topology.reading.sources import to_yaml
 
 BAD = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--tensor-model-parallel-size",
        "2", "--pipeline-model-parallel-size", "2", "--expert-model-parallel-size", "8",
@@ -160,7 +160,7 @@ def test_schema_validates_every_example_and_rejects_a_bad_one(tmp_path, capsys):
 
 def test_written_yaml_carries_the_schema_comment(tmp_path):
     from miles_topology import Topology
-    from miles_topology.sources import schema_comment
+    from miles_topology.reading.sources import schema_comment
 
     topo = Topology(nodes=1, gpus_per_node=8, tp=2, colocate=True)
     assert to_yaml(topo).splitlines()[0] == schema_comment()

@@ -9,8 +9,8 @@ import shutil
 import pytest
 from support import LAUNCHERS
 
-from miles_topology import fix
 from miles_topology.cli import main
+from miles_topology.migrations import fix
 
 SCRIPT = """#!/bin/bash
 MODEL_ARGS=(--num-layers 4 --num-attention-heads 4)
@@ -148,10 +148,10 @@ def test_rule_says_whether_a_code_is_fixable_and_when_safely(capsys):
 
 
 def test_a_near_miss_is_safe_only_one_typo_away():
-    from miles_topology.errors import Problem
+    from miles_topology.model.errors import Problem
 
     def fixable(flag: str) -> tuple[str | None, bool] | None:
-        from miles_topology.flags import _unknown
+        from miles_topology.reading.flags import _unknown
 
         c = fix.change_for(_unknown(flag, None), unsafe=True)
         return (c.new, c.unsafe) if c else None

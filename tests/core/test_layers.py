@@ -11,18 +11,21 @@ from support import ROOT
 
 PKG = ROOT / "miles_topology"
 
-# bottom first; a subpackage is one unit. A unit may import its own layer or lower ones.
+# bottom first; a subpackage is one unit (each `__main__` is a command, whatever its folder).
+# A unit may import its own layer or lower ones.
 LAYERS = (
-    ("errors", "grid", "layers", "env", "codes", "surface", "argscan", "stack",
-     "textfilters", "commandline", "safetext", "gate", "deadline"),  # records, data and arithmetic
-    ("parts", "placement"),  # a Topology's fields by concern; where its GPUs land
-    ("model",),  # Topology: the floor of the core
-    ("checks", "flags"),  # the rules on it; the flag grammar
-    ("sources", "yamlflags", "channels", "__init__"),  # reading and writing it; the package face
-    # what is built on a Topology
-    ("weightsync", "replay", "show", "report", "memory", "cost", "fit", "plan", "shell",
-     "pylaunch", "check_script", "check_launcher", "migrations", "selection", "discover",
-     "formats", "stdin", "fix", "confine", "cli", "__main__"),
+    ("codes",),  # the problem codes: the vocabulary every layer reports in
+    ("model",),  # Topology, its parts, the rules on it (checks/), the GPU table
+    # reading inputs into it: the gate, stack, flag grammar, sources; the package face
+    # (`Topology.from_*`); then the Python launcher sandbox, then the bash reader (it runs
+    # a helper through the sandbox)
+    ("reading", "__init__"),
+    ("pylaunch",),
+    ("shell",),
+    ("judging",),  # a launch's verdict, memory fit, cost, plans, code selection
+    ("reporting",),  # the sink, the output formats, the maps
+    ("migrations",),  # rewriting inputs: migrations and --fix (they print through the sink)
+    ("stdin", "cli", "__main__"),  # the commands
 )
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 
@@ -88,7 +91,7 @@ def graph(modules=MODULES, typing: bool = True) -> dict[str, set[str]]:
 
 
 def _unit(module: str) -> str:
-    return module.split(".")[0]
+    return "__main__" if module.endswith("__main__") else module.split(".")[0]
 
 
 def upward(g: dict[str, set[str]]) -> list[str]:
@@ -146,19 +149,24 @@ def test_the_walk_sees_a_lazy_upward_import_and_a_cycle(tmp_path):
     """The checks above fail on the defects they guard against: a function-level import of
     a higher layer (what model.py's from_flags once did), a two-module circle, and a circle
     closed by an import for type checkers only (placement -> model once did)."""
-    (tmp_path / "model.py").write_text(
-        "def from_flags(argv):\n    from .sources import read_flags\n    return read_flags\n")
-    (tmp_path / "sources.py").write_text("from .model import Topology\n")
-    (tmp_path / "grid.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .model import T\n")
-    (tmp_path / "layers.py").write_text("from .grid import T\n")
-    g = graph({_name(p, tmp_path): p for p in tmp_path.glob("*.py")})
-    assert "model -> sources" in upward(g) and "grid -> model" in upward(g)
-    assert cycles(g) == [["model", "sources"]]
-    assert graph({_name(p, tmp_path): p for p in tmp_path.glob("*.py")}, typing=False)[
-        "grid"] == set()
+    for pkg in ("model", "reading"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "model" / "topology.py").write_text(
+        "def from_flags(argv):\n    from ..reading.sources import read_flags\n"
+        "    return read_flags\n")
+    (tmp_path / "reading" / "sources.py").write_text("from ..model.topology import Topology\n")
+    (tmp_path / "codes.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .model.topology import T\n")
+    (tmp_path / "model" / "grid.py").write_text("from ..codes import T\n")
+    mods = {_name(p, tmp_path): p for p in tmp_path.rglob("*.py")}
+    g = graph(mods)
+    assert {"model.topology -> reading.sources", "codes -> model.topology"} <= set(upward(g))
+    assert cycles(g) == [["model.topology", "reading.sources"]]
+    assert graph(mods, typing=False)["codes"] == set()
 
 
-@pytest.mark.parametrize("module", ["model", "errors", "grid", "layers", "placement", "codes"])
+@pytest.mark.parametrize("module", ["model.topology", "model.errors", "model.grid",
+                                    "model.layers", "model.placement", "codes"])
 def test_the_floor_imports_nothing_above_the_model(module):
     assert all(LAYER[_unit(t)] <= LAYER["model"] for t in graph()[module])

@@ -117,7 +117,7 @@ def test_placement_is_a_bijection_onto_the_gpus(topo):
 def test_yaml_round_trip_keeps_the_topology_and_what_was_given(topo, explicit_etp):
     import tempfile
 
-    from miles_topology.sources import to_yaml
+    from miles_topology.reading.sources import to_yaml
 
     if explicit_etp:
         topo = topo.model_copy(update={"etp": topo.layout.etp})

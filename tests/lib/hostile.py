@@ -1,4 +1,4 @@
-"""Hostile text for the sink's tests (tests/core/test_safetext.py, tests/cli/test_sink.py),
+"""Hostile text for the sink's tests (tests/reporting/test_safetext.py, test_sink.py),
 and the check that output holds none of it raw."""
 
 from __future__ import annotations

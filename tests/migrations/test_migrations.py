@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from support import ROOT, SCRIPTS, STEP_FIXTURES, run_cli
 
-from miles_topology.errors import TopologyError
 from miles_topology.migrations import common
 from miles_topology.migrations.common import (
     LAYOUT,
@@ -29,8 +28,9 @@ from miles_topology.migrations.common import (
     verify,
 )
 from miles_topology.migrations.runner import STEPS, migrate, write
-from miles_topology.sources import read_flags
-from miles_topology.stack import current, using
+from miles_topology.model.errors import TopologyError
+from miles_topology.reading.sources import read_flags
+from miles_topology.reading.stack import current, using
 
 EXPECTED = json.loads((SCRIPTS / "expected.json").read_text())["fixtures"]
 CASES = [(n, k) for n, spec in EXPECTED.items() for k in range(len(spec["cases"]))]
@@ -641,11 +641,11 @@ STAND_IN_TRAIN = """\
 import json, os, sys
 sys.path.insert(0, ROOT)
 try:  # the real flag surface of miles' train.py (surface.py: miles, Megatron-LM, SGLang)
-    from miles_topology.surface import parser
+    from miles_topology.reading.surface import parser
     surface = parser()
 except (ImportError, OSError):  # not here yet: the flags of the original scripts, no more
     import argparse
-    from miles_topology.flags import TOPOLOGY, is_switch
+    from miles_topology.reading.flags import TOPOLOGY, is_switch
     surface = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
     for flag in sorted(json.loads(open(KNOWN).read())):
         if flag == TOPOLOGY:
@@ -860,8 +860,8 @@ def test_variable_values_move_with_their_variable_or_the_script_is_refused(tmp_p
 def test_not_a_launch_is_a_type_not_a_message(tmp_path, capsys):
     """--check tells a file with no training launch (not pending) from an unreadable one
     (exit 2) by the error's type: a path that happens to contain the words does not fool it."""
-    from miles_topology.check_script import check_script
-    from miles_topology.errors import InputError, NoTrainingLaunch
+    from miles_topology.judging.check_script import check_script
+    from miles_topology.model.errors import InputError, NoTrainingLaunch
 
     odd = tmp_path / "no training launch here"
     odd.mkdir()

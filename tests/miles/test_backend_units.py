@@ -14,7 +14,7 @@ from miles.backend.faults import Faults  # noqa: E402
 from miles.backend.policy import DTYPE, Spec, checkpoint, route, weight  # noqa: E402
 from miles.backend.task import advantages, reward, target  # noqa: E402
 from miles_topology import Topology  # noqa: E402
-from miles_topology.weightsync import engine_sync  # noqa: E402
+from miles_topology.model.weightsync import engine_sync  # noqa: E402
 
 ACCEPT = dict(nodes=2, gpus_per_node=4, node_gpus=4, ep=8, etp=1, experts=16, layers=4,
               rollout_gpus=4, engine_size=4)

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 from miles_topology import Topology
-from miles_topology.model import megatron_args
+from miles_topology.model.topology import megatron_args
 
 TOPOLOGIES = {
     "ep2-on-2x4": "--actor-num-nodes 2 --actor-num-gpus-per-node 4 --expert-model-parallel-size 2"

@@ -15,8 +15,8 @@ import pytest
 from support import FIXTURES
 
 from miles_topology import Topology
-from miles_topology.memory import Shape, layout_of, train_memory
-from miles_topology.plan import read_model
+from miles_topology.judging.memory import Shape, layout_of, train_memory
+from miles_topology.judging.plan import read_model
 
 MODELS = FIXTURES / "models"
 # the published totals (Hugging Face model cards / safetensors index) as a second witness

@@ -1,4 +1,4 @@
-"""Parameters per rank: the estimate (miles_topology/memory.py) equals megatron-core exactly.
+"""Parameters per rank: the estimate (miles_topology/judging/memory.py) equals megatron-core.
 
 One group of gloo processes per world size joins every configuration in turn (process
 group set up once; initialize_model_parallel / destroy_model_parallel per configuration),
@@ -18,13 +18,13 @@ import warnings
 import pytest
 
 from miles_topology import Topology, TopologyError
-from miles_topology.memory import (
+from miles_topology.judging.memory import (
     Shape,
     layout_of,
     megatron_formula,
     train_memory,
 )
-from miles_topology.model import megatron_args
+from miles_topology.model.topology import megatron_args
 
 
 def _divs(n: int) -> list[int]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from miles.replay import replica_bytes, ship
 from miles_topology import Topology
-from miles_topology.replay import PAD, Segment, replay_plan, replay_plans
+from miles_topology.model.replay import PAD, Segment, replay_plan, replay_plans
 
 
 @st.composite
@@ -342,6 +342,6 @@ def test_plan_rejects_dense_models_and_bad_tokens():
 
 def test_plan_is_pure():
     """The plan lives in the light core: importing it pulls in no numpy, torch or ray."""
-    code = ("import sys, miles_topology.replay; "
+    code = ("import sys, miles_topology.model.replay; "
             "sys.exit(bool({'numpy', 'torch', 'ray'} & set(sys.modules)))")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from miles import train
 from miles.backend.job import options
-from miles_topology import surface
-from miles_topology.flags import parse_flags
+from miles_topology.reading import surface
+from miles_topology.reading.flags import parse_flags
 
 
 def test_backend_flags_are_exactly_the_backend_parsers_own():

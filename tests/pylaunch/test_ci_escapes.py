@@ -22,7 +22,7 @@ import pytest
 from support import UNHOOK
 
 from miles_topology.cli import main
-from miles_topology.errors import InputError
+from miles_topology.model.errors import InputError
 from miles_topology.pylaunch import read_python_launcher, read_python_launches, run_program
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux's")

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from support import LAUNCHERS
 
-from miles_topology.check_launcher import check_python_all
 from miles_topology.cli import main
+from miles_topology.judging.check_launcher import check_python_all
 from miles_topology.pylaunch import read_python_launches
-from miles_topology.pylaunch.cluster import Cluster
+from miles_topology.pylaunch.cluster import ClusterModel
 
 HERE = LAUNCHERS
 UP = {"PYTHONPATH": str(HERE / "upstream")}  # the stand-in miles helpers, not the checkout's
@@ -168,9 +168,9 @@ U.execute_train(f"--actor-num-nodes {nodes} --actor-num-gpus-per-node {per_node}
 def test_probes_answer_from_the_modelled_cluster(tmp_path, given, world, name, nvls):
     launcher = tmp_path / "probe.py"
     launcher.write_text(PROBES)
-    (v,) = check_python_all(str(launcher), [], UP, Cluster.of(given))
+    (v,) = check_python_all(str(launcher), [], UP, ClusterModel.of(given))
     assert v.summary["world_size"] == world and v.ok
-    (got,) = read_python_launches(str(launcher), [], UP, cluster=Cluster.of(given))
+    (got,) = read_python_launches(str(launcher), [], UP, cluster=ClusterModel.of(given))
     assert got.env["GPU_NAME"] == name and got.env["NCCL_NVLS_ENABLE"] == nvls
     assert got.env["MASTER_ADDR"] == "10.0.0.1"  # node 0's address, from the hostname
     lines = "\n".join(v.extra["report_lines"])
@@ -182,7 +182,7 @@ def test_probes_answer_from_the_modelled_cluster(tmp_path, given, world, name, n
 def test_a_command_sent_to_every_node_is_recorded_once_per_node():
     pytest.importorskip("typer")
     (got,) = read_python_launches(fixture("run_qwen3_moe_app.py"), ["full-train"], UP,
-                                  cluster=Cluster.of({"nodes": 3}))
+                                  cluster=ClusterModel.of({"nodes": 3}))
     convert = [o.command for o in got.others if "convert_hf_to_torch_dist" in o.command]
     assert len(convert) == 3
     assert all("--master-addr 10.0.0.1" in c and "--nnodes=3" in c for c in convert)
@@ -314,7 +314,7 @@ def test_cuda_visible_devices_and_calls_into_stand_ins(tmp_path, monkeypatch):
     assert [(o.kind, o.command, o.source) for o in got.others] == [
         ("stand-in call", "wandb.init(project='moe', mode='offline')", (str(launcher), 3))]
     (got,) = read_python_launches(str(launcher), [], {"CUDA_VISIBLE_DEVICES": ""},
-                                  cluster=Cluster.of({"gpus_per_node": 2}))
+                                  cluster=ClusterModel.of({"gpus_per_node": 2}))
     assert got.argv == ["--actor-num-gpus-per-node", "0"]
 
 
@@ -336,7 +336,7 @@ def test_stand_in_ray_runs_tasks_and_actors_inline_on_their_node():
     from miles_topology.pylaunch import standins
     from miles_topology.pylaunch.standins import ray
 
-    standins.CLUSTER = Cluster.of({"nodes": 2})
+    standins.CLUSTER = ClusterModel.of({"nodes": 2})
     try:
         @ray.remote(num_gpus=1)
         class Worker:
@@ -501,7 +501,7 @@ def test_a_torchrun_launch_has_torchrun_s_world_and_another_program_is_not_judge
     """As for bash scripts (check_script.torchrun_actor, not_ours): torchrun starts nnodes x
     nproc_per_node ranks; a train.py of the checkout that builds neither miles' nor slime's
     parser (a vendored Megatron-LM example) is not a miles launch."""
-    from miles_topology.errors import NoTrainingLaunch
+    from miles_topology.model.errors import NoTrainingLaunch
 
     launcher = tmp_path / "run.py"
     launcher.write_text(

@@ -11,8 +11,8 @@ import time
 import pytest
 from support import LAUNCHERS
 
-from miles_topology.errors import InputError
-from miles_topology.model import Topology
+from miles_topology.model.errors import InputError
+from miles_topology.model.topology import Topology
 from miles_topology.pylaunch import read_python_launcher
 from miles_topology.pylaunch.commands import find, find_in_shell, split_shell
 
@@ -377,8 +377,8 @@ def test_user_site_packages_as_for_the_real_run_and_home_is_the_sandbox(tmp_path
 def test_model_shape_from_the_checkpoint_is_unknown_not_dense(capsys):
     """As for bash scripts: with no --num-layers the shape comes from the checkpoint, so
     r3-requires-moe (which needs to know whether the model is MoE) is skipped, not failed."""
-    from miles_topology.check_launcher import check_python
     from miles_topology.cli import main
+    from miles_topology.judging.check_launcher import check_python
 
     v = check_python(fixture("run_r3_from_checkpoint.py"), [])
     assert v.ok and "r3-requires-moe" in {p.code for p in v.skipped}
@@ -404,7 +404,7 @@ def test_model_shape_from_the_checkpoint_is_unknown_not_dense(capsys):
 def test_topology_yaml_under_ray_job_submit_as_for_bash(tmp_path, opt, tp):
     """The same rule as `check SCRIPT.sh` (shell.launch.runtime_env): the entrypoint of ray
     job submit sees its runtime env; where that is unknown, so is what the YAML reads."""
-    from miles_topology.check_launcher import check_python
+    from miles_topology.judging.check_launcher import check_python
 
     yaml = tmp_path / "t.yaml"
     yaml.write_text("tp: ${oc.env:TP,1}\nsp: true\n")

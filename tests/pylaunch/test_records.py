@@ -1,6 +1,6 @@
 """The parent's bounds on what a sandboxed launcher says (issue 30): its record stream is
 untrusted input (records.py: schema, sizes, counts), its typer commands come from its syntax
-tree capped at MAX_COMMANDS (typerapp.py). Unit tests feed records.Reader hostile lines; two
+tree capped at MAX_COMMANDS (typerapp.py). Unit tests feed records.RecordReader hostile lines; two
 tiny launchers, aimed only at their pipes, flood the record and define 1,000 commands, and
 the checker (a subprocess, its peak memory measured) stays bounded and says so in a note.
 """
@@ -17,13 +17,13 @@ import pytest
 from support import UNHOOK
 
 from miles_topology.pylaunch import _servers, read_python_launches, records, typerapp
-from miles_topology.pylaunch.records import Reader
+from miles_topology.pylaunch.records import RecordReader
 
 LAUNCH = {"kind": "subprocess", "argv": ["python3", "train.py", "--colocate"]}
 
 
 def parse(tmp_path, *recs, raw: bytes = b"") -> list[dict]:
-    return Reader(str(tmp_path)).parse(b"".join(json.dumps(r).encode() + b"\n" for r in recs)
+    return RecordReader(str(tmp_path)).parse(b"".join(json.dumps(r).encode() + b"\n" for r in recs)
                                        + raw)
 
 
@@ -83,7 +83,7 @@ def test_a_servers_node_is_a_number(tmp_path):
 def test_non_utf8_and_lone_surrogates_stay_printable(tmp_path):
     raw = (b'{"kind": "subprocess", "argv": ["python3", "train.py", "--x", "\xff\xfe"]}\n'
            b'{"kind": "subprocess", "argv": ["python3", "train.py", "--y", "\\ud800"]}\n')
-    got = Reader(str(tmp_path)).parse(raw)
+    got = RecordReader(str(tmp_path)).parse(raw)
     assert [r["argv"][-1] for r in got] == ["\ufffd\ufffd", "\\ud800"]
     for r in got:
         json.dumps(r, ensure_ascii=False).encode()  # a lone surrogate would raise here
@@ -91,7 +91,7 @@ def test_non_utf8_and_lone_surrogates_stay_printable(tmp_path):
 
 
 def test_the_record_is_bounded_in_bytes_lines_and_actions(tmp_path):
-    reader = Reader(str(tmp_path))
+    reader = RecordReader(str(tmp_path))
     huge = b'{"end": "error", "sizes": [' + b"{}, " * (records.BYTES_MAX // 4) + b"{}]}\n"
     assert reader.parse(huge + json.dumps(LAUNCH).encode()) == [LAUNCH]
     line = json.dumps({"kind": "a"}).encode() + b"\n"

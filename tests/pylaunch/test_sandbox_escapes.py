@@ -25,7 +25,7 @@ import pytest
 from support import UNHOOK
 
 from miles_topology import pylaunch
-from miles_topology.errors import InputError
+from miles_topology.model.errors import InputError
 from miles_topology.pylaunch import isolate, read_python_launcher, run_program
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux's")

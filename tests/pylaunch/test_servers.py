@@ -12,10 +12,10 @@ import time
 import pytest
 from support import LAUNCHERS
 
-from miles_topology.check_launcher import check_python
-from miles_topology.errors import InputError
+from miles_topology.judging.check_launcher import check_python
+from miles_topology.model.errors import InputError
 from miles_topology.pylaunch import read_python_launcher, read_python_launches
-from miles_topology.pylaunch.cluster import Cluster, _plain
+from miles_topology.pylaunch.cluster import ClusterModel, _plain
 from miles_topology.pylaunch.servers import Polls, served
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux's")
@@ -76,7 +76,7 @@ def test_python_code_quoted_for_dash_c_is_plain_shell():
     assert _plain("""python3 -c "import ray; print(ray.cluster_resources().get('GPU', 0))" """)
     assert not _plain('python3 -c "print($X)"') and not _plain("(cd /x && ls)")
     assert _plain("echo '$HOME (x)'") and not _plain("echo 'open")
-    ran, probed = Cluster.of({}).answer(None, "python3 -c 'print(1)' | wc -l",
+    ran, probed = ClusterModel.of({}).answer(None, "python3 -c 'print(1)' | wc -l",
                                         lambda args: ("8\n", 0))
     assert ran.stdout.strip() == "1" and probed
 
@@ -177,7 +177,7 @@ def test_a_ray_probe_in_a_python_subprocess_prints_the_modelled_gpus():
     assert "(1 node(s) x 8 GPUs) answered `8` each time" in msg
     assert "--nodes N --gpus-per-node N" in msg
     got = read_python_launcher(fixture("run_p2p_wait_gpus.py"), ["Qwen3-30B-A3B-2node"],
-                               cluster=Cluster.of({"nodes": 2}))
+                               cluster=ClusterModel.of({"nodes": 2}))
     assert argv_after(got.argv, "--tensor-model-parallel-size") == "4"
     assert [p["answer"] for p in got.probes] == ["cluster"]
     assert got.seconds < 5
@@ -191,7 +191,7 @@ def test_a_python_probe_runs_only_when_its_output_is_read(tmp_path):
         subprocess.run(["python3", "-c", "import sys; sys.exit(3)"], check=True)
         subprocess.run(["python3", "train.py", "--actor-num-gpus-per-node", out.decode().strip()])
     """)
-    got = read_python_launcher(path, [], cluster=Cluster.of({"gpus_per_node": 4}))
+    got = read_python_launcher(path, [], cluster=ClusterModel.of({"gpus_per_node": 4}))
     assert got.argv == ["--actor-num-gpus-per-node", "4"]
 
 

@@ -9,8 +9,8 @@ from support import ROOT
 from miles.plan import plan_text
 from miles.train import main
 from miles_topology import Topology, TopologyError
-from miles_topology.checks import _divisors
-from miles_topology.show import text_map
+from miles_topology.model.checks import _divisors
+from miles_topology.reporting.show import text_map
 
 HUGE = 10**30
 LIMIT_S = 2.0

@@ -7,9 +7,9 @@ import sys
 import pytest
 from support import SCRIPTS, bash_launch, flag_values
 
-from miles_topology.check_script import check_script
 from miles_topology.cli import main
-from miles_topology.errors import InputError
+from miles_topology.judging.check_script import check_script
+from miles_topology.model.errors import InputError
 
 HERE = SCRIPTS
 FIXTURES = json.loads((HERE / "expected.json").read_text())["fixtures"]

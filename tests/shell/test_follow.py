@@ -104,8 +104,8 @@ def test_gpu_probes_are_answered_from_the_modelled_cluster(tmp_path, capsys):
     smi = bin_ / "nvidia-smi"
     root = ROOT
     smi.write_text(f"#!/bin/bash\nexec {sys.executable} -c 'import sys; sys.path.insert(0, "
-                   f"\"{root}\"); from miles_topology.pylaunch.cluster import Cluster; "
-                   "sys.stdout.write(Cluster.of(dict(gpus_per_node=4, gpu=\"H200\"))"
+                   f"\"{root}\"); from miles_topology.pylaunch.cluster import ClusterModel; "
+                   "sys.stdout.write(ClusterModel.of(dict(gpus_per_node=4, gpu=\"H200\"))"
                    ".nvidia_smi(sys.argv[1:]).stdout)' \"$@\"\n")
     smi.chmod(0o755)
     truth = flag_values(bash_launch(script, [], tmp_path))
@@ -182,9 +182,9 @@ def test_cluster_probes_are_answered_from_the_modelled_cluster(tmp_path, capsys)
 
 
 def test_ray_status_is_answered_only_for_its_gpu_line():
-    from miles_topology.pylaunch.cluster import Cluster
+    from miles_topology.pylaunch.cluster import ClusterModel
 
-    c = Cluster.of({"nodes": 2, "gpus_per_node": 4})
+    c = ClusterModel.of({"nodes": 2, "gpus_per_node": 4})
     ran, probed = c.answer(None, "ray status | grep GPU | awk '{print $1}' | cut -d/ -f2")
     assert ran.stdout == "8.0\n" and probed
     assert c.answer(None, "ray status | grep CPU") == (None, False)  # not modelled: unknown

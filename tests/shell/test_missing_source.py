@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from support import bash_launch
 
-from miles_topology.check_script import check_script
+from miles_topology.judging.check_script import check_script
 
 LAUNCH = ("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
           "--tensor-model-parallel-size 2 ${MODEL_ARGS[@]}\n")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support import ROOT, SCRIPTS
 
-from miles_topology.errors import Location
+from miles_topology.model.errors import Location
 from miles_topology.shell import (
     FlagValue,
     ScriptRead,
@@ -522,7 +522,7 @@ def test_unicode_fixture_migrates_exactly(tmp_path):
     (yaml,) = out.files.values()  # the comment heading the moved lines moved along
     assert "tp: 2  # --tensor-model-parallel-size; taille TP → 2\n" in yaml
     assert "   --sequence-parallel" not in new  # moved whole, nothing left half-cut
-    from miles_topology.yamlflags import STAGED
+    from miles_topology.reading.yamlflags import STAGED
 
     token = STAGED.set(out.files)  # the YAML it would write, expanded by `miles-topology flags`
     try:

@@ -218,7 +218,8 @@ def test_each_concern_lives_in_its_module():
         got = _names_imported(stem)
         assert not {m for m in got if "pylaunch" in m or "yamlflags" in m or
                     "run_pipeline" in m}, (stem, got)
-    assert {"..yamlflags", "..textfilters.run_pipeline"} <= _names_imported("substitute")
+    assert {"..reading.yamlflags", "..reading.textfilters.run_pipeline"} <= \
+        _names_imported("substitute")
     text = (SHELL / "interpret.py").read_text()
     assert "_Unsteppable" not in text and "def _test" not in text and "def keyed" not in text
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from miles_topology.textfilters import Ran, run_pipeline
+from miles_topology.reading.textfilters import Ran, run_pipeline
 
 TOPO = (
     "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\n"

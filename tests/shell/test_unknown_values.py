@@ -4,7 +4,7 @@ examples/infra_features/p2p_weight_transfer/run-glm5-disagg-profile.sh sets TP=4
 `case "${MODEL_NAME}"` arm and passes `--rollout-num-gpus ${NUM_ROLLOUT_GPUS}`: no
 `sp-ignored ... tp = 1`, no `no-rollout-gpus`."""
 
-from miles_topology.check_script import check_script
+from miles_topology.judging.check_script import check_script
 
 SCRIPT = """#!/bin/bash
 MODEL_NAME=${1:-glm5}
@@ -70,7 +70,7 @@ def test_an_unquoted_value_that_may_be_empty_is_warned(tmp_path):
 
 
 def test_a_flag_followed_by_a_flag_is_refused_as_argparse_does():
-    from miles_topology.flags import argparse_option, parse_flags
+    from miles_topology.reading.flags import argparse_option, parse_flags
 
     got = parse_flags(["--colocate", "--wandb-key", "--use-wandb"])
     assert [p.code for p in got.errors] == ["invalid-flag-value"]

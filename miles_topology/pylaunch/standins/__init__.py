@@ -43,7 +43,7 @@ OVERLAY = frozenset({"ray", "torch"})
 EMIT = None  # set by the child: writes one record
 WHERE = None  # set by the child: the launcher's own file:line of the current call
 OWN = None  # set by the child: whether a file is the launcher's own
-CLUSTER = None  # set by the child: the modelled cluster (cluster.Cluster)
+CLUSTER = None  # set by the child: the modelled cluster (cluster.ClusterModel)
 _ids = itertools.count(1)
 
 

@@ -22,9 +22,9 @@ from . import Unknown
 _state = {"up": False}
 
 
-def _c() -> _cluster.Cluster:
+def _c() -> _cluster.ClusterModel:
     got = sys.modules[__package__].CLUSTER
-    return got if got is not None else _cluster.Cluster.of({})
+    return got if got is not None else _cluster.ClusterModel.of({})
 
 
 def node_id(i: int) -> str:

@@ -18,9 +18,9 @@ CAPABILITY = {"A100": (8, 0), "H100": (9, 0), "H200": (9, 0), "H20": (9, 0), "B2
               "MI325X": (9, 4), "MI350X": (9, 5), "MI355X": (9, 5)}
 
 
-def _c() -> _cluster.Cluster:
+def _c() -> _cluster.ClusterModel:
     got = sys.modules[__package__].CLUSTER
-    return got if got is not None else _cluster.Cluster.of({})
+    return got if got is not None else _cluster.ClusterModel.of({})
 
 
 def is_available() -> bool:

@@ -1,0 +1,2 @@
+"""Reporting verdicts: the output sink (safetext), one module per output format (formats/)
+and the text and SVG maps (show)."""

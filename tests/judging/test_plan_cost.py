@@ -1,0 +1,213 @@
+"""`plan` ranks by the step-time model of cost.py (issue 35): its terms, margin and flags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import FIXTURES, run_cli
+
+from miles_topology import Topology
+from miles_topology.judging.cost import HARDWARE, TERMS, spans, step_cost
+from miles_topology.judging.memory import Precision, Run, gpu_bytes, layout_of
+from miles_topology.judging.plan import Options, plan, read_model
+from miles_topology.model.gpus import GPUS
+
+MOE = str(FIXTURES / "models" / "qwen3-30B-A3B.sh")
+QWEN4B = str(FIXTURES / "models" / "qwen3-4B.sh")
+
+
+def _plan_json(capsys, *argv) -> dict:
+    code, out, err = run_cli(capsys, "plan", *argv, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_every_gpu_modelled_has_sourced_hardware_figures():
+    assert set(GPUS) <= set(HARDWARE)
+    for name, hw in HARDWARE.items():
+        assert hw.flops > 1e14 and hw.hbm > 1e12 and hw.link > hw.net > 0 and hw.pcie > 0
+        assert "datasheet" in hw.source or "brief" in hw.source, name
+
+
+def test_explain_terms_sum_to_the_ranking_key(capsys):
+    got = _plan_json(capsys, MOE, "--nodes", "1", "--top", "20")
+    steps = [x["step_s"] for x in got["layouts"]]
+    assert steps == sorted(steps)  # ranked by the step time
+    for x in got["layouts"]:
+        assert list(x["cost_s"]) == list(TERMS)
+        assert sum(x["cost_s"].values()) == pytest.approx(x["step_s"], abs=1e-3)
+    code, out, _ = run_cli(capsys, "plan", MOE, "--nodes", "1", "--top", "3", "--explain")
+    lines = [w for w in out.splitlines() if w.strip().startswith("step ~")]
+    assert len(lines) == 3
+    for line in lines:  # the printed terms add up to the printed total
+        total = float(line.split("~")[1].split(" s")[0])
+        parts = line.split("= ")[1].split(" (")[0].split(" + ")
+        assert sum(float(p.split()[1]) for p in parts) == pytest.approx(total, abs=0.01)
+
+
+def test_the_key_is_the_sum_of_the_terms():
+    shape, model = read_model([MOE], None)
+    topo = Topology(nodes=2, gpus_per_node=8, tp=2, sp=True, pp=2, cp=2, ep=4, etp=1,
+                    **model)
+    cost = step_cost(shape, layout_of(topo), HARDWARE["H100"], 8, Precision(offload=1.0),
+                     Run(tokens=8192, recompute="full"), 16 * 4 * 8192)
+    assert cost.total == sum(cost.terms.values())
+    assert all(cost.terms[k] > 0 for k in ("compute", "recompute", "tp", "ep", "pp_bubble",
+                                           "optimizer"))
+
+
+@pytest.mark.parametrize("margin", ["0.1", "0.3"])
+def test_no_proposal_leaves_less_than_the_margin_free(capsys, margin):
+    got = _plan_json(capsys, MOE, "--nodes", "1", "--top", "200", "--margin", margin)
+    assert got["layouts"] and got["cluster"]["margin"] == float(margin)
+    assert min(x["headroom"] for x in got["layouts"]) >= float(margin)
+
+
+def test_proposals_pass_check_on_the_same_cluster_without_a_memory_finding(capsys):
+    shape_flags = _model_args(MOE)
+    got = _plan_json(capsys, MOE, "--nodes", "1", "--top", "8", "--colocate",
+                     "--max-tokens-per-gpu", "16384")
+    for x in got["layouts"]:
+        assert "--context-parallel-size" in x["flags"]  # every size given
+        assert "--rollout-num-gpus-per-engine" in x["flags"]
+        code, out, _ = run_cli(capsys, "check", "--gpu", "H100", "--format", "json", "--",
+                               *shape_flags, *x["flags"])
+        report = json.loads(out)
+        codes = [p["code"] for p in report["errors"] + report["warnings"]]
+        assert not [c for c in codes if c.startswith("memory")], (x["flags"], codes)
+        assert "stages" in report["memory"]
+
+
+def _model_args(path: str) -> list[str]:
+    from miles_topology.judging.plan import _script_flags
+
+    return _script_flags(path)
+
+
+def test_recompute_offload_vpp_and_cp_are_options():
+    shape, model = read_model([MOE], None)
+    free = plan(shape, model, 2, 8, gpu_bytes("H100"), opts=Options(tokens=8192))
+    assert {c.recompute for c in free} == {False, True}  # weighed, not forced
+    assert any(c.topo.stages.chunks > 1 for c in free)  # interleaving proposed
+    assert all(c.topo.layout.cp == 1 for c in free)  # samples fit a rank: the ring is a cost
+    assert any(not c.offload for c in free) and any(c.offload for c in free)
+    forced = plan(shape, model, 2, 8, gpu_bytes("H100"),
+                  opts=Options(tokens=8192, recompute=True, offload=True))
+    assert all(c.recompute and c.offload for c in forced)
+    assert all("--recompute-granularity" in c.flags and "--optimizer-cpu-offload" in c.flags
+               for c in forced)
+    long = plan(shape, model, 2, 8, gpu_bytes("H100"),
+                opts=Options(tokens=8192, seq_length=30000))
+    assert long and all(c.topo.layout.cp * 8192 >= 30000 for c in long)
+
+
+def test_tiny_expert_slices_lose_to_expert_parallel():
+    """ep 1 with etp = tp holds as many expert parameters a rank as ep 8 with etp 1, but its
+    expert matrix multiplies are 96 columns wide (768 / 8): memory-bound, and the tokens of
+    every routed copy are gathered over etp. The model ranks ep 8 etp 1 first."""
+    shape, model = read_model([MOE], None)
+
+    def cost(ep: int, etp: int) -> float:
+        topo = Topology(nodes=1, gpus_per_node=8, tp=8, sp=True, ep=ep, etp=etp, **model)
+        return step_cost(shape, layout_of(topo), HARDWARE["H100"], 8, Precision(),
+                         Run(tokens=8192), 8 * 4 * 8192).total
+
+    assert cost(8, 1) < cost(1, 8)
+
+
+def test_an_all_to_all_across_nodes_costs_more_than_inside_one():
+    shape, model = read_model([MOE], None)
+
+    def ep_cost(nodes: int, ep: int) -> float:
+        topo = Topology(nodes=nodes, gpus_per_node=8, ep=ep, etp=1, **model)
+        return step_cost(shape, layout_of(topo), HARDWARE["H100"], 8, Precision(),
+                         Run(tokens=8192), 16 * 4 * 8192).terms["ep"]
+
+    assert ep_cost(2, 16) > 2 * ep_cost(2, 8)
+
+
+@pytest.mark.parametrize("sizes", [dict(tp=2, cp=2, ep=4, etp=1, pp=2),
+                                   dict(tp=8, cp=2, ep=16, etp=1, pp=1),
+                                   dict(tp=4, cp=1, ep=4, etp=4, pp=2)])
+def test_spans_match_the_topology_groups(sizes):
+    _, model = read_model([MOE], None)
+    topo = Topology(nodes=4, gpus_per_node=8, sp=sizes["tp"] > 1, **sizes, **model)
+
+    def nodes(token: str, expert: bool = False) -> int:
+        return len({topo.placement(r)[0] for r in topo.rank_groups(token, expert)[0]})
+
+    got = spans(layout_of(topo), 8)
+    assert (got.tp, got.cp, got.ep, got.edp) == (nodes("tp"), nodes("cp"), nodes("ep", True),
+                                                 nodes("dp", True))
+
+
+def test_json_carries_the_model_parameters_and_the_rollout(capsys):
+    got = _plan_json(capsys, QWEN4B, "--nodes", "1", "--colocate", "--top", "1")
+    assert got["model"]["parameters"] == 4_022_468_096
+    roll = got["layouts"][0]["rollout"]
+    assert roll["rollout_num_gpus_per_engine"] >= 1 and 0 < roll[
+        "sglang_mem_fraction_static"] < 0.9
+    assert roll["engine_weights_gib"] <= roll["sglang_mem_fraction_static"] * 79.65 / 2
+
+
+def test_bad_plan_options_are_refused(capsys):
+    for bad in (["--margin", "1.5"], ["--max-tokens-per-gpu", "0"], ["--seq-length", "-1"]):
+        code, _, err = run_cli(capsys, "plan", MOE, "--nodes", "1", *bad)
+        assert code == 2 and err.count("\n") == 1, err
+
+
+def test_deepep_is_weighed_as_a_dispatcher():
+    # slime's MoE scripts switch to megatron-core's flex dispatcher with DeepEP
+    # (THUDM/slime scripts/run-deepseek-r1.sh); a token then crosses the network once a
+    # remote node and NVLink once a rank, not once a routed expert
+    shape, model = read_model([MOE], None)
+    got = plan(shape, model, 2, 8, gpu_bytes("H100"),
+               opts=Options(tokens=8192, recompute=True, offload=True))
+    far = [c for c in got if spans(layout_of(c.topo), 8).ep > 1]
+    assert far and all(c.deepep and "--moe-enable-deepep" in c.flags for c in far)
+    assert not any(c.deepep or "--moe-enable-deepep" in c.flags
+                   for c in got if c.topo.layout.ep == 1)
+    run = Run(tokens=8192, recompute="full")
+    for c in far[:1] + [c for c in got if c.deepep and spans(layout_of(c.topo), 8).ep == 1][:1]:
+        a2a = step_cost(shape, layout_of(c.topo), HARDWARE["H100"], 8, Precision(offload=1.0),
+                        run, 2**20)
+        assert c.cost is not None and c.cost.terms["ep"] < a2a.terms["ep"]
+
+
+def test_the_cp_ring_passes_k_and_v_of_mla_heads():
+    # DeepSeek-V3's MLA: 128 heads, K of 128 + 64 (rope) and V of 128 a head; TE's P2P
+    # context parallelism sends K and V both (was counted half)
+    from miles_topology.judging.cost import ring_bytes
+    from miles_topology.judging.memory import shape_from_flags
+    flags = ["--num-layers", "4", "--hidden-size", "7168", "--num-attention-heads", "128",
+             "--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
+             "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128",
+             "--ffn-hidden-size", "18432", "--vocab-size", "129280"]
+    shape = shape_from_flags(flags)
+    assert shape is not None and shape.mla
+    topo = Topology(nodes=1, gpus_per_node=8, tp=8, sp=True, cp=1, layers=4, heads=128)
+    assert ring_bytes(shape, layout_of(topo), 16384, 128) == 16384 * 2 * 16 * (192 + 128)
+    gqa = shape_from_flags(["--num-layers", "4", "--hidden-size", "4096",
+                            "--num-attention-heads", "64", "--group-query-attention",
+                            "--num-query-groups", "4", "--kv-channels", "128"])
+    assert gqa is not None
+    topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, layers=4, heads=64,
+                    query_groups=4)
+    assert ring_bytes(gqa, layout_of(topo), 1000, 4) == 1000 * 2 * 2 * 2 * 128
+
+
+def test_offload_copies_are_pipelined_with_cpu_adam():
+    # --overlap-cpu-optimizer-d2h-h2d: the copies overlap the CPU steps (HybridDeviceOptimizer)
+    from miles_topology.judging.cost import CPU_ADAM, PCIE_EFF
+    shape, model = read_model([MOE], None)
+    topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, ep=4, etp=1, **model)
+    lay = layout_of(topo)
+    prec = Precision(offload=1.0)
+    cost = step_cost(shape, lay, HARDWARE["H100"], 8, prec, Run(tokens=8192), 2**20)
+    from miles_topology.judging.memory import Counter
+    c = Counter(shape, lay)
+    big = max((c.stage(p) for p in range(lay.pp)), key=lambda x: x.total)
+    shard = big.dense / (lay.dp * lay.cp) + big.expert / lay.edp
+    copies = shard * (prec.grad + prec.weight) / (HARDWARE["H100"].pcie * PCIE_EFF)
+    assert cost.terms["optimizer"] == pytest.approx(max(copies, shard / CPU_ADAM))

@@ -1,0 +1,425 @@
+"""Know the user's own stack: slime vs miles, forks, user functions' add_arguments, other
+versions, YAML channels; an error only where the real parser refuses.
+
+The real parsers cannot run here: miles and slime import torch.distributed, Ray, SGLang and
+Megatron-LM's `megatron.training`, which the megatron-core wheel installed here does not ship
+(only `megatron/core`). So `test_real_argparse_*` build miles' parser as upstream composes it
+(surface.parser: argparse with Megatron's allow_abbrev=False, from the bundled surface) and
+call the fixtures' own `add_arguments` on it, as miles' add_user_provided_function_arguments
+does, then parse the launch's real argv: argparse itself confirms each verdict.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import FIXTURES, ROOT
+
+from miles_topology.judging.check_script import check_script
+from miles_topology.reading import stack, surface
+from miles_topology.reading.flags import parse_flags
+from miles_topology.shell import read_script
+
+FIX = FIXTURES / "stack"
+AGENT = FIX / "agent-project"
+FORK = FIX / "slime-fork"
+
+
+@pytest.fixture(autouse=True)
+def tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MILES_TOPOLOGY_CACHE", str(tmp_path / "cache"))
+    stack._base.cache_clear()
+    yield tmp_path / "cache"
+    stack._base.cache_clear()
+
+
+def codes(v, kind="errors"):
+    return [p.code for p in getattr(v, kind)]
+
+
+def real_parser(plugin: str | None = None) -> argparse.ArgumentParser:
+    """miles' parser from the bundled surface, plus a plugin's own add_arguments, run."""
+    p = surface.parser()
+    if plugin is not None:
+        sys.path.insert(0, str(AGENT))
+        try:
+            mod, _, attr = plugin.rpartition(".")
+            getattr(importlib.import_module(mod), attr).add_arguments(p)
+        finally:
+            sys.path.remove(str(AGENT))
+    return p
+
+
+def argv_of(path: Path, env=None) -> list[str]:
+    return read_script(path, env or {}).flags()
+
+
+# ---- user functions' add_arguments -------------------------------------------------------
+
+
+def test_plugin_flags_are_read_from_the_function_the_launch_names():
+    v = check_script(str(AGENT / "scripts" / "run-agent.sh"), {})
+    assert v.ok and not v.warnings and not v.skipped, [str(p) for p in v.errors + v.skipped]
+
+
+def test_real_argparse_accepts_the_plugin_flags_and_refuses_the_near_miss():
+    p = real_parser("agent_rollout.generate.generate")
+    p.parse_args(argv_of(AGENT / "scripts" / "run-agent.sh"))
+    with pytest.raises(SystemExit):
+        p.parse_args(argv_of(AGENT / "scripts" / "run-agent-typo.sh"))
+    with pytest.raises(SystemExit):  # without the function's add_arguments, refused too
+        real_parser().parse_args(argv_of(AGENT / "scripts" / "run-agent.sh"))
+
+
+def test_a_near_miss_of_a_plugin_flag_is_an_error_with_did_you_mean():
+    v = check_script(str(AGENT / "scripts" / "run-agent-typo.sh"), {})
+    (p,) = v.errors
+    assert p.code == "unknown-flag" and "did you mean --agent-max-turns?" in p.message
+
+
+@pytest.mark.parametrize("script", ["run-agent-unread.sh", "run-agent-missing.sh"])
+def test_an_unreadable_function_makes_its_flags_skipped_not_errors(script):
+    v = check_script(str(AGENT / "scripts" / script), {})
+    assert v.ok
+    assert codes(v, "skipped") == ["unverified-flag"] * 3
+    assert "add_arguments" in v.skipped[0].message
+
+
+def test_miles_own_generate_functions_are_bundled():
+    # miles' generate_hub adds --max-seq-len / --custom-agent-function-path (issue 28)
+    got = parse_flags(["--max-seq-len", "4096"])
+    assert codes(got) == ["unknown-flag"]
+    st = stack.with_functions(stack.BUNDLED, [(
+        "--custom-generate-function-path",
+        "miles.rollout.generate_hub.agentic_tool_call.generate")])
+    with stack.using(st):
+        assert parse_flags(["--max-seq-len", "4096", "--custom-agent-function-path",
+                            "a.b"]).errors == []
+
+
+# ---- slime, forks, --stack ---------------------------------------------------------------
+
+
+def test_a_slime_script_is_checked_against_slime():
+    v = check_script(str(FIX / "run-slime-image.sh"), {})
+    assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]
+    assert v.extra["stack"].startswith("THUDM/slime")
+
+
+def test_a_fork_is_checked_against_its_own_parser():
+    v = check_script(str(FORK / "scripts" / "run-qwen3-4B-prm.sh"), {})
+    assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]
+    assert str(FORK) in v.extra["stack"]
+    typo = check_script(str(FORK / "scripts" / "run-qwen3-4B-prm-typo.sh"), {})
+    (p,) = typo.errors
+    assert p.code == "unknown-flag" and "did you mean --prm-enable?" in p.message
+
+
+def test_the_fork_s_flags_are_cached_per_version(tmp_path, tmp_cache):
+    fork = tmp_path / "fork"
+    shutil.copytree(FORK, fork)
+    first = stack.for_launch(str(fork / "scripts" / "x.sh"), None, [])
+    assert first.flag("--prm-enable") is not None and list(tmp_cache.glob("flags-slime-*"))
+    args = fork / "slime" / "utils" / "arguments.py"
+    args.write_text(args.read_text().replace("--prm-model-path", "--prm-model-dir"))
+    stack._base.cache_clear()
+    again = stack.for_launch(str(fork / "scripts" / "x.sh"), None, [])
+    assert again.flag("--prm-model-dir") is not None and again.flag("--prm-model-path") is None
+    assert len(list(tmp_cache.glob("flags-slime-*"))) == 2
+
+
+def test_stack_option_points_at_the_user_s_checkout(tmp_path, tmp_cache):
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
+                      "--num-layers 4 --colocate --prm-enable\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MILES_TOPOLOGY_CACHE": str(tmp_cache)}
+
+    def run(*extra):
+        return subprocess.run([sys.executable, "-m", "miles_topology", "check", "--format",
+                               "json", *extra, str(script)], capture_output=True, text=True,
+                              env=env, timeout=120)
+    plain, given = run(), run("--stack", str(FORK))
+    assert plain.returncode == 1 and "unknown-flag" in plain.stdout
+    assert given.returncode == 0, given.stdout + given.stderr
+    assert "slime of" in json.loads(given.stdout)["stack"]
+    bad = run("--stack", str(tmp_path))
+    assert bad.returncode == 2 and "no miles/ or slime/" in bad.stderr
+
+
+VLLM = FIX / "slime-vllm-fork"
+
+
+def test_a_fork_under_its_own_package_name_reads_its_own_arguments(capsys):
+    """The fork's train.py builds its parser from slime_vllm.utils.arguments, which imports its
+    --vllm-* flags from its vLLM backend: read there, not judged against miles' surface."""
+    from miles_topology.cli import main
+
+    v = check_script(str(VLLM / "scripts" / "run-qwen3-4B-vllm.sh"), {})
+    assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]
+    assert "slime_vllm (a slime fork) of" in v.extra["stack"]
+    st = stack.for_launch(str(VLLM / "scripts" / "x.sh"), str(VLLM / "train.py"), [])
+    assert (st.framework, st.package) == ("slime", "slime_vllm") and st.drops_unknown
+    assert st.flag("--vllm-max-num-seqs") is not None and st.flag("--vllm-max-seqs") is None
+    # `--stack` of the fork is accepted (it has no miles/ or slime/ folder)
+    assert main(["check", "--stack", str(VLLM), "--", "--actor-num-nodes", "1",
+                 "--colocate", "--num-layers", "2", "--vllm-tensor-parallel-size", "2"]) == 0
+    assert "ignored-flag" not in capsys.readouterr().out
+
+
+def test_a_fork_s_own_validation_decides_the_ranges_of_its_values():
+    """The fork's --critic-train-only takes --actor-num-nodes 0 (its slime_validate_args): our
+    range (miles' actor needs a node) is not proven wrong there, so it is skipped."""
+    v = check_script(str(VLLM / "scripts" / "run-qwen3-4B-critic-only.sh"), {})
+    assert v.ok and not v.errors
+    assert [p.code for p in v.skipped] == ["invalid-flag-value"]
+    assert "slime_vllm's own validation decides" in v.skipped[0].message
+
+
+def test_another_program_s_train_py_is_not_judged_as_a_miles_launch():
+    """A vendored Megatron-LM's examples/mimo/train.py builds Megatron's parser, not miles' or
+    slime's: its launch has nothing to check (no unknown-flag --model-provider, no world)."""
+    from miles_topology.model.errors import NoTrainingLaunch
+
+    script = FIX / "vendored-megatron" / "Megatron-LM" / "examples" / "mimo" / "run.sh"
+    with pytest.raises(NoTrainingLaunch, match="builds neither miles' nor slime's parser"):
+        check_script(str(script), {})
+
+
+def test_an_entry_python_cannot_parse_here_is_judged_as_its_name_says(tmp_path):
+    (tmp_path / "train.py").write_text("print 'a python 2 file'\n")
+    script = tmp_path / "run.sh"
+    script.write_text("python3 ./train.py --num-layers 4 --colocate "
+                      "--tensor-model-paralel-size 2\n")
+    assert codes(check_script(str(script), {})) == ["unknown-flag"]
+
+
+def test_a_torchrun_launch_of_a_miles_entry_has_torchrun_s_world(tmp_path):
+    """torchrun starts nnodes x nproc_per_node ranks (torch/distributed/run.py; defaults 1
+    and 1); the actor flags, when given, still say what miles places."""
+    script = tmp_path / "run.sh"
+    for opts, argv, world in (("--nproc_per_node 2 --nnodes=2", "", 4),
+                              ("--nproc-per-node=2", "", 2),
+                              ("--nproc_per_node 2", "--actor-num-gpus-per-node 4", 4),
+                              ("--nproc_per_node $N", "", 8)):
+        script.write_text(f"torchrun {opts} \\\n  /root/miles/train.py --num-layers 4 "
+                          f"--colocate {argv}\n")
+        v = check_script(str(script), {})
+        assert v.summary["world_size"] == world, opts
+
+
+# ---- versions ------------------------------------------------------------------------------
+
+
+def test_a_flag_of_a_newer_sglang_warns_naming_it():
+    v = check_script(str(FIX / "run-newer-sglang.sh"), {})
+    assert v.ok and codes(v, "warnings") == ["flag-of-other-version"]
+    assert "SGLang 0.5.23" in v.warnings[0].message
+
+
+def test_slime_s_patched_megatron_flag_warns_on_miles_and_passes_on_slime():
+    got = parse_flags(["--use-gated-attention"])
+    assert not got.errors and "patched Megatron-LM" in got.warnings[0].message
+    with stack.using(stack.Stack("slime")):
+        assert parse_flags(["--use-gated-attention"]).warnings == []
+
+
+def test_the_true_errors_of_upstream_s_own_scripts_stay_errors():
+    # miles' Kimi-K2.5 LoRA example: nothing defines it; p2p run.py: one word with a space
+    assert codes(parse_flags(["--filter-zero-reward-samples"])) == ["unknown-flag"]
+    (p,) = parse_flags(["--sglang-load-format dummy"]).errors
+    assert p.code == "unknown-flag" and "did you mean --sglang-load-format?" in p.message
+
+
+# ---- a typo whatever its value -----------------------------------------------------------
+
+
+def test_a_misspelt_flag_with_an_unresolved_value_is_an_error():
+    v = check_script(str(FIX / "run-typo-unresolved.sh"), {})
+    (p,) = v.errors
+    assert p.code == "unknown-flag" and "did you mean --expert-model-parallel-size?" in p.message
+    assert p.location is not None and p.location.line == 7
+    known = check_script(str(FIX / "run-typo-unresolved.sh"), {"EP": "4"})
+    assert codes(known) == ["unknown-flag"]
+
+
+# ---- channels -------------------------------------------------------------------------------
+
+
+def test_a_layout_key_in_the_custom_config_is_an_error_at_its_line():
+    v = check_script(str(FIX / "custom-config" / "run.sh"), {})
+    (p,) = v.errors
+    assert p.code == "custom-config-layout" and p.location.line == 4
+    assert "world size and placement" in p.message and p.location.path.endswith("custom.yaml")
+
+
+def test_other_custom_config_keys_apply_with_the_yaml_line_as_source():
+    v = check_script(str(FIX / "custom-config" / "run.sh"), {"CONFIG": "custom-ok.yaml"})
+    assert v.ok
+    got = v.extra["values"]["--num-layers"]
+    assert got["value"] == "30" and got["source"].endswith("custom-ok.yaml:3")
+    assert got["overridden"][0]["value"] == "28"
+    assert v.topology.model.layers == 30
+
+
+def test_an_unreadable_custom_config_is_skipped(tmp_path):
+    v = check_script(str(FIX / "custom-config" / "run.sh"), {"CONFIG": "absent.yaml"})
+    assert v.ok and codes(v, "skipped") == ["custom-config-unread"]
+
+
+YAML_CFG = FIX / "yaml-cfg"
+
+
+def megatron_load_yaml(path: Path):
+    """What Megatron-LM's parse_args returns for --yaml-cfg (yaml_arguments.py load_yaml: the
+    YAML's top-level keys as the namespace, nested mappings as sub-namespaces). The module
+    itself imports torch and megatron.training, absent here, so its one step is done here."""
+    import types
+
+    import yaml
+
+    return json.loads(json.dumps(yaml.safe_load(path.read_text())),
+                      object_hook=lambda d: types.SimpleNamespace(**d))
+
+
+def test_a_complete_yaml_cfg_sets_the_sizes_with_the_yaml_line_as_source():
+    v = check_script(str(YAML_CFG / "run.sh"), {"CONFIG": "full.yaml"})
+    assert v.ok and v.summary["tp"] == 4 and v.summary["dp"] == 2
+    got = v.extra["values"]["--tensor-model-parallel-size"]
+    assert got["value"] == "4" and got["source"].endswith("full.yaml:5")
+    ns = megatron_load_yaml(YAML_CFG / "full.yaml")  # what runs: the YAML's value
+    assert ns.tensor_model_parallel_size == 4 and ns.actor_num_nodes * \
+        ns.actor_num_gpus_per_node == v.summary["world_size"]
+
+
+def test_a_yaml_cfg_without_miles_world_size_keys_is_an_error():
+    v = check_script(str(YAML_CFG / "run.sh"), {"CONFIG": "megatron-style.yaml"})
+    assert codes(v) == ["yaml-cfg-incomplete"] and v.errors[0].location.line == 8
+    assert "actor_num_nodes" in v.errors[0].message
+    # the command line's sizes are dropped, and said so
+    assert codes(v, "warnings") == ["yaml-cfg-replaces-flags"]
+    assert "--tensor-model-parallel-size" in v.warnings[0].message
+    ns = megatron_load_yaml(YAML_CFG / "megatron-style.yaml")
+    with pytest.raises(AttributeError):  # miles' parse_args: args.actor_num_nodes * ...
+        ns.actor_num_nodes  # noqa: B018
+    assert ns.model_parallel.tensor_model_parallel_size == 4  # nested, not args.<name>
+
+
+def test_an_unreadable_yaml_cfg_is_skipped():
+    v = check_script(str(YAML_CFG / "run.sh"), {"CONFIG": "absent.yaml"})
+    assert v.ok and codes(v, "skipped") == ["yaml-cfg-unread"]
+
+
+def test_yaml_cfg_is_not_read_as_base64_and_not_on_fsdp(tmp_path):
+    from miles_topology.reading.channels import read_channels
+
+    inline = "base64:dGVuc29yX21vZGVsX3BhcmFsbGVsX3NpemU6IDQK"  # a custom-config form only
+    problems, words = read_channels([("--yaml-cfg", inline, None)])
+    assert [p.code for p in problems] == ["yaml-cfg-unread"] and words == []
+    cfg = str(YAML_CFG / "megatron-style.yaml")
+    assert read_channels([("--train-backend", "fsdp", None), ("--yaml-cfg", cfg, None)]) \
+        == ([], [])
+    # slime merges its pre-parsed arguments back after Megatron's parse_args: no error there
+    problems, _ = read_channels([("--yaml-cfg", cfg, None)], framework="slime")
+    assert "yaml-cfg-incomplete" not in [p.code for p in problems]
+
+
+# ---- migrate ---------------------------------------------------------------------------------
+
+
+def test_migrate_moves_the_layout_of_a_script_with_flags_of_its_own(tmp_path):
+    from miles_topology.migrations.runner import migrate
+
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "#!/bin/bash\npython3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 \\\n"
+        "   --colocate --tensor-model-parallel-size 2 --rollout-num-gpus-per-engine 2 \\\n"
+        "   --prm-enable --rollout-min-p 0.1 --num-layers 28 --num-attention-heads 16\n")
+    out = migrate(script, {})
+    assert out.applied and "--prm-enable --rollout-min-p 0.1" in out.new
+    assert sorted(p.flags[0] for p in out.beside) == ["--prm-enable", "--rollout-min-p"]
+
+
+def test_an_installed_megatron_s_own_flags_are_known(tmp_path, monkeypatch):
+    # a newer Megatron-LM on PYTHONPATH (miles' image: /root/Megatron-LM) defines a flag
+    # the bundled snapshot does not have: the user's stack accepts it
+    mg = tmp_path / "Megatron-LM" / "megatron" / "training"
+    mg.mkdir(parents=True)
+    (mg / "arguments.py").write_text(
+        "def _add_network_size_args(parser):\n"
+        "    group = parser.add_argument_group(title='network size')\n"
+        "    group.add_argument('--use-shiny-attention', action='store_true')\n"
+        "    return parser\n")
+    assert codes(parse_flags(["--use-shiny-attention"])) == ["unknown-flag"]
+    monkeypatch.syspath_prepend(str(tmp_path / "Megatron-LM"))
+    st = stack.for_launch(None, None, [])
+    assert st.flag("--use-shiny-attention") is not None
+    with stack.using(st):
+        assert parse_flags(["--use-shiny-attention"]).errors == []
+
+
+def test_add_arguments_are_followed_through_imports_and_classes():
+    # miles' session_verify_agent style: its add_arguments calls the base function's first
+    from miles_topology.reading.argscan import Resolver
+
+    src = {
+        "pkg.base": "import argparse\nasync def generate(x): ...\n"
+                    "def _add(parser):\n    parser.add_argument('--base-turns', type=int)\n"
+                    "generate.add_arguments = _add\n",
+        "pkg.agent": "from pkg.base import generate as _base_generate\n"
+                     "async def generate(x): ...\n"
+                     "def _add_arguments(parser):\n"
+                     "    _base_generate.add_arguments(parser)\n"
+                     "    parser.add_argument('--cycles', type=int, default=3)\n"
+                     "    parser.add_argument('--strict', action='store_true')\n"
+                     "generate.add_arguments = _add_arguments\n",
+        "pkg.cls": "class RolloutFn:\n    @staticmethod\n    def add_arguments(parser):\n"
+                   "        parser.add_argument('--rollout-knob', type=float)\n",
+        "pkg.reexport": "from pkg.agent import generate\n",
+        "pkg.plain": "def generate(x):\n    return x\n",
+    }
+    r = Resolver(src.get)
+    got = {n: a.takes_value for a in r.function_arguments("pkg.reexport.generate")
+           for n in a.names}
+    assert got == {"--base-turns": True, "--cycles": True, "--strict": False}
+    assert [a.names for a in r.function_arguments("pkg.cls.RolloutFn")] == [("--rollout-knob",)]
+    assert r.function_arguments("pkg.plain.generate") == []  # resolved, adds nothing
+    assert r.function_arguments("pkg.absent.generate") is None  # unresolved
+
+
+def test_plain_flags_are_judged_against_the_stack_too(capsys):
+    from support import run_cli
+
+    flags = ["--", "--actor-num-nodes", "1", "--colocate", "--prm-enable"]
+    assert run_cli(capsys, "check", *flags)[0] == 1
+    assert run_cli(capsys, "check", "--stack", str(FORK), *flags)[0] == 0
+    fn = ["--custom-generate-function-path", "miles.rollout.generate_hub.multi_turn.generate"]
+    code, out, _ = run_cli(capsys, "check", "--", "--colocate", *fn, "--generate-max-turns", "3")
+    assert code == 0, out
+    assert stack.STACK_PATH.get() is None  # --stack ends with its command
+
+
+def test_from_flags_without_a_stack_judges_the_layout_only():
+    # miles examples/retool_v2/run_retool_multi_turn.py passes its user functions' flags:
+    # the core API must not refuse what the user's miles accepts (issue 37)
+    from miles_topology import Topology, TopologyError
+
+    user = ["--custom-agent-function-path", "retool.agent", "--session-verify-cycles", "3",
+            "--generate-tool-specs-path", "tools.json"]
+    topo = Topology.from_flags(["--colocate", "--tensor-model-parallel-size", "2", *user])
+    assert topo.layout.tp == 2 and not topo.warnings
+    with pytest.raises(TopologyError) as e:  # a near miss of a layout flag: tp silently 1
+        Topology.from_flags(["--colocate", "--tensor-model-paralel-size", "2", *user])
+    assert e.value.codes == ["unknown-flag"]
+    assert "--tensor-model-parallel-size" in e.value.problems[0].message
+    with pytest.raises(TopologyError) as e:  # judged against a stack only when one is given
+        Topology.from_flags(["--colocate", *user], stack=stack.BUNDLED)
+    assert set(e.value.codes) == {"unknown-flag"}
+    with stack.using(stack.BUNDLED):  # a stack the caller set counts as given
+        with pytest.raises(TopologyError):
+            Topology.from_flags(["--colocate", *user])
