@@ -135,7 +135,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int):
     with using(stack):
         v = verdict_of(path, lambda: read_flags(argv + words, environ).topology)
     for p in channel:
-        {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
+        v.file(p)
     unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
                             if getattr(environ, "dropped", None) else [])
     gap_why = f"the model shape may come from {tainted[-1]['expression']}" if gap is not None \
