@@ -573,11 +573,11 @@ def cmd_rule(args, flags) -> int:
         near = difflib.get_close_matches(args.code, CODES, n=1)
         hint = f"; did you mean {near[0]}?" if near else " (`miles-topology rule` lists them)"
         raise InputError(f"{args.code!r} is not a problem code{hint}")
-    from .migrations.fix import SAFETY
+    from .migrations.fix import FIXERS
 
     OUT.text(page(args.code), end="")
-    if args.code in SAFETY:
-        OUT.line(f"check --fix: {SAFETY[args.code]} (--unsafe-fixes for the others)")
+    if args.code in FIXERS:
+        OUT.line(f"check --fix: {FIXERS[args.code][0]} (--unsafe-fixes for the others)")
     return 0
 
 

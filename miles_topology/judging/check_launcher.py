@@ -156,7 +156,7 @@ def _verdict(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int):
     with using(stack):
         v = verdict_of(path, lambda: read_flags(argv + words, environ).topology)
     for p in channel:
-        {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
+        v.file(p)
     v.errors += _no_layers(got, argv, pairs, words, gap is not None, stack.framework)
     unresolved = tainted + (env_unresolved(environ, parse_flags(argv).topology or "?")
                             if getattr(environ, "dropped", None) else [])

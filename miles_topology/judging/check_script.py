@@ -264,11 +264,11 @@ def check_script(path: str, env: dict[str, str], args: Sequence[str] | None = No
     with using(stack):
         v = verdict_of(path, lambda: read_flags(tokens + words, exported).topology)
         for p in channel:
-            {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
+            v.file(p)
         for p in may_vanish(found):
             v.warnings.append(p)
         for p in _unresolved_spellings(found):
-            {"error": v.errors, "warning": v.warnings}.get(p.severity, v.skipped).append(p)
+            v.file(p)
     unresolved = _unresolved(found, refused, exported)
     unknown = {u["flag"] for u in unresolved if u["flag"]}
     if not any(p.code == "missing-line-continuation" for p in found.notes):  # its cause

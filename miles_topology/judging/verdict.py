@@ -40,6 +40,10 @@ class Verdict:
         """The code of an input that has no verdict of its own (`unreadable` set)."""
         return "internal-error" if self.internal else "unreadable"
 
+    def file(self, p: Problem) -> None:
+        """A problem into the list of its status: errors, warnings, else skipped."""
+        {"error": self.errors, "warning": self.warnings}.get(p.severity, self.skipped).append(p)
+
     @property
     def ok(self) -> bool:
         return not self.errors and self.unreadable is None

@@ -34,17 +34,6 @@ from ..model.errors import InputError, NoTrainingLaunch, Problem
 if TYPE_CHECKING:
     from ..judging.verdict import Verdict
 
-# code -> when its fix is safe, for each code whose record (codes/) says it is fixable; `rule
-# CODE` prints both (a test keeps this table and the records in step)
-SAFETY = {
-    "deprecated-flag": "safe when it renames the flag; unsafe when it removes one upstream "
-                       "ignores",
-    "unknown-flag": "safe when the one near-miss spelling is one typo away (a letter "
-                    "missing, extra, wrong or two swapped) and not a layout flag; unsafe "
-                    "otherwise (the layout changes, or the flag may be the user's own)",
-    "flag-given-twice": "safe in a bash script: the occurrences the last one overrides are "
-                        "removed",
-}
 _NAME = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
@@ -71,37 +60,72 @@ class Fixed:
     left: int = 0  # fixes that need --unsafe-fixes
 
 
+# code -> (when its fix is safe, the fix): each fix registers beside itself with `fixer`; a
+# code's record (codes/) says it is fixable, for `rule CODE` and the docs without importing
+# this module (a test keeps the two in step)
+FIXERS: dict[str, tuple[str, Callable[[Problem, str, int], Change | None]]] = {}
+
+
+def fixer(code: str, safety: str):
+    """Register the fix of `code` (problem, its first flag, its line -> Change or None) with
+    when it is safe (`rule CODE` prints it)."""
+    def register(fn):
+        FIXERS[code] = (safety, fn)
+        return fn
+    return register
+
+
 def fixable(code: str) -> bool:
     """Whether `--fix` rewrites a code: its record says so (codes/), and a fix is written."""
     from ..codes import CODES
 
-    return code in CODES and CODES[code].fixable and code in SAFETY
+    return code in CODES and CODES[code].fixable and code in FIXERS
 
 
 def change_for(p: Problem, unsafe: bool) -> Change | None:
     """The mechanical fix of a problem, or None (not fixable, or unsafe and not allowed)."""
-    from ..reading import surface
-    from ..reading.flags import RENAMED, field_of, suggest
-
     if not fixable(p.code) or not p.flags:
         return None
-    name, line = p.flags[0], p.location.line if p.location else 0
-    got: Change | None = None
-    if p.code == "deprecated-flag" or p.code == "unknown-flag" and name in RENAMED:
-        r, f = RENAMED.get(name), surface.flag(name)
-        new = r.new if r is not None else f.renamed_to if f is not None else None
-        if new is not None and _NAME.fullmatch(new):
-            got = Change(p, name, new, False, line)
-        elif r is None and f is not None and f.removed:
-            got = Change(p, name, None, True, line)
-    elif p.code == "unknown-flag":
-        near = suggest(name)
-        if near is not None and _NAME.fullmatch(near) and _NAME.fullmatch(name):
-            risky = field_of(near) is not None or typos(name, near) > 1
-            got = Change(p, name, near, risky, line)
-    elif p.code == "flag-given-twice":
-        got = Change(p, name, None, False, line)
-    return got
+    return FIXERS[p.code][1](p, p.flags[0], p.location.line if p.location else 0)
+
+
+@fixer("deprecated-flag", "safe when it renames the flag; unsafe when it removes one "
+                          "upstream ignores")
+def _renamed(p: Problem, name: str, line: int) -> Change | None:
+    """The spelling upstream (surface.json `renamed_to`) or miles (flags.RENAMED) renamed it
+    to; a flag upstream removed and ignores is removed."""
+    from ..reading import surface
+    from ..reading.flags import RENAMED
+
+    r, f = RENAMED.get(name), surface.flag(name)
+    new = r.new if r is not None else f.renamed_to if f is not None else None
+    if new is not None and _NAME.fullmatch(new):
+        return Change(p, name, new, False, line)
+    if r is None and f is not None and f.removed:
+        return Change(p, name, None, True, line)
+    return None
+
+
+@fixer("unknown-flag", "safe when the one near-miss spelling is one typo away (a letter "
+                       "missing, extra, wrong or two swapped) and not a layout flag; unsafe "
+                       "otherwise (the layout changes, or the flag may be the user's own)")
+def _near_miss(p: Problem, name: str, line: int) -> Change | None:
+    """A renamed spelling as `deprecated-flag`'s; else the one near miss."""
+    from ..reading.flags import RENAMED, field_of, suggest
+
+    if name in RENAMED:
+        return _renamed(p, name, line)
+    near = suggest(name)
+    if near is not None and _NAME.fullmatch(near) and _NAME.fullmatch(name):
+        risky = field_of(near) is not None or typos(name, near) > 1
+        return Change(p, name, near, risky, line)
+    return None
+
+
+@fixer("flag-given-twice", "safe in a bash script: the occurrences the last one overrides "
+                           "are removed")
+def _repeated(p: Problem, name: str, line: int) -> Change | None:
+    return Change(p, name, None, False, line)
 
 
 def typos(a: str, b: str) -> int:

@@ -138,7 +138,7 @@ def test_a_python_launcher_is_fixed_and_run_again(tmp_path, capsys):
 def test_rule_says_whether_a_code_is_fixable_and_when_safely(capsys):
     from miles_topology.codes import CODES
 
-    assert set(fix.SAFETY) == {c for c, rec in CODES.items() if rec.fixable}
+    assert set(fix.FIXERS) == {c for c, rec in CODES.items() if rec.fixable}
     assert main(["rule", "deprecated-flag"]) == 0
     out = capsys.readouterr().out
     assert "fixable" in out.splitlines()[0]

@@ -154,9 +154,11 @@ def test_pre_commit_fails_exactly_the_invalid_script(repos, capsys):
     assert "run-typo.sh" in out and "did you mean --tensor-model-parallel-size?" in out
     assert "run_moe_typo.py" in out and "--tensor-model-paralel-size" in out  # a launcher
     for other in ("run-valid.sh", "setup-env.sh", "run-suppressed.sh", "run-migrated.sh",
-                  "run-qwen3-4B.sh", "run-qwen3-30B-A3B.sh", "models/", "run_moe.py",
-                  "launch_utils.py"):
-        assert other not in out, out  # quiet: a passing file prints nothing
+                  "run-qwen3-4B.sh", "models/", "run_moe.py", "launch_utils.py"):
+        assert other not in out, out  # quiet: a passing file with no problem prints nothing
+    # a passing file with a warning prints it (its --sglang-cuda-graph-bs is deprecated even
+    # where some of its values are only known at run time), and does not fail the hook
+    assert "run-qwen3-30B-A3B.sh: OK" in out and "warning [deprecated-flag]" in out
     for name, want in {"run-valid.sh": 0, "run-typo.sh": 1, "setup-env.sh": 0,
                        "run-suppressed.sh": 0, "run-migrated.sh": 0, "run_moe.py": 0,
                        "run_moe_typo.py": 1, "models/tiny.py": 0, "launch_utils.py": 0}.items():

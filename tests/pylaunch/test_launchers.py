@@ -456,7 +456,7 @@ def test_fix_rewrites_the_flag_in_the_branch_that_ran(tmp_path, capsys):
     typo = tmp_path / "scripts" / "run_qwen3_4b.py"
     typo.parent.mkdir()
     typo.write_text(QWEN.read_text().replace("--max-tokens-per-gpu", "--max-tokens-per-gppu"))
-    # a layout field's flag: an unsafe fix (fix.SAFETY)
+    # a layout field's flag: an unsafe fix (fix.FIXERS)
     env = ["--env", f"PYTHONPATH={UP['PYTHONPATH']}", "--unsafe-fixes"]
     assert main(["check", "--diff", *env, str(typo)]) == 1
     assert "+                f\"--max-tokens-per-gpu {args.max_tokens_per_gpu} \"" in \

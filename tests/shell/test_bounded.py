@@ -113,7 +113,8 @@ SCRIPTS = {
         f"python3 train.py --tensor-model-parallel-size {i % 8 + 1}\n"
         for i in range(200_000))), 2),
     "command-just-under-the-bound": (lambda p: p.write_text(
-        "python3 train.py --colocate " + " ".join(f"w{i}" for i in range(45_000)) + "\n"), 0),
+        "python3 train.py --colocate --num-layers 8 " + " ".join(f"w{i}" for i in range(45_000))
+        + "\n"), 0),
     "brace-sequences-held": (lambda p: p.write_text("".join(
         f"A{i}=({{1..100000}})\n" for i in range(2000)) +
         "python3 train.py --actor-num-nodes 1 --colocate\n"), 2),
@@ -121,7 +122,7 @@ SCRIPTS = {
         'A=({1..100000})\nfor i in {1..10000}; do python3 train.py "${A[@]}"; done\n'), 2),
     "megabyte-values-by-eval": (lambda p: p.write_text(
         'X=$(printf "%01000000d" 0)\nfor i in {1..5000}; do eval "V$i=\\"\\$X\\""; done\n'
-        "python3 train.py --actor-num-nodes 1 --colocate\n"), None),
+        "python3 train.py --actor-num-nodes 1 --colocate --num-layers 8\n"), None),
 }
 
 
