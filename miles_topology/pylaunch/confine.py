@@ -40,10 +40,13 @@ def available() -> bool:
 
 
 def missing_note() -> str | None:
-    """NOTE, the first time in a run (cli.main's context) that it applies."""
+    """NOTE, the first time in a run (cli.main's context) that it applies; the reason is
+    the user's switch where MILES_TOPOLOGY_CONFINE=0 turned the kernel rules off."""
     if available() or _SAID.get():
         return None
     _SAID.set(True)
+    if os.environ.get("MILES_TOPOLOGY_CONFINE") == "0":
+        return NOTE.replace("this kernel offers no Landlock", "MILES_TOPOLOGY_CONFINE=0")
     return NOTE
 
 

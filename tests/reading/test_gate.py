@@ -357,6 +357,7 @@ def test_without_landlock_the_gate_alone_reads_and_says_so_once(ws, capsys, monk
     out, err = capsys.readouterr()
     assert code == 0 and all(v["topology"]["tp"] == 2 for v in json.loads(out))
     assert err.count("the user-space gate only") == 1
+    assert "(MILES_TOPOLOGY_CONFINE=0," in err  # the reason given is the switch, not the kernel
 
 
 # ---------------------------------------------------------------- Python launchers
