@@ -70,6 +70,20 @@ def _rules(roots: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
     return rules
 
 
+def _cut(rules, roots: tuple[str, ...]) -> bool:
+    """Whether a root got names only and nothing below it: its walk passed WALK_MAX (a
+    script straight in /tmp, a home folder), so its files, the input's own included, would
+    be refused by the kernel."""
+    from . import isolate
+
+    under = {p for p, _ in rules}
+    for root in (os.path.realpath(r) for r in roots):
+        if (root, isolate.FS_READ_DIR) in rules and not any(
+                p.startswith(root.rstrip(os.sep) + os.sep) for p in under):
+            return True
+    return False
+
+
 def _mtime(path: str) -> int:
     try:
         return os.stat(path).st_mtime_ns
@@ -141,6 +155,12 @@ def run(path: str, fn: Callable[[], T]) -> T:
     roots = tuple(str(r) for r in (gate.current() or gate.roots_for(path)))
     tmp = _private_tmp()  # a helper's sandbox writes its config there, and reads it back
     rules = _rules((*roots, tmp))
+    if _cut(rules, roots):  # a root too big to walk for hidden names (isolate.WALK_MAX) is
+        return fn()  # listable only under the kernel: the user-space gate alone reads it
+    if os.path.isfile(path):  # the input itself, whatever the cached rules of its folder say
+        from . import isolate  # (a file staged after they were computed: `check -`)
+
+        rules = (*rules, (os.path.realpath(path), isolate.FS_READS))
     r, w = os.pipe()  # child -> checker: helper calls, then the answer
     r2, w2 = os.pipe()  # checker -> child: each helper's result
     import warnings

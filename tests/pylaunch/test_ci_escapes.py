@@ -248,7 +248,7 @@ def test_forged_typer_commands_do_not_make_reruns(tmp_path):
             print("nothing to launch")
         @app.command(name="full-train")
         def full_train_cmd():
-            subprocess.run(["python3", "train.py", "--colocate"])
+            subprocess.run(["python3", "train.py", "--colocate", "--num-layers", "8"])
         @app.command()
         def train_only():
             subprocess.run(["python3", "train.py", "--colocate", "--tensor-model-parallel-size",
@@ -452,7 +452,7 @@ def test_many_launches_are_capped_and_the_report_stays_linear(tmp_path, capsys):
     run = launcher(tmp_path / "pr", """
         for i in range(int(sys.argv[1])):
             subprocess.run(["echo", "step", str(i)])
-            subprocess.run(["python3", "train.py", "--colocate"])
+            subprocess.run(["python3", "train.py", "--colocate", "--num-layers", "8"])
         """)
     code, out, _ = check(capsys, "--format", "json", run, "--", "1500")
     data = json.loads(out)
@@ -475,7 +475,7 @@ def test_one_wall_clock_budget_for_every_run(tmp_path):
             t0 = time.thread_time()  # CPU: the sandbox's clock ends sleeps at once
             while time.thread_time() - t0 < 1.5:
                 pass
-            subprocess.run(["python3", "train.py", "--colocate"])
+            subprocess.run(["python3", "train.py", "--colocate", "--num-layers", "8"])
         @app.command()
         def a():
             slow()

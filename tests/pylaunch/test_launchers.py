@@ -386,7 +386,8 @@ def test_real_imports_flag_on_the_command_line(tmp_path, capsys):
     launcher.write_text(
         "import os, sys\nimport torch\n"
         "os.system(f'echo standin={hasattr(torch, \"__standin__\")}')\n"
-        "os.system(f'python3 train.py --actor-num-gpus-per-node {torch.cuda.device_count()}')\n")
+        "os.system(f'python3 train.py --num-layers 8 --actor-num-gpus-per-node "
+        "{torch.cuda.device_count()}')\n")
     for flags, standin in (([], "True"), (["--real-imports"], "False")):
         assert main(["check", "--format", "json", "--gpus-per-node", "4", *flags,
                      str(launcher)]) == 0

@@ -145,7 +145,7 @@ def test_a_flooded_record_keeps_the_checker_bounded(tmp_path):
     of checker memory, a 95 MB report; after: ~6 s, ~125 MiB, 1.5 MB."""
     run = launcher(tmp_path / "pr", """
         import json, stat
-        subprocess.run(["python3", "train.py", "--colocate"])
+        subprocess.run(["python3", "train.py", "--colocate", "--num-layers", "8"])
         n = int(sys.argv[1])
         line = json.dumps({"kind": "subprocess", "argv": ["echo", "x"]}).encode() + b"\\n"
         for fd in range(3, 64):

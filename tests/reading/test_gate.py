@@ -407,3 +407,27 @@ subprocess.run(['python3', 'train.py', '--actor-num-nodes', '1', '--actor-num-gp
     if "cannot isolate" in out or "lacks" in out:
         pytest.skip("the launcher sandbox is not available on this machine")
     assert SECRET not in out and values(out)["tp"] == 2
+
+
+def test_a_checkout_too_big_to_walk_is_read_by_the_gate_alone(ws, capsys, monkeypatch):
+    """Landlock grants whole trees, so hidden names are excluded by walking the checkout;
+    past isolate.WALK_MAX entries the tree is listable only and the kernel would refuse the
+    script itself (`check -` staged in /tmp: 'Permission denied'). Then the user-space gate
+    reads it alone, values known, a credential still refused."""
+    from miles_topology.pylaunch import confine, isolate
+
+    if not confine.available():
+        pytest.skip("no Landlock here: the gate alone reads in every case")
+    _, repo, _ = ws
+    monkeypatch.setattr(isolate, "WALK_MAX", 1)
+    confine._RULES.clear()
+    (repo / "scripts" / "tp.sh").write_text("TP=2\n")
+    script = repo / "scripts" / "run.sh"
+    script.write_text(f'source "$(dirname "$0")/tp.sh"\n'
+                      f'{LAUNCH} --tensor-model-parallel-size "$TP"\n')
+    code, out = check(capsys, script)
+    assert code == 0 and values(out).get("tp") == 2, out
+    script.write_text(f"source {repo}/.git/config\n{LAUNCH}\n")  # the gate still refuses
+    code, out = check(capsys, script)
+    assert SECRET not in out
+    confine._RULES.clear()
