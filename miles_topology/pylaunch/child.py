@@ -524,6 +524,15 @@ def install() -> None:
                                   2 if name in ("symlink", "link") else 1))
     for name in ("rename", "replace"):
         _put(os, name, _guard(f"os.{name}", getattr(os, name), 2))
+    # Python 3.10's pathlib calls os through an accessor that copied os.mkdir & co. when
+    # pathlib was imported: imported before the guards (by the checker's own code), Path.mkdir
+    # would bypass them (3.11+ calls os.* directly)
+    accessor = getattr(sys.modules.get("pathlib"), "_NormalAccessor", None)
+    if accessor is not None:
+        for name in ("mkdir", "unlink", "rmdir", "chmod", "rename", "replace", "symlink",
+                     "link"):
+            if hasattr(accessor, name):
+                setattr(accessor, name, staticmethod(getattr(os, name)))
     _put(shutil, "rmtree", _guard("shutil.rmtree", shutil.rmtree))
     _put(shutil, "move", _guard("shutil.move", shutil.move, 2))
     socket.socket.connect = _connect  # methods: these do take the socket first
