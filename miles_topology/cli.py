@@ -186,37 +186,24 @@ def _one(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict
 
 def _judge(path: str, env: dict[str, str], py: dict | None = None) -> list[Verdict]:
     from . import pylaunch  # noqa: F401  (loaded once, not per child)
-    from .judging import check_script  # noqa: F401
+    from .judging.check_script import check_script
     from .pylaunch import confine
     from .pylaunch.cluster import cluster_for
     from .reading.gate import checking
 
+    if path.endswith(".py"):  # a launcher: it runs in its own sandbox, its checkout gated
+        return _python(path, [], env, py)
     with checking(path):  # what it names is read only inside its checkout (gate.py)
-        if path.endswith(".py"):  # a launcher: it runs in its own sandbox
-            return _one_in(path, env, py)
         # the static reading, under the kernel's read rules for that checkout (confine.py)
         note = confine.missing_note()
         if note:  # where the kernel cannot: said once (docs/sandbox.md)
             ERR.line(f"miles-topology: note: {note}")
+        if path.endswith((".yaml", ".yml")):  # check and show read no name of os.environ
+            return confine.run(path, lambda: [_yaml_verdict(path, env)])
         # the project's settings (pyproject.toml of the script's folder or the current one)
         # are the checker's own: read here, before the reading is confined to the checkout
-        cluster = None if path.endswith((".yaml", ".yml")) else \
-            cluster_for(path, (py or {}).get("cluster") or {})
-        return confine.run(path, lambda: _one_in(path, env, py, cluster))
-
-
-def _one_in(path: str, env: dict[str, str], py: dict | None = None,
-            cluster=None) -> list[Verdict]:
-    if path.endswith((".yaml", ".yml")):  # check and show read no name of os.environ
-        return [_yaml_verdict(path, env)]
-    if path.endswith(".py"):
-        return _python(path, [], env, py)
-    from .judging.check_script import check_script
-    from .pylaunch.cluster import cluster_for
-
-    if cluster is None:
         cluster = cluster_for(path, (py or {}).get("cluster") or {})
-    return [check_script(path, env, cluster=cluster)]
+        return confine.run(path, lambda: [check_script(path, env, cluster=cluster)])
 
 
 def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) -> list[Verdict]:
