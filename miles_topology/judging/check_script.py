@@ -70,24 +70,11 @@ def _torchrun_values(ranks: list[str]) -> dict:
 
 
 def torchrun_actor(found: ScriptRead) -> list[str]:
-    """`actor_words` of a script's torchrun launch (torchrun's options before the entry, read
-    again from the script's text); [] when an option is not known here."""
-    import shlex
-
-    from ..reading.commandline import torchrun_world
-    from ..reading.gate import reread
-
-    site = found.site
-    if "torch" not in (found.launcher or "") or site is None or site.statement is None \
-            or site.entry is None or site.statement.file != site.entry.file:
+    """`actor_words` of a script's torchrun launch (its options before the entry as bash
+    expands them: ``--nnodes ${NNODES}`` with NNODES known); [] when one is not known here."""
+    if "torch" not in (found.launcher or ""):
         return []
-    text = reread(site.entry.file)
-    try:
-        words = shlex.split(text[site.statement.start:site.entry.start].replace("\\\n", " "))
-    except (ValueError, TypeError):  # an open quote; no text (None)
-        return []
-    world = torchrun_world([None if "$" in w or "`" in w else w for w in words])
-    return actor_words(world, {fv.flag for fv in found.argv})
+    return actor_words(found.world, {fv.flag for fv in found.argv})
 
 
 def not_ours(path: str, entry: str | None) -> None:

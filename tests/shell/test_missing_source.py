@@ -100,3 +100,27 @@ def test_a_guarded_source_of_an_absent_file_leaves_nothing_unknown(tmp_path, gua
     assert v.ok and not codes(v), codes(v)
     assert not v.extra["unresolved"] and v.extra["values"]["--num-layers"]["value"] == "36"
     assert bash_launch(run, [], tmp_path)[-2:] == ["--hidden-size", "2560"]
+
+
+@pytest.mark.parametrize("guard", [
+    "[ -f .env ] && source .env\n",
+    "if [ -f ./local_env.sh ]; then\n  source ./local_env.sh\nfi\n",
+    "[[ -e .env ]] && [ -r .env ] && . .env\n",
+])
+def test_a_guarded_relative_source_in_no_folder_of_the_checkout_is_skipped(tmp_path, guard):
+    # the working folder is unknown, the file is in no folder of the checkout: an optional
+    # file (secrets, local overrides) that bash skips where it is absent
+    run = checkout(tmp_path, guard + "TP=2\n" +
+                   'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert v.ok and not codes(v) and not v.extra["unresolved"], v.extra["unresolved"]
+    assert bash_launch(run, [], tmp_path)[-2:] == ["--hidden-size", "2560"]
+
+
+def test_a_relative_source_under_another_condition_stays_unknown(tmp_path):
+    # only a test that the file exists makes it optional: a branch on another value may
+    # source a file that exists in the folder the script is run from
+    run = checkout(tmp_path, 'if [ "$MODE" = big ]; then source ./big.sh; fi\n'
+                   'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert any("big.sh" in u["why"] for u in v.extra["unresolved"])
