@@ -276,6 +276,11 @@ class Builtins:
         key = self.w.path_of(n.words[1]) if len(n.words) > 1 else None
         if key is not None and self.w.file_key(key) in self.sh.written:
             return self.r.run_written(self.w.file_key(key), n, cond)
+        if f.value is None or f.value.startswith("~/"):
+            shown = f.value or (n.words[1].text if len(n.words) > 1 else f.text)
+            near = _by_tail(f, shown, where, self.at, self.found)
+            if near is not None:
+                return self.r.source_file(near, n, cond, shown)
         if f.value is None:
             why = f"cannot tell which file is sourced: {f.unk.why}"
             self.found.unknown(f.text, f.unk.src, why)
@@ -414,6 +419,25 @@ class Builtins:
                     "pass the real file's folder with --env, or source it relative to the "
                     "script", where)
         return found
+
+
+def _by_tail(f: Field, shown: str, where: Location, at, found) -> str | None:
+    """A sourced path whose folder is known only at run time (``~/slime/scripts/models/
+    M.sh``, ``${HOME}/slime/...``, ``$(cmd)/models/M.sh``) but whose last names are known:
+    the file of that tail inside the checkout (at least a folder and the file's name), as for
+    a container's ``/root/slime/...`` (`Builtins.locate`); noted. None when there is none."""
+    tail = f.value[1:] if f.value is not None else f.tail
+    if tail.count("/") < 2 or "/../" in tail + "/":
+        return None
+    got = gate.by_tail("/~" + tail, at.roots, os.path.dirname(at.main_abs))
+    if got is None:
+        return None
+    path = os.path.normpath(got)
+    found.note(
+        "sourced-from-checkout", f"'{shown}' is in a folder known only when the script runs; "
+        f"read {at.disp(path)} instead, the file of the same tail in the script's checkout",
+        "pass the folder with --env, or source the file relative to the script", where)
+    return path
 
 
 def _rest(line: str, ifs: str, k: int) -> str:

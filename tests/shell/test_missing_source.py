@@ -124,3 +124,22 @@ def test_a_relative_source_under_another_condition_stays_unknown(tmp_path):
                    'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
     v = check_script(str(run), {})
     assert any("big.sh" in u["why"] for u in v.extra["unresolved"])
+
+
+@pytest.mark.parametrize("path", [
+    "/lianjiakun1/slime/scripts/models/qwen3-4B.sh",  # another machine's absolute path
+    "~/slime/scripts/models/qwen3-4B.sh",  # the home folder: known only when it runs
+    '"${SLIME_DIR}/scripts/models/qwen3-4B.sh"',  # a folder the environment gives
+])
+def test_a_model_file_in_a_folder_not_known_here_is_found_by_its_tail(tmp_path, path):
+    # as for a container's /root/slime/...: the file of the same tail in the checkout
+    run = checkout(tmp_path, f"source {path}\n")
+    v = check_script(str(run), {})
+    assert codes(v) == {"sourced-from-checkout": "note"}, codes(v)
+    assert v.extra["values"]["--num-layers"]["value"] == "36" and not v.extra["unresolved"]
+
+
+def test_a_tail_of_one_name_is_not_enough(tmp_path):
+    run = checkout(tmp_path, 'source "${MODEL_DIR}/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert "sourced-from-checkout" not in codes(v) and v.extra["unresolved"]
