@@ -23,6 +23,14 @@ class Branches:
                line: int):
         r = self.r
         last = len(n.items) - 1
+        if status is None and last == 1 and (cond is None or r.sh.joined(cond)):
+            op, cmd = n.items[1]  # `test && X=1`: an if of its own
+            with _Fork(r, cond) as fork:
+                fork.open(op, line, f"only if the command before '{op}' at "
+                          f"{r.at.src(line)} " + ("succeeds" if op == "&&" else "fails") +
+                          reason)
+                fork.way([cmd])
+                return fork.end()
         for k, (op, cmd) in enumerate(n.items[1:], 1):
             if status is None:
                 why = f"only if the command before '{op}' at {r.at.src(line)} " + (
@@ -37,16 +45,19 @@ class Branches:
                     r.node(cmd, cond)
 
     def if_(self, n: syntax.If, cond: Unk | None):
+        with _Fork(self.r, cond) as fork:
+            self.ways_of_if(n, fork)
+            fork.end()
+
+    def ways_of_if(self, n: syntax.If, fork: _Fork):
         r = self.r
-        fork = _Fork(r, cond)
         for test, body in n.branches:
             status = r.tests.status(test, fork.cond)
             reason = r.tests.why_unknown
             with r.testing():
                 r.run(test, fork.cond)
             if status is True:
-                r.run(body, fork.cond)
-                return fork.end()
+                return r.run(body, fork.cond)
             if status is None:
                 line = test[0].line if test and hasattr(test[0], "line") else n.line
                 fork.open("if", line, f"inside the 'if' at {r.at.src(line)}, whose condition "
@@ -58,37 +69,37 @@ class Branches:
                     r.guards.pop()
         if n.orelse is not None:
             r.run(n.orelse, fork.cond)
-        fork.end()
+        return None
 
     def case(self, n: syntax.Case, cond: Unk | None):
         r = self.r
         word = r.w.join(n.word)
-        fork = _Fork(r, cond)
-        if word.unk:
-            fork.open("case", n.line, f"inside a 'case {n.word.text}' at {r.at.src(n.line)} "
-                      "whose value is only known at run time")
-        for pats, body in n.arms:
-            matched = None
-            if not word.unk:
-                for p in pats:
-                    pv = r.w.join(p)
-                    if pv.unk:
-                        matched = None
-                        break
-                    if fullmatch(word.value, pv.value):
-                        matched = True
-                        break
-                    matched = False
-            elif any(p.literal() == "*" and p.text == "*" for p in pats):
-                matched = True  # `*)` takes every value the arms before it did not
-            if matched is True:
-                r.run(body, fork.cond)
-                return fork.end()
-            if matched is None:
-                fork.open("case", n.line, f"inside a 'case' arm at {r.at.src(n.line)} whose "
-                          "pattern is only known at run time")
-                fork.way(body)
-        fork.end()
+        with _Fork(r, cond) as fork:
+            if word.unk:
+                fork.open("case", n.line, f"inside a 'case {n.word.text}' at "
+                          f"{r.at.src(n.line)} whose value is only known at run time")
+            for pats, body in n.arms:
+                matched = self.matches(word, pats)
+                if matched is True:
+                    r.run(body, fork.cond)
+                    break
+                if matched is None:
+                    fork.open("case", n.line, f"inside a 'case' arm at {r.at.src(n.line)} "
+                              "whose pattern is only known at run time")
+                    fork.way(body)
+            fork.end()
+
+    def matches(self, word, pats: list) -> bool | None:
+        """Whether a case arm takes the word: None when only known at run time."""
+        if word.unk:  # `*)` takes every value the arms before it did not
+            return True if any(p.literal() == "*" and p.text == "*" for p in pats) else None
+        for p in pats:
+            pv = self.r.w.join(p)
+            if pv.unk:
+                return None
+            if fullmatch(word.value, pv.value):
+                return True
+        return False
 
 
 class _Fork:
@@ -115,7 +126,7 @@ class _Fork:
             self.cond = self.r.sh.under(self.entry, lambda: Unk(kind, src, why)) \
                 if self.joins else self.entry or Unk(kind, src, why)
             if self.joins:
-                self.r.sh.joins.add(id(self.cond))
+                self.r.sh.joins.append(self.cond)
                 self.before = self.r.sh.copy_vars()
 
     def way(self, body: list):
@@ -128,10 +139,17 @@ class _Fork:
         self.ends.append(sh.snapshot())
         sh.restore(start)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        """Its condition is no longer a join's, whether it ended or an exception left it
+        (a loop undone because its `break` runs only in one way; a limit)."""
+        if self.cond is not self.entry and self.joins:
+            self.r.sh.joins[:] = [c for c in self.r.sh.joins if c is not self.cond]
+
     def end(self):
         """The live state is the last way; the kept ones are joined into it."""
         sh = self.r.sh
-        if self.cond is not self.entry and self.joins:
-            sh.joins.discard(id(self.cond))
         if self.ends:
             sh.join(self.ends, self.cond, self.r.env, self.errexit, self.before)

@@ -36,9 +36,9 @@ class Shell:
         self.taint: Unk | None = None
         self.zero: str | None = None  # $0 in a `bash FILE` child: FILE (else the script's)
         self.errexit = False  # `set -e`: a failing command stops the script
-        # ids of the conditions of branches being joined (branches.py): what is set under
-        # one of them is set as in a way of its own, not made unknown
-        self.joins: set[int] = set()
+        # the conditions of branches being joined (branches.py), by identity: what is set
+        # under one of them is set as in a way of its own, not made unknown
+        self.joins: list[Unk] = []
 
     def copy_vars(self) -> dict[str, Var]:
         """The variables, to put back after a subshell, a here-document script or a loop
@@ -74,17 +74,17 @@ class Shell:
                 self.vars[name] = old
 
     def joined(self, cond: Unk) -> bool:
-        return id(cond) in self.joins
+        return any(c is cond for c in self.joins)
 
     def plain(self, cond: Unk | None) -> Unk | None:
         """The condition an assignment is made under: none in a branch being joined (each
         way sets its values; the join decides what stays known)."""
-        return None if cond is not None and id(cond) in self.joins else cond
+        return None if cond is not None and self.joined(cond) else cond
 
     def under(self, cond: Unk | None, make) -> Unk:
         """The condition of a nested branch: `cond`, unless there is none or it is a join's
         (the branch then needs its own: `make()`)."""
-        return make() if cond is None or id(cond) in self.joins else cond
+        return make() if cond is None or self.joined(cond) else cond
 
     def join(self, ends: list[tuple], cond: Unk, env: dict[str, str], errexit: bool,
              before: dict[str, Var]):

@@ -221,6 +221,27 @@ python3 "${SLIME_ROOT}/train.py" --actor-num-nodes 1 --actor-num-gpus-per-node 8
     assert got["--context-parallel-size"] is None  # set only if $3 is: 2 or 1
 
 
+def test_an_and_list_on_a_run_time_test_is_joined_like_an_if(tmp_path):
+    run = checkout(tmp_path, """\
+TP=2
+WANDB_ARGS=()
+[ -n "${WANDB_API_KEY}" ] && WANDB_ARGS=(--use-wandb --wandb-key "${WANDB_API_KEY}")
+[ -n "${WANDB_API_KEY}" ] && TP=2
+[ -z "${SMALL}" ] || CP=2
+python3 "${SLIME_ROOT}/train.py" --actor-num-nodes 1 --actor-num-gpus-per-node 8 \\
+   --colocate "${MODEL_ARGS[@]}" --tensor-model-parallel-size ${TP} "${WANDB_ARGS[@]}" \\
+   --context-parallel-size ${CP:-1}
+""")
+    found = read_script(run)
+    got = {fv.flag: fv.value for fv in found.argv}
+    assert got["--tensor-model-parallel-size"] == "2" and got["--context-parallel-size"] is None
+    assert {u.flag for u in found.unresolved} == {"--use-wandb", "--wandb-key",
+                                                  "--context-parallel-size"}
+    for env in ({"WANDB_API_KEY": "", "SMALL": ""}, {"WANDB_API_KEY": "k", "SMALL": "1"}):
+        assert flag_values(bash_launch(run, [], tmp_path, env))[
+            "--tensor-model-parallel-size"] == "2"
+
+
 # -- here-documents --------------------------------------------------------------------------
 
 WAIT = """\
