@@ -115,9 +115,16 @@ HARDWARE: dict[str, Hardware] = {
 # - CPU_ADAM: parameters a second one GPU's share (1/8) of the host CPU updates with a
 #   vectorised CPU Adam: ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840, Table 3) updates
 #   1e9 parameters in 0.22 s on a DGX-2's CPUs - an order of magnitude.
+# - DEEPEP_NVL_EFF / DEEPEP_RDMA_EFF: DeepEP's normal (training) kernels over the link's
+#   peak, from its published table (deepseek-ai/DeepEP README, H800 with ~160 GB/s NVLink and
+#   a 400 Gb/s CX7 NIC (~50 GB/s) a GPU, 4,096 tokens x 7,168 hidden, top-8): intranode EP8
+#   dispatch 153 GB/s / combine 158 GB/s (0.95); internode EP16 43 GB/s both ways, EP32 58 /
+#   57, EP64 51 / 50: the lowest, 43 of 50 (0.86), is taken.
 GEMM_EFF = 0.7
 HBM_EFF = 0.8
 COMM_EFF = 0.8
+DEEPEP_NVL_EFF = 0.95
+DEEPEP_RDMA_EFF = 0.86
 PCIE_EFF = 0.8
 CPU_ADAM = 1e9 / 0.22 / 8
 
@@ -198,7 +205,9 @@ def _dispatch(kind: str, own: float, lay: Sizes, sp: Spans, per_node: int,
         near = min(group, per_node)
         return max(own * (near - 1) / link, own * (group - near) / net)
     local, ep_nodes = sp.ep_local, sp.ep
+    gather = own * k * (lay.etp - 1) / (link if sp.etp <= 1 else net)  # NCCL, over etp
     if kind == "flex":
+        link, net = hw.link * DEEPEP_NVL_EFF, hw.net * DEEPEP_RDMA_EFF
         # DeepEP sends a token once to each rank (NVLink) and once to each node (RDMA) that
         # holds any of its experts, whatever number of them are there: its dispatch layout
         # is a token x rank (is_token_in_rank) and a token x RDMA rank map, not a copy a
@@ -212,7 +221,6 @@ def _dispatch(kind: str, own: float, lay: Sizes, sp: Spans, per_node: int,
         near_bytes = own * k * (local - 1) / lay.ep
         far_bytes = own * k * (lay.ep - local) / lay.ep
     a2a = max(near_bytes / link, far_bytes / net)
-    gather = own * k * (lay.etp - 1) / (link if sp.etp <= 1 else net)
     return a2a + gather
 
 
