@@ -13,7 +13,9 @@ counted as a layer each (model_configs/benchmarking/Qwen3-235B-A22B.yaml
 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split;
 runtime_configs/benchmarking/runtime.conf: 96 layers), so pp 32 x vpp 3 gives the loss a
 virtual stage of its own; no recompute (the selective recompute of norms and activations is
-not modelled). It prints its step time and terms next to the measured one.
+not modelled); NVIDIA's runs compute a fused cross-entropy, not slime's RL loss: the loss is
+given 4 bytes a logit, the least any loss moves (the bf16 logit read, its gradient written).
+It prints its step time and terms next to the measured one.
 ``RESULT order_agrees`` is 1 when the model orders the three as measured. It does not yet
 (see docs/memory.md): the measured cost of tp 4 and of 16 local experts of 512-1,024 tokens
 each is far above what the roofline and the link bandwidths give.
@@ -56,7 +58,7 @@ def main() -> None:
                         vpp=vpp, ep=ep, etp=1, embedding_in_split=True, loss_in_split=True,
                         **model)
         cost = step_cost(replace(shape, dispatcher=kind), layout_of(topo), HARDWARE["H100"],
-                         8, Precision(), Run(tokens=4096), 2048 * 4096, 2048)
+                         8, Precision(), Run(tokens=4096), 2048 * 4096, 2048, loss_bytes=4)
         got.append(cost.total)
         terms = ", ".join(f"{k} {v:.2f}" for k, v in cost.terms.items() if v)
         print(f"tp {tp} ep {ep} pp {pp} vpp {vpp} {kind}: model {cost.total:.1f} s, "

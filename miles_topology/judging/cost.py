@@ -8,7 +8,7 @@ terms add up to the key (`Cost.total`); `plan --explain` prints them. The model,
   matrix shapes: tokens per local expert x hidden x expert width / etp) and flash attention
   (2 x tokens x context x heads x head width / tp, causal), each by the roofline
   max(FLOPs / achievable FLOP/s, bytes / achievable HBM bandwidth); backward is twice the
-  forward; the logits on the last stage;
+  forward; the logits and the RL loss's fp32 passes over them (HBM-bound) on the last stage;
 - recompute: full recompute runs each layer's forward (compute and its collectives) again;
 - tp: per layer, sequence-parallel all-gathers and reduce-scatters of the layer's tokens
   ((tp-1)/tp of tokens x hidden x 2 B each), four in the forward, four in the backward, on
@@ -125,6 +125,13 @@ HBM_EFF = 0.8
 COMM_EFF = 0.8
 DEEPEP_NVL_EFF = 0.95
 DEEPEP_RDMA_EFF = 0.86
+# Bytes of HBM traffic the RL loss moves a logit (a token and vocabulary entry of the rank's
+# tp share), counted from slime's log-prob and entropy (THUDM/slime slime/utils/ppo_utils.py
+# _VocabParallelLogProbEntropy, the path without a keep mask): forward: bf16 -> fp32 copy (2
+# read + 4 written), max (4), subtract the max (4 + 4), exp_ (4 + 4), sum (4), div_ (4 + 4),
+# entropy's softmax x logits (4 + 4) = 46; backward: neg_ (4 + 4), mul_ (4 + 4), the fp32
+# gradient cast back to bf16 (4 + 2) = 22.
+LOSS_BYTES = 68
 PCIE_EFF = 0.8
 CPU_ADAM = 1e9 / 0.22 / 8
 
@@ -239,12 +246,13 @@ def ring_bytes(shape: Shape, lay: Sizes, tokens: int, groups: int) -> float:
 
 def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Precision,
               run: Run, step_tokens: int, context: int | None = None,
-              counter: Counter | None = None) -> Cost:
+              counter: Counter | None = None, loss_bytes: float = LOSS_BYTES) -> Cost:
     """The step time of `lay` (see the module docstring). `run.tokens`: tokens of a rank's
     micro-batch; `step_tokens`: tokens of a whole step; `context`: the tokens a token
     attends to on average (None: half of `run.tokens`, causal). Samples are packed and attend
     within themselves (slime / miles dynamic batching, THD format), so the context is the
-    data's, the same for every layout: cp splits a sample, it does not lengthen it."""
+    data's, the same for every layout: cp splits a sample, it does not lengthen it.
+    `loss_bytes`: HBM bytes the loss moves a logit (default: slime's RL loss)."""
     tokens = run.tokens or 4096
     sp = spans(lay, per_node)
     c = counter or Counter(shape, lay)
@@ -298,7 +306,11 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
         return out
 
     dense_layer, moe_layer = layer(False), layer(True)
-    logits = 3 * _gemm(hw, tokens, h, shape.padded_vocab(t) / t)
+    # the output layer's GEMM (forward, two backward) and the loss's passes over a rank's
+    # [tokens, vocab / tp] logits, HBM-bound (`loss_bytes` an entry)
+    vocab_share = tokens * shape.padded_vocab(t) / t
+    logits = 3 * _gemm(hw, tokens, h, shape.padded_vocab(t) / t) + vocab_share * loss_bytes / (
+        hw.hbm * HBM_EFF)
 
     def stage(p: int) -> dict[str, float]:
         got = dict.fromkeys(("compute", "recompute", "tp", "ep", "cp"), 0.0)
@@ -340,4 +352,5 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
     return Cost({k: terms[k] for k in TERMS}, m)
 
 
-__all__ = ["HARDWARE", "TERMS", "Cost", "Hardware", "ring_bytes", "spans", "step_cost"]
+__all__ = ["HARDWARE", "LOSS_BYTES", "TERMS", "Cost", "Hardware", "ring_bytes", "spans",
+           "step_cost"]

@@ -247,3 +247,25 @@ def test_deepep_moves_tokens_at_its_published_bandwidth():
     layers = sum(lay.moe)
     assert cost.terms["ep"] == pytest.approx(m * layers * 4 * one)
     assert DEEPEP_NVL_EFF > COMM_EFF
+
+
+def test_the_rl_loss_passes_over_the_logits_weigh_on_the_last_stage():
+    # slime's log-prob and entropy make fp32 passes over a rank's [tokens, vocab / tp]
+    # logits (LOSS_BYTES an entry, HBM-bound): on one stage every rank pays them alike; with
+    # pp > 1 only the last stage, which then sets the pace of the pipeline
+    from miles_topology.judging.cost import HBM_EFF, LOSS_BYTES
+    shape, model = read_model([MOE], None)
+    hw = HARDWARE["H100"]
+
+    def cost(pp: int, loss: float):
+        topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, pp=pp, ep=4, etp=1, **model)
+        return step_cost(shape, layout_of(topo), hw, 8, Precision(), Run(tokens=8192),
+                         2**21, 2048, loss_bytes=loss)
+
+    one, bare = cost(1, LOSS_BYTES), cost(1, 0)
+    per_mb = 8192 * shape.padded_vocab(2) / 2 * LOSS_BYTES / (hw.hbm * HBM_EFF)
+    assert one.terms["compute"] - bare.terms["compute"] == pytest.approx(
+        one.micro_batches * per_mb)
+    two, two_bare = cost(2, LOSS_BYTES), cost(2, 0)
+    assert two.terms["compute"] - two_bare.terms["compute"] > 0
+    assert (two.total - two_bare.total) > (one.total - bare.total) / 2
