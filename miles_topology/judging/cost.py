@@ -27,11 +27,15 @@ terms add up to the key (`Cost.total`); `plan --explain` prints them. The model,
 
 Micro-batches a step: the tokens of a step / (dp x cp x tokens a rank's micro-batch). Not
 modelled: overlap of communication with compute beyond the CP ring (conservative for
-every layout alike), load imbalance among experts, kernel launch overheads, elementwise
-kernels (they scale like the GEMMs).
+every layout alike), load imbalance among experts, kernel launch and collective latency,
+elementwise kernels inside the layers (they scale like the GEMMs), the RL step's log-prob
+passes and weight update.
 
 Constants: `HARDWARE` and the efficiencies below, frozen with their sources before any
-ranking was compared with an expert's layout; they are not fitted to any answer.
+ranking was compared with an expert's layout; they are not fitted to any answer. Added
+while diagnosing the ranks (issue 35), each taken as its source gives it and not varied to
+move a rank: DeepEP's efficiencies (its published table), LOSS_BYTES (a count of slime's
+loss code), and plan's STEP_SAMPLES (slime's scripts).
 """
 
 from __future__ import annotations
