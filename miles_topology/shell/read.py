@@ -52,10 +52,13 @@ def require_launch(found: ScriptRead) -> ScriptRead:
         return found
     instead = "; found instead: " + ", ".join(f"{what} at {src}" for src, what in
                                               found.others) if found.others else ""
+    why = " A converter, server or wrapper is not a training job: check the script that " \
+        "starts train.py" if found.others else " A program named only by a variable the " \
+        "environment sets (\"$PYTHON\" train.py) is not known here: pass it with --env " \
+        "NAME=VALUE, or check the script that starts train.py"
     raise NoTrainingLaunch(
         f"{found.path}: no training launch found (python3 train.py, train_async.py, torchrun, "
-        f"or ray job submit ... -- python3 train.py){instead}. A converter, server or "
-        "wrapper is not a training job: check the script that starts train.py")
+        f"or ray job submit ... -- python3 train.py){instead}.{why}")
 
 
 def _read(r: Reader, path: str | Path) -> ScriptRead:

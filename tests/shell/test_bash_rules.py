@@ -132,8 +132,15 @@ def test_a_python_launch_through_variables_after_guarded_optional_sources(tmp_pa
 
 def test_a_program_only_its_folder_is_known_of_is_not_a_launch(tmp_path):
     # "$PY" set nowhere (the environment's): which program runs is not known, so no launch
+    from miles_topology.model.errors import NoTrainingLaunch
+
     run = checkout(tmp_path, '"${PY}" "${SLIME_ROOT}/train.py" --actor-num-nodes 1\n')
     assert read_script(run).entry is None
+    with pytest.raises(NoTrainingLaunch, match="pass it with --env") as e:
+        check_script(str(run), {})
+    assert "converter" not in str(e.value)  # nothing else was found to blame
+    v = check_script(str(run), {"PY": "python3"})
+    assert v.extra["values"]["--actor-num-nodes"]["value"] == "1"
 
 
 # -- branches on run-time tests that agree -------------------------------------------------
