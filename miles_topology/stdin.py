@@ -64,6 +64,8 @@ def renamed(verdicts: list[Verdict], tmp: str, name: str) -> list[Verdict]:
     out = []
     for v in verdicts:
         v.path = name if v.path in paths else v.path
+        if v.site is not None and v.site.path in paths:
+            v.site = replace(v.site, path=name)
         v.errors, v.warnings, v.skipped = ([fix(p) for p in ps] for ps in
                                            (v.errors, v.warnings, v.skipped))
         for key in ("unreadable", "nothing"):

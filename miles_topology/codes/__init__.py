@@ -44,7 +44,10 @@ class Code:
     source: str  # the upstream file and function it follows
     by: str  # the rule or module that reports it
     example: str = ""  # an input that reports it (flags of a topology rule)
-    fixable: bool = False  # `--fix` can rewrite it mechanically
+    # `--fix` can rewrite it mechanically: set by the fix's registration (migrations/fix.py
+    # `fixer`), never declared here, so the two cannot disagree; what reads it loads the
+    # fixers first (`miles-topology rule`, the SARIF help, docs/problem-codes.md)
+    fixable: bool = False
     off: bool = False  # reported only when selected by name (or `all`), as ruff's RUF100
 
 
@@ -116,13 +119,13 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
     'missing-model-fact': ('error', 'a derivation needs a model fact that was not given',
                            'topo.stage_layers(0) without --num-layers'),
     'deprecated-flag': {
-        'severity': 'warning', 'fixable': True,
+        'severity': 'warning',
         'summary': 'a flag upstream deprecates (SGLang renamed or ignores it), or one miles '
                    "renamed that the launch's stack still defines; the message names the new "
                    'one (a renamed flag no stack defines is an `unknown-flag`)',
         'example': '--sglang-cuda-graph-bs 8   (now --sglang-cuda-graph-bs-decode)'},
     'unknown-flag': {
-        'severity': 'error', 'fixable': True,
+        'severity': 'error',
         'summary': "a flag the launch's stack does not define (miles' or slime's train.py: "
                    'their own flags, Megatron-LM, SGLang as `--sglang-*`, the add_arguments of '
                    'the functions the launch names; the stack given by `--stack`, beside the '
@@ -161,7 +164,7 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
                   'parse_args',
         'example': '--ref-micro-batch-size 4   (in a slime launch)'},
     'flag-given-twice': {
-        'severity': 'warning', 'fixable': True,
+        'severity': 'warning',
         'summary': "one flag given twice with different values on a command line; miles' "
                    'parser keeps the last',
         'example': '--tensor-model-parallel-size 2 ... --tensor-model-parallel-size 4'},
