@@ -1,6 +1,6 @@
 """`miles-topology`: check, show and migrate parallel layouts; print the YAML schema.
 
-The CLI is the composition root: it reads the inputs, builds verdicts (report.py), runs the
+The CLI is the composition root: it reads the inputs, builds verdicts (judging/), runs the
 migrations (miles_topology/migrations/) and prints. Exit codes: 0 valid (warnings allowed),
 1 invalid configuration, 2 unreadable input or usage error.
 """

@@ -215,7 +215,7 @@ declare("fit.py (memory.py's per-rank estimate against the GPU; check, launchers
        "of memory at start-up. Activations come on top (an estimate).",
    source="Megatron-LM training/theoretical_memory_usage.py; megatron-core GPTModel; "
           "Korthikanti et al. 2022 (arXiv 2205.05198) Table 2")
-declare("report.py (where a Python launcher starts training)", {
+declare("judging/verdict.py (where a Python launcher starts training)", {
     'launch': (
         'note', 'a training launch of a Python launcher, at its file:line: one notice per '
         'launch in `--format github`/`sarif`, so each launch of a file is located',
@@ -223,7 +223,7 @@ declare("report.py (where a Python launcher starts training)", {
 }, why="A Python launcher may start several trainings (one per model size, say); each is "
        "checked on its own and located at the line that starts it.",
    source="miles/utils/external_utils/command_utils.py execute_train")
-declare("check_script.py and check_launcher.py (a whole launch: a script or a launcher's call)", {
+declare("judging/launch.py judge (a whole launch: a script or a launcher's call)", {
     'flag-value-may-be-empty': (
         'warning', 'a value-taking flag whose value is one unquoted expansion known only at '
         'run time, before another flag: empty then, bash drops the word and argparse '
@@ -237,7 +237,7 @@ declare("check_script.py and check_launcher.py (a whole launch: a script or a la
 }, why="A whole launch is what the real parser sees: what it leaves out, or what bash may "
        "leave out of it, is refused at start-up.",
    source="Megatron-LM training/arguments.py validate_args; Python argparse _match_argument")
-declare("report.py and cli.py (an input that cannot be read)", {
+declare("judging/verdict.py and cli.py (an input that cannot be read)", {
     'unreadable': (
         'error', 'an input cannot be read at all (missing file, bad YAML, bash syntax): exit '
         '2; in `--format github`/`sarif` and batch output',
@@ -266,7 +266,7 @@ declare("selection.py (suppression directives, as ruff's noqa and RUF100)", {
 }, why="A directive that names no code, or no report, turns nothing off: the report it was "
        "written for (or a later one) would pass unseen, or the directive outlived its cause.",
    source="ruff's noqa handling (RUF100 unused-noqa)")
-declare("the script reader (shell/ interpret.py, read.py; check_script.py reports them)", {
+declare("the script reader (shell/ interpret.py, read.py; judging/launch.py reports them)", {
     'missing-line-continuation': (
         'error', 'a line starts with flags (or an unresolved `${A[@]}` and flags) but the line '
         'above does not end in `\\`: bash drops them from the launch',

@@ -64,6 +64,21 @@ class Verdict:
     skipped = property(lambda self: self._view("skipped"),
                        lambda self, ps: self._set("skipped", ps))
 
+    def unread(self) -> Problem | None:
+        """An input that could not be read, as its coded problem (`code`: unreadable or
+        internal-error; unsuppressible, exit 2), else None."""
+        if self.unreadable is None:
+            return None
+        return Problem(self.code, self.unreadable, "check the path")
+
+    def launch_note(self) -> Problem | None:
+        """One of several launches of a launcher (or a typer command's), as its coded note
+        at the call that starts it (`launch`), else None."""
+        if not _launch(self):
+            return None
+        return Problem("launch", _launch_text(self), "-", (),
+                       location=self.site or Location(self.path, 0))
+
     @property
     def ok(self) -> bool:
         return not self.errors and self.unreadable is None
@@ -123,10 +138,6 @@ def _launch(v: Verdict) -> str:
     cmd = f", command `{got['command']}`" if got["command"] else ""
     at = f"line {v.site.line}" if v.site and v.site.path == v.path else str(v.site or "?")
     return f"launch {got['index'] + 1} of {got['of']}{cmd}, {at}"
-
-
-def _launch_at(v: Verdict) -> tuple[str, int]:
-    return (v.site.path, v.site.line) if v.site else (v.path, 0)
 
 
 def _launch_text(v: Verdict) -> str:

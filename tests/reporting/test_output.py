@@ -235,9 +235,10 @@ def test_the_column_is_the_readers_own_not_searched_again(tmp_path, capsys, monk
 
 
 def test_a_launch_is_located_by_its_location_not_a_string_parsed_back():
-    from miles_topology.judging.verdict import _launch_at, name
+    from miles_topology.judging.verdict import name
     from miles_topology.model.errors import Location
 
     v = Verdict("a:b.py", site=Location("a:b.py", 57))
     v.extra = {"launch": {"index": 1, "of": 2, "command": None, "source": "a:b.py:57"}}
-    assert name(v) == "a:b.py [launch 2 of 2, line 57]" and _launch_at(v) == ("a:b.py", 57)
+    assert name(v) == "a:b.py [launch 2 of 2, line 57]"
+    assert v.launch_note().location == Location("a:b.py", 57)
