@@ -66,8 +66,7 @@ def renamed(verdicts: list[Verdict], tmp: str, name: str) -> list[Verdict]:
         v.path = name if v.path in paths else v.path
         if v.site is not None and v.site.path in paths:
             v.site = replace(v.site, path=name)
-        v.errors, v.warnings, v.skipped = ([fix(p) for p in ps] for ps in
-                                           (v.errors, v.warnings, v.skipped))
+        v.problems = [fix(p) for p in v.problems]
         for key in ("unreadable", "nothing"):
             text = getattr(v, key)
             if text:

@@ -115,12 +115,10 @@ def judge(launch: Launch, cluster: ClusterModel | None) -> Verdict:
         _assumed_cluster_is_no_proof(v, cluster)
     if launch.gap is not None and not _sizes_after(pairs, launch.gap):
         v.summary = None  # words known only at run time may set a size: none is printed
-    # the reader's findings at their code's severity: errors fail, notes are listed with
-    # the warnings (they do not fail the check either)
-    v.errors = [p for p in launch.problems if p.severity == "error"] + v.errors
-    v.warnings = [p for p in launch.problems if p.severity != "error"] + v.warnings
-    v.errors, v.warnings, v.skipped = ([p if p.location else p.at(_locate(p, launch))
-                                        for p in ps] for ps in (v.errors, v.warnings, v.skipped))
+    # the reader's findings first, at their code's severity (errors fail; notes are listed
+    # with the warnings), then every problem at the place that writes its flag
+    v.problems = [p if p.location else p.at(_locate(p, launch))
+                  for p in [*launch.problems, *v.problems]]
     v.site = launch.site
     _report(v, launch, stack, words, unresolved, facts, why)
     return v
