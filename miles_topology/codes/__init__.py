@@ -220,6 +220,11 @@ declare("judging/verdict.py (where a Python launcher starts training)", {
         'note', 'a training launch of a Python launcher, at its file:line: one notice per '
         'launch in `--format github`/`sarif`, so each launch of a file is located',
         'miles-topology check run_qwen3.py --format github'),
+    'launcher-note': (
+        'note', 'what the sandbox saw while running a launcher beyond its launch: an import '
+        'a recording stand-in answered, a launch after the first, the launcher stopped or '
+        'failed after its training launch was recorded',
+        'import polars   (not installed here: a recording stand-in answered it)'),
 }, why="A Python launcher may start several trainings (one per model size, say); each is "
        "checked on its own and located at the line that starts it.",
    source="miles/utils/external_utils/command_utils.py execute_train")

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from ..model.errors import Location, NoTrainingLaunch
+from ..model.errors import Location, NoTrainingLaunch, Problem
 from ..pylaunch import UNKNOWN_ENV, PythonLaunch, read_python_launches
 from ..pylaunch.cluster import ClusterModel
 from ..pylaunch.standins import unknowns_in
@@ -152,7 +152,16 @@ def launch_of(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int)
         or any("$" in w for w in argv) or any(p["answer"] is None for p in got.probes),
         imports=_imports(path), site=where, head=_lines(got, of, at, cluster),
         shown=shown, sized_by_cluster=True,
-        at={f: _shown(path, got.spelled[f]) for f in got.spelled})
+        at={f: _shown(path, got.spelled[f]) for f in got.spelled},
+        problems=[Problem("launcher-note", n, _note_fix(n), (),
+                          location=where or Location(path, 0)) for n in got.notes])
+
+
+def _note_fix(note: str) -> str:
+    """What a launcher note asks of the user, if anything."""
+    if "not installed here" in note:
+        return "install it (or put it on PYTHONPATH) for the values it really gives"
+    return "none needed: the launch recorded is the one checked"
 
 
 def _raw(source) -> Location | str:
@@ -180,7 +189,6 @@ def _lines(got: PythonLaunch, of: int, at: str, cluster: ClusterModel) -> list[s
         which += ": "
     lines = [f"{which}{got.launcher} {got.entry}  <- {at} (run in a sandbox in "
              f"{got.seconds:.2f} s; {len(got.others)} other action(s) recorded, not run)"]
-    lines += [f"note: {n}" for n in got.notes]
     lines.append(cluster.line())
     by = {"cluster": [], None: []}
     for p in got.probes:

@@ -55,3 +55,21 @@ def test_the_launcher_check_is_the_same_judge_over_the_launchers_launch(monkeypa
     assert "stack" in v.extra and v.site == seen[0].site
     located = [p for p in v.problems if p.location is not None and p.location.column]
     assert located, v.problems
+
+
+def test_a_launchers_notes_are_coded_problems_at_its_launch(tmp_path):
+    """What the sandbox saw beyond the launch (here: an import a stand-in answered) is a
+    `launcher-note` problem at the call that launches, with a fix; a note, so it passes."""
+    from miles_topology.judging import check_launcher
+
+    run = tmp_path / "run.py"
+    run.write_text("import os\nimport mt_absent_polars as pl\nn = pl.x\n"
+                   "os.system('python3 train.py --num-layers 4 --actor-num-nodes 1 "
+                   "--actor-num-gpus-per-node 8 --tensor-model-parallel-size 2 --colocate')\n")
+    v = check_launcher.check_python(str(run), [])
+    (note,) = [p for p in v.problems if p.code == "launcher-note"]
+    assert note.severity == "note" and "mt_absent_polars" in note.message
+    assert note.location.line == 4 and "PYTHONPATH" in note.fix
+    assert v.ok and note in v.warnings
+    lines = v.extra["report_lines"]
+    assert lines and not any(line.startswith("note:") for line in lines)  # once, as a problem
