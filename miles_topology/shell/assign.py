@@ -232,12 +232,14 @@ class Assignments:
                 self.set(name, None, unk, at, None, what, what)  # --env NAME stands
         self.sh.taint = Unk(what, at, why)
 
-    def too_deep(self, name: str, n: syntax.Simple, body: list | None = None):
-        """A call (or an eval's `body`) past the depth cap is not followed: what it (and the
+    def too_deep(self, name: str, n: syntax.Simple, body: list | None = None,
+                 why: str = ""):
+        """A call (or an eval's `body`) past the depth cap is not followed, or one of a
+        function defined only at run time (state.Either; `why` says so): what it (and the
         functions it calls) may set is unknown from here on."""
         src = self.at.src(n.line)
-        why = f"it may be set by '{name}' called at {src} more than {MAX_CALL_DEPTH} calls " \
-              "deep, which is not followed"
+        why = f"it may be set by '{name}' called at {src}" + (
+            why or f" more than {MAX_CALL_DEPTH} calls deep, which is not followed")
         for var in sorted(sets(self.sh.funcs[name] if body is None else body,
                                 self.sh.funcs)):
             self.sh.inherited.discard(var)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from . import syntax
 from .pattern import fullmatch
+from .state import Leave
 from .values import Unk
+
+_CHAIN = 6  # an and-or list followed way by way up to this many commands after the test
 
 
 class Branches:
@@ -23,15 +26,9 @@ class Branches:
                line: int):
         r = self.r
         last = len(n.items) - 1
-        if status is None and last == 1 and (cond is None or r.sh.joined(cond)):
-            op, cmd = n.items[1]  # `test && X=1`: an if of its own
-            with _Fork(r, cond) as fork:
-                fork.open(op, line, f"only if the command before '{op}' at "
-                          f"{r.at.src(line)} " + ("succeeds" if op == "&&" else "fails") +
-                          reason)
-                fork.way([cmd])
-                return fork.end()
         for k, (op, cmd) in enumerate(n.items[1:], 1):
+            if status is None and (cond is None or r.sh.joined(cond)) and last - k < _CHAIN:
+                return self.chain(n, k, reason, cond, line)
             if status is None:
                 why = f"only if the command before '{op}' at {r.at.src(line)} " + (
                     "succeeds" if op == "&&" else "fails") + reason
@@ -44,9 +41,46 @@ class Branches:
                 with r.testing(k < last):
                     r.node(cmd, cond)
 
+    def chain(self, n: syntax.AndOr, first: int, reason: str, cond: Unk | None, line: int):
+        """The rest of ``a && b || c`` from item `first`, the command before it decided at run
+        time: an if of its own (``[ -n "$TP" ] && A="--tp $TP" || A=""``). Each way it may
+        go is followed with the status it ends in: a command runs in the ways whose status
+        lets it, a status known only at run time splitting the way in two (bash runs `c`
+        also when `b` fails, unless `b`'s status is known: an assignment's is 0)."""
+        r, sh = self.r, self.r.sh
+        last = len(n.items) - 1
+        with _Fork(r, cond) as fork:
+            ways: list[tuple[tuple, bool | None]] = [(sh.snapshot(), None)]
+            for k, (op, cmd) in enumerate(n.items[first:], first):
+                runs, nxt = op == "&&", []
+                for state, status in ways:
+                    if status is not None and status != runs:
+                        nxt.append((state, status))  # skipped: its status stands
+                        continue
+                    sh.restore(state)
+                    if status is None:  # the way that skips it, the one that runs it
+                        nxt.append((sh.snapshot(), not runs))
+                        fork.open(op, line, f"only if the command before '{op}' at "
+                                  f"{r.at.src(line)} " + ("succeeds" if runs else "fails") +
+                                  reason)
+                    status = r.tests.status([cmd], fork.cond)
+                    try:
+                        with r.testing(k < last):
+                            r.node(cmd, fork.cond)
+                    except Leave as e:
+                        fork.leaves(e)
+                        continue
+                    nxt.append((sh.snapshot(), status))
+                ways = nxt
+            if not ways:
+                raise fork.left
+            sh.restore(ways[-1][0])
+            fork.ends.extend(w[0] for w in ways[:-1])
+            fork.end()
+
     def if_(self, n: syntax.If, cond: Unk | None):
         with _Fork(self.r, cond) as fork:
-            self.ways_of_if(n, fork)
+            fork.live(lambda: self.ways_of_if(n, fork))
             fork.end()
 
     def ways_of_if(self, n: syntax.If, fork: _Fork):
@@ -78,16 +112,20 @@ class Branches:
             if word.unk:
                 fork.open("case", n.line, f"inside a 'case {n.word.text}' at "
                           f"{r.at.src(n.line)} whose value is only known at run time")
-            for pats, body in n.arms:
-                matched = self.matches(word, pats)
-                if matched is True:
-                    r.run(body, fork.cond)
-                    break
-                if matched is None:
-                    fork.open("case", n.line, f"inside a 'case' arm at {r.at.src(n.line)} "
-                              "whose pattern is only known at run time")
-                    fork.way(body)
+            fork.live(lambda: self.arms(n, word, fork))
             fork.end()
+
+    def arms(self, n: syntax.Case, word, fork: _Fork):
+        r = self.r
+        for pats, body in n.arms:
+            matched = self.matches(word, pats)
+            if matched is True:
+                return r.run(body, fork.cond)
+            if matched is None:
+                fork.open("case", n.line, f"inside a 'case' arm at {r.at.src(n.line)} "
+                          "whose pattern is only known at run time")
+                fork.way(body)
+        return None
 
     def matches(self, word, pats: list) -> bool | None:
         """Whether a case arm takes the word: None when only known at run time."""
@@ -109,7 +147,7 @@ class _Fork:
     them. A branch under a condition that is not a join's (a loop run an unknown number of
     times, ``x && { ... }``) is not joined: what it sets is unknown there (assign.py)."""
 
-    __slots__ = ("r", "cond", "joins", "ends", "entry", "errexit", "before")
+    __slots__ = ("r", "cond", "joins", "ends", "entry", "errexit", "before", "left")
 
     def __init__(self, r, cond: Unk | None):
         self.r, self.cond = r, cond
@@ -117,6 +155,7 @@ class _Fork:
         self.ends: list[tuple] = []
         self.entry = cond
         self.errexit = r.sh.errexit
+        self.left: Leave | None = None  # how a way left (`return` kept over `exit`)
 
     def open(self, kind: str, line: int, why: str):
         """A test decided at run time: what follows runs under a condition (the first one
@@ -135,9 +174,27 @@ class _Fork:
         if not self.joins:
             return self.r.run(body, self.cond)
         start = sh.snapshot()
-        self.r.run(body, self.cond)
-        self.ends.append(sh.snapshot())
+        try:
+            self.r.run(body, self.cond)
+            self.ends.append(sh.snapshot())
+        except Leave as e:  # it goes no further: nothing it sets comes after the branch
+            self.leaves(e)
         sh.restore(start)
+
+    def leaves(self, e: Leave):
+        if self.left is None or e.kind == "return":
+            self.left = e
+
+    def live(self, run):
+        """The way past the kept ones (an else, a known arm, no arm): when it leaves, one
+        kept way is the live state; when every way leaves, so does the branch."""
+        try:
+            run()
+        except Leave as e:
+            self.leaves(e)
+            if not self.ends:
+                raise self.left from None
+            self.r.sh.restore(self.ends.pop())
 
     def __enter__(self):
         return self

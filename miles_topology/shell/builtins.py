@@ -13,6 +13,7 @@ from typing import Protocol
 from ..model.errors import Location
 from ..reading import gate
 from . import syntax
+from .state import Leave
 from .values import INT_LIMIT, MAX_ITEMS, Field, Unk, Var, printf
 
 
@@ -28,6 +29,8 @@ class Commands(Protocol):
     def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
                   cond: Unk | None, shown: str, written: bool = False): ...
 
+    returns: int  # functions and sourced files running: `return` ends the innermost
+    returned: list[list[tuple]]  # per one of them: the states its `return`s left in
     checked: int  # >0 where a command's failure is tested (set -e ignores it)
     guards: list[frozenset[str]]  # paths a run-time test requires to exist, innermost last
 
@@ -46,11 +49,24 @@ class Builtins:
             "cd": self.cd, "printf": self.printf_v, "shift": self.shift, "read": self.read,
             "mapfile": self.read, "readarray": self.read, "break": self.jump,
             "continue": self.jump, "eval": self.eval_, "getopts": self.getopts,
-            "bash": self.script, "sh": self.script,
+            "bash": self.script, "sh": self.script, "exit": self.leave, "return": self.leave,
         }
 
     def nothing(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``:``, ``true``, ``false``: no effect beyond their status (read by `status`)."""
+
+    def leave(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``exit`` / ``return``: this way of the script goes no further (state.Leave). Only
+        where the read surely runs it (no condition, or a way of a branch being joined);
+        under any other condition (a loop run an unknown number of times) the read goes on
+        as before. ``return`` outside a function or sourced file: bash refuses it and goes
+        on."""
+        if self.sh.plain(cond) is not None or fields[0].value == "return" and \
+                not self.r.returns:
+            return None
+        if fields[0].value == "return":  # joined with the other ways where the call ends
+            self.r.returned[-1].append((self.sh.snapshot(), cond))
+        raise Leave(fields[0].value)
 
     def set_(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``set -a`` / ``set -o allexport`` (what a launched process sees); ``set -- WORDS``

@@ -33,7 +33,7 @@ from .findings import Findings
 from .loops import Loops
 from .provenance import Provenance
 from .records import ScriptReadError
-from .state import Shell
+from .state import Either, Leave, Shell
 from .values import (
     MAX_ITEMS,
     MAX_VALUE,
@@ -76,18 +76,48 @@ class Reader:
         # paths a run-time test requires to exist, for the commands it guards (`[ -f F ] &&
         # source F`): innermost last
         self.guards: list[frozenset[str]] = []
+        # functions and sourced files running in this shell: `return` ends the innermost
+        # (elsewhere bash refuses it and goes on)
+        self.returns = 0
+        # per function, sourced file or other shell running: the states its `return`s left
+        # in (with the condition of the branch they ran in), joined where it ends
+        self.returned: list[list[tuple]] = []
 
     def run_main(self):
         abs_path = self.at.main_abs
         body = self.files.parse_file(abs_path, self.at.disp(abs_path))
-        with self.files.entering(abs_path, self.at.disp(abs_path), abs_path):
+        with self.files.entering(abs_path, self.at.disp(abs_path), abs_path), \
+                self.ending("exit"):
             self.run(body, None)
 
-    def source_file(self, path: str, n: syntax.Simple, cond: Unk | None, shown: str):
-        """``source FILE`` of a file found on disk."""
+    @contextmanager
+    def ending(self, *kinds: str, scope: bool = False, shell: bool = False):
+        """What runs inside ends at an `exit` or `return` of `kinds` (state.Leave).
+        `scope`: a function or sourced file (`return` ends it); `shell`: another bash (the
+        functions and files it runs in are not this shell's)."""
+        saved, left = self.returns, False
+        self.returns = 0 if shell else saved + scope
+        self.returned.append([])
+        try:
+            yield
+        except Leave as e:
+            if e.kind not in kinds:
+                raise
+            left = True
+        finally:
+            self.returns = saved
+            ends = self.returned.pop()
+        if scope and ends:  # bash goes on after the call in each way a `return` ended
+            self.sh.rejoin(ends, left, self.env)
+
+    def source_file(self, path: str, n: syntax.Simple, cond: Unk | None, shown: str,
+                    child: bool = False):
+        """``source FILE`` of a file found on disk (`child`: as another bash runs it)."""
         with self.files.entering(path, self.at.disp(path), path, self.at.src(n.line), shown) as ok:
             if ok:
-                self.run(self.files.parse_file(path, self.at.disp(path)), cond)
+                with self.ending(*(("exit",) if child else ("return",)), scope=not child,
+                                 shell=child):
+                    self.run(self.files.parse_file(path, self.at.disp(path)), cond)
 
     def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
                   cond: Unk | None, shown: str, written: bool = False):
@@ -107,7 +137,7 @@ class Reader:
             if written:
                 self.run_written(path, n, cond, child=True)
             else:
-                self.source_file(path, n, cond, shown)
+                self.source_file(path, n, cond, shown, child=True)
         finally:
             self.budget.calls -= 1
             sh.restore(saved)
@@ -135,7 +165,9 @@ class Reader:
             except ScriptReadError as e:
                 raise ScriptReadError(f"{where}: the file it sources, which the script "
                                       f"writes, is not valid bash: {e}") from None
-            self.run(body, cond)
+            with self.ending(*(("exit",) if child else ("return",)), scope=not child,
+                             shell=child):
+                self.run(body, cond)
 
     def run_text(self, text: str, line: int, cond: Unk | None, name: str, n: syntax.Simple):
         """``eval TEXT``: parsed and run here, as deep as calls are followed."""
@@ -187,14 +219,23 @@ class Reader:
             self.sh.func_file[n.name] = self.at.where[-1]
         elif t is syntax.Group:
             if n.subshell:
-                saved = self.sh.copy_vars()
-                with self.loops.barrier():
-                    self.run(n.body, cond)
-                self.sh.vars = saved
+                self.subshell(n.body, cond)
             else:
                 self.run(n.body, cond)
         elif t is syntax.ArithCmd:
             self.assigns.arith_cmd(n, cond)
+
+    def subshell(self, body: list, cond: Unk | None):
+        """``( ... )``: a copy of this shell; only the files it writes outlast it."""
+        sh = self.sh
+        saved = sh.snapshot()
+        try:
+            with self.loops.barrier(), self.ending("exit", "return"):
+                self.run(body, cond)
+        finally:
+            written, prev_end = sh.written, sh.prev_end
+            sh.restore(saved)
+            sh.written, sh.prev_end = written, prev_end
 
     @contextmanager
     def testing(self, on: bool = True):
@@ -278,7 +319,10 @@ class Reader:
         if n.stdout is not None:
             self.write(fields, n, cond)
         if name in self.sh.funcs:
-            if not self.budget.deep:
+            body = self.sh.funcs[name]
+            if type(body) is Either:  # defined at run time: which body runs is unknown
+                self.assigns.too_deep(name, n, why=f", a function defined {body.cond.why}")
+            elif not self.budget.deep:
                 self.call(name, fields, n, cond)
             else:
                 self.assigns.too_deep(name, n)
@@ -319,7 +363,7 @@ class Reader:
         sh.positions.append([0, 0])
         sh.scopes.append({})
         try:
-            with self.loops.barrier():
+            with self.loops.barrier(), self.ending("return", scope=True):
                 self.run(sh.funcs[name], cond)
         finally:
             sh.frames.pop()
@@ -364,7 +408,7 @@ class Reader:
         saved = self.sh.copy_vars()
         self.budget.calls += 1
         try:
-            with self.loops.barrier():
+            with self.loops.barrier(), self.ending("exit", shell=True):
                 self.run(body, cond)
         finally:
             self.budget.calls -= 1

@@ -8,6 +8,26 @@ from ..model.errors import Location
 from .values import Field, Unk, Var
 
 
+class Leave(Exception):
+    """``exit`` / ``return`` run where the read surely reaches it (no condition, or a way of a
+    branch being joined): the script (`kind` "exit") or the function or sourced file
+    ("return") goes no further. A way of a branch that leaves is not joined into what follows
+    (branches.py); the shell, function or file it ends is where it is caught (interpret.py)."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
+
+
+class Either(list):
+    """A function defined differently (or not at all) in the ways of a branch decided at run
+    time: its bodies; which one a call runs is known only then (`cond`: the branch)."""
+
+    def __init__(self, bodies, cond: Unk):
+        super().__init__(bodies)
+        self.cond = cond
+
+
 class Shell:
     """What bash itself would hold while running the script."""
 
@@ -94,42 +114,51 @@ class Shell:
         is located at the last assignment a way made (`before`: the values the ways start
         from)."""
         ways = [e[0] for e in ends] + [self.vars]
+        exports = [e[7] for e in ends] + [self.exported]
+        # exported in some ways only: a child shell or a launch sees it or not
+        moved = set().union(*exports) - set.intersection(*exports)
         out: dict[str, Var] = {}
         for name in dict.fromkeys(k for w in ways for k in w):
             got = [w.get(name) for w in ways]
-            if all(_same(got[0], v) for v in got[1:]):
+            if name not in moved and all(_same(got[0], v) for v in got[1:]):
                 out[name] = got[0]
-            elif all(v is None or v.array and v.keys is None for v in got) and \
-                    any(v is not None for v in got):
+            elif name not in moved and all(v is None or v.array and v.keys is None
+                                           for v in got) and any(v is not None for v in got):
                 out[name] = Var(_either([v.items if v else [] for v in got], cond), True)
             elif name in env and not any(v is not None and v.array for v in got):
                 out[name] = Var([Field(env[name], Location("<env>", 0),
                                        text=f"--env {name}={env[name]}")], False)
             else:
-                array = any(v is not None and v.array for v in got)
-                src = cond.src if array else next(  # an array's words: the branch
-                    (v.items[0].src for v in reversed(got) if v is not None and v.items and
-                     not _same(v, before.get(name))), cond.src)
-                unk = Unk(name, src, f"{name} is assigned {cond.why}")
-                out[name] = Var([Field(None, src, unk, name, array)], array)
+                out[name] = _unknown(name, got, cond, before)
         self.vars = out
-        self.join_rest(ends, errexit)
+        self.join_rest(ends, cond, errexit)
 
-    def join_rest(self, ends: list[tuple], errexit: bool):
-        """`join` of what is not a variable: functions and names of all ways; a folder, the
-        positional words or a written file's text that differ are unknown; `set -e` that
-        differs is as before the branch (`errexit`)."""
+    def rejoin(self, ends: list[tuple], left: bool, env: dict[str, str]):
+        """The end of a function or sourced file whose `return`s left in the states `ends`
+        (each with the condition of its way): they are joined with the state at its end,
+        unless it ended by one of them (`left`)."""
+        states = [e[0] for e in ends] + ([] if left else [self.snapshot()])
+        cond = next((c for _, c in ends if c is not None), None)
+        self.restore(states.pop())
+        if states and cond is not None:
+            self.join(states, cond, env, self.errexit, {})
+
+    def join_rest(self, ends: list[tuple], cond: Unk, errexit: bool):
+        """`join` of what is not a variable: a function defined differently (or only) in
+        some ways is an Either; names of all ways; a folder, the positional words, a written
+        file's text or the outer value a `local` hides that differ are unknown; `set -e`
+        that differs is as before the branch (`errexit`)."""
+        self.join_funcs([e[1] for e in ends], cond)
+        if self.scopes:
+            self.join_locals([e[5][-1] for e in ends if e[5]], cond)
         for e in ends:
-            (_, funcs, func_file, frames, _, scopes, assoc, exported, inherited, cwd,
+            (_, _, func_file, frames, _, _, assoc, exported, inherited, cwd,
              allexport, prev_end, written, taint, _, ex) = e
-            self.funcs = {**funcs, **self.funcs}
             self.func_file = {**func_file, **self.func_file}
             if frames[-1] is not self.frames[-1] and (frames[-1] is None or self.frames[-1]
                                                       is None or not _same_words(
                                                           frames[-1], self.frames[-1])):
                 self.frames[-1] = None
-            if scopes and self.scopes:
-                self.scopes[-1] = {**scopes[-1], **self.scopes[-1]}
             self.assoc |= assoc
             self.exported |= exported
             self.inherited &= inherited
@@ -143,6 +172,40 @@ class Shell:
             self.taint = self.taint or taint
             if ex != self.errexit:
                 self.errexit = errexit
+
+    def join_funcs(self, ways: list[dict[str, list]], cond: Unk):
+        """A function defined differently (or only) in some ways: an Either of its bodies."""
+        funcs = ways + [self.funcs]
+        for name in dict.fromkeys(k for f in funcs for k in f):
+            got = [f.get(name) for f in funcs]
+            if not all(_same_body(got[0], b) for b in got[1:]):
+                self.funcs[name] = Either([x for b in got if b for x in b], cond)
+
+    def join_locals(self, ways: list[dict[str, Var | None]], cond: Unk):
+        """A name made `local` in some ways only (or hiding different values): the value it
+        gets back when the function returns is unknown."""
+        scopes = ways + [self.scopes[-1]]
+        for name in dict.fromkeys(k for s in scopes for k in s):
+            got = [s.get(name, False) for s in scopes]
+            if any(v is False or not _same(got[0], v) for v in got):
+                self.scopes[-1][name] = _unknown(name, [v or None for v in got], cond, {})
+
+
+def _unknown(name: str, got: list[Var | None], cond: Unk, before: dict[str, Var]) -> Var:
+    """A variable the ways of a branch leave differently: unknown, located at the last
+    assignment a way made (an array's words: at the branch)."""
+    array = any(v is not None and v.array for v in got)
+    src = cond.src if array else next(
+        (v.items[0].src for v in reversed(got) if v is not None and v.items and
+         not _same(v, before.get(name))), cond.src)
+    unk = Unk(name, src, f"{name} is assigned {cond.why}")
+    return Var([Field(None, src, unk, name, array)], array)
+
+
+def _same_body(a: list | None, b: list | None) -> bool:
+    """One function definition (the very same nodes), or none in both."""
+    return a is b or a is not None and b is not None and type(a) is type(b) and \
+        len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def _either(ways: list[list[Field]], cond: Unk) -> list[Field]:

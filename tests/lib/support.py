@@ -101,3 +101,37 @@ def attempt(what, f, *args, **kwargs):
     except OSError as e:
         print("FAILED", what, e.errno, flush=True)
 """
+
+
+SLIME_MODEL = """\
+MODEL_ARGS=(
+   --swiglu
+   --num-layers 36
+   --hidden-size 2560
+   --ffn-hidden-size 9728
+   --num-attention-heads 32
+   --group-query-attention
+   --num-query-groups 8
+   --vocab-size 151936
+)
+"""
+SLIME_HEAD = """\
+#!/bin/bash
+set -euo pipefail
+SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"
+SLIME_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
+source "${SCRIPT_DIR}/models/qwen3-4B.sh"
+"""
+
+
+def slime_checkout(tmp_path, body: str, name: str = "run-qwen3-4B.sh"):
+    """A slime-like checkout for scripts in the style of slime's scripts/run-*.sh: slime/
+    with pyproject.toml, train.py, scripts/models/qwen3-4B.sh and scripts/NAME."""
+    root = tmp_path / "slime"
+    (root / "scripts" / "models").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'slime'\n")
+    (root / "train.py").write_text("from slime.utils.arguments import parse_args\n")
+    (root / "scripts" / "models" / "qwen3-4B.sh").write_text(SLIME_MODEL)
+    run = root / "scripts" / name
+    run.write_text(SLIME_HEAD + body)
+    return run

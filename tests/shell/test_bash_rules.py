@@ -8,29 +8,11 @@ from __future__ import annotations
 
 import pytest
 from support import bash_launch, flag_values
+from support import slime_checkout as checkout
 
 from miles_topology.judging.check_script import check_script
 from miles_topology.shell.read import read_script
 
-MODEL = """\
-MODEL_ARGS=(
-   --swiglu
-   --num-layers 36
-   --hidden-size 2560
-   --ffn-hidden-size 9728
-   --num-attention-heads 32
-   --group-query-attention
-   --num-query-groups 8
-   --vocab-size 151936
-)
-"""
-HEAD = """\
-#!/bin/bash
-set -euo pipefail
-SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"
-SLIME_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
-source "${SCRIPT_DIR}/models/qwen3-4B.sh"
-"""
 PERF = """\
 PERF_ARGS=(
    --tensor-model-parallel-size 2
@@ -39,18 +21,6 @@ PERF_ARGS=(
    --context-parallel-size 1
 )
 """
-
-
-def checkout(tmp_path, body: str, name: str = "run-qwen3-4B.sh"):
-    """slime/ with pyproject.toml, train.py, scripts/models/qwen3-4B.sh and scripts/NAME."""
-    root = tmp_path / "slime"
-    (root / "scripts" / "models").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("[project]\nname = 'slime'\n")
-    (root / "train.py").write_text("from slime.utils.arguments import parse_args\n")
-    (root / "scripts" / "models" / "qwen3-4B.sh").write_text(MODEL)
-    run = root / "scripts" / name
-    run.write_text(HEAD + body)
-    return run
 
 
 def ray_stand_in(tmp_path):
