@@ -281,8 +281,8 @@ def sets(body: list, funcs: dict[str, list]) -> set[str]:
                 todo.extend(test + body)
             todo.extend(node.orelse or ())
         elif t is syntax.Case:
-            for _, body in node.arms:
-                todo.extend(body)
+            for arm in node.arms:
+                todo.extend(arm[1])
         elif t is syntax.Loop:
             out.update((node.var,) if node.var else ())
             todo.extend(node.body)

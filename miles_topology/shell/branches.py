@@ -4,7 +4,9 @@ and the ways are joined after it (a data-flow merge): a variable that ends the s
 way keeps its value, one that differs is unknown from there, with the branch as the reason.
 So ``if [ -n "$WANDB_KEY" ]; then WANDB_ARGS=(...); fi`` leaves the layout values known.
 Commands in such a branch still run under the condition (a launch there is conditional, a
-source there is guarded); only what they set is joined."""
+source there is guarded); only what they set is joined. A way that leaves (``exit``, a
+``return``: state.Leave) is not joined into what follows: a return's state is joined where its
+function or file ends (interpret.Reader.ending)."""
 
 from __future__ import annotations
 
@@ -117,13 +119,21 @@ class Branches:
 
     def arms(self, n: syntax.Case, word, fork: _Fork):
         r = self.r
-        for pats, body in n.arms:
+        for pats, body, more in n.arms:
             matched = self.matches(word, pats)
-            if matched is True:
+            if matched is True and not more:
                 return r.run(body, fork.cond)
-            if matched is None:
-                fork.open("case", n.line, f"inside a 'case' arm at {r.at.src(n.line)} "
-                          "whose pattern is only known at run time")
+            why = f"inside a 'case' arm at {r.at.src(n.line)} whose pattern is only known " \
+                  "at run time"
+            if matched is True:
+                r.run(body, fork.cond)
+            elif matched is None and more:  # `;;&`: an if of its own, then the next arms
+                with _Fork(r, fork.cond) as arm:
+                    arm.open("case", n.line, why)
+                    arm.way(body)
+                    arm.end()
+            elif matched is None:
+                fork.open("case", n.line, why)
                 fork.way(body)
         return None
 

@@ -219,6 +219,9 @@ class If:
 
 @_node
 class Case:
+    """`arms`: (patterns, body, more): `more` when the arm ends in ``;;&`` (the arms after
+    it are tested too); one ending in ``;&`` has the next arm's body after its own."""
+
     word: Word
     arms: list
     line: int
@@ -549,7 +552,7 @@ class _Commands:
         word, arms = None, []
         for c in n.children:
             if c.type == "case_item":
-                pats, body, seen = [], [], False
+                pats, body, seen, end = [], [], False, ";;"
                 for d in c.children:
                     if d.type == ")":
                         seen = True
@@ -557,9 +560,16 @@ class _Commands:
                         pats.append(self.words.word(d))
                     elif seen and d.type in _STATEMENTS:
                         body.append(self.stmt(d))
-                arms.append((pats, body))
+                    elif d.type in (";&", ";;&"):
+                        end = d.type
+                arms.append((pats, body, end))
             elif c.is_named and word is None and c.type != "comment":
                 word = self.words.word(c)
+        for k in range(len(arms) - 2, -1, -1):  # `;&`: the next arm's body runs too
+            pats, body, end = arms[k]
+            if end == ";&":
+                arms[k] = (pats, body + arms[k + 1][1], arms[k + 1][2])
+        arms = [(pats, body, end == ";;&") for pats, body, end in arms]
         line = self.src.line(n)
         return Case.make(word=word or Word.make(parts=[], line=line, text=""), arms=arms,
                          line=line)

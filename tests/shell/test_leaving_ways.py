@@ -242,3 +242,35 @@ N=${#EXTRA[@]}
     g = got(run)
     assert g["--tensor-model-parallel-size"] is None
     assert truth(run, tmp_path, {"LONG": "1"})["--tensor-model-parallel-size"] == "4"
+
+
+def test_case_arms_that_fall_through(tmp_path):
+    # `;&` runs the next arm's body too; `;;&` tests the arms after it
+    run = checkout(tmp_path, """\
+case "${MODE}" in
+   small) TP=2 ;&
+   medium) TP=4 ;;
+   *) TP=8 ;;
+esac
+case small in
+   s*) CP=2 ;;&
+   small) CP=4 ;;
+esac
+""" + LAUNCH)
+    assert got(run)["--tensor-model-parallel-size"] is None
+    assert got(run, ["x"])["--context-parallel-size"] == "4"
+    run = checkout(tmp_path / "known", """\
+case small in
+   small) TP=2 ;&
+   medium) TP=4 ;;
+esac
+case "${MODE}" in
+   s*) CP=2 ;;&
+   *) ;;
+esac
+""" + LAUNCH)
+    assert got(run)["--tensor-model-parallel-size"] == "4"
+    assert got(run)["--context-parallel-size"] is None
+    for mode, cp in (("small", "2"), ("big", "1")):
+        t = truth(run, tmp_path, {"MODE": mode})
+        assert t["--tensor-model-parallel-size"] == "4" and t["--context-parallel-size"] == cp
