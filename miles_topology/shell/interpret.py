@@ -225,12 +225,14 @@ class Reader:
         elif t is syntax.ArithCmd:
             self.assigns.arith_cmd(n, cond)
 
-    def subshell(self, body: list, cond: Unk | None):
-        """``( ... )``: a copy of this shell; only the files it writes outlast it."""
+    def subshell(self, body: list, cond: Unk | None, shell: bool = False):
+        """``( ... )`` (`shell`: another bash reading a here-document script): a copy of
+        this shell; only the files it writes outlast it."""
         sh = self.sh
         saved = sh.snapshot()
         try:
-            with self.loops.barrier(), self.ending("exit", "return"):
+            with self.loops.barrier(), self.ending("exit", *(() if shell else ("return",)),
+                                                   shell=shell):
                 self.run(body, cond)
         finally:
             written, prev_end = sh.written, sh.prev_end
@@ -405,14 +407,11 @@ class Reader:
                 return None  # its expansions unknown, its text as written is not bash: the
                 # other shell's script is not known here (and sets nothing in this one)
             raise
-        saved = self.sh.copy_vars()
         self.budget.calls += 1
         try:
-            with self.loops.barrier(), self.ending("exit", shell=True):
-                self.run(body, cond)
+            self.subshell(body, cond, shell=True)
         finally:
             self.budget.calls -= 1
-            self.sh.vars = saved
 
     def orphan(self, n: syntax.Simple, fields: list[Field], prev: int | None):
         flags = [f.value or f.text for f in fields if (f.value or f.text).startswith("-")]

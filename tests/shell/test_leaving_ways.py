@@ -274,3 +274,35 @@ esac
     for mode, cp in (("small", "2"), ("big", "1")):
         t = truth(run, tmp_path, {"MODE": mode})
         assert t["--tensor-model-parallel-size"] == "4" and t["--context-parallel-size"] == cp
+
+
+
+def test_a_here_document_script_keeps_its_functions(tmp_path):
+    run = checkout(tmp_path, """\
+TP=2
+bash -s <<'EOF'
+set_tp() { TP=8; }
+EOF
+set_tp 2>/dev/null || true
+""" + LAUNCH)
+    assert got(run)["--tensor-model-parallel-size"] == "2"
+    assert truth(run, tmp_path)["--tensor-model-parallel-size"] == "2"
+
+
+@pytest.mark.parametrize("way", [
+    "shift",  # the positional words differ between the ways
+    "set -- 8",
+    'source "${SCRIPT_DIR}/tp8.sh"',  # a source in one way: what it sets is that way's
+    "for t in 8; do TP=$t; done",  # a loop stepped through in one way
+    'while [ -n "$(ls)" ]; do TP=8; break; done',  # one read as run at run time
+    "export TP=8",
+])
+def test_what_one_way_changes_is_unknown_after(tmp_path, way):
+    run = checkout(tmp_path, f"""\
+TP=2
+if [ -n "${{BIG}}" ]; then {way}; fi
+[ "$1" = 2 ] || TP=$1
+""" + LAUNCH)
+    (run.parent / "tp8.sh").write_text("TP=8\n")
+    assert got(run, ["2", "8"])["--tensor-model-parallel-size"] is None
+    assert truth(run, tmp_path, {"BIG": "1"}, ["2", "8"])["--tensor-model-parallel-size"] == "8"
