@@ -6,7 +6,7 @@ when it has the name."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from ..model.errors import Location
 from . import syntax
@@ -249,29 +249,21 @@ class Assignments:
                                            array)], array)
 
 
-def sets(body: list, funcs: dict[str, list]) -> set[str]:
-    """The variables commands may assign, the functions they call included (read from
-    their text, not run)."""
-    out: set[str] = set()
+def walk(body: list, funcs: dict[str, list]) -> Iterator:
+    """Every command node of `body`, the functions it calls included (their text, not run)."""
     seen, todo = set(), list(body)
     while todo:
         node = todo.pop()
         t = type(node)
-        if t is list:
+        if isinstance(node, list):
             todo.extend(node)
-        elif t is syntax.Simple:
-            out.update(a.name for a in node.assigns)
-            words = [w.literal() for w in node.words]
-            head = words[0] if words else None
+            continue
+        yield node
+        if t is syntax.Simple:
+            head = node.words[0].literal() if node.words else None
             if head in funcs and head not in seen:
                 seen.add(head)
                 todo.extend(funcs[head])
-            if head in ("read", "mapfile", "readarray", "getopts", "printf", "declare",
-                        "local", "export", "typeset"):
-                out.update(w for w in words[1:] if w and syntax.NAME.fullmatch(w))
-                out.update(("OPTARG", "OPTIND", "MAPFILE", "REPLY"))
-            for w in node.words:
-                out.update(arith_targets(w.text))
         elif t is syntax.AndOr:
             todo.extend(c for _, c in node.items)
         elif t is syntax.Pipe:
@@ -283,12 +275,33 @@ def sets(body: list, funcs: dict[str, list]) -> set[str]:
         elif t is syntax.Case:
             for arm in node.arms:
                 todo.extend(arm[1])
+        elif t in (syntax.Loop, syntax.Group):
+            todo.extend(node.body)
+
+
+def sets(body: list, funcs: dict[str, list]) -> set[str]:
+    """The variables commands may assign, the functions they call included."""
+    out: set[str] = set()
+    for node in walk(body, funcs):
+        t = type(node)
+        if t is syntax.Simple:
+            out.update(a.name for a in node.assigns)
+            words = [w.literal() for w in node.words]
+            head = words[0] if words else None
+            if head in ("read", "mapfile", "readarray", "getopts", "printf", "declare",
+                        "local", "export", "typeset"):
+                out.update(w for w in words[1:] if w and syntax.NAME.fullmatch(w))
+                out.update(("OPTARG", "OPTIND", "MAPFILE", "REPLY"))
+            for w in node.words:
+                out.update(arith_targets(w.text))
         elif t is syntax.Loop:
             out.update((node.var,) if node.var else ())
-            todo.extend(node.body)
-        elif t is syntax.Group:
-            todo.extend(node.body)
         elif t is syntax.ArithCmd:
             out.update(arith_targets(node.expr.text))
     return out
 
+
+def may_exit(body: list, funcs: dict[str, list]) -> bool:
+    """Some command of `body` (or of a function it calls) is `exit`."""
+    return any(type(n) is syntax.Simple and n.words and n.words[0].literal() == "exit"
+               for n in walk(body, funcs))

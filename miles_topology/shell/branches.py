@@ -11,11 +11,13 @@ function or file ends (interpret.Reader.ending)."""
 from __future__ import annotations
 
 from . import syntax
+from .assign import may_exit
 from .pattern import fullmatch
 from .state import Leave
 from .values import Unk
 
 _CHAIN = 6  # an and-or list followed way by way up to this many commands after the test
+_GUARD = " (the way known values choose exits: bash reaches the launch only another way)"
 
 
 class Branches:
@@ -39,9 +41,15 @@ class Branches:
                     r.node(cmd, inner)
                 status = None
             elif status == (op == "&&"):
-                status = r.tests.status([cmd], cond)
-                with r.testing(k < last):
-                    r.node(cmd, cond)
+                status, start = r.tests.status([cmd], cond), self.start(cond, [cmd])
+                try:
+                    with r.testing(k < last):
+                        r.node(cmd, cond)
+                except Leave as e:
+                    if start is None or e.kind != "exit" or last - k >= _CHAIN:
+                        raise
+                    r.sh.restore(start)  # `[ -z "${M:-}" ] && { echo need M; exit 1; }`
+                    return self.chain(n, k, _GUARD, cond, line)
 
     def chain(self, n: syntax.AndOr, first: int, reason: str, cond: Unk | None, line: int):
         """The rest of ``a && b || c`` from item `first`, the command before it decided at run
@@ -80,16 +88,33 @@ class Branches:
             fork.ends.extend(w[0] for w in ways[:-1])
             fork.end()
 
+    def start(self, cond: Unk | None, nodes: list) -> tuple | None:
+        """The state before a branch whose way known values choose may exit: then bash
+        reaches the launch only another way (the guard ``if [ -z "${MODEL:-}" ]; then echo
+        usage; exit 1; fi`` with MODEL unset here, as it is not when the script is run), so
+        the branch is read again as decided at run time, from this state."""
+        r = self.r
+        return r.sh.snapshot() if r.sh.plain(cond) is None and may_exit(nodes, r.sh.funcs) \
+            else None
+
     def if_(self, n: syntax.If, cond: Unk | None):
+        start = self.start(cond, [n])
         with _Fork(self.r, cond) as fork:
-            fork.live(lambda: self.ways_of_if(n, fork))
+            try:
+                fork.live(lambda: self.ways_of_if(n, fork))
+            except Leave as e:
+                if start is None or e.kind != "exit" or fork.cond is not fork.entry:
+                    raise
+                self.r.sh.restore(start)
+                fork.live(lambda: self.ways_of_if(n, fork, forced=True))
             fork.end()
 
-    def ways_of_if(self, n: syntax.If, fork: _Fork):
+    def ways_of_if(self, n: syntax.If, fork: _Fork, forced: bool = False):
+        """The ways of an if (`forced`: each test taken as decided at run time)."""
         r = self.r
         for test, body in n.branches:
-            status = r.tests.status(test, fork.cond)
-            reason = r.tests.why_unknown
+            status = None if forced else r.tests.status(test, fork.cond)
+            reason = _GUARD if forced else r.tests.why_unknown
             with r.testing():
                 r.run(test, fork.cond)
             if status is True:
@@ -109,12 +134,20 @@ class Branches:
 
     def case(self, n: syntax.Case, cond: Unk | None):
         r = self.r
-        word = r.w.join(n.word)
+        word, start = r.w.join(n.word), self.start(cond, [n])
+        why = f"inside a 'case {n.word.text}' at {r.at.src(n.line)} whose value is only " \
+              "known at run time"
         with _Fork(r, cond) as fork:
             if word.unk:
-                fork.open("case", n.line, f"inside a 'case {n.word.text}' at "
-                          f"{r.at.src(n.line)} whose value is only known at run time")
-            fork.live(lambda: self.arms(n, word, fork))
+                fork.open("case", n.line, why)
+            try:
+                fork.live(lambda: self.arms(n, word, fork))
+            except Leave as e:
+                if start is None or e.kind != "exit" or fork.cond is not fork.entry:
+                    raise
+                r.sh.restore(start)
+                fork.open("case", n.line, why + _GUARD)
+                fork.live(lambda: self.arms(n, None, fork))
             fork.end()
 
     def arms(self, n: syntax.Case, word, fork: _Fork):
@@ -139,7 +172,7 @@ class Branches:
 
     def matches(self, word, pats: list) -> bool | None:
         """Whether a case arm takes the word: None when only known at run time."""
-        if word.unk:  # `*)` takes every value the arms before it did not
+        if word is None or word.unk:  # `*)` takes every value the arms before it did not
             return True if any(p.literal() == "*" and p.text == "*" for p in pats) else None
         for p in pats:
             pv = self.r.w.join(p)

@@ -63,6 +63,27 @@ def test_a_guard_that_exits_leaves_the_other_way_s_state(tmp_path, name):
     assert truth(run, tmp_path, env)["--tensor-model-parallel-size"] == "2"
 
 
+KNOWN_GUARDS = {
+    "and": 'TP=2\n[ -z "${MODEL:-}" ] && { echo "MODEL is required"; TP=4; exit 1; }\n',
+    "if": 'TP=2\nif [ -z "${MODEL:-}" ]; then echo usage; TP=4; exit 1; fi\n',
+    "else": 'TP=1\nif [ "${MODE:-}" = small ]; then TP=2\nelif [ "${MODE:-}" = big ]; then '
+            'TP=2; CP=2\nelse echo "MODE is small or big"; TP=8; exit 1\nfi\n',
+    "case": 'TP=1\ncase "${MODE:-}" in\n   small) TP=2 ;;\n   big) TP=2; CP=2 ;;\n'
+            '   *) echo usage; exit 1 ;;\nesac\n',
+    "die": 'die() { echo "$*"; exit 1; }\nTP=2\n[ -n "${MODEL:-}" ] || die "need MODEL"\n',
+}
+
+
+@pytest.mark.parametrize("name", KNOWN_GUARDS)
+def test_a_guard_known_values_fail_is_passed_as_when_the_script_runs(tmp_path, name):
+    # MODEL/MODE unset here (no --env): the guard exits, so bash reaches the launch only
+    # the other way; read that way (not: the read ends, nor TP=4 from the exiting way)
+    run = checkout(tmp_path, KNOWN_GUARDS[name] + LAUNCH)
+    assert got(run)["--tensor-model-parallel-size"] == "2"
+    for mode in ("small", "big"):
+        t = truth(run, tmp_path, {"MODEL": "m", "MODE": mode})
+        assert t["--tensor-model-parallel-size"] == "2"
+
 def test_every_way_exits_before_the_launch_means_no_launch(tmp_path):
     run = checkout(tmp_path, 'if [ -n "${1:-}" ]; then exit 0; else exit 1; fi\n' + LAUNCH)
     assert read_script(run).argv == []
