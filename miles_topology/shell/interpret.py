@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..model.errors import Location
 from ..reading.textfilters import FILTERS
@@ -202,12 +203,11 @@ class Reader:
                 self.at.branch.pop()
                 self.guards.pop()
         elif t is syntax.Pipe:
-            for k, c in enumerate(n.cmds):
-                if n.neg or k < len(n.cmds) - 1:  # only the last one's status counts
-                    with self.testing():
-                        self.node(c, cond)
-                else:
-                    self.node(c, cond)
+            if len(n.cmds) > 1:
+                self.pipeline(n, cond)
+            else:
+                with self.testing(n.neg):
+                    self.node(n.cmds[0], cond)
         elif t in (syntax.If, syntax.Case, syntax.Loop):
             self.at.branch.append(self.at.src(n.line))
             try:
@@ -224,6 +224,18 @@ class Reader:
                 self.run(n.body, cond)
         elif t is syntax.ArithCmd:
             self.assigns.arith_cmd(n, cond)
+
+    def pipeline(self, n: syntax.Pipe, cond: Unk | None):
+        """``a | b``: bash runs each command in a subshell (only the last one's status
+        counts); with ``shopt -s lastpipe`` the last one runs in this shell, so what it may
+        set is unknown after it (``... | while read -r x; do TP=$x; done``)."""
+        last = len(n.cmds) - 1
+        for k, c in enumerate(n.cmds):
+            with self.testing(n.neg or k < last):
+                self.subshell([c], cond)
+        self.assigns.too_deep("|", SimpleNamespace(line=_line(n)), [n.cmds[-1]], why=(
+            ", the last command of a pipeline (a subshell, or this shell under `shopt -s "
+            "lastpipe`)"))
 
     def subshell(self, body: list, cond: Unk | None, shell: bool = False):
         """``( ... )`` (`shell`: another bash reading a here-document script): a copy of

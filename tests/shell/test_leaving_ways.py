@@ -327,3 +327,18 @@ if [ -n "${{BIG}}" ]; then {way}; fi
     (run.parent / "tp8.sh").write_text("TP=8\n")
     assert got(run, ["2", "8"])["--tensor-model-parallel-size"] is None
     assert truth(run, tmp_path, {"BIG": "1"}, ["2", "8"])["--tensor-model-parallel-size"] == "8"
+
+
+def test_a_pipeline_s_commands_are_subshells(tmp_path):
+    # `{ ...; exit 1; } | tee` exits only its subshell; what the first command sets is gone;
+    # what the last one sets is unknown (a subshell, or this shell under `shopt -s lastpipe`)
+    run = checkout(tmp_path, """\
+TP=2
+{ echo "starting"; TP=8; exit 1; } | tee /dev/null || true
+{ CP=2; echo; } | cat
+echo 4 | read -r CP
+""" + LAUNCH)
+    g = got(run)
+    assert g["--tensor-model-parallel-size"] == "2" and g["--context-parallel-size"] is None
+    t = truth(run, tmp_path)
+    assert t["--tensor-model-parallel-size"] == "2" and t["--context-parallel-size"] == "1"
