@@ -20,12 +20,12 @@ from ..reading.channels import read_channels
 from ..reading.flags import TOPOLOGY, field_of, flag_of, is_switch, known, spelling_problem
 from ..reading.sources import read_flags, refused_topology
 from ..reading.stack import for_launch, using
-from ..shell import ScriptRead, ScriptReadError, read_script, require_launch
 from . import fit
 from .verdict import Verdict, verdict_of
 
 if TYPE_CHECKING:
     from ..pylaunch.cluster import ClusterModel
+    from ..shell import ScriptRead
 
 # checks that read whether the model is MoE (checks/, Model.is_moe) beyond their flags
 MOE_CODES = {"r3-requires-moe", "moe-tp-requires-sp"}
@@ -42,6 +42,10 @@ def model_flags() -> set[str]:
 def read(path: str, env: dict[str, str], args: Sequence[str] | None = None,
          cluster=None) -> ScriptRead:
     """Read a script or raise InputError (exit 2) saying why."""
+    # the bash reader is imported here, not with this module: a Python launcher's check
+    # uses this module's rules and reads no script (issue 36: its start-up time)
+    from ..shell import ScriptReadError, read_script, require_launch
+
     try:
         found = read_script(path, env, positional=args, cluster=cluster)
     except ScriptReadError as e:
