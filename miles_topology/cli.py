@@ -737,7 +737,8 @@ def parser() -> argparse.ArgumentParser:
                                 "check warns)")
             p.add_argument("--tokens-per-step", type=int, metavar="T",
                            help="tokens of a training step, for the micro-batch count "
-                                "(default 4 micro-batches of --max-tokens-per-gpu a GPU)")
+                                "(default an RL batch: 256 samples of half --seq-length, "
+                                "else of half --max-tokens-per-gpu)")
             p.add_argument("--seq-length", type=int, metavar="L",
                            help="the longest sample (prompt + response): cp x "
                                 "--max-tokens-per-gpu must hold it")

@@ -8,7 +8,7 @@ terms add up to the key (`Cost.total`); `plan --explain` prints them. The model,
   matrix shapes: tokens per local expert x hidden x expert width / etp) and flash attention
   (2 x tokens x context x heads x head width / tp, causal), each by the roofline
   max(FLOPs / achievable FLOP/s, bytes / achievable HBM bandwidth); backward is twice the
-  forward; the logits on the last stage;
+  forward; the logits and the RL loss's fp32 passes over them (HBM-bound) on the last stage;
 - recompute: full recompute runs each layer's forward (compute and its collectives) again;
 - tp: per layer, sequence-parallel all-gathers and reduce-scatters of the layer's tokens
   ((tp-1)/tp of tokens x hidden x 2 B each), four in the forward, four in the backward, on
@@ -27,11 +27,15 @@ terms add up to the key (`Cost.total`); `plan --explain` prints them. The model,
 
 Micro-batches a step: the tokens of a step / (dp x cp x tokens a rank's micro-batch). Not
 modelled: overlap of communication with compute beyond the CP ring (conservative for
-every layout alike), load imbalance among experts, kernel launch overheads, elementwise
-kernels (they scale like the GEMMs).
+every layout alike), load imbalance among experts, kernel launch and collective latency,
+elementwise kernels inside the layers (they scale like the GEMMs), the RL step's log-prob
+passes and weight update.
 
 Constants: `HARDWARE` and the efficiencies below, frozen with their sources before any
-ranking was compared with an expert's layout; they are not fitted to any answer.
+ranking was compared with an expert's layout; they are not fitted to any answer. Added
+while diagnosing the ranks (issue 35), each taken as its source gives it and not varied to
+move a rank: DeepEP's efficiencies (its published table), LOSS_BYTES (a count of slime's
+loss code), and plan's STEP_SAMPLES (slime's scripts).
 """
 
 from __future__ import annotations
@@ -115,9 +119,23 @@ HARDWARE: dict[str, Hardware] = {
 # - CPU_ADAM: parameters a second one GPU's share (1/8) of the host CPU updates with a
 #   vectorised CPU Adam: ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840, Table 3) updates
 #   1e9 parameters in 0.22 s on a DGX-2's CPUs - an order of magnitude.
+# - DEEPEP_NVL_EFF / DEEPEP_RDMA_EFF: DeepEP's normal (training) kernels over the link's
+#   peak, from its published table (deepseek-ai/DeepEP README, H800 with ~160 GB/s NVLink and
+#   a 400 Gb/s CX7 NIC (~50 GB/s) a GPU, 4,096 tokens x 7,168 hidden, top-8): intranode EP8
+#   dispatch 153 GB/s / combine 158 GB/s (0.95); internode EP16 43 GB/s both ways, EP32 58 /
+#   57, EP64 51 / 50: the lowest, 43 of 50 (0.86), is taken.
 GEMM_EFF = 0.7
 HBM_EFF = 0.8
 COMM_EFF = 0.8
+DEEPEP_NVL_EFF = 0.95
+DEEPEP_RDMA_EFF = 0.86
+# Bytes of HBM traffic the RL loss moves a logit (a token and vocabulary entry of the rank's
+# tp share), counted from slime's log-prob and entropy (THUDM/slime slime/utils/ppo_utils.py
+# _VocabParallelLogProbEntropy, the path without a keep mask): forward: bf16 -> fp32 copy (2
+# read + 4 written), max (4), subtract the max (4 + 4), exp_ (4 + 4), sum (4), div_ (4 + 4),
+# entropy's softmax x logits (4 + 4) = 46; backward: neg_ (4 + 4), mul_ (4 + 4), the fp32
+# gradient cast back to bf16 (4 + 2) = 22.
+LOSS_BYTES = 68
 PCIE_EFF = 0.8
 CPU_ADAM = 1e9 / 0.22 / 8
 
@@ -198,7 +216,9 @@ def _dispatch(kind: str, own: float, lay: Sizes, sp: Spans, per_node: int,
         near = min(group, per_node)
         return max(own * (near - 1) / link, own * (group - near) / net)
     local, ep_nodes = sp.ep_local, sp.ep
+    gather = own * k * (lay.etp - 1) / (link if sp.etp <= 1 else net)  # NCCL, over etp
     if kind == "flex":
+        link, net = hw.link * DEEPEP_NVL_EFF, hw.net * DEEPEP_RDMA_EFF
         # DeepEP sends a token once to each rank (NVLink) and once to each node (RDMA) that
         # holds any of its experts, whatever number of them are there: its dispatch layout
         # is a token x rank (is_token_in_rank) and a token x RDMA rank map, not a copy a
@@ -212,7 +232,6 @@ def _dispatch(kind: str, own: float, lay: Sizes, sp: Spans, per_node: int,
         near_bytes = own * k * (local - 1) / lay.ep
         far_bytes = own * k * (lay.ep - local) / lay.ep
     a2a = max(near_bytes / link, far_bytes / net)
-    gather = own * k * (lay.etp - 1) / (link if sp.etp <= 1 else net)
     return a2a + gather
 
 
@@ -231,12 +250,13 @@ def ring_bytes(shape: Shape, lay: Sizes, tokens: int, groups: int) -> float:
 
 def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Precision,
               run: Run, step_tokens: int, context: int | None = None,
-              counter: Counter | None = None) -> Cost:
+              counter: Counter | None = None, loss_bytes: float = LOSS_BYTES) -> Cost:
     """The step time of `lay` (see the module docstring). `run.tokens`: tokens of a rank's
     micro-batch; `step_tokens`: tokens of a whole step; `context`: the tokens a token
     attends to on average (None: half of `run.tokens`, causal). Samples are packed and attend
     within themselves (slime / miles dynamic batching, THD format), so the context is the
-    data's, the same for every layout: cp splits a sample, it does not lengthen it."""
+    data's, the same for every layout: cp splits a sample, it does not lengthen it.
+    `loss_bytes`: HBM bytes the loss moves a logit (default: slime's RL loss)."""
     tokens = run.tokens or 4096
     sp = spans(lay, per_node)
     c = counter or Counter(shape, lay)
@@ -290,7 +310,11 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
         return out
 
     dense_layer, moe_layer = layer(False), layer(True)
-    logits = 3 * _gemm(hw, tokens, h, shape.padded_vocab(t) / t)
+    # the output layer's GEMM (forward, two backward) and the loss's passes over a rank's
+    # [tokens, vocab / tp] logits, HBM-bound (`loss_bytes` an entry)
+    vocab_share = tokens * shape.padded_vocab(t) / t
+    logits = 3 * _gemm(hw, tokens, h, shape.padded_vocab(t) / t) + vocab_share * loss_bytes / (
+        hw.hbm * HBM_EFF)
 
     def stage(p: int) -> dict[str, float]:
         got = dict.fromkeys(("compute", "recompute", "tp", "ep", "cp"), 0.0)
@@ -332,4 +356,5 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
     return Cost({k: terms[k] for k in TERMS}, m)
 
 
-__all__ = ["HARDWARE", "TERMS", "Cost", "Hardware", "ring_bytes", "spans", "step_cost"]
+__all__ = ["HARDWARE", "LOSS_BYTES", "TERMS", "Cost", "Hardware", "ring_bytes", "spans",
+           "step_cost"]

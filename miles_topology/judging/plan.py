@@ -75,7 +75,7 @@ class Options:
     recompute: bool | None = None
     offload: bool | None = None
     margin: float = MARGIN
-    step_tokens: int | None = None  # None: 4 micro-batches of `tokens` a GPU
+    step_tokens: int | None = None  # None: STEP_SAMPLES samples of `mean_sample` tokens
     seq_length: int | None = None  # the longest sample: cp x tokens must hold it
     colocate: bool = False
 
@@ -239,10 +239,11 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
     base = prec or Precision()
     hw = HARDWARE.get(gpu_name.upper(), HARDWARE["H100"])
     world = nodes * per_node
-    step_tokens = opts.step_tokens or 4 * world * opts.tokens
+    sample = mean_sample(opts)
+    step_tokens = opts.step_tokens or STEP_SAMPLES * sample  # an RL step
     reserve = reserve_bytes(gpu, opts.colocate)
     limit = (1 - opts.margin) * gpu
-    context = opts.seq_length // 2 if opts.seq_length else None  # causal: half a sample
+    context = sample // 2  # causal: a token attends to half its sample on average
     cps = _cps(world, opts)
     recomputes = [True] if opts.recompute else [False, True]
     offloads = [True] if opts.offload else [False, True]
@@ -317,6 +318,23 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
                 out.append(other)
     out.sort(key=lambda c: (c.cost.total if c.cost else 0.0, c.total, c.topo.world_size))
     return out
+
+
+# The samples of a training step (--global-batch-size, or --rollout-batch-size x
+# --n-samples-per-prompt / --num-steps-per-rollout): 256 in four of slime's five large-model
+# scripts, 64 in the fifth (THUDM/slime scripts/run-deepseek-r1.sh 128 x 8 / 4,
+# run-kimi-k2-Instruct.sh 128 x 8 / 4, run-moonlight-16B-A3B.sh 128 x 8 / 4,
+# run-qwen3-30B-A3B.sh --global-batch-size 256, run-qwen3-235B-A22B.sh 64). An RL step does
+# not grow with the cluster: its micro-batches a data-parallel replica fall as dp grows.
+STEP_SAMPLES = 256
+
+
+def mean_sample(opts: Options) -> int:
+    """Tokens of an average sample: half the longest (responses spread between the prompt
+    and the response cap). The longest is --seq-length, else --max-tokens-per-gpu: slime's
+    advice sets that to the longest response per CP rank (THUDM/slime
+    docs/en/get_started/qa.md: `rollout_max_response_len / cp_size`)."""
+    return max(1, (opts.seq_length or opts.tokens) // 2)
 
 
 def _cps(world: int, opts: Options) -> list[int]:

@@ -211,3 +211,61 @@ def test_offload_copies_are_pipelined_with_cpu_adam():
     shard = big.dense / (lay.dp * lay.cp) + big.expert / lay.edp
     copies = shard * (prec.grad + prec.weight) / (HARDWARE["H100"].pcie * PCIE_EFF)
     assert cost.terms["optimizer"] == pytest.approx(max(copies, shard / CPU_ADAM))
+
+
+def test_the_default_step_is_an_rl_batch_that_does_not_grow_with_the_cluster():
+    # an RL step is STEP_SAMPLES samples (slime's scripts: 256 in four of five) of half the
+    # longest sample; before, 4 micro-batches a GPU made every layout see m = 4 x tp x pp
+    from miles_topology.judging.plan import STEP_SAMPLES, mean_sample
+    shape, model = read_model([MOE], None)
+    opts = Options(tokens=8192, recompute=True, offload=True)
+    assert mean_sample(opts) == 4096
+    assert mean_sample(Options(tokens=8192, seq_length=30000)) == 15000
+    for nodes in (1, 4):
+        got = plan(shape, model, nodes, 8, gpu_bytes("H100"), opts=opts)
+        for c in got[:5]:
+            t = c.topo
+            want = -(-STEP_SAMPLES * 4096 // (t.dp * t.layout.cp * 8192))
+            assert c.cost is not None and c.cost.micro_batches == want
+
+
+def test_deepep_moves_tokens_at_its_published_bandwidth():
+    # DeepEP's README: 153-158 GB/s on ~160 GB/s NVLink, 43-58 GB/s on ~50 GB/s RDMA; NCCL's
+    # all-to-all at COMM_EFF: the same bytes on NVLink take 0.8 / 0.95 of the time with DeepEP
+    from dataclasses import replace
+
+    from miles_topology.judging.cost import COMM_EFF, DEEPEP_NVL_EFF
+    shape, model = read_model([MOE], None)
+    topo = Topology(nodes=1, gpus_per_node=8, tp=1, ep=8, etp=1, **model)
+    lay = layout_of(topo)
+    nccl = replace(shape, dispatcher="flex")
+    cost = step_cost(nccl, lay, HARDWARE["H100"], 8, Precision(), Run(tokens=8192), 2**20)
+    own = 8192 * shape.hidden * 2
+    ranks = 8 * (1 - (7 / 8) ** lay.topk)
+    one = own * ranks * 7 / 8 / (HARDWARE["H100"].link * DEEPEP_NVL_EFF)
+    m = cost.micro_batches
+    layers = sum(lay.moe)
+    assert cost.terms["ep"] == pytest.approx(m * layers * 4 * one)
+    assert DEEPEP_NVL_EFF > COMM_EFF
+
+
+def test_the_rl_loss_passes_over_the_logits_weigh_on_the_last_stage():
+    # slime's log-prob and entropy make fp32 passes over a rank's [tokens, vocab / tp]
+    # logits (LOSS_BYTES an entry, HBM-bound): on one stage every rank pays them alike; with
+    # pp > 1 only the last stage, which then sets the pace of the pipeline
+    from miles_topology.judging.cost import HBM_EFF, LOSS_BYTES
+    shape, model = read_model([MOE], None)
+    hw = HARDWARE["H100"]
+
+    def cost(pp: int, loss: float):
+        topo = Topology(nodes=1, gpus_per_node=8, tp=2, sp=True, pp=pp, ep=4, etp=1, **model)
+        return step_cost(shape, layout_of(topo), hw, 8, Precision(), Run(tokens=8192),
+                         2**21, 2048, loss_bytes=loss)
+
+    one, bare = cost(1, LOSS_BYTES), cost(1, 0)
+    per_mb = 8192 * shape.padded_vocab(2) / 2 * LOSS_BYTES / (hw.hbm * HBM_EFF)
+    assert one.terms["compute"] - bare.terms["compute"] == pytest.approx(
+        one.micro_batches * per_mb)
+    two, two_bare = cost(2, LOSS_BYTES), cost(2, 0)
+    assert two.terms["compute"] - two_bare.terms["compute"] > 0
+    assert (two.total - two_bare.total) > (one.total - bare.total) / 2
