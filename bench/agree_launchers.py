@@ -120,8 +120,11 @@ def main(checkout: Path, sweep: dict) -> dict:
             if kind != "agree":
                 print(f"{kind:8s} {rel}{' ' + ' '.join(row['given']) if row['given'] else ''}"
                       f": {why}")
-    print(f"{sum(counts.values())} launches: {counts['agree']} agree, {counts['refused']} "
-          f"refused honestly, {counts['wrong']} wrong")
+    launches = sum(len([x for x in _launches(r) if not x.get("unreadable")])
+                   for r in rows.values())
+    print(f"{sum(counts.values())} answers ({launches} launches, the rest launchers without "
+          f"one): {counts['agree']} agree, {counts['refused']} refused honestly, "
+          f"{counts['wrong']} wrong")
     for top in sorted({g for g, _ in groups}):
         print(f"  {top}: " + ", ".join(f"{groups[top, k]} {k}" for k in
                                        ("agree", "refused", "wrong")))

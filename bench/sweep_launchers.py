@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,8 +110,10 @@ def summary(rows: dict) -> str:
     timeouts = sum("did not finish within" in r.get("error", "") for r in rows.values())
     failed = sum("error" in r for r in rows.values())
     cpu = [r["cpu"] for r in rows.values() if "cpu" in r]
-    return (f"{len(rows)} launchers: {launches} launches, {failed} without a launch "
-            f"({timeouts} timeouts)\n  wall: {_spread(times)} "
+    exits = Counter(r["exit"] for r in rows.values() if "exit" in r)  # --cli
+    head = (f"{launches} launches, {failed} without a launch ({timeouts} timeouts)"
+            if not exits else ", ".join(f"{exits[c]} exit {c}" for c in sorted(exits)))
+    return (f"{len(rows)} launchers: {head}\n  wall: {_spread(times)} "
             f"({max(rows, key=lambda k: rows[k]['seconds'])})"
             + (f"\n  cpu:  {_spread(cpu)} ({max(rows, key=lambda k: rows[k].get('cpu', 0))})"
                if cpu else "") + "\n  load average: "
