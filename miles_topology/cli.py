@@ -1,6 +1,6 @@
 """`miles-topology`: check, show and migrate parallel layouts; print the YAML schema.
 
-The CLI is the composition root: it reads the inputs, builds verdicts (report.py), runs the
+The CLI is the composition root: it reads the inputs, builds verdicts (judging/), runs the
 migrations (miles_topology/migrations/) and prints. Exit codes: 0 valid (warnings allowed),
 1 invalid configuration, 2 unreadable input or usage error.
 """
@@ -151,7 +151,7 @@ def keys(text: str) -> str:
 def _yaml_verdict(path: str, env: dict[str, str] | None = None) -> Verdict:
     """`env`: at check time, the only names its ${oc.env:NAME} reads (--env; else the
     default written); the fields that read another are unresolved (env.AT_RUN_TIME)."""
-    from .judging.check_script import env_unresolved, skip_unknown
+    from .judging.launch import env_unresolved, skip_unknown
     from .model.topology import Topology
     from .reading.env import AT_RUN_TIME, PartialEnv
     from .reading.flags import field_of
@@ -430,6 +430,7 @@ def cmd_check(args, flags) -> int:
         ERR.line("miles-topology: warning: no launch script, Python launcher or topology YAML "
                  f"found under {', '.join(args.inputs)}")
     out, owned = stream_for(args.output_file)
+    _fixers(args.format)
     printer = Printer(args.format, out, verbose=args.verbose, quiet=args.quiet,
                       color=_color(args.color) and not owned,
                       progress=sys.stderr if sys.stderr.isatty() and len(found.inputs) > 1
@@ -509,6 +510,13 @@ def _fix(args, flags, found, chosen, py) -> int:
     return fixes
 
 
+def _fixers(fmt: str) -> None:
+    """SARIF's rule help says which codes `--fix` rewrites: the fixers mark them when they
+    register (migrations/fix.py), loaded here, above the formats that read the records."""
+    if fmt == "sarif":
+        from .migrations import fix  # noqa: F401
+
+
 def _check_stdin(args, flags) -> int:
     """`check -`: one script from standard input, named by --stdin-filename."""
     from .judging.selection import apply
@@ -534,6 +542,7 @@ def _check_stdin(args, flags) -> int:
         apply(got, chosen)
         got = renamed(got, tmp, name)
     out, owned = stream_for(args.output_file)
+    _fixers(args.format)
     printer = Printer(args.format, out, verbose=args.verbose, quiet=args.quiet,
                       color=_color(args.color) and not owned)
     try:
@@ -550,6 +559,7 @@ def cmd_rule(args, flags) -> int:
     import difflib
 
     from .codes import CODES, page
+    from .migrations.fix import FIXERS  # registered, they mark their codes fixable
 
     if args.code is None:
         width = max(map(len, CODES))
@@ -560,8 +570,6 @@ def cmd_rule(args, flags) -> int:
         near = difflib.get_close_matches(args.code, CODES, n=1)
         hint = f"; did you mean {near[0]}?" if near else " (`miles-topology rule` lists them)"
         raise InputError(f"{args.code!r} is not a problem code{hint}")
-    from .migrations.fix import FIXERS
-
     OUT.text(page(args.code), end="")
     if args.code in FIXERS:
         OUT.line(f"check --fix: {FIXERS[args.code][0]} (--unsafe-fixes for the others)")

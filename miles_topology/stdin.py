@@ -64,8 +64,9 @@ def renamed(verdicts: list[Verdict], tmp: str, name: str) -> list[Verdict]:
     out = []
     for v in verdicts:
         v.path = name if v.path in paths else v.path
-        v.errors, v.warnings, v.skipped = ([fix(p) for p in ps] for ps in
-                                           (v.errors, v.warnings, v.skipped))
+        if v.site is not None and v.site.path in paths:
+            v.site = replace(v.site, path=name)
+        v.problems = [fix(p) for p in v.problems]
         for key in ("unreadable", "nothing"):
             text = getattr(v, key)
             if text:

@@ -44,7 +44,10 @@ class Code:
     source: str  # the upstream file and function it follows
     by: str  # the rule or module that reports it
     example: str = ""  # an input that reports it (flags of a topology rule)
-    fixable: bool = False  # `--fix` can rewrite it mechanically
+    # `--fix` can rewrite it mechanically: set by the fix's registration (migrations/fix.py
+    # `fixer`), never declared here, so the two cannot disagree; what reads it loads the
+    # fixers first (`miles-topology rule`, the SARIF help, docs/problem-codes.md)
+    fixable: bool = False
     off: bool = False  # reported only when selected by name (or `all`), as ruff's RUF100
 
 
@@ -116,13 +119,13 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
     'missing-model-fact': ('error', 'a derivation needs a model fact that was not given',
                            'topo.stage_layers(0) without --num-layers'),
     'deprecated-flag': {
-        'severity': 'warning', 'fixable': True,
+        'severity': 'warning',
         'summary': 'a flag upstream deprecates (SGLang renamed or ignores it), or one miles '
                    "renamed that the launch's stack still defines; the message names the new "
                    'one (a renamed flag no stack defines is an `unknown-flag`)',
         'example': '--sglang-cuda-graph-bs 8   (now --sglang-cuda-graph-bs-decode)'},
     'unknown-flag': {
-        'severity': 'error', 'fixable': True,
+        'severity': 'error',
         'summary': "a flag the launch's stack does not define (miles' or slime's train.py: "
                    'their own flags, Megatron-LM, SGLang as `--sglang-*`, the add_arguments of '
                    'the functions the launch names; the stack given by `--stack`, beside the '
@@ -161,7 +164,7 @@ declare("flags.py (the flag grammar); sources.py (flags against a YAML); model.p
                   'parse_args',
         'example': '--ref-micro-batch-size 4   (in a slime launch)'},
     'flag-given-twice': {
-        'severity': 'warning', 'fixable': True,
+        'severity': 'warning',
         'summary': "one flag given twice with different values on a command line; miles' "
                    'parser keeps the last',
         'example': '--tensor-model-parallel-size 2 ... --tensor-model-parallel-size 4'},
@@ -212,15 +215,20 @@ declare("fit.py (memory.py's per-rank estimate against the GPU; check, launchers
        "of memory at start-up. Activations come on top (an estimate).",
    source="Megatron-LM training/theoretical_memory_usage.py; megatron-core GPTModel; "
           "Korthikanti et al. 2022 (arXiv 2205.05198) Table 2")
-declare("report.py (where a Python launcher starts training)", {
+declare("judging/verdict.py (where a Python launcher starts training)", {
     'launch': (
         'note', 'a training launch of a Python launcher, at its file:line: one notice per '
         'launch in `--format github`/`sarif`, so each launch of a file is located',
         'miles-topology check run_qwen3.py --format github'),
+    'launcher-note': (
+        'note', 'what the sandbox saw while running a launcher beyond its launch: an import '
+        'a recording stand-in answered, a launch after the first, the launcher stopped or '
+        'failed after its training launch was recorded',
+        'import polars   (not installed here: a recording stand-in answered it)'),
 }, why="A Python launcher may start several trainings (one per model size, say); each is "
        "checked on its own and located at the line that starts it.",
    source="miles/utils/external_utils/command_utils.py execute_train")
-declare("check_script.py and check_launcher.py (a whole launch: a script or a launcher's call)", {
+declare("judging/launch.py judge (a whole launch: a script or a launcher's call)", {
     'flag-value-may-be-empty': (
         'warning', 'a value-taking flag whose value is one unquoted expansion known only at '
         'run time, before another flag: empty then, bash drops the word and argparse '
@@ -234,7 +242,7 @@ declare("check_script.py and check_launcher.py (a whole launch: a script or a la
 }, why="A whole launch is what the real parser sees: what it leaves out, or what bash may "
        "leave out of it, is refused at start-up.",
    source="Megatron-LM training/arguments.py validate_args; Python argparse _match_argument")
-declare("report.py and cli.py (an input that cannot be read)", {
+declare("judging/verdict.py and cli.py (an input that cannot be read)", {
     'unreadable': (
         'error', 'an input cannot be read at all (missing file, bad YAML, bash syntax): exit '
         '2; in `--format github`/`sarif` and batch output',
@@ -263,7 +271,7 @@ declare("selection.py (suppression directives, as ruff's noqa and RUF100)", {
 }, why="A directive that names no code, or no report, turns nothing off: the report it was "
        "written for (or a later one) would pass unseen, or the directive outlived its cause.",
    source="ruff's noqa handling (RUF100 unused-noqa)")
-declare("the script reader (shell/ interpret.py, read.py; check_script.py reports them)", {
+declare("the script reader (shell/ interpret.py, read.py; judging/launch.py reports them)", {
     'missing-line-continuation': (
         'error', 'a line starts with flags (or an unresolved `${A[@]}` and flags) but the line '
         'above does not end in `\\`: bash drops them from the launch',

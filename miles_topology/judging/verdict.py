@@ -12,28 +12,36 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from ..model.errors import Problem, TopologyError
+from ..model.errors import Location, Problem, TopologyError
 from ..model.topology import summary
 
 if TYPE_CHECKING:
     from ..model.topology import Topology
 
 
+def status(p: Problem) -> str:
+    """Which view of a verdict a problem is in: error, warning (warnings and notes, which
+    do not fail the check either) or skipped (its rule could not decide)."""
+    return p.severity if p.severity in ("error", "skipped") else "warning"
+
+
 @dataclass
 class Verdict:
-    """What `check` found for one input (`unreadable`: why it could not be read at all)."""
+    """What `check` found for one input (`unreadable`: why it could not be read at all).
+
+    One list of `problems`; `errors`, `warnings` and `skipped` are views of it by `status`,
+    each in the order found (setting a view replaces that view's problems)."""
 
     path: str
     topology: Topology | None = None
-    errors: list[Problem] = field(default_factory=list)
-    warnings: list[Problem] = field(default_factory=list)
-    skipped: list[Problem] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     summary: dict | None = None
     extra: dict = field(default_factory=dict)  # script reports: values, unresolved, notes
     unreadable: str | None = None
     nothing: str | None = None  # in a batch: why this input has nothing to check (passes)
     memory: dict | None = None  # fit.py: the per-rank memory estimate (or why none)
     internal: bool = False  # `unreadable` is the checker's own failure (internal-error)
+    site: Location | None = None  # a launcher's call that launches (launch.Launch.site)
 
     @property
     def code(self) -> str:
@@ -41,8 +49,35 @@ class Verdict:
         return "internal-error" if self.internal else "unreadable"
 
     def file(self, p: Problem) -> None:
-        """A problem into the list of its status: errors, warnings, else skipped."""
-        {"error": self.errors, "warning": self.warnings}.get(p.severity, self.skipped).append(p)
+        """A problem into the view of its status."""
+        self.problems.append(p)
+
+    def _view(self, kind: str) -> list[Problem]:
+        return [p for p in self.problems if status(p) == kind]
+
+    def _set(self, kind: str, ps) -> None:
+        self.problems = [p for p in self.problems if status(p) != kind] + list(ps)
+
+    errors = property(lambda self: self._view("error"), lambda self, ps: self._set("error", ps))
+    warnings = property(lambda self: self._view("warning"),
+                        lambda self, ps: self._set("warning", ps))
+    skipped = property(lambda self: self._view("skipped"),
+                       lambda self, ps: self._set("skipped", ps))
+
+    def unread(self) -> Problem | None:
+        """An input that could not be read, as its coded problem (`code`: unreadable or
+        internal-error; unsuppressible, exit 2), else None."""
+        if self.unreadable is None:
+            return None
+        return Problem(self.code, self.unreadable, "check the path")
+
+    def launch_note(self) -> Problem | None:
+        """One of several launches of a launcher (or a typer command's), as its coded note
+        at the call that starts it (`launch`), else None."""
+        if not _launch(self):
+            return None
+        return Problem("launch", _launch_text(self), "-", (),
+                       location=self.site or Location(self.path, 0))
 
     @property
     def ok(self) -> bool:
@@ -79,8 +114,6 @@ def verdict_of(path: str, build: Callable[[], Topology]) -> Verdict:
         v.errors, v.warnings, v.summary = list(e.problems), list(e.warnings), e.summary
     else:
         v.topology, v.warnings, v.summary = topo, list(topo.warnings), summary(topo)
-    v.skipped = [p for p in v.warnings if p.severity == "skipped"]  # undecidable rules
-    v.warnings = [p for p in v.warnings if p.severity != "skipped"]
     return v
 
 
@@ -103,14 +136,8 @@ def _launch(v: Verdict) -> str:
     if not got or (got["of"] == 1 and not got["command"]):
         return ""
     cmd = f", command `{got['command']}`" if got["command"] else ""
-    path, _, line = got["source"].rpartition(":")
-    at = f"line {line}" if path == v.path else got["source"]
+    at = f"line {v.site.line}" if v.site and v.site.path == v.path else str(v.site or "?")
     return f"launch {got['index'] + 1} of {got['of']}{cmd}, {at}"
-
-
-def _launch_at(v: Verdict) -> tuple[str, int]:
-    path, _, line = v.extra["launch"]["source"].rpartition(":")
-    return (path, int(line)) if line.isdigit() else (v.path, 0)
 
 
 def _launch_text(v: Verdict) -> str:
@@ -143,10 +170,13 @@ def _lines_of(path: str) -> tuple[str, ...]:
 
 
 def column(p: Problem) -> int | None:
-    """The 1-based column of a located problem: where its first flag (or, in a topology
-    YAML, the field's key) is written on that line; else the line's first character."""
+    """The 1-based column of a located problem: the one its reader knew (Location.column),
+    else where its first flag (or, in a topology YAML, the field's key) is written on that
+    line, else the line's first character."""
     from ..reading.flags import field_of
 
+    if p.location is not None and p.location.column is not None:
+        return p.location.column
     lines = _lines_of(p.location.path) if p.location else ()
     if not lines or p.location.line > len(lines):
         return None

@@ -25,10 +25,11 @@ import os
 import re
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..codes import CODES
 from ..model.errors import InputError, NoTrainingLaunch, Problem
 
 if TYPE_CHECKING:
@@ -60,9 +61,8 @@ class Fixed:
     left: int = 0  # fixes that need --unsafe-fixes
 
 
-# code -> (when its fix is safe, the fix): each fix registers beside itself with `fixer`; a
-# code's record (codes/) says it is fixable, for `rule CODE` and the docs without importing
-# this module (a test keeps the two in step)
+# code -> (when its fix is safe, the fix): each fix registers beside itself with `fixer`,
+# which marks the code's record (codes/) fixable: one statement of it
 FIXERS: dict[str, tuple[str, Callable[[Problem, str, int], Change | None]]] = {}
 
 
@@ -71,15 +71,14 @@ def fixer(code: str, safety: str):
     when it is safe (`rule CODE` prints it)."""
     def register(fn):
         FIXERS[code] = (safety, fn)
+        CODES[code] = replace(CODES[code], fixable=True)
         return fn
     return register
 
 
 def fixable(code: str) -> bool:
-    """Whether `--fix` rewrites a code: its record says so (codes/), and a fix is written."""
-    from ..codes import CODES
-
-    return code in CODES and CODES[code].fixable and code in FIXERS
+    """Whether `--fix` rewrites a code: a fix of it is registered."""
+    return code in FIXERS
 
 
 def change_for(p: Problem, unsafe: bool) -> Change | None:

@@ -9,12 +9,14 @@ from ..codes import CODES, SKIPPED
 
 @dataclass(frozen=True)
 class Location:
-    """Where something is written: a file as the user named it and a 1-based line (what a
+    """Where something is written: a file as the user named it, a 1-based line (what a
     problem points at, and where the script reader read a word; values given by `--env`
-    are at `<env>`:0)."""
+    are at `<env>`:0) and, when its reader knows it, the 1-based column of the word (not
+    part of equality: one line, one place)."""
 
     path: str
     line: int
+    column: int | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"

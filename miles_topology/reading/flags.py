@@ -241,6 +241,13 @@ def _unknown(name: str, token: Any) -> Problem | None:
             f"{near}? (it would leave that size at its default)", f"write {near}", (name,),
             location=where(token))
     other = st.other(name)
+    if other is not None and st.drops_unknown:  # slime: the launch runs, without it
+        return Problem(
+            "ignored-flag",
+            f"{name} is not a flag of {fw} train.py ({st.describe()}): its parser drops it "
+            f"(ignore_unknown_args), so what it would set keeps its default ({other}).",
+            f"remove {name}, or run it on a stack that has it", (name,),
+            location=where(token))
     if other is not None:
         return Problem(
             "flag-of-other-version",

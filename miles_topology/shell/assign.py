@@ -34,6 +34,7 @@ class Assignments:
         self.sh, self.w, self.env, self.budget, self.at = sh, w, env, budget, at
 
     def assign(self, a: syntax.Assign, cond: Unk | None):
+        cond = self.sh.plain(cond)
         src = self.at.src(a.line)
         name = a.name
         self.sh.inherited.discard(name)  # --env gave it, but the script sets it itself
@@ -68,7 +69,8 @@ class Assignments:
                 unk = old.items[0].unk
             else:
                 value = (old.items[0].value if old and old.items else "") + value
-        self.set(name, value, unk, src, cond, a.text, a.value.text)
+        self.set(name, value, unk, src, cond, a.text, a.value.text,
+                 got.tail if unk is got.unk and not a.append else "")
 
 
     def assign_array(self, a: syntax.Assign, src: Location, cond: Unk | None):
@@ -149,9 +151,11 @@ class Assignments:
 
 
     def set(self, name: str, value: str | None, unk: Unk | None, src: Location,
-            cond: Unk | None, expr: str, text: str):
+            cond: Unk | None, expr: str, text: str, tail: str = ""):
         """Set a string variable; under a run-time condition it becomes unknown (unless
-        unchanged), and an unknown value is taken from ``env`` when it has the name."""
+        unchanged), and an unknown value is taken from ``env`` when it has the name. `tail`:
+        the known end of an unknown value (Field.tail)."""
+        cond = self.sh.plain(cond)
         old = self.sh.vars.get(name)
         if value is not None and not unk and len(value) > MAX_VALUE:
             unk = Unk(expr, src, f"{name} grows past {MAX_VALUE >> 20} MB; its value is not "
@@ -167,7 +171,9 @@ class Assignments:
                                      False)
             return
         self.hold(len(value) if value is not None and not unk else 0, old)
-        self.sh.vars[name] = Var([Field(None if unk else value, src, unk, text)], False)
+        self.sh.vars[name] = Var([Field(None if unk else value, src, unk, text,
+                                        tail=tail if unk is not None and not cond else "")],
+                                 False)
 
 
     def hold(self, size: int, old: Var | None = None, items: list[Field] | None = None):

@@ -29,6 +29,7 @@ class Commands(Protocol):
                   cond: Unk | None, shown: str, written: bool = False): ...
 
     checked: int  # >0 where a command's failure is tested (set -e ignores it)
+    guards: list[frozenset[str]]  # paths a run-time test requires to exist, innermost last
 
 
 class Builtins:
@@ -54,6 +55,7 @@ class Builtins:
     def set_(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``set -a`` / ``set -o allexport`` (what a launched process sees); ``set -- WORDS``
         (or words after the options) become the positional parameters."""
+        cond = self.sh.plain(cond)
         k, named = None, False  # named: the word is the name an -o/+o option takes
         for i, f in enumerate(fields[1:], 1):
             v = f.value
@@ -95,7 +97,7 @@ class Builtins:
         """Only an absolute, unconditional ``cd`` is followed (relative paths then resolve)."""
         rest = [f for f in fields[1:] if not (f.value or "-").startswith("-")]
         target = rest[0].value if rest else None
-        if target and target.startswith("/") and not cond:
+        if target and target.startswith("/") and not self.sh.plain(cond):
             self.sh.cwd = os.path.normpath(target)
         else:
             self.sh.cwd = None
@@ -150,6 +152,7 @@ class Builtins:
 
     def getopts(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         got = self.getopts_next(fields)
+        cond = self.sh.plain(cond)
         src = self.at.src(n.line)
         what = " ".join(f.value or f.text for f in fields)
         if got is None or cond is not None:
@@ -171,6 +174,7 @@ class Builtins:
     def read(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``read [-r] [-a A] NAMES`` and ``mapfile/readarray [-t] [-d D] A`` over known text."""
         name = fields[0].value
+        cond = self.sh.plain(cond)
         array, delim, names = _read_options(fields)
         what = " ".join(f.value or f.text for f in fields)
         src = self.at.src(n.line)
@@ -272,6 +276,11 @@ class Builtins:
         key = self.w.path_of(n.words[1]) if len(n.words) > 1 else None
         if key is not None and self.w.file_key(key) in self.sh.written:
             return self.r.run_written(self.w.file_key(key), n, cond)
+        if f.value is None or f.value.startswith("~/"):
+            shown = f.value or (n.words[1].text if len(n.words) > 1 else f.text)
+            near = _by_tail(f, shown, where, self.at, self.found)
+            if near is not None:
+                return self.r.source_file(near, n, cond, shown)
         if f.value is None:
             why = f"cannot tell which file is sourced: {f.unk.why}"
             self.found.unknown(f.text, f.unk.src, why)
@@ -280,6 +289,10 @@ class Builtins:
         gone = self.absent(f.value) if found is None else None
         if gone is not None:
             return self.missing_source(f.value, gone, n, where, cond)
+        if found is None and not f.value.startswith("/") and self.sh.cwd is None and \
+                any(f.value in g for g in self.r.guards):
+            return None  # `[ -f .env ] && source .env`, the file in no folder of the
+            # checkout: an optional file bash skips where it is absent; nothing is unknown
         if found is None:
             looked = self.refused or ("it is not inside the script's checkout, nor does its "
                                       "path's tail exist there" if f.value.startswith("/") else
@@ -406,6 +419,25 @@ class Builtins:
                     "pass the real file's folder with --env, or source it relative to the "
                     "script", where)
         return found
+
+
+def _by_tail(f: Field, shown: str, where: Location, at, found) -> str | None:
+    """A sourced path whose folder is known only at run time (``~/slime/scripts/models/
+    M.sh``, ``${HOME}/slime/...``, ``$(cmd)/models/M.sh``) but whose last names are known:
+    the file of that tail inside the checkout (at least a folder and the file's name), as for
+    a container's ``/root/slime/...`` (`Builtins.locate`); noted. None when there is none."""
+    tail = f.value[1:] if f.value is not None else f.tail
+    if tail.count("/") < 2 or "/../" in tail + "/":
+        return None
+    got = gate.by_tail("/~" + tail, at.roots, os.path.dirname(at.main_abs))
+    if got is None:
+        return None
+    path = os.path.normpath(got)
+    found.note(
+        "sourced-from-checkout", f"'{shown}' is in a folder known only when the script runs; "
+        f"read {at.disp(path)} instead, the file of the same tail in the script's checkout",
+        "pass the folder with --env, or source the file relative to the script", where)
+    return path
 
 
 def _rest(line: str, ifs: str, k: int) -> str:

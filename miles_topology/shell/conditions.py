@@ -129,6 +129,33 @@ class Conditions:
         except re.error:
             return None
 
+    def tested_files(self, nodes: list) -> frozenset[str]:
+        """The known paths a test requires to exist (``[ -f F ]``, ``[[ -e F ]]``, ``test -r
+        F``, alone or joined by ``&&``): the commands it guards run only where they do."""
+        out: set[str] = set()
+        for node in nodes:
+            t = type(node)
+            if t is syntax.AndOr:
+                if all(op == "&&" for op, _ in node.items[1:]):
+                    out |= self.tested_files([c for _, c in node.items])
+            elif t is syntax.Pipe and not node.neg and len(node.cmds) == 1:
+                out |= self.tested_files(node.cmds)
+            elif t is syntax.Simple and node.words:
+                words = [w.literal() for w in node.words]
+                if words[0] == "[" and words[-1] == "]" or words[0] == "[[" and \
+                        words[-1] == "]]":
+                    words = words[1:-1]
+                elif words[0] == "test":
+                    words = words[1:]
+                else:
+                    continue
+                if len(words) == 2 and words[0] in ("-f", "-e", "-r", "-s"):
+                    got = self.w.join(node.words[-2] if node.words[-1].literal() in
+                                      ("]", "]]") else node.words[-1])
+                    if got.unk is None and got.cond is None:
+                        out.add(got.value)
+        return frozenset(out)
+
     def arith_status(self, node: syntax.ArithCmd) -> bool | None:
         """The status of ``(( expr ))`` (true when nonzero), computed before it runs: its
         assignments go to `overlay`, shared by the commands of one test (a && b)."""

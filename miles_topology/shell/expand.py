@@ -43,7 +43,7 @@ class _Fields:
     `add` records where its pieces come from, `flush` ends it."""
 
     __slots__ = ("fields", "owns", "cur", "cond", "has", "src", "unk", "text", "extra",
-                 "fcond", "own", "spans", "bare")
+                 "fcond", "own", "spans", "bare", "tail")
 
     def __init__(self, cond: Unk | None):
         self.fields: list[Field] = []
@@ -53,6 +53,7 @@ class _Fields:
         self.has, self.src, self.unk, self.text, self.extra = False, None, None, None, True
         self.fcond, self.own, self.spans = cond, False, []
         self.bare = False  # the field is one bare unknown expansion (Field.bare)
+        self.tail = ""  # Field.tail of the field being built
 
     def add(self, f: Field, origin=OWN):
         """`origin`: OWN for text of this word, else the span of a list item passed on."""
@@ -62,8 +63,11 @@ class _Fields:
             self.spans.append(origin)
         if self.src is None:
             self.src, self.text = f.src, f.text
-        if f.unk is not None and self.unk is None:
-            self.unk = f.unk
+        if f.unk is not None:
+            self.unk = self.unk or f.unk
+            self.tail = f.tail
+        elif self.unk is not None:
+            self.tail += f.value or ""
         if not f.extra:
             self.extra = False
         if f.cond is not None and self.fcond is None:
@@ -77,12 +81,13 @@ class _Fields:
             self.fields.append(Field(None if unk else "".join(self.cur), self.src, unk,
                                      self.text, unk is not None and self.extra, self.fcond,
                                      spans[0] if len(spans) == 1 and not self.own else None,
-                                     self.bare and unk is not None))
+                                     self.bare and unk is not None,
+                                     self.tail if unk is not None else ""))
             self.owns.append(self.own and not spans)
         self.cur.clear()  # the next field starts as __init__ left the first (one call less)
         self.has, self.src, self.unk, self.text, self.extra = False, None, None, None, True
         self.fcond, self.own, self.spans = self.cond, False, []
-        self.bare = False
+        self.bare, self.tail = False, ""
 
 
 class Words:
@@ -205,7 +210,7 @@ class Words:
                 # an unset variable's unquoted word is dropped (an array's item was split
                 # where it was assigned)
                 acc.add(Field(None, f.src, f.unk, f.text, f.extra, f.cond,
-                              bare=f.bare and (is_list or not quoted)))
+                              bare=f.bare and (is_list or not quoted), tail=f.tail))
             elif f.cond is not None and quoted and not is_list and len(items) > 1:
                 # "${A[*]}" is one word whatever A holds: its text is what is unknown
                 acc.add(Field(None, f.src, Unk(part.text, f.cond.src, "it includes a value "
@@ -243,9 +248,11 @@ class Words:
         """A word without splitting (assignment values, [[ ]], case): one field."""
         out: list[str] = []
         unk = cnd = None
+        tail = ""  # Field.tail: the known text after the last unknown item
         for part in word.parts:
             if type(part) is Lit:
                 out.append(part.text)
+                tail += part.text
                 continue
             items, is_list = self.part(part)
             self.prov.consume(items)
@@ -253,17 +260,21 @@ class Words:
             if sep is None:
                 unk = unk or self.unknown(part, _IFS_JOIN).unk
             for n, f in enumerate(items):
+                if n:
+                    tail += sep or ""
                 if f.unk is not None:
-                    unk = unk or f.unk
+                    unk, tail = unk or f.unk, f.tail
                     continue
                 if f.cond is not None:
                     cnd = cnd or f.cond
                 if n:
                     out.append(sep or "")
                 out.append(f.value)
+                tail += f.value
         if unk is None and cnd is not None:
-            unk = Unk(word.text, cnd.src, f"it includes a value added {cnd.why}")
-        return Field(None if unk else "".join(out), self.at.src(word.line), unk, word.text)
+            unk, tail = Unk(word.text, cnd.src, f"it includes a value added {cnd.why}"), ""
+        return Field(None if unk else "".join(out), self.at.src(word.line), unk, word.text,
+                     tail=tail if unk else "")
 
     def ifs_sep(self) -> str | None:
         """What joins the words of "${A[*]}" / "$*": the first character of IFS (a blank
@@ -279,6 +290,10 @@ class Words:
         if t is Param:
             return self.params.param(part)
         if t is Sub:
+            if part.body is None:  # syntax._only_in_heredocs
+                return [self.unknown(part, "the here-document's expansions are not read here "
+                                           "(arithmetic this reader's parser cannot follow)")], \
+                    False
             if part.proc is not None:  # <(...) as a word: a /dev/fd path made at run time
                 return [self.unknown(part, "process substitution is a pipe made at run "
                                            "time")], False

@@ -17,6 +17,7 @@ from ..reading.textfilters import FILTERS
 from . import launch as launches
 from . import syntax
 from .assign import Assignments
+from .branches import Branches
 from .budget import (
     MAX_EXPANDED,
     MAX_STEPS,
@@ -30,7 +31,6 @@ from .expand import Words
 from .files import Files
 from .findings import Findings
 from .loops import Loops
-from .pattern import fullmatch
 from .provenance import Provenance
 from .records import ScriptReadError
 from .state import Shell
@@ -69,9 +69,13 @@ class Reader:
         self.files = Files(self.at, self.found, self.budget, self.loops)
         self.builtins = Builtins(self, self.w, self.prov, self.assigns, self.loops)
         self.tests = Conditions(self.w, self.builtins.getopts_next)
+        self.branches = Branches(self)
         # >0 while a command runs where its failure is tested (an if/while test, before
         # && or ||, a negated pipeline): `set -e` does not stop bash there (bash(1), set -e)
         self.checked = 0
+        # paths a run-time test requires to exist, for the commands it guards (`[ -f F ] &&
+        # source F`): innermost last
+        self.guards: list[frozenset[str]] = []
 
     def run_main(self):
         abs_path = self.at.main_abs
@@ -101,18 +105,21 @@ class Reader:
         self.budget.calls += 1
         try:
             if written:
-                self.run_written(path, n, cond)
+                self.run_written(path, n, cond, child=True)
             else:
                 self.source_file(path, n, cond, shown)
         finally:
             self.budget.calls -= 1
             sh.restore(saved)
 
-    def run_written(self, key: str, n: syntax.Simple, cond: Unk | None):
+    def run_written(self, key: str, n: syntax.Simple, cond: Unk | None, child: bool = False):
         """``source F`` of a file the script wrote: its text is read as a sourced file's
-        (its words are not the file's own text on disk, so they carry no span)."""
+        (its words are not the file's own text on disk, so they carry no span). Text known
+        only at run time run by another shell (`child`: ``bash F``) sets nothing here."""
         text = self.sh.written[key]
         where = self.at.src(n.line)
+        if text is None and child:
+            return None
         if text is None:
             why = f"sourced file '{shown(key)}' is written by the script with text only " \
                   "known when it runs"
@@ -155,10 +162,13 @@ class Reader:
             with self.testing():
                 self.node(n.items[0][1], cond)
             self.at.branch.append(self.at.src(_line(n)))
+            self.guards.append(self.tests.tested_files([n.items[0][1]])
+                               if status is None and n.items[1][0] == "&&" else frozenset())
             try:
-                self.and_or(n, status, reason, cond)
+                self.branches.and_or(n, status, reason, cond, _line(n))
             finally:
                 self.at.branch.pop()
+                self.guards.pop()
         elif t is syntax.Pipe:
             for k, c in enumerate(n.cmds):
                 if n.neg or k < len(n.cmds) - 1:  # only the last one's status counts
@@ -186,21 +196,6 @@ class Reader:
         elif t is syntax.ArithCmd:
             self.assigns.arith_cmd(n, cond)
 
-    def and_or(self, n: syntax.AndOr, status: bool | None, reason: str, cond: Unk | None):
-        last = len(n.items) - 1
-        for k, (op, cmd) in enumerate(n.items[1:], 1):
-            if status is None:
-                line = _line(n)
-                why = f"only if the command before '{op}' at {self.at.src(line)} " + (
-                    "succeeds" if op == "&&" else "fails") + reason
-                with self.testing(k < last):
-                    self.node(cmd, cond or Unk(op, self.at.src(line), why))
-                status = None
-            elif status == (op == "&&"):
-                status = self.tests.status([cmd], cond)
-                with self.testing(k < last):
-                    self.node(cmd, cond)
-
     @contextmanager
     def testing(self, on: bool = True):
         """Commands run here have their failure tested (`set -e` ignores it)."""
@@ -213,60 +208,11 @@ class Reader:
     def compound(self, n, cond: Unk | None):
         t = type(n)
         if t is syntax.If:
-            self.if_(n, cond)
+            self.branches.if_(n, cond)
         elif t is syntax.Case:
-            self.case(n, cond)
+            self.branches.case(n, cond)
         else:
             self.loops.loop(n, cond)
-
-    def if_(self, n: syntax.If, cond: Unk | None):
-        inner = cond
-        for test, body in n.branches:
-            status = self.tests.status(test, inner)
-            reason = self.tests.why_unknown
-            with self.testing():
-                self.run(test, inner)
-            if status is True:
-                self.run(body, inner)
-                return
-            if status is None:
-                line = test[0].line if test and hasattr(test[0], "line") else n.line
-                why = f"inside the 'if' at {self.at.src(line)}, whose condition is decided at " \
-                      "run time" + reason
-                inner = inner or Unk("if", self.at.src(line), why)
-                self.run(body, inner)
-        if n.orelse is not None:
-            self.run(n.orelse, inner)
-
-    def case(self, n: syntax.Case, cond: Unk | None):
-        word = self.w.join(n.word)
-        inner = cond
-        if word.unk:
-            why = f"inside a 'case {n.word.text}' at {self.at.src(n.line)} whose value is only " \
-                  "known at run time"
-            inner = cond or Unk("case", self.at.src(n.line), why)
-        for pats, body in n.arms:
-            if inner is not cond or word.unk:
-                self.run(body, inner)
-                continue
-            matched = None
-            for p in pats:
-                pv = self.w.join(p)
-                if pv.unk:
-                    matched = None
-                    break
-                if fullmatch(word.value, pv.value):
-                    matched = True
-                    break
-                matched = False
-            if matched is True:
-                self.run(body, inner)
-                return
-            if matched is None:
-                why = f"inside a 'case' arm at {self.at.src(n.line)} whose pattern is only known " \
-                      "at run time"
-                inner = inner or Unk("case", self.at.src(n.line), why)
-                self.run(body, inner)
 
     def simple(self, n: syntax.Simple, cond: Unk | None):
         words = n.words
@@ -302,6 +248,8 @@ class Reader:
             self.orphan(n, fields, prev)
         elif name is not None:
             self.dispatch(name, fields, n, cond)
+        elif first.base() is not None:  # "${PYTHON_BIN}": a program only its name is known of
+            self.command(fields, n, cond)
 
     def fields(self, n: syntax.Simple) -> list[Field]:
         """A command's words expanded; each located one is used by this command (unless it
@@ -349,7 +297,7 @@ class Reader:
             return
         key = self.w.file_key(path)
         text = None
-        if cond is None and fields[0].value in FILTERS and not n.prefix:
+        if self.sh.plain(cond) is None and fields[0].value in FILTERS and not n.prefix:
             alone = syntax.Simple(assigns=[], words=n.words, line=n.line, end=n.end,
                                   stdin=n.stdin)
             got = self.w.subs.filtered([alone], word)
@@ -405,8 +353,14 @@ class Reader:
                 text = got.value
         if not text.strip() or self.budget.deep:
             return
-        body = self.files.parse(text.encode("utf-8", "surrogateescape"), self.at.file, False,
-                                doc.line)
+        try:
+            body = self.files.parse(text.encode("utf-8", "surrogateescape"), self.at.file,
+                                    False, doc.line)
+        except ScriptReadError:
+            if text is doc.text and doc.word is not None:
+                return None  # its expansions unknown, its text as written is not bash: the
+                # other shell's script is not known here (and sets nothing in this one)
+            raise
         saved = self.sh.copy_vars()
         self.budget.calls += 1
         try:

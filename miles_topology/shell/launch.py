@@ -24,6 +24,7 @@ from ..reading.commandline import (  # noqa: F401  (the shell's names for them)
     is_training,
     reads_stdin_script,
     runtime_env,
+    torchrun_world,
 )
 from .records import FlagValue, LaunchSite, Unresolved, is_switch
 from .values import Field, Unk
@@ -37,6 +38,7 @@ class Launch(NamedTuple):
     cond: Unk | None
     site: LaunchSite | None = None
     job_env: dict[str, str] | None = None  # ray job submit: its runtime env (None: unknown)
+    world: tuple[int, int] | None = None  # torchrun's (nnodes, nproc_per_node); None: unknown
 
     @property
     def training(self) -> bool:
@@ -45,15 +47,45 @@ class Launch(NamedTuple):
 
 def find(fields: list[Field], src: Location, cond: Unk | None) -> Launch | None:
     """The python, torchrun or ray job launch of one command of a script, if any."""
-    vals = [f.value if f.value is not None else f.text for f in fields]
+    vals = [f.value if f.value is not None else _shown(f) for f in fields]
     form = command_form(vals)
     if form is None or form.shell:
         return None
     job_env = None
     if form.job is not None:
         job_env = runtime_env([f.value for f in fields[form.job[0]:form.job[1]]])
+    world = _world(fields[:form.entry]) if "torch" in form.launcher else None
     return Launch(form.launcher, vals[form.entry], fields[form.entry + 1:], src, cond,
-                  job_env=job_env)
+                  job_env=job_env, world=world)
+
+
+def _world(before: list[Field]) -> tuple[int, int] | None:
+    """torchrun's world from the words before the entry as expanded (``--nnodes ${NNODES}``
+    with NNODES known); None when a word that may hold an option of it is not known."""
+    words: list[str | None] = []
+    for f in before:
+        if f.value is None or f.cond is not None:
+            prev = words[-1] if words else None
+            if f.extra or not (prev and prev.startswith("--") and "=" not in prev):
+                return None  # unknown words that may be --nnodes, --nproc-per-node
+            words.append(None)
+        else:
+            words.append(f.value)
+    return torchrun_world(words)
+
+
+def _shown(f: Field) -> str:
+    """An unknown word as the command forms read it: by its text, or, when its last path
+    component is known (``"${RAY_BIN}"`` with RAY_BIN=$(dirname "$PY")/ray,
+    ``"${ROOT}/${ENTRY}"`` with ENTRY=train.py), a path ending in that component, so the
+    program it runs (ray, python3) and the entry it names are recognised whatever variables
+    carried them."""
+    base = f.base()
+    if base is None:
+        return f.text
+    text = f.text.replace('"', "").replace("'", "")
+    return text if text.rsplit("/", 1)[-1] == base else f"{text.rsplit('/', 1)[0]}/{base}" \
+        if "/" in text else f".../{base}"
 
 
 def _is_flag(f: Field) -> bool:

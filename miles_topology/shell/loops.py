@@ -60,7 +60,7 @@ class Loops:
         condition that says it runs a number of times known only at run time."""
         r = self.r
         reason = ""
-        if cond is None and (n.kind == "for" and (n.words is not None or
+        if r.sh.plain(cond) is None and (n.kind == "for" and (n.words is not None or
                                                   n.header is not None) or n.cond):
             reason = self.step(n)
             if reason is None:
@@ -68,7 +68,7 @@ class Loops:
         src = r.at.src(n.line)
         why = f"inside a '{n.kind}' loop at {src}, run a number of times known only at run " \
               "time" + reason
-        inner = cond or Unk(n.kind, src, why)
+        inner = r.sh.under(cond, lambda: Unk(n.kind, src, why))
         if n.var:
             r.sh.vars[n.var] = Var([Field(None, inner.src, Unk(f"${n.var}", inner.src,
                                                                f"loop variable {n.var}"))],

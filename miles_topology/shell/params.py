@@ -146,8 +146,10 @@ class Params:
             if items is None or (empty and op[0] == ":"):
                 got = self.w.join(p.arg)
                 if op in (":=", "="):
-                    self.sh.vars[name] = Var([Field(got.value, got.src, got.unk, got.text)], False)
-                return [Field(got.value, got.src, got.unk, p.text, cond=got.cond)], False
+                    self.sh.vars[name] = Var([Field(got.value, got.src, got.unk, got.text,
+                                                    tail=got.tail)], False)
+                return [Field(got.value, got.src, got.unk, p.text, cond=got.cond,
+                              tail=got.tail)], False
             return items, is_list
         if op in (":?", "?"):
             if items is None or (empty and op == ":?"):

@@ -11,7 +11,7 @@ from ..model.errors import Location, NoTrainingLaunch
 from .findings import MAX_KEPT
 from .interpret import Reader
 from .launch import argv_of
-from .records import FlagValue, ScriptRead, ScriptReadError, note
+from .records import FlagValue, ScriptRead, ScriptReadError, Unresolved, note
 
 
 def read_script(path: str | Path, env: Mapping[str, str] | None = None,
@@ -52,10 +52,13 @@ def require_launch(found: ScriptRead) -> ScriptRead:
         return found
     instead = "; found instead: " + ", ".join(f"{what} at {src}" for src, what in
                                               found.others) if found.others else ""
+    why = " A converter, server or wrapper is not a training job: check the script that " \
+        "starts train.py" if found.others else " A program named only by a variable the " \
+        "environment sets (\"$PYTHON\" train.py) is not known here: pass it with --env " \
+        "NAME=VALUE, or check the script that starts train.py"
     raise NoTrainingLaunch(
         f"{found.path}: no training launch found (python3 train.py, train_async.py, torchrun, "
-        f"or ray job submit ... -- python3 train.py){instead}. A converter, server or "
-        "wrapper is not a training job: check the script that starts train.py")
+        f"or ray job submit ... -- python3 train.py){instead}.{why}")
 
 
 def _read(r: Reader, path: str | Path) -> ScriptRead:
@@ -82,6 +85,13 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
                               "Fix: launch once, after the loop.")
     else:
         argv = argv_of(launch.argv, unresolved, r.prov.span, gaps)
+        if "torch" in launch.launcher and launch.world is None and not {
+                fv.flag for fv in argv} & {"--actor-num-nodes", "--actor-num-gpus-per-node"}:
+            # the actor's shape is torchrun's world (judging.check_script.torchrun_actor)
+            unresolved.append(Unresolved(
+                "--actor-num-gpus-per-node", f"{launch.launcher} --nnodes/--nproc-per-node",
+                launch.src, "torchrun's world (--nnodes x --nproc-per-node) is only known "
+                "when the script runs"))
         if len(pool) > 1:
             shown = ", ".join(str(x.src) for x in pool[:-1])
             notes.append(note("several-launch-commands",
@@ -95,5 +105,6 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
     read = ScriptRead(str(path), launch.launcher if launch else None,
                       launch.entry if launch else None, argv, unresolved, notes,
                       launch.site if launch else None,
-                      {k: frozenset(v) for k, v in res.uses.items()}, gaps, others)
+                      {k: frozenset(v) for k, v in res.uses.items()}, gaps, others,
+                      launch.world if launch else None)
     return read

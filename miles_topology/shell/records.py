@@ -140,6 +140,8 @@ class ScriptRead:
     gaps: list[int] = field(default_factory=list)
     # python/torchrun/ray commands found that are not a training launch (file:line, what)
     others: list[tuple[Location, str]] = field(default_factory=list)
+    # a torchrun launch's (nnodes, nproc_per_node) from its expanded options; None: unknown
+    world: tuple[int, int] | None = None
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""

@@ -4,6 +4,7 @@ subshell can save and put it back in one place."""
 
 from __future__ import annotations
 
+from ..model.errors import Location
 from .values import Field, Unk, Var
 
 
@@ -12,7 +13,7 @@ class Shell:
 
     __slots__ = ("vars", "funcs", "func_file", "frames", "positions", "assoc", "exported",
                  "inherited", "cwd", "allexport", "prev_end", "scopes", "written", "taint",
-                 "zero", "errexit")
+                 "zero", "errexit", "joins")
 
     def __init__(self, args: list[Field] | None, inherited: set[str]):
         self.vars: dict[str, Var] = {}
@@ -35,6 +36,9 @@ class Shell:
         self.taint: Unk | None = None
         self.zero: str | None = None  # $0 in a `bash FILE` child: FILE (else the script's)
         self.errexit = False  # `set -e`: a failing command stops the script
+        # the conditions of branches being joined (branches.py), by identity: what is set
+        # under one of them is set as in a way of its own, not made unknown
+        self.joins: list[Unk] = []
 
     def copy_vars(self) -> dict[str, Var]:
         """The variables, to put back after a subshell, a here-document script or a loop
@@ -68,3 +72,107 @@ class Shell:
                 self.vars.pop(name, None)
             else:
                 self.vars[name] = old
+
+    def joined(self, cond: Unk) -> bool:
+        return any(c is cond for c in self.joins)
+
+    def plain(self, cond: Unk | None) -> Unk | None:
+        """The condition an assignment is made under: none in a branch being joined (each
+        way sets its values; the join decides what stays known)."""
+        return None if cond is not None and self.joined(cond) else cond
+
+    def under(self, cond: Unk | None, make) -> Unk:
+        """The condition of a nested branch: `cond`, unless there is none or it is a join's
+        (the branch then needs its own: `make()`)."""
+        return make() if cond is None or self.joined(cond) else cond
+
+    def join(self, ends: list[tuple], cond: Unk, env: dict[str, str], errexit: bool,
+             before: dict[str, Var]):
+        """Join the end states of the ways a branch may go (snapshots; the live state is the
+        last way) into the live state: a variable the same in every way keeps its value,
+        one that differs (or is unset in some) is unknown, or --env's value when given; it
+        is located at the last assignment a way made (`before`: the values the ways start
+        from)."""
+        ways = [e[0] for e in ends] + [self.vars]
+        out: dict[str, Var] = {}
+        for name in dict.fromkeys(k for w in ways for k in w):
+            got = [w.get(name) for w in ways]
+            if all(_same(got[0], v) for v in got[1:]):
+                out[name] = got[0]
+            elif all(v is None or v.array and v.keys is None for v in got) and \
+                    any(v is not None for v in got):
+                out[name] = Var(_either([v.items if v else [] for v in got], cond), True)
+            elif name in env and not any(v is not None and v.array for v in got):
+                out[name] = Var([Field(env[name], Location("<env>", 0),
+                                       text=f"--env {name}={env[name]}")], False)
+            else:
+                array = any(v is not None and v.array for v in got)
+                src = cond.src if array else next(  # an array's words: the branch
+                    (v.items[0].src for v in reversed(got) if v is not None and v.items and
+                     not _same(v, before.get(name))), cond.src)
+                unk = Unk(name, src, f"{name} is assigned {cond.why}")
+                out[name] = Var([Field(None, src, unk, name, array)], array)
+        self.vars = out
+        self.join_rest(ends, errexit)
+
+    def join_rest(self, ends: list[tuple], errexit: bool):
+        """`join` of what is not a variable: functions and names of all ways; a folder, the
+        positional words or a written file's text that differ are unknown; `set -e` that
+        differs is as before the branch (`errexit`)."""
+        for e in ends:
+            (_, funcs, func_file, frames, _, scopes, assoc, exported, inherited, cwd,
+             allexport, prev_end, written, taint, _, ex) = e
+            self.funcs = {**funcs, **self.funcs}
+            self.func_file = {**func_file, **self.func_file}
+            if frames[-1] is not self.frames[-1] and (frames[-1] is None or self.frames[-1]
+                                                      is None or not _same_words(
+                                                          frames[-1], self.frames[-1])):
+                self.frames[-1] = None
+            if scopes and self.scopes:
+                self.scopes[-1] = {**scopes[-1], **self.scopes[-1]}
+            self.assoc |= assoc
+            self.exported |= exported
+            self.inherited &= inherited
+            self.cwd = self.cwd if cwd == self.cwd else None
+            self.allexport = self.allexport or allexport
+            for f, end in prev_end.items():
+                self.prev_end[f] = max(end, self.prev_end.get(f, end))
+            for k in set(written) | set(self.written):
+                if written.get(k, False) != self.written.get(k, False):
+                    self.written[k] = None
+            self.taint = self.taint or taint
+            if ex != self.errexit:
+                self.errexit = errexit
+
+
+def _either(ways: list[list[Field]], cond: Unk) -> list[Field]:
+    """An array's words after a branch whose ways set it differently: the words they share
+    up to a flag, then each way's other words, each there only under the branch's condition
+    (``WANDB_ARGS=(--use-wandb ...)`` in one way, ``()`` in the other: --use-wandb may be
+    given; no other flag can be)."""
+    p = 0
+    while all(p < len(w) and _same_words(w[p:p + 1], ways[0][p:p + 1]) for w in ways):
+        p += 1
+    if any(p < len(w) and not (w[p].value or "").startswith("--") for w in ways):
+        # a flag's value that differs: the flag goes with it
+        p = next((k for k in range(p - 1, -1, -1) if (ways[0][k].value or "").startswith(
+            "--")), p)
+    rest = [Field(f.value, f.src, f.unk, f.text, f.extra, f.cond or cond, f.span)
+            for w in ways for f in w[p:]]
+    return ways[0][:p] + rest
+
+
+def _same(a: Var | None, b: Var | None) -> bool:
+    """Two ways' values of a variable are one value: the same known words (or the very same
+    unknown ones, untouched by either way)."""
+    if a is b:
+        return True
+    if a is None or b is None or a.array != b.array or a.keys != b.keys:
+        return False
+    return _same_words(a.items, b.items)
+
+
+def _same_words(a: list[Field], b: list[Field]) -> bool:
+    return len(a) == len(b) and all(
+        x is y or x.unk is None and y.unk is None and x.cond is None and y.cond is None and
+        x.value == y.value and x.extra == y.extra for x, y in zip(a, b))

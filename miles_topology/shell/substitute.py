@@ -183,8 +183,12 @@ class Substitutions:
                 self.found.unknown(sub.text, self.at.src(sub.line), why)
                 return self.w.unknown(sub, why)
             return [got]
-        return self.w.unknown(sub, f"command substitution runs '{name}' when the script "
-                                   "runs")
+        got = self.w.unknown(sub, f"command substitution runs '{name}' when the script "
+                                  "runs")
+        if (vals[:2] == ["command", "-v"] and len(vals) == 3 or name == "which" and
+                len(vals) == 2) and _plain_name(vals[-1]):
+            got.tail = "/" + vals[-1]  # where PATH finds it: a folder known at run time
+        return got
 
     def topology_flags(self, path: str, cwd: str | None) -> tuple[str | None, str]:
         """``$(miles-topology flags FILE.yaml)``: the YAML's flags, read with the variables
@@ -434,6 +438,11 @@ def _probe(argv: list[str], cwd: str, roots=None) -> str | None:
         return None
     m = _PROBES.search(text)
     return m.group() if m else None
+
+
+def _plain_name(v: str) -> bool:
+    """A command name PATH resolves (``python3``), not a path or an option."""
+    return bool(v) and "/" not in v and not v.startswith("-") and re.fullmatch(r"[\w.+-]+", v)
 
 
 def _gpu_probe(sub: Sub) -> list | None:

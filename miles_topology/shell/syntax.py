@@ -474,6 +474,10 @@ class _Commands:
                 return Heredoc.make(text=self.src.text(body), line=self.src.line(body))
             parts: list = []
             pos, line = body.start_byte, self.src.line(body)
+            if body.has_error:  # its expansions are not read here (_only_in_heredocs)
+                text = self.src.text(body)
+                return Heredoc.make(text=text, line=line, word=Word.make(parts=[Sub.make(
+                    body=None, quoted=True, text=text, line=line)], line=line, text=text))
             for c in body.children:
                 if c.type == "heredoc_content":
                     continue
@@ -1031,7 +1035,7 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
     tree = _parser().parse(data)
     root = tree.root_node
     conv = _Text(data, located, base_line)
-    if root.has_error:
+    if root.has_error and not _only_in_heredocs(root):
         raise _error(root, conv)
     body = _Commands(conv).stmts(root.children)
     if b"\\" in data:
@@ -1091,6 +1095,22 @@ def _hold_cr(data: bytes) -> bytes:
         pos = b
     out.append(data[pos:].replace(b"\r", _CR_BYTES))
     return b"".join(out)
+
+
+def _only_in_heredocs(root) -> bool:
+    """Every error tree-sitter reports lies in the body of an unquoted here-document (it
+    reads ``$(( (A + 1) / 2 ))`` there as $( (A + 1) / 2 ), bash as arithmetic): the body is
+    text another command reads, so the script itself is valid; the body's value is then not
+    known here (`redirect`)."""
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if node.type == "heredoc_body":
+            continue
+        if node.type == "ERROR" or node.is_missing:
+            return False
+        todo.extend(c for c in node.children if c.has_error or c.is_missing)
+    return True
 
 
 def _misread_arith(n, text: str) -> bool:

@@ -29,14 +29,24 @@ class Field:
     """One word of an expansion. `extra`: unknown number of words; `cond`: maybe absent;
     `span`: (file, start, end, stmt_line, branch) of the one word that wrote it, or None.
     `bare`: the value of a variable the script never sets (only the environment may), alone
-    and unquoted in its word (``${KEY}``): when it is empty at run time bash drops the word."""
+    and unquoted in its word (``${KEY}``): when it is empty at run time bash drops the word.
+    `tail`: of an unknown value, the text known to end it (``$(dirname "$PY")/ray``: "/ray";
+    ``$(command -v python3)``: "/python3"), "" when nothing is."""
 
-    __slots__ = ("value", "src", "unk", "text", "extra", "cond", "span", "bare")
+    __slots__ = ("value", "src", "unk", "text", "extra", "cond", "span", "bare", "tail")
 
     def __init__(self, value, src, unk=None, text="", extra=False, cond=None, span=None,
-                 bare=False):
+                 bare=False, tail=""):
         self.value, self.src, self.unk, self.text = value, src, unk, text
         self.extra, self.cond, self.span, self.bare = extra, cond, span, bare
+        self.tail = tail
+
+    def base(self) -> str | None:
+        """The last path component of the value when it is known (an unknown folder, a known
+        file name: ``"${ROOT}/${ENTRY}"`` with ENTRY=train.py), else None."""
+        if self.unk is None:
+            return None if self.value is None else self.value.rstrip("/").rsplit("/", 1)[-1]
+        return self.tail.rsplit("/", 1)[1] or None if "/" in self.tail else None
 
 
 class Var:

@@ -3,11 +3,12 @@ script reads back as the same launch (and, for a safe fix, the same topology).""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
 import pytest
-from support import LAUNCHERS
+from support import LAUNCHERS, SCRIPTS
 
 from miles_topology.cli import main
 from miles_topology.migrations import fix
@@ -145,6 +146,23 @@ def test_rule_says_whether_a_code_is_fixable_and_when_safely(capsys):
     assert "check --fix: safe when it renames the flag" in out
     assert main(["rule", "expert-grid-divisibility"]) == 0
     assert "check --fix" not in capsys.readouterr().out
+
+
+def test_a_code_is_fixable_because_a_fix_registers_not_because_it_is_declared(
+        monkeypatch, capsys):
+    """One statement of fixability: registering a fix marks the code's record, and SARIF's
+    rule help, read by the formats below migrations/, says so."""
+    from miles_topology.codes import CODES
+
+    monkeypatch.setitem(CODES, "expert-grid-divisibility", CODES["expert-grid-divisibility"])
+    monkeypatch.setitem(fix.FIXERS, "expert-grid-divisibility", ("never", lambda *a: None))
+    assert not CODES["expert-grid-divisibility"].fixable
+    fix.fixer("expert-grid-divisibility", "never")(lambda *a: None)
+    assert CODES["expert-grid-divisibility"].fixable and fix.fixable("expert-grid-divisibility")
+    assert main(["check", "--format", "sarif", str(SCRIPTS / "err-expert-grid.sh")]) == 1
+    rules = json.loads(capsys.readouterr().out)["runs"][0]["tool"]["driver"]["rules"]
+    help_ = next(r["help"]["text"] for r in rules if r["id"] == "expert-grid-divisibility")
+    assert help_.startswith("expert-grid-divisibility (error, fixable)")
 
 
 def test_a_near_miss_is_safe_only_one_typo_away():

@@ -208,6 +208,22 @@ def test_a_stand_in_value_makes_the_flags_it_builds_unresolved_not_guessed(tmp_p
     assert [p.code for p in v.errors] == ["heads-not-divisible-by-tp"]
 
 
+
+def test_a_flag_with_a_stand_in_value_is_still_judged_for_its_spelling(tmp_path):
+    """As in a bash script (one judge): a flag whose value is unknown is left out of the
+    rules, but its name is not: a misspelling is an error where its value comes from."""
+    launcher = tmp_path / "run.py"
+    launcher.write_text(
+        "import os\nimport sglang\n"
+        "tp = sglang.srt.server_args.ServerArgs().tp_size\n"
+        "os.system(f'python3 train.py --actor-num-gpus-per-node 8 --num-attention-heads 4 "
+        "--num-layers 4 --tensor-model-paralel-size {tp}')\n")
+    (v,) = check_python_all(str(launcher), [])
+    (p,) = v.errors
+    assert p.code == "unknown-flag" and p.flags == ("--tensor-model-paralel-size",)
+    assert (p.location.path, p.location.line) == (str(launcher), 4)
+
+
 def test_deletes_and_writes_outside_land_in_the_temp_view(tmp_path):
     outside = Path("/tmp") / f"mt-launchers-{uuid.uuid4().hex}"
     launcher = tmp_path / "run.py"

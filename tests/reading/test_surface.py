@@ -92,6 +92,20 @@ def test_a_flag_only_slime_has_says_so():
     assert p.code == "flag-of-other-version" and "slime has it" in p.message
 
 
+def test_a_miles_only_flag_in_a_slime_launch_is_dropped_not_refused():
+    """slime's parse_args passes ignore_unknown_args=True to Megatron's (slime 624b824,
+    slime/utils/arguments.py): a flag only miles has is dropped, the launch runs without it."""
+    from miles_topology.reading import stack
+    from miles_topology.reading.flags import parse_flags
+
+    name = "--async-data-buffer-capacity-factor"  # miles' fully async rollout
+    assert name in surface.names() and name not in surface.slime_names()
+    with stack.using(stack._base(None, "slime", "bundled")):
+        got = parse_flags([name, "2"])
+    (p,) = got.warnings
+    assert not got.errors and p.code == "ignored-flag" and "miles has it" in p.message
+
+
 def test_check_refuses_a_misspelt_flag_with_did_you_mean(capsys):
     from miles_topology.cli import main
 

@@ -215,3 +215,30 @@ def test_an_internal_error_is_that_inputs_verdict_and_the_batch_goes_on(
     monkeypatch.setenv("MILES_TOPOLOGY_DEBUG", "1")
     with pytest.raises(type(error)):
         main(["check", *args])
+
+
+def test_the_column_is_the_readers_own_not_searched_again(tmp_path, capsys, monkeypatch):
+    """The bash reader knows where the flag word is (Location.column): a line that spells
+    the flag earlier (an echo before the launch) is no longer searched for it, and the file
+    is not opened again to find it."""
+    from miles_topology.judging import verdict
+
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\necho --expert-model-parallel-size; python3 train.py "
+                      "--actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
+                      "--num-layers 4 --num-experts 16 --expert-model-parallel-size 16\n")
+    monkeypatch.setattr(verdict, "_lines_of", lambda path: pytest.fail(f"re-read {path}"))
+    assert main(["check", "--format", "concise", str(script)]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if "expert-grid" in x)
+    text = script.read_text().splitlines()[1]
+    assert line.startswith(f"{script}:2:{text.rindex('--expert-model-parallel-size') + 1}: ")
+
+
+def test_a_launch_is_located_by_its_location_not_a_string_parsed_back():
+    from miles_topology.judging.verdict import name
+    from miles_topology.model.errors import Location
+
+    v = Verdict("a:b.py", site=Location("a:b.py", 57))
+    v.extra = {"launch": {"index": 1, "of": 2, "command": None, "source": "a:b.py:57"}}
+    assert name(v) == "a:b.py [launch 2 of 2, line 57]"
+    assert v.launch_note().location == Location("a:b.py", 57)

@@ -100,3 +100,46 @@ def test_a_guarded_source_of_an_absent_file_leaves_nothing_unknown(tmp_path, gua
     assert v.ok and not codes(v), codes(v)
     assert not v.extra["unresolved"] and v.extra["values"]["--num-layers"]["value"] == "36"
     assert bash_launch(run, [], tmp_path)[-2:] == ["--hidden-size", "2560"]
+
+
+@pytest.mark.parametrize("guard", [
+    "[ -f .env ] && source .env\n",
+    "if [ -f ./local_env.sh ]; then\n  source ./local_env.sh\nfi\n",
+    "[[ -e .env ]] && [ -r .env ] && . .env\n",
+])
+def test_a_guarded_relative_source_in_no_folder_of_the_checkout_is_skipped(tmp_path, guard):
+    # the working folder is unknown, the file is in no folder of the checkout: an optional
+    # file (secrets, local overrides) that bash skips where it is absent
+    run = checkout(tmp_path, guard + "TP=2\n" +
+                   'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert v.ok and not codes(v) and not v.extra["unresolved"], v.extra["unresolved"]
+    assert bash_launch(run, [], tmp_path)[-2:] == ["--hidden-size", "2560"]
+
+
+def test_a_relative_source_under_another_condition_stays_unknown(tmp_path):
+    # only a test that the file exists makes it optional: a branch on another value may
+    # source a file that exists in the folder the script is run from
+    run = checkout(tmp_path, 'if [ "$MODE" = big ]; then source ./big.sh; fi\n'
+                   'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert any("big.sh" in u["why"] for u in v.extra["unresolved"])
+
+
+@pytest.mark.parametrize("path", [
+    "/lianjiakun1/slime/scripts/models/qwen3-4B.sh",  # another machine's absolute path
+    "~/slime/scripts/models/qwen3-4B.sh",  # the home folder: known only when it runs
+    '"${SLIME_DIR}/scripts/models/qwen3-4B.sh"',  # a folder the environment gives
+])
+def test_a_model_file_in_a_folder_not_known_here_is_found_by_its_tail(tmp_path, path):
+    # as for a container's /root/slime/...: the file of the same tail in the checkout
+    run = checkout(tmp_path, f"source {path}\n")
+    v = check_script(str(run), {})
+    assert codes(v) == {"sourced-from-checkout": "note"}, codes(v)
+    assert v.extra["values"]["--num-layers"]["value"] == "36" and not v.extra["unresolved"]
+
+
+def test_a_tail_of_one_name_is_not_enough(tmp_path):
+    run = checkout(tmp_path, 'source "${MODEL_DIR}/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert "sourced-from-checkout" not in codes(v) and v.extra["unresolved"]

@@ -26,8 +26,10 @@ class Writer:
 
 def concise(v: Verdict) -> list[tuple[str, ...]]:
     """The parts of each line of a verdict (a `Sink.line` each)."""
-    if v.unreadable is not None:
-        return [(f"{v.path}:1:1: error ", Paint(v.code, "error"), " ", _one_line(v.unreadable))]
+    unread = v.unread()
+    if unread is not None:
+        return [(f"{v.path}:1:1: error ", Paint(unread.code, "error"), " ",
+                 _one_line(unread.message))]
     out = []
     for kind, p in _problems(v):
         path = p.location.path if p.location else v.path

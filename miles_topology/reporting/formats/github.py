@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ...judging.verdict import Verdict, _launch, _launch_at, _launch_text, _problems, column
+from ...judging.verdict import Verdict, _problems, column
 from ..safetext import Sink
 
 LEVEL = {"error": "error", "warning": "warning", "note": "notice", "skipped": "notice"}
@@ -16,13 +16,16 @@ class Writer:
         self.sink = sink
 
     def add(self, v: Verdict) -> None:
-        if v.unreadable is not None:
-            self.sink.command("error", [("file", v.path), ("title", v.code)], v.unreadable)
+        unread = v.unread()
+        if unread is not None:
+            self.sink.command("error", [("file", v.path), ("title", unread.code)],
+                              unread.message)
             return
-        if _launch(v):  # one entry per launch of a launcher that starts several
-            path, line = _launch_at(v)
-            self.sink.command("notice", [("file", path), ("line", line), ("title", "launch")],
-                              _launch_text(v))
+        launch = v.launch_note()
+        if launch is not None:  # one entry per launch of a launcher that starts several
+            at = launch.location
+            self.sink.command("notice", [("file", at.path), ("line", at.line),
+                                         ("title", launch.code)], launch.message)
         for kind, p in _problems(v):
             props: list[tuple[str, object]] = []
             path = p.location.path if p.location else (v.path if v.path != "flags" else None)

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ...codes import CODES, page
-from ...judging.verdict import Verdict, _launch, _launch_at, _launch_text, _problems, column
-from ...model.errors import Location, Problem
+from ...judging.verdict import Verdict, _problems, column
 from ..safetext import Sink
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -31,12 +30,10 @@ def log(verdicts: list[Verdict]) -> dict:
     results = []
     for v in verdicts:
         found = list(_problems(v))
-        if v.unreadable is not None:
-            found = [("error", Problem(v.code, v.unreadable, "check the path"))]
-        if _launch(v):  # one entry per launch of a launcher that starts several
-            path, line = _launch_at(v)
-            found.insert(0, ("note", Problem("launch", _launch_text(v), "-", (),
-                                             location=Location(path, line))))
+        if v.unread() is not None:
+            found = [("error", v.unread())]
+        if v.launch_note() is not None:  # one entry per launch of a launcher with several
+            found.insert(0, ("note", v.launch_note()))
         for kind, p in found:
             level = {"error": "error", "warning": "warning"}.get(kind, "note")
             index = rules.setdefault(p.code, len(rules))
