@@ -741,8 +741,12 @@ def _users_code(frame, imports: bool = False) -> bool:
             continue
         if imports:  # the module that imports: the user's, not the stdlib's or a library's
             return not name.startswith(stdlib + libs) and "site-packages" not in name
+        # site-packages first: in a venv platstdlib (<venv>/lib/pythonX.Y) is a prefix of it,
+        # and a library's probe (pydantic's plugin scan of entry_points.txt) is not the user's
+        if name != __file__ and (name.startswith(libs) or "site-packages" in name):
+            return False
         if name != __file__ and not name.startswith(stdlib):
-            return not name.startswith(libs) and "site-packages" not in name
+            return True
         frame = frame.f_back
     return False
 

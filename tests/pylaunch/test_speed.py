@@ -68,3 +68,30 @@ def test_a_timeout_after_a_pipe_closed_over_its_bound_is_a_timeout(tmp_path):
                    "while True:\n    pass\n")
     with pytest.raises(InputError, match="did not finish within 3 s"):
         read_python_launcher(str(run), [], timeout_s=3)
+
+
+def test_a_librarys_probe_in_a_venv_is_not_the_users_read():
+    """In a venv the platform stdlib folder (<venv>/lib/pythonX.Y) is a prefix of
+    site-packages: a library's call (pydantic's scan of entry_points.txt) must still count
+    as a library's, not as the launcher's own read of a missing file."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from miles_topology.pylaunch import CHILD
+
+    spec = importlib.util.spec_from_file_location("mt_child_probe", CHILD)
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
+    venv = "/v/lib/python3.11/"
+    child._LIBS = (("/base/lib/python3.11/", venv), (venv + "site-packages/",))
+
+    def frames(*names):
+        f = None
+        for n in reversed(names):
+            f = SimpleNamespace(f_code=SimpleNamespace(co_filename=n), f_back=f)
+        return f
+
+    lib = venv + "site-packages/pydantic/plugin/_loader.py"
+    stdlib = "/base/lib/python3.11/importlib/metadata/__init__.py"
+    assert not child._users_code(frames(stdlib, lib, "/repo/run.py"))
+    assert child._users_code(frames(stdlib, "/repo/run.py"))
