@@ -144,16 +144,20 @@ def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, 
         idle.append(f"the typer app has {len(commands)} commands; the first "
                     f"{typerapp.MAX_COMMANDS} are run")
         commands = commands[:typerapp.MAX_COMMANDS]
-    for name in commands:
+    def run(name: str) -> list[PythonLaunch] | str:
+        """The command's launches, or why it has none (a note on the others)."""
         if budget.left() <= 0:
-            idle.append(f"command `{name}`: not run, the wall-clock limit of "
-                        f"{budget.total:g} s for all runs of the launcher was spent")
-            continue
+            return (f"command `{name}`: not run, the wall-clock limit of "
+                    f"{budget.total:g} s for all runs of the launcher was spent")
         try:
-            runs = _interpret(*_read(path, [name], env, budget, None, cwd, cluster,
+            return _interpret(*_read(path, [name], env, budget, None, cwd, cluster,
                                      real_imports, trust, pass_env, reads), every=True)
         except InputError as e:
-            idle.append(f"command `{name}`: {str(e).split(': ', 1)[-1]}")
+            return f"command `{name}`: {str(e).split(': ', 1)[-1]}"
+
+    for name, runs in zip(commands, _each(run, commands)):
+        if isinstance(runs, str):
+            idle.append(runs)
             continue
         for r in runs:
             r.command = name
@@ -173,6 +177,22 @@ def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, 
 
 
 MAX_LAUNCHES = 200  # launches checked per launcher file (a report entry each)
+# a typer app's commands run side by side, each in a sandbox of its own (nothing shared;
+# the results are taken in the commands' order): its wall time is not their sum
+COMMANDS_AT_ONCE = min(4, os.cpu_count() or 1)
+
+
+def _each(run, names: list[str]) -> list:
+    """`run(name)` for each name, in order; up to COMMANDS_AT_ONCE at a time, each in a
+    copy of this thread's context (the input's --timeout budget: reading/deadline.py)."""
+    if len(names) < 2 or COMMANDS_AT_ONCE < 2:
+        return [run(n) for n in names]
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    contexts = [contextvars.copy_context() for _ in names]  # here: a new thread has none
+    with ThreadPoolExecutor(max_workers=min(COMMANDS_AT_ONCE, len(names))) as pool:
+        return list(pool.map(lambda c, n: c.run(run, n), contexts, names))
 
 
 def _capped(n: int) -> str:
@@ -505,6 +525,8 @@ def _drain(proc: subprocess.Popen, streams: dict, timeout_s: float) -> bool:
     poll = select.poll()
     open_fds = set()
     for fd in streams:
+        if streams[fd].pipe.closed:  # closed over its bound in an earlier call: not polled
+            continue
         poll.register(fd, select.POLLIN)
         open_fds.add(fd)
     try:

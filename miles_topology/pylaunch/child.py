@@ -40,23 +40,44 @@ class SandboxRefused(PermissionError):
     """What the audit hook raises: an OSError, so code that expects I/O failures copes."""
 
 
+_SENT_BYTES = [0]
+
+
 def emit(rec: dict) -> None:
+    """Write one record line; past FSIZE bytes in all (what the checker keeps of the record,
+    records.RECORD_MAX) nothing more is written: a launcher that records in an endless loop
+    runs on to its time limit instead of failing on the pipe the checker closed."""
     data = (json.dumps(rec, default=str) + "\n").encode()
     with _lock:
+        if _SENT_BYTES[0] + len(data) > FSIZE:
+            return
+        _SENT_BYTES[0] += len(data)
         os.write(_out, data)
 
 
 def _where() -> list | None:
-    """The innermost frame in the launcher's folder: its own file:line for this call."""
-    for fs in reversed(traceback.extract_stack()[:-2]):
-        if own(fs.filename):
-            return [fs.filename, fs.lineno]
+    """The innermost frame in the launcher's folder: its own file:line for this call (from
+    the caller of this function's caller; frames walked, not formatted: traceback's
+    extract_stack reads each frame's source line)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if own(frame.f_code.co_filename):
+            return [frame.f_code.co_filename, frame.f_lineno]
+        frame = frame.f_back
     return None
+
+
+_OWN: dict[str, bool] = {}  # file name -> own(), resolved once (realpath walks each link)
 
 
 def own(filename: str | None) -> bool:
     """A file of the launcher: itself or a helper module beside it (not an installed one)."""
-    return bool(filename) and os.path.dirname(os.path.realpath(filename)) == HERE
+    if not filename:
+        return False
+    got = _OWN.get(filename)
+    if got is None:
+        got = _OWN[filename] = os.path.dirname(os.path.realpath(filename)) == HERE
+    return got
 
 
 def _env_changes() -> dict:
@@ -694,16 +715,22 @@ def _read_view(file, mode):
     return _STANDINS.missing_file(path, "b" in (mode or ""))
 
 
+_LIBS: tuple | None = None  # (the standard library's folders, site-packages'), once known
+
+
 def _users_code(frame, imports: bool = False) -> bool:
     """Whether the nearest caller outside the standard library is the user's code (the
     launcher, a helper beside it or on PYTHONPATH), not an installed library or the import
     system, which probe for files that may be missing and expect FileNotFoundError.
     `imports`: the caller of an import (the import system's own frames are skipped)."""
-    import sysconfig
+    global _LIBS
+    if _LIBS is None:
+        import sysconfig
 
-    paths = sysconfig.get_paths()
-    stdlib = tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib"))
-    libs = tuple(os.path.join(paths[k], "") for k in ("purelib", "platlib"))
+        paths = sysconfig.get_paths()
+        _LIBS = (tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib")),
+                 tuple(os.path.join(paths[k], "") for k in ("purelib", "platlib")))
+    stdlib, libs = _LIBS
     while frame is not None:
         name = frame.f_code.co_filename
         if name.startswith("<") and not imports:  # frozen importlib looking for its files
@@ -714,8 +741,12 @@ def _users_code(frame, imports: bool = False) -> bool:
             continue
         if imports:  # the module that imports: the user's, not the stdlib's or a library's
             return not name.startswith(stdlib + libs) and "site-packages" not in name
+        # site-packages first: in a venv platstdlib (<venv>/lib/pythonX.Y) is a prefix of it,
+        # and a library's probe (pydantic's plugin scan of entry_points.txt) is not the user's
+        if name != __file__ and (name.startswith(libs) or "site-packages" in name):
+            return False
         if name != __file__ and not name.startswith(stdlib):
-            return not name.startswith(libs) and "site-packages" not in name
+            return True
         frame = frame.f_back
     return False
 
@@ -865,6 +896,7 @@ def main() -> None:
     os.chdir(cfg.get("cwd") or WORK)
     HERE = os.path.dirname(os.path.realpath(cfg["launcher"])) if cfg.get("mode", "path") == \
         "path" else os.path.realpath(os.getcwd())
+    _OWN.clear()
     os.environ.update(cfg["env"])  # HOME, TMPDIR... in the sandbox's folder
     _BASE_ENV = dict(os.environ)
     launchers_setup(cfg)  # [launchers hook] the modelled cluster, the stand-in modules

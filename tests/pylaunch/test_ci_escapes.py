@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from support import UNHOOK
 
+from miles_topology import pylaunch
 from miles_topology.cli import main
 from miles_topology.model.errors import InputError
 from miles_topology.pylaunch import read_python_launcher, read_python_launches, run_program
@@ -466,8 +467,11 @@ def test_many_launches_are_capped_and_the_report_stays_linear(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_one_wall_clock_budget_for_every_run(tmp_path):
+def test_one_wall_clock_budget_for_every_run(tmp_path, monkeypatch):
     pytest.importorskip("typer")
+    # one command at a time: what fits in the budget does not depend on the cores here
+    # (side by side, test_speed.py)
+    monkeypatch.setattr(pylaunch, "COMMANDS_AT_ONCE", 1)
     app = launcher(tmp_path / "app", """
         import time, typer
         app = typer.Typer()

@@ -1,0 +1,97 @@
+"""What checking a launcher faster changed (issue 36; bench/sweep_launchers.py has the times,
+no test asserts one): a typer app's commands run side by side in the input's context, the
+bash reader is not imported for a launcher, a launcher recording in an endless loop runs on
+to its limit (its recorders write no more than the checker keeps), and a timeout after a
+pipe was closed over its bound is reported as a timeout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from miles_topology import pylaunch
+from miles_topology.model.errors import InputError
+from miles_topology.pylaunch import read_python_launcher
+from miles_topology.reading import deadline
+
+
+def test_commands_run_side_by_side_in_order_with_the_inputs_budget(monkeypatch):
+    monkeypatch.setattr(pylaunch, "COMMANDS_AT_ONCE", 2)
+    both = threading.Barrier(2, timeout=20)  # broken unless two runs are in flight at once
+    seen = []
+
+    def run(name):
+        if name in ("a", "b"):
+            both.wait()
+        seen.append(deadline.left() is not None)
+        return name.upper()
+
+    with deadline.per_input(60):
+        assert pylaunch._each(run, ["a", "b", "c"]) == ["A", "B", "C"]
+    assert seen == [True, True, True]  # each run sees the input's --timeout budget
+    # the control: one at a time, the barrier would break
+    monkeypatch.setattr(pylaunch, "COMMANDS_AT_ONCE", 1)
+    with pytest.raises(threading.BrokenBarrierError):
+        pylaunch._each(run, ["a", "b"])
+
+
+def test_a_launchers_check_does_not_import_the_bash_reader():
+    code = ("import sys, miles_topology.cli, miles_topology.judging.check_launcher\n"
+            "print('miles_topology.shell' in sys.modules)\n"
+            "from miles_topology.judging import check_script\n"
+            "check_script.read\n")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert got.stdout.split() == ["False"]
+
+
+def test_a_recording_loop_runs_to_its_limit_not_into_a_closed_pipe(tmp_path):
+    """Each command is a ~1 MB record: past 16 MiB the child writes no more (before: the
+    checker closed the pipe and the launcher died of EPIPE, 'Broken pipe')."""
+    run = tmp_path / "run.py"
+    run.write_text("import subprocess\nwhile True:\n"
+                   "    subprocess.run(['echo', 'x' * 1_000_000])\n")
+    with pytest.raises(InputError, match="did not finish within 3 s") as e:
+        read_python_launcher(str(run), [], timeout_s=3)
+    assert "Broken pipe" not in str(e.value)
+
+
+def test_a_timeout_after_a_pipe_closed_over_its_bound_is_a_timeout(tmp_path):
+    """stdout closed by the checker over 16 MiB, then the launcher hangs: the second drain
+    after the kill polled the closed pipe (EBADF, an internal error)."""
+    run = tmp_path / "run.py"
+    run.write_text("import sys\ntry:\n    while True:\n        sys.stdout.write('x' * 65536)\n"
+                   "        sys.stdout.flush()\nexcept BrokenPipeError:\n    pass\n"
+                   "while True:\n    pass\n")
+    with pytest.raises(InputError, match="did not finish within 3 s"):
+        read_python_launcher(str(run), [], timeout_s=3)
+
+
+def test_a_librarys_probe_in_a_venv_is_not_the_users_read():
+    """In a venv the platform stdlib folder (<venv>/lib/pythonX.Y) is a prefix of
+    site-packages: a library's call (pydantic's scan of entry_points.txt) must still count
+    as a library's, not as the launcher's own read of a missing file."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from miles_topology.pylaunch import CHILD
+
+    spec = importlib.util.spec_from_file_location("mt_child_probe", CHILD)
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
+    venv = "/v/lib/python3.11/"
+    child._LIBS = (("/base/lib/python3.11/", venv), (venv + "site-packages/",))
+
+    def frames(*names):
+        f = None
+        for n in reversed(names):
+            f = SimpleNamespace(f_code=SimpleNamespace(co_filename=n), f_back=f)
+        return f
+
+    lib = venv + "site-packages/pydantic/plugin/_loader.py"
+    stdlib = "/base/lib/python3.11/importlib/metadata/__init__.py"
+    assert not child._users_code(frames(stdlib, lib, "/repo/run.py"))
+    assert child._users_code(frames(stdlib, "/repo/run.py"))
