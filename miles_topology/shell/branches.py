@@ -170,6 +170,24 @@ class Branches:
                 fork.way(body)
         return None
 
+    def call(self, name: str, fields: list, n: syntax.Simple, cond: Unk | None):
+        """A call of a function defined differently in the ways of a run-time branch
+        (state.Either): each definition is a way (and, where a way defined none, a way that
+        runs nothing)."""
+        r = self.r
+        defs = r.sh.funcs[name]
+        alts = list(defs) + ([None] if defs.missing else [])
+        with _Fork(r, cond) as fork:
+            fork.open("call", n.line, f"in the call of '{name}' at {r.at.src(n.line)}, a "
+                      f"function defined {defs.cond.why}")
+
+            def one(body):
+                return None if body is None else r.call(name, fields, n, fork.cond, [body])
+            for body in alts[:-1]:
+                fork.way([], lambda b=body: one(b))
+            fork.live(lambda: one(alts[-1]))
+            fork.end()
+
     def matches(self, word, pats: list) -> bool | None:
         """Whether a case arm takes the word: None when only known at run time."""
         if word is None or word.unk:  # `*)` takes every value the arms before it did not
@@ -211,14 +229,16 @@ class _Fork:
                 self.r.sh.joins.append(self.cond)
                 self.before = self.r.sh.copy_vars()
 
-    def way(self, body: list):
-        """One body that may run: from the live state, kept apart when joining."""
+    def way(self, body: list, run=None):
+        """One body that may run (or `run()`): from the live state, kept apart when
+        joining."""
         sh = self.r.sh
+        run = run or (lambda: self.r.run(body, self.cond))
         if not self.joins:
-            return self.r.run(body, self.cond)
+            return run()
         start = sh.snapshot()
         try:
-            self.r.run(body, self.cond)
+            run()
             self.ends.append(sh.snapshot())
         except Leave as e:  # it goes no further: nothing it sets comes after the branch
             self.leaves(e)

@@ -333,13 +333,12 @@ class Reader:
         if n.stdout is not None:
             self.write(fields, n, cond)
         if name in self.sh.funcs:
-            body = self.sh.funcs[name]
-            if type(body) is Either:  # defined at run time: which body runs is unknown
-                self.assigns.too_deep(name, n, why=f", a function defined {body.cond.why}")
-            elif not self.budget.deep:
-                self.call(name, fields, n, cond)
-            else:
+            if self.budget.deep:
                 self.assigns.too_deep(name, n)
+            elif type(self.sh.funcs[name]) is Either:  # defined at run time: each definition a way
+                self.branches.call(name, fields, n, cond)
+            else:
+                self.call(name, fields, n, cond)
             return
         handler = self.builtins.table.get(name)
         if handler is None or handler(fields, n, cond) is False:
@@ -368,8 +367,10 @@ class Reader:
             text = None
         self.sh.written[key] = text
 
-    def call(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """A function call: its own positional parameters and local variables."""
+    def call(self, name: str, fields: list[Field], n: syntax.Simple, cond: Unk | None,
+             body: list | None = None):
+        """A function call (of `body`, one of its definitions): its own positional
+        parameters and local variables."""
         sh = self.sh
         self.budget.calls += 1
         sh.frames.append(fields[1:])
@@ -378,7 +379,7 @@ class Reader:
         sh.scopes.append({})
         try:
             with self.loops.barrier(), self.ending("return", scope=True):
-                self.run(sh.funcs[name], cond)
+                self.run(sh.funcs[name] if body is None else body, cond)
         finally:
             sh.frames.pop()
             sh.leave()

@@ -20,12 +20,13 @@ class Leave(Exception):
 
 
 class Either(list):
-    """A function defined differently (or not at all) in the ways of a branch decided at run
-    time: its bodies; which one a call runs is known only then (`cond`: the branch)."""
+    """A function defined differently (or not at all: `missing`) in the ways of a branch
+    decided at run time: its bodies; which one a call runs is known only then (`cond`: the
+    branch), so a call is a branch of its own (branches.Branches.call)."""
 
-    def __init__(self, bodies, cond: Unk):
+    def __init__(self, bodies, cond: Unk, missing: bool):
         super().__init__(bodies)
-        self.cond = cond
+        self.cond, self.missing = cond, missing
 
 
 class Shell:
@@ -179,7 +180,9 @@ class Shell:
         for name in dict.fromkeys(k for f in funcs for k in f):
             got = [f.get(name) for f in funcs]
             if not all(_same_body(got[0], b) for b in got[1:]):
-                self.funcs[name] = Either([x for b in got if b for x in b], cond)
+                bodies = {id(x): x for b in got if b for x in b}
+                self.funcs[name] = Either(list(bodies.values()), cond, any(
+                    b is None or getattr(b, "missing", False) for b in got))
 
     def join_locals(self, ways: list[dict[str, Var | None]], cond: Unk):
         """A name made `local` in some ways only (or hiding different values): the value it

@@ -342,3 +342,24 @@ echo 4 | read -r CP
     assert g["--tensor-model-parallel-size"] == "2" and g["--context-parallel-size"] is None
     t = truth(run, tmp_path)
     assert t["--tensor-model-parallel-size"] == "2" and t["--context-parallel-size"] == "1"
+
+
+def test_a_call_of_a_function_defined_in_each_way_runs_each_definition(tmp_path):
+    run = checkout(tmp_path, """\
+if [ -n "${LONG}" ]; then
+   set_parallel() { TP=2; CP=2; }
+else
+   set_parallel() { TP=2; CP=1; }
+fi
+set_parallel
+""" + LAUNCH)
+    g = got(run)
+    assert g["--tensor-model-parallel-size"] == "2" and g["--context-parallel-size"] is None
+    for env, cp in (({}, "1"), ({"LONG": "1"}, "2")):
+        assert truth(run, tmp_path, env)["--context-parallel-size"] == cp
+    run = checkout(tmp_path / "launch", """\
+TP=2
+if [ -n "${LONG}" ]; then train() { CP=2; LAUNCH_LINE; }; else train() { LAUNCH_LINE; }; fi
+train
+""".replace("LAUNCH_LINE", LAUNCH.replace("\\\n", "").strip()))
+    assert got(run)["--tensor-model-parallel-size"] == "2"  # the launch in each definition
