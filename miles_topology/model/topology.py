@@ -47,6 +47,7 @@ from .parts import (
     Replay,
     Rollout,
     _immutable,
+    describe_fields,
     flag_of,
     near_field,
     summary_fields,
@@ -106,8 +107,7 @@ class Stages:
 class Topology(BaseModel):
     """Every parallel size of a miles job and the model facts they depend on."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True,
-                              use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     # Each part is built from flat values under an alias no user writes, so a YAML key such
     # as `model:` stays an unknown field, as it always was.
@@ -339,6 +339,9 @@ class Topology(BaseModel):
     def engine_gpus(self, engine: int) -> tuple[tuple[int, int], ...]:
         """(node, GPU) of each GPU of engine `engine` (rollout engines first, then eval)."""
         return self.placement_group.engine_gpus(engine)
+
+
+describe_fields(Topology)
 
 
 def megatron_args(topo: Topology) -> dict[str, Any]:
