@@ -16,6 +16,7 @@ import os
 import re
 
 from ..reading.gate import git_root, project_root
+from ..reading.pysource import parse
 
 
 def root_of(launcher: str) -> str | None:
@@ -29,7 +30,7 @@ def imported(launcher: str) -> set[str]:
     """The top-level modules the launcher's own text imports (absolute imports only)."""
     try:
         with open(launcher, encoding="utf-8", errors="replace") as f:
-            tree = ast.parse(f.read())
+            tree = parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return set()
     out = set()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ..model.gpus import DEFAULTS, GPUS, PER_NODE
 from ..reading.commandline import _PY
+from ..reading.pysource import parse
 from ..reading.textfilters import Ran, run_pipeline
 
 Python = Callable[[list], "tuple[str, int] | None"]  # a python probe's runner: ClusterModel.answer
@@ -407,7 +408,7 @@ def sizes_asserted(exc: BaseException) -> list[dict]:
     frame, line, filename = tb.tb_frame, tb.tb_lineno, tb.tb_frame.f_code.co_filename
     text = "".join(linecache.getlines(filename))
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except (SyntaxError, ValueError):
         return []
     asserts = [n for n in ast.walk(tree) if isinstance(n, ast.Assert) and

@@ -12,6 +12,8 @@ import ast
 import os
 from functools import lru_cache
 
+from ..reading.pysource import parse
+
 SOURCE_MAX = 4 << 20  # bytes of one traced file parsed
 
 
@@ -60,7 +62,7 @@ def _spellings(path: str) -> tuple[tuple[str, int, int, tuple[int, int]], ...]:
         return ()
     text = data.decode(errors="replace")
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ()
     lines = text.splitlines(keepends=True)

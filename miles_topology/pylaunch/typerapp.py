@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 
+from ..reading.pysource import parse
+
 MAX_COMMANDS = 32  # commands run, one run each, within one wall-clock budget
 SOURCE_MAX = 4 << 20  # bytes of the launcher parsed
 
@@ -31,7 +33,7 @@ def commands(path: str) -> list[str] | None:
     if len(source) > SOURCE_MAX or b"typer" not in source:
         return None
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     apps = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)

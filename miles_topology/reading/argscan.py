@@ -15,6 +15,8 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from .pysource import parse
+
 VALUELESS = {"store_true", "store_false", "store_const", "append_const", "count", "help",
              "version"}
 
@@ -39,7 +41,7 @@ def _parse(text: str | None) -> ast.Module | None:
     if text is None or len(text) > SOURCE_MAX:
         return None
     try:
-        return ast.parse(text)
+        return parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # `1+1+...+1`: too deep
         return None
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from . import surface
 from .argscan import Added, Resolver, own_flags
+from .pysource import parse
 
 FRAMEWORKS = ("miles", "slime")
 # miles/utils/arguments.py add_user_provided_function_arguments: the functions whose
@@ -184,7 +185,7 @@ def parser_package(text: str, root: Path | None) -> str | None:
     import ast
 
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     mods: list[str] = []
@@ -209,8 +210,6 @@ def _parser_of(path: Path) -> tuple[Path, str | None] | None:
     """(the folder holding the package, the package) an entry file builds its parser from
     (None: neither miles' nor slime's nor a fork's), read through the gate; None when the
     file is not there (or not readable here)."""
-    import ast
-
     from . import gate
     from .argscan import SOURCE_MAX
 
@@ -218,7 +217,7 @@ def _parser_of(path: Path) -> tuple[Path, str | None] | None:
     roots = gate.current() or (real.parent,)
     try:
         text = gate.read_text(real, roots, limit=SOURCE_MAX)
-        ast.parse(text)  # a file Python cannot parse here is not read
+        parse(text)  # a file Python cannot parse here is not read
     except (OSError, gate.Refused, SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # not read here: judged as its name says
     for folder in [real.parent, *list(real.parents)[1:4]]:
