@@ -291,6 +291,20 @@ python3 train.py --a $A --b $B --c $C --d $D --e ${E:-unset} --f $F
     assert read.unresolved == []
 
 
+@pytest.mark.parametrize("opener", ["pick() {", "if true; then", "{"])
+def test_bracket_command_with_redirect_in_a_body(tmp_path, opener):
+    # tree-sitter-bash 0.25 reads `[ ... ] || cmd > F` in a body, then a `]` on a later line,
+    # as one test around the commands between them (no error); bash runs `[` as a command
+    close = {"pick() {": "}\npick", "if true; then": "fi", "{": "}"}[opener]
+    text = (f'D=1\n{opener}\n  [ "$D" -eq 1 ] || echo x > /dev/null\n'
+            '  if [ "$D" -eq 1 ]; then N=one; else N=two; fi\n'
+            f'  [ -n "$D" ] && echo "[" > /dev/null\n{close}\n'
+            'python3 train.py --n "$N" --b "[x]"\n')
+    read = read_text(tmp_path, text)
+    assert final(read) == {"--n": "one", "--b": "[x]"}
+    assert read.unresolved == []
+
+
 def test_loop_assignment_is_unresolved(tmp_path):
     read = read_text(tmp_path, "for n in $(seq 2); do TP=$n; done\nwhile false; do X=1; done\n"
                      "python3 train.py --tp $TP\n")
