@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -275,6 +276,20 @@ def installed() -> tuple[Path, str] | None:
     return None
 
 
+# a function path given to the framework's loader: miles 31f1ca9 utils/misc.py load_function
+# and slime 624b824 utils/misc.py load_function import its module (`--custom-rm-path
+# slime.rollout.x.reward_func`), and neither package holds the other's
+_MODULE_PATH = re.compile(r"(miles|slime)\.[A-Za-z_][\w.]*$")
+
+
+def named_frameworks(argv: Sequence[tuple[str, str | None]]) -> tuple[str, ...]:
+    """The framework the launch's function paths (`--*-path` values) name by its package,
+    which must then be importable where the job runs; none when they name both."""
+    got = {m.group(1) for flag, value in argv
+           if value and flag.endswith("-path") and (m := _MODULE_PATH.match(value))}
+    return tuple(got) if len(got) == 1 else ()
+
+
 def entry_framework(entry: str | None, imports: Sequence[str] = ()) -> str | None:
     """slime when the entry runs under a slime checkout (`.../slime/train.py`, `-m slime.x`)
     or the launcher imports slime; miles likewise; else None."""
@@ -467,7 +482,8 @@ def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, 
     if where is None:
         got = installed()
         where, origin = (got, "installed") if got else (None, origin)
-    framework = entry_framework(entry, imports) or (framework_of(*where) if where else "miles")
+    framework = entry_framework(entry, imports) or entry_framework(None, named_frameworks(argv)) \
+        or (framework_of(*where) if where else "miles")
     if where is not None and framework_of(*where) != framework:
         where, origin = None, "bundled"
     base = _base(str(where[0]) if where else None, framework, origin,

@@ -112,6 +112,23 @@ def test_a_slime_script_is_checked_against_slime():
     assert v.extra["stack"].startswith("THUDM/slime")
 
 
+def test_a_function_path_under_slime_makes_a_bare_train_py_slime_s(tmp_path):
+    # `python3 train.py` names no framework; `--custom-rm-path slime.x.f` is imported by the
+    # job's load_function, so slime is installed there: its parser drops a flag it lacks
+    head = ("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
+            "--num-layers 4 ")
+    run = tmp_path / "run.sh"
+    run.write_text(head + "--my-own-flag 1 --custom-rm-path slime.rollout.rm_hub.f\n")
+    v = check_script(str(run), {})
+    assert v.extra["stack"].startswith("THUDM/slime")
+    assert [p.code for p in v.errors] == [] and "ignored-flag" in [p.code for p in v.warnings]
+    # a miles path, or none: miles' parser refuses it
+    for tail in ("--custom-rm-path miles.rollout.rm_hub.f\n", "\n"):
+        run.write_text(head + "--my-own-flag 1 " + tail)
+        assert [p.code for p in check_script(str(run), {}).errors] == ["unknown-flag"]
+    assert stack.named_frameworks([("--a-path", "slime.x.f"), ("--b-path", "miles.y.g")]) == ()
+
+
 def test_a_fork_is_checked_against_its_own_parser():
     v = check_script(str(FORK / "scripts" / "run-qwen3-4B-prm.sh"), {})
     assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]
