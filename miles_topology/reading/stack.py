@@ -78,8 +78,11 @@ class Stack:
                             None if a.takes_value else 0, a.takes_value, "user")
 
     def other(self, name: str) -> str | None:
-        """Which other known version or framework defines `name`, or None."""
-        if name in surface.other_versions() and self.flag(name) is None:
+        """Which other known version or framework defines `name` (None: this stack has it,
+        or none does)."""
+        if self.flag(name) is not None:
+            return None
+        if name in surface.other_versions():
             return surface.other_versions()[name]
         if self.framework == "miles" and name in surface.slime_only():
             return "slime has it (the project miles grew from); miles does not"
@@ -352,10 +355,16 @@ def cache_dir() -> Path:
     return Path(base) / "miles-topology"
 
 
+# what argscan reads: a cached entry of an older reading is read again (2: the flags of a
+# loop over a dataclass's fields)
+READING = 2
+
+
 def _cached(tag: str, files: Sequence[Path], compute) -> list[Added]:
-    """`compute()`, kept in the cache folder per version of `files` (their sizes and times)."""
+    """`compute()`, kept in the cache folder per version of `files` (their sizes and times)
+    and of the reading (`READING`)."""
     key = hashlib.sha256(json.dumps(
-        [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]).encode()
+        [READING, *([str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files)]).encode()
     ).hexdigest()[:24]
     path = cache_dir() / f"flags-{tag}-{key}.json"
     try:

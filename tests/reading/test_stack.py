@@ -138,6 +138,41 @@ def test_a_fork_is_checked_against_its_own_parser():
     assert p.code == "unknown-flag" and "did you mean --prm-enable?" in p.message
 
 
+FIELD_LOOP = '''import argparse
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass
+class FSDPArgs:
+    gradient_checkpointing: bool = False
+    fsdp_shard_groups: int | None = None
+
+
+def parse_fsdp_cli():
+    parser = argparse.ArgumentParser()
+    for f in dataclasses.fields(FSDPArgs):
+        if f.type is bool:
+            parser.add_argument(f"--{f.name.replace('_', '-')}", action="store_true")
+        else:
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=str)
+    return parser.parse_args()
+'''
+
+
+def test_a_fork_s_flags_from_a_loop_over_dataclass_fields(tmp_path):
+    # slime's FSDP backend before it dropped FSDP (as miles' fsdp_utils/arguments.py
+    # parse_fsdp_cli): one flag a field of FSDPArgs, a bool one a switch
+    fork = tmp_path / "fork"
+    shutil.copytree(FORK, fork)
+    (fork / "slime" / "backends" / "fsdp_utils").mkdir(parents=True)
+    (fork / "slime" / "backends" / "fsdp_utils" / "arguments.py").write_text(FIELD_LOOP)
+    got = stack.for_launch(str(fork / "scripts" / "x.sh"), None, [])
+    assert got.flag("--gradient-checkpointing").nargs == 0
+    assert got.flag("--fsdp-shard-groups").takes_value
+    assert got.flag("--fsdp-shard_groups") is None and got.other("--gradient-checkpointing") is None
+
+
 def test_the_fork_s_flags_are_cached_per_version(tmp_path, tmp_cache):
     fork = tmp_path / "fork"
     shutil.copytree(FORK, fork)
