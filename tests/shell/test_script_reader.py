@@ -101,14 +101,22 @@ def test_positional_before_flags_and_empty_value(tmp_path):
     ("$((1 << 2))", "4"), ("$((N ? 1 : 2))", "1"), ("$((N < 5 && N != 3))", "1"),
     ("$((N >= 5 || !N))", "0"), ("$((-2 ** 2))", "4"), ("$((2 ** 3 ** 2))", "512"),
     ("$((0 && 1 / 0))", "0"), ("$((N > 3 ? N * 2 : 1 / 0))", "8"), ("$((~N ^ 1 | 2 & 3))", "-6"),
-    ("$((1, N == 4))", "1"), ("$((-7 >> 1))", "-4"),
+    ("$((1, N == 4))", "1"), ("$((-7 >> 1))", "-4"), ("$((16#ff + 2#101 + 36#z))", "295"),
+    ("$((10#0009 + 1))", "10"),
 ])
 def test_arithmetic(tmp_path, expr, value):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
     assert final(read)["--x"] == value
 
 
-@pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 64))", "$((2 ** 99))",
+def test_arithmetic_base_of_a_variable(tmp_path):
+    # bash expands ${STEP} first, then reads 10#0001432 in base 10 (0001432 alone is octal)
+    read = read_text(tmp_path, 'STEP=iter_0001432\nSTEP="${STEP#iter_}"\n'
+                     'python3 train.py --a $((10#${STEP})) --b $(( 10#${STEP} + 1 ))\n')
+    assert final(read) == {"--a": "1432", "--b": "1433"}
+
+
+@pytest.mark.parametrize("expr", ["$((8#9))", "$((1 / 0))", "$((UNSET + 1))", "$((1 << 64))", "$((2 ** 99))",
                                   "$((2 ** -1))", "$((9999999999 * 9999999999))",
                                   "$((N++))", "$((N = 2))", "$((A[0]))"])
 def test_arithmetic_unknowable(tmp_path, expr):
