@@ -1134,15 +1134,24 @@ def _hold_cr(data: bytes) -> bytes:
     return b"".join(out)
 
 
+_BASE = re.compile(rb"[0-9]+#")
+
+
 def _only_in_heredocs(root) -> bool:
     """Every error tree-sitter reports lies in the body of an unquoted here-document (it
     reads ``$(( (A + 1) / 2 ))`` there as $( (A + 1) / 2 ), bash as arithmetic): the body is
     text another command reads, so the script itself is valid; the body's value is then not
-    known here (`redirect`)."""
+    known here (`redirect`). Or it is the base of ``$((10#$N))`` (bash's BASE#DIGITS with the
+    digits of a variable; tree-sitter-bash 0.25 takes ``10#${N}`` only): the arithmetic's
+    text is read as bash writes it (`_Words.region`), its value evaluated as bash does."""
     todo = [root]
     while todo:
         node = todo.pop()
         if node.type == "heredoc_body":
+            continue
+        if node.type == "ERROR" and not node.children and node.parent is not None \
+                and node.parent.type == "arithmetic_expansion" \
+                and _BASE.fullmatch(node.text or b""):
             continue
         if node.type == "ERROR" or node.is_missing:
             return False

@@ -111,9 +111,11 @@ def test_arithmetic(tmp_path, expr, value):
 
 def test_arithmetic_base_of_a_variable(tmp_path):
     # bash expands ${STEP} first, then reads 10#0001432 in base 10 (0001432 alone is octal)
-    read = read_text(tmp_path, 'STEP=iter_0001432\nSTEP="${STEP#iter_}"\n'
-                     'python3 train.py --a $((10#${STEP})) --b $(( 10#${STEP} + 1 ))\n')
-    assert final(read) == {"--a": "1432", "--b": "1433"}
+    read = read_text(tmp_path, 'STEP=iter_0001432\nSTEP="${STEP#iter_}"\nB=101\n'
+                     'python3 train.py --a $((10#${STEP})) --b $(( 10#${STEP} + 1 )) '
+                     '--c $((10#$STEP - 1)) --d "$(( 2#$B ))"\n')
+    # tree-sitter-bash 0.25 reports `10#$STEP` (no braces) as an error; bash reads it
+    assert final(read) == {"--a": "1432", "--b": "1433", "--c": "1431", "--d": "5"}
 
 
 @pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 64))", "$((2 ** 99))",
