@@ -316,7 +316,7 @@ def test_bracket_command_with_redirect_in_a_body(tmp_path, opener):
 
 
 def test_loop_assignment_is_unresolved(tmp_path):
-    read = read_text(tmp_path, "for n in $(seq 2); do TP=$n; done\nwhile false; do X=1; done\n"
+    read = read_text(tmp_path, "for n in $(nproc); do TP=$n; done\nwhile false; do X=1; done\n"
                      "python3 train.py --tp $TP\n")
     assert final(read) == {"--tp": None}
     assert "loop" in read.unresolved[0].why
