@@ -281,15 +281,18 @@ def installed() -> tuple[Path, str] | None:
 
 # a function path given to the framework's loader: miles 31f1ca9 utils/misc.py load_function
 # and slime 624b824 utils/misc.py load_function import its module (`--custom-rm-path
-# slime.rollout.x.reward_func`), and neither package holds the other's
+# slime.rollout.x.reward_func`), and neither package holds the other's; a list of them
+# (`--*-paths`, nargs="+") is loaded one by one the same way (slime forks' router:
+# `for middleware_path in args.slime_router_middleware_paths: load_function(...)`)
 _MODULE_PATH = re.compile(r"(miles|slime)\.[A-Za-z_][\w.]*$")
 
 
 def named_frameworks(argv: Sequence[tuple[str, str | None]]) -> tuple[str, ...]:
-    """The framework the launch's function paths (`--*-path` values) name by its package,
-    which must then be importable where the job runs; none when they name both."""
-    got = {m.group(1) for flag, value in argv
-           if value and flag.endswith("-path") and (m := _MODULE_PATH.match(value))}
+    """The framework the launch's function paths (`--*-path` values, each of a `--*-paths`
+    list) name by its package, which must then be importable where the job runs; none when
+    they name both."""
+    got = {m.group(1) for flag, value in argv if value and flag.endswith(("-path", "-paths"))
+           for word in value.split() if (m := _MODULE_PATH.match(word))}
     return tuple(got) if len(got) == 1 else ()
 
 

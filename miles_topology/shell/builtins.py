@@ -305,10 +305,13 @@ class Builtins:
         gone = self.absent(f.value) if found is None else None
         if gone is not None:
             return self.missing_source(f.value, gone, n, where, cond)
-        if found is None and not f.value.startswith("/") and self.sh.cwd is None and \
+        if found is None and self.refused is None and \
+                (f.value.startswith("/") or self.sh.cwd is None) and \
                 any(f.value in g for g in self.r.guards):
             return None  # `[ -f .env ] && source .env`, the file in no folder of the
-            # checkout: an optional file bash skips where it is absent; nothing is unknown
+            # checkout, or `if [[ -f /opt/site/env.sh ]]; then source ...` outside it (the
+            # inside-checkout case is absent() above): an optional file bash skips where it
+            # is absent, and the script must run without it; nothing is unknown
         if found is None:
             looked = self.refused or ("it is not inside the script's checkout, nor does its "
                                       "path's tail exist there" if f.value.startswith("/") else

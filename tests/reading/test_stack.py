@@ -129,6 +129,20 @@ def test_a_function_path_under_slime_makes_a_bare_train_py_slime_s(tmp_path):
     assert stack.named_frameworks([("--a-path", "slime.x.f"), ("--b-path", "miles.y.g")]) == ()
 
 
+def test_a_list_of_function_paths_under_slime_makes_train_py_slime_s(tmp_path):
+    # a slime fork's `--slime-router-middleware-paths slime.router.x.M` (nargs="+", each
+    # loaded with load_function): slime is what runs, not miles (held-out: a slime fork's
+    # --use-slime-router was miles' unknown-flag)
+    run = tmp_path / "run.sh"
+    run.write_text("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
+                   "--colocate --num-layers 4 --use-my-router "
+                   "--my-router-middleware-paths slime.router.mw.A slime.router.mw.B\n")
+    v = check_script(str(run), {})
+    assert v.extra["stack"].startswith("THUDM/slime")
+    assert [p.code for p in v.errors] == [], [str(p) for p in v.errors]
+    assert stack.named_frameworks([("--x-paths", "miles.a.f slime.b.g")]) == ()
+
+
 def test_a_fork_is_checked_against_its_own_parser():
     v = check_script(str(FORK / "scripts" / "run-qwen3-4B-prm.sh"), {})
     assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]

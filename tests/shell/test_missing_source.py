@@ -143,3 +143,28 @@ def test_a_tail_of_one_name_is_not_enough(tmp_path):
     run = checkout(tmp_path, 'source "${MODEL_DIR}/qwen3-4B.sh"\n')
     v = check_script(str(run), {})
     assert "sourced-from-checkout" not in codes(v) and v.extra["unresolved"]
+
+
+@pytest.mark.parametrize("guard", [
+    'if [[ -f "${SITE_ENV}" ]]; then\n  source "${SITE_ENV}"\nfi\n',
+    '[ -r /opt/site/cluster_env.sh ] && . /opt/site/cluster_env.sh\n',
+])
+def test_a_guarded_source_of_a_machine_file_outside_the_checkout_is_skipped(tmp_path, guard):
+    # a site's optional environment file (held-out: `if [[ -f "${SLIME_ENV_FILE}" ]]; then
+    # source ...`): bash runs the script without it where it is absent, so the values set
+    # before it stay what the script gives (was: every one unknown, no launch found)
+    run = checkout(tmp_path, 'set -euo pipefail\nSITE_ENV="${SITE_ENV:-/opt/site/cluster_env.sh}"\n'
+                   'PY="${PY:-python3}"\n' + guard +
+                   'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    run.write_text(run.read_text().replace("python3 train.py", '"${PY}" train.py'))
+    v = check_script(str(run), {})
+    assert v.ok and not codes(v) and not v.extra["unresolved"], v.extra["unresolved"]
+    assert v.extra["values"]["--tensor-model-parallel-size"]["value"] == "2"
+    assert bash_launch(run, [], tmp_path)[-2:] == ["--hidden-size", "2560"]
+
+
+def test_an_unguarded_source_of_a_machine_file_outside_the_checkout_stays_unknown(tmp_path):
+    run = checkout(tmp_path, 'source /opt/site/cluster_env.sh\nTP=2\n'
+                   'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    v = check_script(str(run), {})
+    assert any("cluster_env.sh" in u["why"] for u in v.extra["unresolved"])
