@@ -47,9 +47,12 @@ def paths(launcher: str) -> list[str]:
     root = root_of(launcher)
     if root is None or root == os.path.dirname(os.path.abspath(launcher)):
         return []  # the launcher's own folder is sys.path[0] already
+    # or a checkout of miles or slime itself: the launcher may reach its package through a
+    # helper it puts on sys.path (a slime fork's scripts/run_qwen3_4b_fsdp.py appends tests/
+    # and imports command_utils, which does `from slime.utils.misc import exec_command`)
     found = any(os.path.isfile(os.path.join(root, name, "__init__.py"))
                 or os.path.isfile(os.path.join(root, f"{name}.py"))
-                for name in imported(launcher))
+                for name in imported(launcher) | {"miles", "slime"})
     return [root] if found else []
 
 

