@@ -50,6 +50,7 @@ class Builtins:
             "mapfile": self.read, "readarray": self.read, "break": self.jump,
             "continue": self.jump, "eval": self.eval_, "getopts": self.getopts,
             "bash": self.script, "sh": self.script, "exit": self.leave, "return": self.leave,
+            "exec": self.exec_,
         }
 
     def nothing(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
@@ -67,6 +68,17 @@ class Builtins:
         if fields[0].value == "return":  # joined with the other ways where the call ends
             self.r.returned[-1].append((self.sh.snapshot(), cond))
         raise Leave(fields[0].value)
+
+    def exec_(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``exec bash FILE ARGS`` (a wrapper handing over to the script it configures): the
+        script is read as `bash FILE` is, and, run surely, nothing after it runs (exec
+        replaces the shell). Any other exec is any other command."""
+        if len(fields) < 2 or fields[1].value not in ("bash", "sh") or \
+                self.script(fields[1:], n, cond) is False:
+            return False
+        if self.sh.plain(cond) is None:
+            raise Leave("exit")
+        return None
 
     def set_(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``set -a`` / ``set -o allexport`` (what a launched process sees); ``set -- WORDS``

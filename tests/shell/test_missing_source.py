@@ -168,3 +168,16 @@ def test_an_unguarded_source_of_a_machine_file_outside_the_checkout_stays_unknow
                    'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
     v = check_script(str(run), {})
     assert any("cluster_env.sh" in u["why"] for u in v.extra["unresolved"])
+
+
+def test_exec_bash_of_a_script_beside_it_is_followed(tmp_path):
+    # held-out: a two-node wrapper ends with `exec bash "${SCRIPT_DIR}/run_main.sh" "$@"`
+    # (was: no launch found; `bash FILE` was followed, `exec bash FILE` was not)
+    run = checkout(tmp_path, 'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
+    wrap = run.parent / "wrap.sh"
+    wrap.write_text("#!/bin/bash\n" + HEAD + 'exec bash "${SCRIPT_DIR}/run.sh" "$@"\n'
+                    "python3 train.py --never-run 1\n")
+    v = check_script(str(wrap), {})
+    assert v.ok, [str(p) for p in v.errors]
+    assert v.extra["values"]["--tensor-model-parallel-size"]["value"] == "2"
+    assert "--never-run" not in v.extra["values"]  # exec replaced the shell
