@@ -314,7 +314,7 @@ class Builtins:
             self.found.unknown(f.text, f.unk.src, why)
             return self.assigns.taint(f"{fields[0].value} {f.text}", where, why)
         found = self.locate(f.value, where)
-        gone = self.absent(f.value) if found is None else None
+        gone = _absent(f.value, self.sh.cwd, self.at.main_abs) if found is None else None
         if gone is not None:
             return self.missing_source(f.value, gone, n, where, cond)
         if found is None and self.refused is None and \
@@ -322,7 +322,7 @@ class Builtins:
                 any(f.value in g for g in self.r.guards):
             return None  # `[ -f .env ] && source .env`, the file in no folder of the
             # checkout, or `if [[ -f /opt/site/env.sh ]]; then source ...` outside it (the
-            # inside-checkout case is absent() above): an optional file bash skips where it
+            # inside-checkout case is _absent() above): an optional file bash skips where it
             # is absent, and the script must run without it; nothing is unknown
         if found is None:
             looked = self.refused or ("it is not inside the script's checkout, nor does its "
@@ -335,22 +335,6 @@ class Builtins:
             self.found.unknown(what, where, f"{why}; the flags it defines are unknown")
             return self.assigns.taint(f"{fields[0].value} {what}", where, why)
         self.r.source_file(found, n, cond, f.value)
-
-    def absent(self, path: str) -> str | None:
-        """The checkout root when `path` (absolute, or relative to a known working folder)
-        lies inside the main script's checkout and does not exist: bash's `source` fails
-        there, whatever the machine (the checkout travels with the script). None when it
-        may exist where the job runs: a path outside the checkout (`/root/slime/...`), or a
-        relative one read from a working folder that is not known."""
-        from ..pylaunch.checkout import root_of
-
-        if not path.startswith("/") and self.sh.cwd is None:
-            return None
-        full = os.path.normpath(os.path.join(self.sh.cwd or "/", path))
-        root = root_of(self.at.main_abs)
-        if root is None or os.path.commonpath([root, full]) != root or os.path.exists(full):
-            return None
-        return root
 
     def missing_source(self, path: str, root: str, n: syntax.Simple, where: Location,
                        cond: Unk | None):
@@ -438,7 +422,8 @@ class Builtins:
                 continue
             found = os.path.normpath(p)
             break
-        if found is None and path.startswith("/") and self.absent(path) is None:
+        if found is None and path.startswith("/") and \
+                _absent(path, self.sh.cwd, self.at.main_abs) is None:
             # a path outside the checkout (a container's /root/slime/...) only: one inside
             # it that does not exist is missing wherever the script runs
             got = gate.by_tail(path, roots, os.path.dirname(self.at.main_abs))
@@ -450,6 +435,23 @@ class Builtins:
                     "pass the real file's folder with --env, or source it relative to the "
                     "script", where)
         return found
+
+
+def _absent(path: str, cwd: str | None, main: str) -> str | None:
+    """The checkout root when `path` (absolute, or relative to a known working folder)
+    lies inside the main script's checkout and does not exist: bash's `source` fails
+    there, whatever the machine (the checkout travels with the script). None when it
+    may exist where the job runs: a path outside the checkout (`/root/slime/...`), or a
+    relative one read from a working folder that is not known."""
+    from ..pylaunch.checkout import root_of
+
+    if not path.startswith("/") and cwd is None:
+        return None
+    full = os.path.normpath(os.path.join(cwd or "/", path))
+    root = root_of(main)
+    if root is None or os.path.commonpath([root, full]) != root or os.path.exists(full):
+        return None
+    return root
 
 
 def _by_tail(f: Field, shown: str, where: Location, at, found) -> str | None:
