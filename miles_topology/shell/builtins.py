@@ -70,9 +70,8 @@ class Builtins:
         raise Leave(fields[0].value)
 
     def exec_(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``exec bash FILE ARGS`` (a wrapper handing over to the script it configures): the
-        script is read as `bash FILE` is, and, run surely, nothing after it runs (exec
-        replaces the shell). Any other exec is any other command."""
+        """``exec bash FILE ARGS``: read as `bash FILE ARGS`, and (run surely) nothing after it
+        runs, as exec replaces the shell. Any other exec is any other command."""
         if len(fields) < 2 or fields[1].value not in ("bash", "sh") or \
                 self.script(fields[1:], n, cond) is False:
             return False
@@ -317,13 +316,14 @@ class Builtins:
         gone = _absent(f.value, self.sh.cwd, self.at.main_abs) if found is None else None
         if gone is not None:
             return self.missing_source(f.value, gone, n, where, cond)
-        if found is None and self.refused is None and \
-                (f.value.startswith("/") or self.sh.cwd is None) and \
+        if found is None and (self.sh.cwd is None or f.value.startswith("/")) and \
                 any(f.value in g for g in self.r.guards):
-            return None  # `[ -f .env ] && source .env`, the file in no folder of the
-            # checkout, or `if [[ -f /opt/site/env.sh ]]; then source ...` outside it (the
-            # inside-checkout case is _absent() above): an optional file bash skips where it
-            # is absent, and the script must run without it; nothing is unknown
+            # an optional file bash skips where absent: `[ -f .env ] && source .env` in no
+            # folder of the checkout, `if [[ -f /opt/site/env.sh ]]` outside it; what the script
+            # sets stays, what it never sets (MODEL_ARGS) may come from the latter (params.plain)
+            if f.value.startswith("/"):
+                self.found.missing.append(f"'{f.value}' (sourced at {where}, if it exists)")
+            return None
         if found is None:
             looked = self.refused or ("it is not inside the script's checkout, nor does its "
                                       "path's tail exist there" if f.value.startswith("/") else

@@ -163,6 +163,16 @@ def test_a_guarded_source_of_a_machine_file_outside_the_checkout_is_skipped(tmp_
     assert bash_launch(run, [], tmp_path)[-2:] == ["--hidden-size", "2560"]
 
 
+def test_a_guarded_machine_file_may_still_set_what_the_script_never_sets(tmp_path):
+    # `if [ -f /root/slime/scripts/models/M.sh ]` in a container: MODEL_ARGS, set nowhere
+    # else, may come from it, so it is unknown (no missing-num-layers error)
+    run = checkout(tmp_path / "c", "if [ -f /opt/slime/models/m.sh ]; then\n"
+                   "  source /opt/slime/models/m.sh\nfi\n")
+    v = check_script(str(run), {})
+    assert "missing-num-layers" not in codes(v), codes(v)
+    assert any("m.sh" in u["why"] for u in v.extra["unresolved"]), v.extra["unresolved"]
+
+
 def test_an_unguarded_source_of_a_machine_file_outside_the_checkout_stays_unknown(tmp_path):
     run = checkout(tmp_path, 'source /opt/site/cluster_env.sh\nTP=2\n'
                    'source "${SCRIPT_DIR}/../models/qwen3-4B.sh"\n')
