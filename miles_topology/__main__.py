@@ -1,7 +1,5 @@
 """`python -m miles_topology ...`: the same as the `miles-topology` command."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()
