@@ -889,8 +889,15 @@ def run() -> NoReturn:
     """The command (`miles-topology`, `python -m miles_topology`): `main`, then the exit
     handlers and the streams flushed, and the process ends there: the interpreter's own
     teardown frees every module and object one by one, ~30 ms of a 0.5 s launcher check
-    that nothing needs (an embedding caller uses `main`)."""
-    code = main()
+    that nothing needs (an embedding caller uses `main`). A launcher's sandbox child is
+    started first, to start up while the checker does (spare.py)."""
+    from . import spare
+
+    spare.start(sys.argv[1:])
+    try:
+        code = main()
+    finally:
+        spare.discard()  # not taken: ended, its folder removed
     import atexit
 
     atexit._run_exitfuncs()  # confine's private folder
