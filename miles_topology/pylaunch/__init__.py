@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,14 +129,18 @@ def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, 
                          = None, cwd: str | None = None, cluster: ClusterModel | None = None,
                          real_imports: bool = False, trust: bool = False,
                          pass_env: Sequence[str] = (), reads: Sequence[str] = (),
-                         timeout_s: float | None = None) -> list[PythonLaunch]:
+                         timeout_s: float | None = None,
+                         meanwhile: Callable[[], object] | None = None) -> list[PythonLaunch]:
     """Every training launch of the launcher, in order: one per call that starts training
     (a test looping over configs launches many; at most MAX_LAUNCHES, with a note), and, for
     a typer app with several commands run with no arguments, those of each command in turn
     (the commands read from its source, `typerapp`; the launcher is run once per command, all
     runs within one wall-clock budget; a command that launches nothing is a note on the
-    others)."""
+    others). `meanwhile`: called once the first run's child has started, while it runs (what
+    the caller will need after it: this process only waits for the child then; a thread
+    doing it would fight the runs for the GIL)."""
     budget = _budget(timeout_s, real_imports)
+    budget.meanwhile = [meanwhile] if meanwhile is not None else []
     commands = typerapp.commands(path) if not launcher_args and os.path.isfile(path) else None
     if commands is None:
         return _trusted(_interpret(*_read(path, launcher_args, env, budget, None, cwd,
@@ -209,9 +213,17 @@ class _Budget:
 
     total: float
     end: float
+    meanwhile: list = field(default_factory=list)  # read_python_launches's, for one run
 
     def left(self) -> float:
         return self.end - time.monotonic()
+
+    def take(self) -> Callable[[], object] | None:
+        """`meanwhile`, for the first run that asks (runs of commands side by side ask)."""
+        try:
+            return self.meanwhile.pop()
+        except IndexError:
+            return None
 
 
 def _budget(timeout_s: float | None, real_imports: bool) -> _Budget:
@@ -276,7 +288,8 @@ def _read(path, launcher_args, env, budget: _Budget, memory_mb, cwd, cluster, re
     t0 = time.perf_counter()
     extra = {"cluster": cluster.as_dict(), "real_imports": real_imports}  # [launchers hook]
     got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd,
-                   max(budget.left(), 0.0), memory_mb, trust, extra, reads)
+                   max(budget.left(), 0.0), memory_mb, trust, extra, reads,
+                   meanwhile=budget.take())
     return (path, got.records, got.err, got.status, {**child_env, **got.sandbox},
             budget.total, memory_mb, time.perf_counter() - t0, got.end)
 
@@ -389,7 +402,8 @@ class _Ran:
 
 def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s: float,
              memory_mb: int, trust: bool, extra: dict | None = None,
-             reads: Sequence[str] = (), confine: Sequence = ()) -> _Ran:
+             reads: Sequence[str] = (), confine: Sequence = (),
+             meanwhile: Callable[[], object] | None = None) -> _Ran:
     """Run `target` (a file, code or a module name, by `mode`) in a fresh temporary folder
     (the spare child's, when it started with this environment: spare.py)."""
     spare = spare_mod.take(env)
@@ -404,7 +418,7 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
                                  str(work), confine)
         records, err, status, out, verdict = _run(
             mode, target, args, env, sandbox, Path(tmp), work, timeout_s, memory_mb, trust,
-            {**(extra or {}), "reads": paths}, spare)
+            {**(extra or {}), "reads": paths}, spare, meanwhile)
         records = records_mod.RecordReader(root).parse(records)
     return _Ran(records, err, status, out, sandbox, _end(records, status, verdict))
 
@@ -435,8 +449,10 @@ def _end(records: list[dict], status, verdict: dict | None) -> dict | None:
 
 
 def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
-         memory_mb: int, trust: bool, extra: dict, spare: spare_mod.Spare | None = None):
-    """(record bytes, stderr tail, status, stdout, the supervisor's verdict)."""
+         memory_mb: int, trust: bool, extra: dict, spare: spare_mod.Spare | None = None,
+         meanwhile: Callable[[], object] | None = None):
+    """(record bytes, stderr tail, status, stdout, the supervisor's verdict); `meanwhile`
+    called once the child has started (its time counts in the child's limit)."""
     if sys.platform != "linux" and not trust:
         line = json.dumps({"end": "refused", "missing": f"Linux (namespaces, Landlock, "
                            f"seccomp); this is {sys.platform}"})
@@ -460,6 +476,7 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
         "checkout": checkout.paths(target) if mode == "path" else [],
         # a spare child started with another environment takes this one (spare.take)
         **({"environ": env} if spare is not None else {}), **extra}))
+    started = time.monotonic()
     if spare is not None:
         proc = spare.proc
         spare.go()
@@ -479,7 +496,9 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
     streams = {f.fileno(): _Head(f, keep, tail) for f, keep, tail in zip(files, (
         STDOUT_MAX, STDERR_TAIL, records_mod.RECORD_MAX, 4096), (False, True, False, False))}
     try:
-        ended = _drain(proc, streams, timeout_s)
+        if meanwhile is not None:
+            meanwhile()
+        ended = _drain(proc, streams, timeout_s - (time.monotonic() - started))
         if not ended:
             _kill(proc)
             _drain(proc, streams, 1.0)

@@ -163,3 +163,30 @@ def test_a_spare_child_is_started_only_for_a_launchers_check(tmp_path):
                  ["check", str(tmp_path / "missing.py")], []):
         spare.start(argv)
         assert spare._SPARE == []
+
+
+def test_meanwhile_runs_once_while_the_first_child_runs(tmp_path):
+    """read_python_launches's `meanwhile` (the judging's constants, built while this process
+    only waits): called once for all the commands of a typer app, with a child running."""
+    from pathlib import Path
+
+    from miles_topology.pylaunch import read_python_launches
+
+    app = tmp_path / "run_app.py"
+    app.write_text(
+        "import subprocess, typer\napp = typer.Typer()\n\n"
+        "@app.command()\ndef small():\n"
+        "    subprocess.run(['python3', 'train.py', '--tensor-model-parallel-size', '2'])\n\n"
+        "@app.command()\ndef big():\n"
+        "    subprocess.run(['python3', 'train.py', '--tensor-model-parallel-size', '4'])\n\n"
+        "if __name__ == '__main__':\n    app()\n")
+    seen = []
+
+    def meanwhile():
+        kids = [p for t in Path("/proc/self/task").iterdir()
+                for p in (t / "children").read_text().split()]
+        seen.append(len(kids) > 0)
+
+    got = read_python_launches(str(app), [], meanwhile=meanwhile)
+    assert [(g.command, g.argv[-1]) for g in got] == [("small", "2"), ("big", "4")]
+    assert seen == [True]
