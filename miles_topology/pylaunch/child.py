@@ -590,8 +590,13 @@ def launchers_setup(cfg: dict) -> None:
     a program run for its output, `run_program`, imports what is installed)."""
     global CLUSTER, _STANDINS
     import importlib
+    import types
 
-    _package(cfg.get("package") or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = cfg.get("package") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name, path in (("_mt", root), ("_mt.pylaunch", os.path.join(root, "pylaunch"))):
+        module = types.ModuleType(name)
+        module.__path__ = [path]
+        sys.modules[name] = module
     given = dict(cfg.get("cluster") or {})
     given["assumed"] = tuple(given.get("assumed", ()))
     try:
@@ -629,22 +634,6 @@ def launchers_setup(cfg: dict) -> None:
         return got if got is not None else loads(s, *args, **kwargs)
 
     json.loads = parse
-
-
-def _package(root: str) -> None:
-    """This package at `root` as ``_mt`` (again, when a spare child loaded it from elsewhere:
-    `_wait`)."""
-    import types
-
-    have = sys.modules.get("_mt")
-    if have is not None and list(have.__path__) == [root]:
-        return
-    for name in [n for n in sys.modules if n == "_mt" or n.startswith("_mt.")]:
-        del sys.modules[name]
-    for name, path in (("_mt", root), ("_mt.pylaunch", os.path.join(root, "pylaunch"))):
-        module = types.ModuleType(name)
-        module.__path__ = [path]
-        sys.modules[name] = module
 
 
 def _copier(name, real):
@@ -879,7 +868,6 @@ def _wait(fd: int) -> None:
     modules, isolate.py), then wait until the checker has written the configuration; end
     quietly when it never will (the pipe closed with nothing written)."""
     import ast  # noqa: F401 - for _compile_marked
-    import importlib
     import importlib.machinery  # noqa: F401
     import runpy  # noqa: F401
     import shutil  # noqa: F401
@@ -891,14 +879,6 @@ def _wait(fd: int) -> None:
     import isolate
 
     isolate._lists()
-    # and the modelled cluster, the stand-ins and the servers hook: this package's own,
-    # importing only the standard library (launchers_setup)
-    _package(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-    for name in ("cluster", "standins", "servers"):
-        try:
-            importlib.import_module(f"_mt.pylaunch.{name}")
-        except ImportError:  # child.py copied away from its package: launchers_setup says
-            break
     try:
         go = os.read(fd, 1)
     except OSError:
