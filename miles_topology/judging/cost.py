@@ -25,17 +25,21 @@ terms add up to the key (`Cost.total`); `plan --explain` prints them. The model,
 - optimizer: Adam on the GPU (HBM-bound), or with CPU offload the PCIe copies (grads
   down, parameters up) pipelined with CPU Adam (the longer of the two).
 
+- latency: a fixed time a layer a micro-batch and a local expert a MoE layer (kernel
+  launches, host overhead, collective latency: measured, `LAYER_LATENCY`); full recompute
+  runs the forward's third of it again;
+
 Micro-batches a step: the tokens of a step / (dp x cp x tokens a rank's micro-batch). Not
 modelled: overlap of communication with compute beyond the CP ring (conservative for
-every layout alike), load imbalance among experts, kernel launch and collective latency,
-elementwise kernels inside the layers (they scale like the GEMMs), the RL step's log-prob
-passes and weight update.
+every layout alike), load imbalance among experts, elementwise kernels inside the layers
+(they scale like the GEMMs), the RL step's log-prob passes and weight update.
 
 Constants: `HARDWARE` and the efficiencies below, frozen with their sources before any
 ranking was compared with an expert's layout; they are not fitted to any answer. Added
 while diagnosing the ranks (issue 35), each taken as its source gives it and not varied to
 move a rank: DeepEP's efficiencies (its published table), LOSS_BYTES (a count of slime's
-loss code), and plan's STEP_SAMPLES (slime's scripts).
+loss code), plan's STEP_SAMPLES (slime's scripts), and the latencies (fitted to NVIDIA's
+measured step times, kept although they move two of the five expert layouts down).
 """
 
 from __future__ import annotations
@@ -139,8 +143,20 @@ LOSS_BYTES = 68
 PCIE_EFF = 0.8
 CPU_ADAM = 1e9 / 0.22 / 8
 
-TERMS = ("compute", "recompute", "tp", "cp", "ep", "pp_bubble", "pp_p2p", "dp", "edp",
-         "optimizer")
+# - LAYER_LATENCY / EXPERT_LATENCY: seconds a layer costs a micro-batch (forward and
+#   backward) beyond its FLOPs and bytes, and more a local expert of a MoE layer: kernel
+#   launches, host overhead, collective latency, small grouped GEMMs. Fitted (least squares,
+#   bench/plan_measured.py prints the fit) to the three step times NVIDIA measured for
+#   Qwen3-235B-A22B on 256 H100 (yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md:
+#   19.7, 24.2, 29.0 s), where the roofline alone misses 5, 11 and 18 s, growing with the
+#   layer passes a rank runs and its local experts; not fitted to any expert's RL layout. The
+#   same page's long-context runs (seq 16k-128k, not used in the fit) are then 1.5x the model
+#   (2x without these terms); the rest is mostly the expert load imbalance it also measures.
+LAYER_LATENCY = 2.14e-3
+EXPERT_LATENCY = 0.247e-3
+
+TERMS = ("compute", "recompute", "tp", "cp", "ep", "latency", "pp_bubble", "pp_p2p", "dp",
+         "edp", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -250,13 +266,15 @@ def ring_bytes(shape: Shape, lay: Sizes, tokens: int, groups: int) -> float:
 
 def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Precision,
               run: Run, step_tokens: int, context: int | None = None,
-              counter: Counter | None = None, loss_bytes: float = LOSS_BYTES) -> Cost:
+              counter: Counter | None = None, loss_bytes: float = LOSS_BYTES,
+              latency: tuple[float, float] = (LAYER_LATENCY, EXPERT_LATENCY)) -> Cost:
     """The step time of `lay` (see the module docstring). `run.tokens`: tokens of a rank's
     micro-batch; `step_tokens`: tokens of a whole step; `context`: the tokens a token
     attends to on average (None: half of `run.tokens`, causal). Samples are packed and attend
     within themselves (slime / miles dynamic batching, THD format), so the context is the
     data's, the same for every layout: cp splits a sample, it does not lengthen it.
-    `loss_bytes`: HBM bytes the loss moves a logit (default: slime's RL loss)."""
+    `loss_bytes`: HBM bytes the loss moves a logit (default: slime's RL loss); `latency`: a
+    layer's and a local expert's fixed seconds a micro-batch (default: the measured ones)."""
     tokens = run.tokens or 4096
     sp = spans(lay, per_node)
     c = counter or Counter(shape, lay)
@@ -303,10 +321,11 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
         fwd = attn_linear + attn_core + mlp
         tp_fwd = 2 * one_tp + (0 if moe else 2 * one_tp)
         ep_fwd = 2 * dispatch if moe else 0.0
+        fixed = latency[0] + (local * latency[1] if moe and lay.experts else 0.0)
         out = {"compute": 3 * fwd, "tp": 2 * tp_fwd, "ep": 2 * ep_fwd,
-               "cp": ring_fwd + ring_bwd, "recompute": 0.0}
+               "cp": ring_fwd + ring_bwd, "latency": fixed, "recompute": 0.0}
         if full:
-            out["recompute"] = fwd + tp_fwd + ep_fwd + ring_fwd
+            out["recompute"] = fwd + tp_fwd + ep_fwd + ring_fwd + fixed / 3
         return out
 
     dense_layer, moe_layer = layer(False), layer(True)
@@ -317,7 +336,7 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
         hw.hbm * HBM_EFF)
 
     def stage(p: int) -> dict[str, float]:
-        got = dict.fromkeys(("compute", "recompute", "tp", "ep", "cp"), 0.0)
+        got = dict.fromkeys(("compute", "recompute", "tp", "ep", "cp", "latency"), 0.0)
         ids = [i for chunk in lay.stages[p] for i in chunk]
         if p == lay.pp - 1:
             ids += [len(lay.moe) - 1] * lay.mtp
@@ -332,7 +351,7 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
     slow = max(per, key=lambda d: sum(d.values()))
     t_stage = sum(slow.values())
     m = max(1, ceil(step_tokens / (lay.dp * lay.cp * tokens)))
-    terms = {k: m * slow[k] for k in ("compute", "recompute", "tp", "cp", "ep")}
+    terms = {k: m * slow[k] for k in ("compute", "recompute", "tp", "cp", "ep", "latency")}
     terms["pp_bubble"] = (lay.pp - 1) / lay.vpp * t_stage
     p2p = act_bytes / (t if lay.sp else 1) / ((hw.link if sp.pp <= 1 else hw.net) * COMM_EFF)
     terms["pp_p2p"] = 2 * m * lay.vpp * p2p if lay.pp > 1 else 0.0
@@ -356,5 +375,5 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
     return Cost({k: terms[k] for k in TERMS}, m)
 
 
-__all__ = ["HARDWARE", "LOSS_BYTES", "TERMS", "Cost", "Hardware", "ring_bytes", "spans",
-           "step_cost"]
+__all__ = ["EXPERT_LATENCY", "HARDWARE", "LAYER_LATENCY", "LOSS_BYTES", "TERMS", "Cost",
+           "Hardware", "ring_bytes", "spans", "step_cost"]

@@ -434,14 +434,19 @@ def activations(shape: Shape, lay: Sizes, run: Run, p: int) -> int | None:
     if p == 0:  # embedding input and dropout, pp micro-batches in flight
         act += (8 * run.tokens + sbh) * lay.pp / (t if lay.sp else 1)
     if p == lay.pp - 1:
-        # the output layer's inputs, and the RL loss's logits: a rank's [tokens, vocab / tp]
-        # in fp32 and the fp32 softmax the log-prob keeps for its backward, a second buffer
-        # of the same size (slime: the logits reach the loss in fp32, loss.py
-        # get_log_probs_and_entropy asserts it, and utils/ppo_utils.py
-        # _VocabParallelLogProbEntropy allocates `logits - logits_max` for exp and softmax;
-        # miles: training_utils/loss_hub/math_utils.py takes an fp32 copy of the logits for
-        # the log-prob and another for the entropy): 8 bytes an element, at least
-        act += 4 * sbh / t + 8 * run.tokens * shape.padded_vocab(t) / t
+        # the output layer's inputs, and the RL loss's logits: a rank's [tokens, vocab / tp],
+        # 12 bytes an element at the loss's backward, counted from the code. Each sample's
+        # log-prob keeps an fp32 buffer of its slice for the backward (miles:
+        # loss_hub/math_utils.py calculate_log_probs_and_entropy takes an fp32 copy that
+        # megatron-core's fused cross-entropy turns into exp in place; slime:
+        # utils/ppo_utils.py _VocabParallelLogProbEntropy saves its softmax): 4 over the
+        # micro-batch. A sample is a slice of the logits (get_responses), and a slice's
+        # backward is a zero-filled fp32 tensor of the whole logits, added into the gradient
+        # gathered so far: the gradient (4) and the next sample's slice gradient (4) live
+        # beside the saved buffers. (The forward holds 8: the fp32 logits megatron-core's
+        # Float16Module casts and the saved buffers; not counted: one sample's entropy copies,
+        # `--rollout-temperature`'s copy of the logits.)
+        act += 4 * sbh / t + 12 * run.tokens * shape.padded_vocab(t) / t
     return int(act)
 
 
