@@ -56,6 +56,8 @@ class Spare:
     """A started child waiting for its configuration in `tmp`/config.json; its record and
     verdict pipes (their numbers in the child: `record_w`, `verdict_w`)."""
 
+    started = False  # go() was called: the run that took it owns its process and pipes
+
     def __init__(self, env: dict[str, str]):
         self.env = env
         self.tmp = tempfile.mkdtemp(prefix="miles-topology-launcher-")
@@ -86,12 +88,16 @@ class Spare:
         return os.path.join(self.tmp, "config.json")
 
     def go(self) -> None:
-        """Its configuration is written: the child reads it and runs."""
+        """Its configuration is written: the child reads it and runs (one that died since
+        `take` gets EPIPE here; its end is read as any child's)."""
         try:
             os.write(self._go, b"1")
+        except OSError:
+            pass
         finally:
             os.close(self._go)
             self._go = -1
+            self.started = True
 
     def discard(self) -> None:
         """End a child not taken (its wait sees the pipe close) and remove its folder."""
@@ -145,8 +151,9 @@ def take(env: Mapping[str, str]) -> Spare | None:
     with only in names read later (`_read_later`: --path's PYTHONPATH, --env MILES_SCRIPT_X);
     with --env LANG=..., --pass-env LD_LIBRARY_PATH and the like the run starts its own."""
     with _LOCK:
-        if _SPARE and all(_read_later(k) for k in {*env, *_SPARE[0].env}
-                          if env.get(k) != _SPARE[0].env.get(k)):
+        if _SPARE and _SPARE[0].proc.poll() is None and all(
+                _read_later(k) for k in {*env, *_SPARE[0].env}
+                if env.get(k) != _SPARE[0].env.get(k)):
             return _SPARE.pop()
     return None
 

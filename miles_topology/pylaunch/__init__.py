@@ -433,7 +433,10 @@ def _folder(spare: spare_mod.Spare | None):
     try:
         yield spare.tmp
     finally:
-        shutil.rmtree(spare.tmp, ignore_errors=True)
+        if spare.started:
+            shutil.rmtree(spare.tmp, ignore_errors=True)
+        else:  # the run failed before it started the child: ended, its folder removed
+            spare.discard()
 
 
 def _end(records: list[dict], status, verdict: dict | None) -> dict | None:

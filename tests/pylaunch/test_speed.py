@@ -154,6 +154,18 @@ def test_a_spare_child_started_with_another_locale_is_not_taken(spare_started):
     assert started.proc.returncode == 0 and not os.path.exists(started.tmp)
 
 
+def test_a_spare_child_that_died_is_not_taken(spare_started):
+    from miles_topology import spare
+
+    launcher, started = spare_started
+    started.proc.kill()
+    started.proc.wait()
+    got = read_python_launcher(launcher, [], {"MILES_SCRIPT_TP": "4"})  # a child of its own
+    assert got.argv[3] == "4" and spare._SPARE == [started]
+    spare.discard()
+    assert not os.path.exists(started.tmp)
+
+
 def test_a_spare_child_is_started_only_for_a_launchers_check(tmp_path):
     from miles_topology import spare
 
