@@ -149,13 +149,15 @@ def _locate(p: Problem, launch: Launch) -> Location | None:
 
 def _unresolved_spellings(launch: Launch) -> list[Problem]:
     """A flag whose value is unresolved stays out of the flag reader's words: its spelling is
-    judged here, at the first place it is written."""
+    judged here, where the flag is written (the unresolved entry's source is where its
+    value comes from, an assignment perhaps lines above)."""
     out = []
     for name in dict.fromkeys(u["flag"] for u in launch.unresolved if u["flag"]):
         p = spelling_problem(name)
         if p is not None:
             src = next(u["source"] for u in launch.unresolved if u["flag"] == name)
-            out.append(p.at(src if isinstance(src, Location) else None))
+            out.append(p.at(launch.at.get(name)
+                            or (src if isinstance(src, Location) else None)))
     return out
 
 

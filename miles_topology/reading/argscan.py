@@ -74,6 +74,55 @@ def adds(node: ast.AST) -> Iterator[Added]:
         yield Added(out, not valueless)
 
 
+def field_flags(tree: ast.Module) -> Iterator[Added]:
+    """The flags a loop over a dataclass's fields adds, one a field: `for f in
+    dataclasses.fields(FSDPArgs): parser.add_argument(f"--{f.name.replace('_', '-')}", ...)`
+    (miles 31f1ca9 backends/fsdp_utils/arguments.py parse_fsdp_cli, and slime's FSDP backend
+    before it dropped FSDP). A bool field is a switch (store_true; with
+    BooleanOptionalAction its --no- form too)."""
+    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+    for loop in ast.walk(tree):
+        cls = _fields_loop(loop, classes)
+        if cls is None:
+            continue
+        calls = [c for c in ast.walk(loop) if isinstance(c, ast.Call) and c.args
+                 and getattr(c.func, "attr", None) == "add_argument"
+                 and _per_field(c.args[0], loop.target.id)]
+        if not calls:
+            continue
+        dashed = any(getattr(n, "attr", None) == "replace" for c in calls
+                     for n in ast.walk(c.args[0]))
+        negated = any(getattr(n, "attr", None) == "BooleanOptionalAction" for c in calls
+                      for n in ast.walk(c))
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                name = "--" + (node.target.id.replace("_", "-") if dashed else node.target.id)
+                switch = isinstance(node.annotation, ast.Name) and node.annotation.id == "bool"
+                yield Added((name, "--no-" + name[2:]) if switch and negated else (name,),
+                            not switch)
+
+
+def _fields_loop(loop: ast.AST, classes: dict[str, ast.ClassDef]) -> ast.ClassDef | None:
+    """The class of `for f in dataclasses.fields(C)` (C defined in the module), else None."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
+            and isinstance(loop.iter, ast.Call) and loop.iter.args
+            and isinstance(loop.iter.args[0], ast.Name)):
+        return None
+    f = loop.iter.func
+    called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+    return classes.get(loop.iter.args[0].id) if called == "fields" else None
+
+
+def _per_field(arg: ast.AST, var: str) -> bool:
+    """An f-string "--{VAR.name...}": the flag named after each field."""
+    if not isinstance(arg, ast.JoinedStr) or not arg.values:
+        return False
+    head = arg.values[0]
+    return isinstance(head, ast.Constant) and head.value == "--" and any(
+        isinstance(n, ast.Attribute) and n.attr == "name" and isinstance(n.value, ast.Name)
+        and n.value.id == var for n in ast.walk(arg))
+
+
 @dataclass
 class _Module:
     name: str
@@ -201,7 +250,7 @@ def own_flags(read: Read, package: str, limit: int = 64) -> list[Added]:
         tree = _parse(read(mod))
         if tree is None:
             continue
-        found = list(adds(tree))
+        found = [*adds(tree), *field_flags(tree)]
         out += found
         if found:  # follow what a module that adds flags imports from its package
             todo += [m for m in _imports(tree, mod) if m.split(".")[0] == package]

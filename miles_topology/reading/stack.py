@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -77,8 +78,11 @@ class Stack:
                             None if a.takes_value else 0, a.takes_value, "user")
 
     def other(self, name: str) -> str | None:
-        """Which other known version or framework defines `name`, or None."""
-        if name in surface.other_versions() and self.flag(name) is None:
+        """Which other known version or framework defines `name` (None: this stack has it,
+        or none does)."""
+        if self.flag(name) is not None:
+            return None
+        if name in surface.other_versions():
             return surface.other_versions()[name]
         if self.framework == "miles" and name in surface.slime_only():
             return "slime has it (the project miles grew from); miles does not"
@@ -275,6 +279,20 @@ def installed() -> tuple[Path, str] | None:
     return None
 
 
+# a function path given to the framework's loader: miles 31f1ca9 utils/misc.py load_function
+# and slime 624b824 utils/misc.py load_function import its module (`--custom-rm-path
+# slime.rollout.x.reward_func`), and neither package holds the other's
+_MODULE_PATH = re.compile(r"(miles|slime)\.[A-Za-z_][\w.]*$")
+
+
+def named_frameworks(argv: Sequence[tuple[str, str | None]]) -> tuple[str, ...]:
+    """The framework the launch's function paths (`--*-path` values) name by its package,
+    which must then be importable where the job runs; none when they name both."""
+    got = {m.group(1) for flag, value in argv
+           if value and flag.endswith("-path") and (m := _MODULE_PATH.match(value))}
+    return tuple(got) if len(got) == 1 else ()
+
+
 def entry_framework(entry: str | None, imports: Sequence[str] = ()) -> str | None:
     """slime when the entry runs under a slime checkout (`.../slime/train.py`, `-m slime.x`)
     or the launcher imports slime; miles likewise; else None."""
@@ -337,10 +355,16 @@ def cache_dir() -> Path:
     return Path(base) / "miles-topology"
 
 
+# what argscan reads: a cached entry of an older reading is read again (2: the flags of a
+# loop over a dataclass's fields)
+READING = 2
+
+
 def _cached(tag: str, files: Sequence[Path], compute) -> list[Added]:
-    """`compute()`, kept in the cache folder per version of `files` (their sizes and times)."""
+    """`compute()`, kept in the cache folder per version of `files` (their sizes and times)
+    and of the reading (`READING`)."""
     key = hashlib.sha256(json.dumps(
-        [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]).encode()
+        [READING, *([str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files)]).encode()
     ).hexdigest()[:24]
     path = cache_dir() / f"flags-{tag}-{key}.json"
     try:
@@ -467,7 +491,8 @@ def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, 
     if where is None:
         got = installed()
         where, origin = (got, "installed") if got else (None, origin)
-    framework = entry_framework(entry, imports) or (framework_of(*where) if where else "miles")
+    framework = entry_framework(entry, imports) or entry_framework(None, named_frameworks(argv)) \
+        or (framework_of(*where) if where else "miles")
     if where is not None and framework_of(*where) != framework:
         where, origin = None, "bundled"
     base = _base(str(where[0]) if where else None, framework, origin,

@@ -504,8 +504,24 @@ def _xargs(args: list[str], stdin: str):
     return (" ".join(words) + "\n") if words else "\n", 0
 
 
+def _seq(args: list[str], _stdin: str):
+    """GNU seq over whole numbers: ``seq LAST``, ``seq FIRST LAST``, ``seq FIRST INCR LAST``
+    (`--sglang-cuda-graph-bs 1 2 4 8 $(seq 16 8 256)` in slime's scripts); options and
+    fractions are not modelled."""
+    if not 1 <= len(args) <= 3 or any(not re.fullmatch(r"[+-]?[0-9]+", a) for a in args):
+        raise _Unknown("seq with options or fractions")
+    nums = [int(a) for a in args]
+    first, step, last = (1, 1, nums[0]) if len(nums) == 1 else (nums[0], 1, nums[1]) \
+        if len(nums) == 2 else nums
+    if step == 0:
+        return "", 1  # seq: invalid Zero increment value
+    if (last - first) // step > LIMIT // 2:
+        raise _Unknown("seq of more lines than the reader keeps")
+    return _join(str(k) for k in range(first, last + (1 if step > 0 else -1), step)), 0
+
+
 FILTERS: dict[str, Callable[[list[str], str], tuple[str, int]]] = {
     "echo": _echo, "printf": _printf, "cat": _cat, "tr": _tr, "wc": _wc, "cut": _cut,
     "head": _head, "tail": _tail, "sort": _sort, "uniq": _uniq, "grep": _grep, "awk": _awk,
-    "sed": _sed, "xargs": _xargs,
+    "sed": _sed, "xargs": _xargs, "seq": _seq,
 }

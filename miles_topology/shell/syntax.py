@@ -36,6 +36,14 @@ _REDIRECTS = frozenset(("file_redirect", "herestring_redirect", "heredoc_redirec
 _PARSER = None
 _CR = "\ue000"  # a CR while parsing: a word character to tree-sitter, as to bash
 _CR_BYTES = _CR.encode()
+# a `[` tree-sitter-bash 0.25 reads as the opener of a test where bash runs the command `[`:
+# in a function, `if` or `{ }` body, `[ "$A" -eq 1 ] || cmd > "$F"` followed by a `]` on a
+# later line parses, with no error, as one test from that `[` to the later `]`, the commands
+# between them inside it. Such a `[` is held as this byte (a word to tree-sitter; bash scripts
+# hold none) and read back as `[`: the command `[ ... ]` that bash runs.
+_LB = "\x01"
+_LB_BYTES = _LB.encode()
+_MISREAD = frozenset(("redirected_statement", "list", "pipeline", "command"))
 
 
 def _parser():
@@ -46,6 +54,14 @@ def _parser():
 
         _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
     return _PARSER
+
+
+class _Misread(Exception):
+    """A test tree-sitter built around commands: its `[` (at byte `at`) is the command's."""
+
+    def __init__(self, at: int):
+        super().__init__(at)
+        self.at = at
 
 
 class ShellSyntaxError(Exception):
@@ -295,6 +311,7 @@ class _Text:
     def __init__(self, data: bytes, located: bool, base: int):
         self.data = data
         self.crlf = _CR_BYTES in data
+        self.held = False  # `[`s held as _LB (see _parse); None: the file holds _LB itself
         self.located = located
         self.base = base
         self.depth = 0
@@ -321,12 +338,16 @@ class _Text:
         return b - (self.extra[k - 1] if k else 0)
 
     def text(self, n) -> str:
-        got = self.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
-        return got.replace(_CR, "\r") if self.crlf else got
+        return self.back(self.data[n.start_byte:n.end_byte].decode("utf-8", "replace"))
 
     def gap(self, a: int, b: int) -> str:
-        got = self.data[a:b].decode("utf-8", "replace")
-        return got.replace(_CR, "\r") if self.crlf else got
+        return self.back(self.data[a:b].decode("utf-8", "replace"))
+
+    def back(self, got: str) -> str:
+        """Text as bash has it: each held CR and `[` given back."""
+        if self.crlf:
+            got = got.replace(_CR, "\r")
+        return got.replace(_LB, "[") if self.held else got
 
     def line(self, n) -> int:
         return n.start_point[0] + self.base
@@ -640,6 +661,9 @@ class _Commands:
 
     def s_test_command(self, n):
         """``[ ... ]`` / ``[[ ... ]]`` as the words of a command, operators included."""
+        if self.src.held is not None and n.children and n.children[0].type == "[" and \
+                any(c.type in _MISREAD for c in n.children):
+            raise _Misread(n.start_byte)
         words: list[Word] = []
         stack = [n]
         while stack:
@@ -758,8 +782,7 @@ class _Words:
         a, b = n.start_byte, n.end_byte
         text = parts[0].text if len(parts) == 1 and n.type == "word" and \
             len(parts[0].text) == b - a else self.src.data[a:b].decode("utf-8", "replace")
-        if self.src.crlf:
-            text = text.replace(_CR, "\r")
+        text = self.src.back(text)
         line = parts[0].line if parts else self.src.line(n)
         if not self.src.located:
             return Word.make(parts=parts, line=line, text=text)
@@ -771,9 +794,7 @@ class _Words:
         t = n.type
         line = n.start_point[0] + self.src.base
         if t == "word" or t == "number":
-            text = self.src.data[n.start_byte:n.end_byte].decode("utf-8", "replace")
-            if self.src.crlf:
-                text = text.replace(_CR, "\r")
+            text = self.src.back(self.src.data[n.start_byte:n.end_byte].decode("utf-8", "replace"))
             out.append(Lit.make(text=_unescape(text) if "\\" in text else text, quoted=quoted,
                            line=line))
         elif t == "string" or t == "translated_string":
@@ -1042,12 +1063,18 @@ def _parse(data: bytes, located: bool, base_line: int) -> tuple[list, list]:
         cr_line = data.count(b"\n", 0, cr) + base_line
         data = _hold_cr(data)
     data = _end_continued(_blank_comments(data))
-    tree = _parser().parse(data)
-    root = tree.root_node
-    conv = _Text(data, located, base_line)
-    if root.has_error and not _only_in_heredocs(root):
-        raise _error(root, conv)
-    body = _Commands(conv).stmts(root.children)
+    held: bool | None = None if _LB_BYTES in data else False
+    while True:
+        root = _parser().parse(data).root_node
+        conv = _Text(data, located, base_line)
+        conv.held = held
+        if root.has_error and not _only_in_heredocs(root):
+            raise _error(root, conv)
+        try:
+            body = _Commands(conv).stmts(root.children)
+            break
+        except _Misread as e:  # read again with that `[` held as a word
+            data, held = data[:e.at] + _LB_BYTES + data[e.at + 1:], True
     if b"\\" in data:
         _space_notes(root, conv)
     if cr >= 0:
@@ -1107,15 +1134,24 @@ def _hold_cr(data: bytes) -> bytes:
     return b"".join(out)
 
 
+_BASE = re.compile(rb"[0-9]+#")
+
+
 def _only_in_heredocs(root) -> bool:
     """Every error tree-sitter reports lies in the body of an unquoted here-document (it
     reads ``$(( (A + 1) / 2 ))`` there as $( (A + 1) / 2 ), bash as arithmetic): the body is
     text another command reads, so the script itself is valid; the body's value is then not
-    known here (`redirect`)."""
+    known here (`redirect`). Or it is the base of ``$((10#$N))`` (bash's BASE#DIGITS with the
+    digits of a variable; tree-sitter-bash 0.25 takes ``10#${N}`` only): the arithmetic's
+    text is read as bash writes it (`_Words.region`), its value evaluated as bash does."""
     todo = [root]
     while todo:
         node = todo.pop()
         if node.type == "heredoc_body":
+            continue
+        if node.type == "ERROR" and not node.children and node.parent is not None \
+                and node.parent.type == "arithmetic_expansion" \
+                and _BASE.fullmatch(node.text or b""):
             continue
         if node.type == "ERROR" or node.is_missing:
             return False

@@ -84,11 +84,37 @@ def arith_targets(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(a or b for a, b in _TARGET.findall(text)))
 
 
+# BASE#DIGITS (bash's arithmetic constants: `$((10#${STEP}))` reads "0009" as nine, where a
+# leading 0 alone would make it octal); the digits may be a variable's value
+_BASED = re.compile(r"\s*([0-9]+)#(?:([0-9A-Za-z]+)|\$\{?([A-Za-z_]\w*)\}?)")
+
+
+def _based(m: re.Match) -> int | tuple:
+    """The value of a BASE#DIGITS constant (bases 2 to 36), or a name token for 10#$NAME
+    (the lookup reads a variable's digits in base 10)."""
+    base, digits, name = int(m.group(1)), m.group(2), m.group(3)
+    if not 2 <= base <= 36:
+        raise ArithError(f"base {base} is not supported in arithmetic")
+    if name is not None:
+        if base != 10:
+            raise ArithError(f"{base}#${name} is not supported in arithmetic")
+        return ("name", name)
+    try:
+        return int(digits, base)
+    except ValueError:
+        raise ArithError(f"'{m.group().strip()}': value too great for base") from None
+
+
 @lru_cache(maxsize=256)
 def _tokens(text: str) -> tuple:
     toks: list = []
     pos = 0
     while pos < len(text):
+        b = _BASED.match(text, pos)
+        if b:
+            toks.append(_based(b))
+            pos = b.end()
+            continue
         m = _ARITH_TOKEN.match(text, pos)
         if not m or m.end() == pos:
             raise ArithError(f"'{text[pos:].strip()[:20]}' is not supported in arithmetic")

@@ -250,3 +250,17 @@ def test_off_by_default_is_the_code_records_word(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(CODES, "unknown-directive-code",
                         replace(CODES["unknown-directive-code"], off=True))
     assert "unknown-directive-code" not in reported(capsys, typo)[1]
+
+
+def test_a_misspelled_flag_whose_value_is_unknown_points_at_the_flag(tmp_path, capsys):
+    """Its value is known only at run time (`$((64#...))` the reader does not compute), so
+    the flag stays out of the flag reader's words and is judged apart: at the line and column
+    where it is written, not at the assignment its value comes from."""
+    path = tmp_path / "run.sh"
+    path.write_text("#!/bin/bash\nM=$((64#@@_z))\n\npython3 train.py --actor-num-nodes 1 "
+                    "--actor-num-gpus-per-node 8 --colocate --num-layers 2 --hidden-size 8 "
+                    "--num-attention-heads 2 --tensor-model-paralel-size $M\n")
+    assert main(["check", "--output-format", "concise", str(path)]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if "unknown-flag" in x)
+    col = path.read_text().splitlines()[3].index("--tensor-model-paralel-size") + 1
+    assert line.startswith(f"{path}:4:{col}: error unknown-flag --tensor-model-paralel-size")

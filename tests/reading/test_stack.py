@@ -112,6 +112,23 @@ def test_a_slime_script_is_checked_against_slime():
     assert v.extra["stack"].startswith("THUDM/slime")
 
 
+def test_a_function_path_under_slime_makes_a_bare_train_py_slime_s(tmp_path):
+    # `python3 train.py` names no framework; `--custom-rm-path slime.x.f` is imported by the
+    # job's load_function, so slime is installed there: its parser drops a flag it lacks
+    head = ("python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
+            "--num-layers 4 ")
+    run = tmp_path / "run.sh"
+    run.write_text(head + "--my-own-flag 1 --custom-rm-path slime.rollout.rm_hub.f\n")
+    v = check_script(str(run), {})
+    assert v.extra["stack"].startswith("THUDM/slime")
+    assert [p.code for p in v.errors] == [] and "ignored-flag" in [p.code for p in v.warnings]
+    # a miles path, or none: miles' parser refuses it
+    for tail in ("--custom-rm-path miles.rollout.rm_hub.f\n", "\n"):
+        run.write_text(head + "--my-own-flag 1 " + tail)
+        assert [p.code for p in check_script(str(run), {}).errors] == ["unknown-flag"]
+    assert stack.named_frameworks([("--a-path", "slime.x.f"), ("--b-path", "miles.y.g")]) == ()
+
+
 def test_a_fork_is_checked_against_its_own_parser():
     v = check_script(str(FORK / "scripts" / "run-qwen3-4B-prm.sh"), {})
     assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]
@@ -119,6 +136,41 @@ def test_a_fork_is_checked_against_its_own_parser():
     typo = check_script(str(FORK / "scripts" / "run-qwen3-4B-prm-typo.sh"), {})
     (p,) = typo.errors
     assert p.code == "unknown-flag" and "did you mean --prm-enable?" in p.message
+
+
+FIELD_LOOP = '''import argparse
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass
+class FSDPArgs:
+    gradient_checkpointing: bool = False
+    fsdp_shard_groups: int | None = None
+
+
+def parse_fsdp_cli():
+    parser = argparse.ArgumentParser()
+    for f in dataclasses.fields(FSDPArgs):
+        if f.type is bool:
+            parser.add_argument(f"--{f.name.replace('_', '-')}", action="store_true")
+        else:
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=str)
+    return parser.parse_args()
+'''
+
+
+def test_a_fork_s_flags_from_a_loop_over_dataclass_fields(tmp_path):
+    # slime's FSDP backend before it dropped FSDP (as miles' fsdp_utils/arguments.py
+    # parse_fsdp_cli): one flag a field of FSDPArgs, a bool one a switch
+    fork = tmp_path / "fork"
+    shutil.copytree(FORK, fork)
+    (fork / "slime" / "backends" / "fsdp_utils").mkdir(parents=True)
+    (fork / "slime" / "backends" / "fsdp_utils" / "arguments.py").write_text(FIELD_LOOP)
+    got = stack.for_launch(str(fork / "scripts" / "x.sh"), None, [])
+    assert got.flag("--gradient-checkpointing").nargs == 0
+    assert got.flag("--fsdp-shard-groups").takes_value
+    assert got.flag("--fsdp-shard_groups") is None and got.other("--gradient-checkpointing") is None
 
 
 def test_the_fork_s_flags_are_cached_per_version(tmp_path, tmp_cache):

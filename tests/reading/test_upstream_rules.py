@@ -487,6 +487,11 @@ def test_fsdp_refuses_context_parallel():
     base = ["--train-backend", "fsdp", "--actor-num-gpus-per-node", "8", "--colocate"]
     e = refused(base + ["--context-parallel-size", "2"])
     assert codes(e.problems) == ["fsdp-cp-unsupported"]
+    # slime removed that assertion (THUDM/slime 2235fa2) while it still had FSDP: a slime
+    # fork's FSDP takes cp > 1
+    slime = Topology(train_backend="fsdp", gpus_per_node=8, colocate=True, cp=2,
+                     framework="slime")
+    assert "fsdp-cp-unsupported" not in codes(slime.warnings)
     # validate_hybrid_shard_args: 8 % 4 == 0 -> two shards of four replicas is fine
     assert Topology.from_flags(base + ["--dp-replicate-size", "4"]).layout.dp_replicate == 4
 

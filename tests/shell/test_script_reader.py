@@ -101,15 +101,25 @@ def test_positional_before_flags_and_empty_value(tmp_path):
     ("$((1 << 2))", "4"), ("$((N ? 1 : 2))", "1"), ("$((N < 5 && N != 3))", "1"),
     ("$((N >= 5 || !N))", "0"), ("$((-2 ** 2))", "4"), ("$((2 ** 3 ** 2))", "512"),
     ("$((0 && 1 / 0))", "0"), ("$((N > 3 ? N * 2 : 1 / 0))", "8"), ("$((~N ^ 1 | 2 & 3))", "-6"),
-    ("$((1, N == 4))", "1"), ("$((-7 >> 1))", "-4"),
+    ("$((1, N == 4))", "1"), ("$((-7 >> 1))", "-4"), ("$((16#ff + 2#101 + 36#z))", "295"),
+    ("$((10#0009 + 1))", "10"),
 ])
 def test_arithmetic(tmp_path, expr, value):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
     assert final(read)["--x"] == value
 
 
+def test_arithmetic_base_of_a_variable(tmp_path):
+    # bash expands ${STEP} first, then reads 10#0001432 in base 10 (0001432 alone is octal)
+    read = read_text(tmp_path, 'STEP=iter_0001432\nSTEP="${STEP#iter_}"\nB=101\n'
+                     'python3 train.py --a $((10#${STEP})) --b $(( 10#${STEP} + 1 )) '
+                     '--c $((10#$STEP - 1)) --d "$(( 2#$B ))"\n')
+    # tree-sitter-bash 0.25 reports `10#$STEP` (no braces) as an error; bash reads it
+    assert final(read) == {"--a": "1432", "--b": "1433", "--c": "1431", "--d": "5"}
+
+
 @pytest.mark.parametrize("expr", ["$((1 / 0))", "$((UNSET + 1))", "$((1 << 64))", "$((2 ** 99))",
-                                  "$((2 ** -1))", "$((9999999999 * 9999999999))",
+                                  "$((8#9))", "$((2 ** -1))", "$((9999999999 * 9999999999))",
                                   "$((N++))", "$((N = 2))", "$((A[0]))"])
 def test_arithmetic_unknowable(tmp_path, expr):
     read = read_text(tmp_path, f"N=4\npython3 train.py --x {expr}\n")
@@ -291,8 +301,22 @@ python3 train.py --a $A --b $B --c $C --d $D --e ${E:-unset} --f $F
     assert read.unresolved == []
 
 
+@pytest.mark.parametrize("opener", ["pick() {", "if true; then", "{"])
+def test_bracket_command_with_redirect_in_a_body(tmp_path, opener):
+    # tree-sitter-bash 0.25 reads `[ ... ] || cmd > F` in a body, then a `]` on a later line,
+    # as one test around the commands between them (no error); bash runs `[` as a command
+    close = {"pick() {": "}\npick", "if true; then": "fi", "{": "}"}[opener]
+    text = (f'D=1\n{opener}\n  [ "$D" -eq 1 ] || echo x > /dev/null\n'
+            '  if [ "$D" -eq 1 ]; then N=one; else N=two; fi\n'
+            f'  [ -n "$D" ] && echo "[" > /dev/null\n{close}\n'
+            'python3 train.py --n "$N" --b "[x]"\n')
+    read = read_text(tmp_path, text)
+    assert final(read) == {"--n": "one", "--b": "[x]"}
+    assert read.unresolved == []
+
+
 def test_loop_assignment_is_unresolved(tmp_path):
-    read = read_text(tmp_path, "for n in $(seq 2); do TP=$n; done\nwhile false; do X=1; done\n"
+    read = read_text(tmp_path, "for n in $(nproc); do TP=$n; done\nwhile false; do X=1; done\n"
                      "python3 train.py --tp $TP\n")
     assert final(read) == {"--tp": None}
     assert "loop" in read.unresolved[0].why

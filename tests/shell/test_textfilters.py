@@ -61,6 +61,13 @@ CASES = [
     ([["wc", "-l", "-w"]], "a b\nc\n"),
     ([["echo", "x"], ["grep", "y"]], ""),
     ([["head", "-c", "3"]], "abcdef"),
+    ([["seq", "16", "8", "64"]], ""),
+    ([["seq", "3"], ["wc", "-l"]], ""),
+    ([["seq", "5", "-2", "-1"]], ""),
+    ([["seq", "4", "2"]], ""),
+    ([["seq", "-2", "1"]], ""),
+    ([["seq", "0"]], ""),
+    ([["seq", "1", "0", "3"]], ""),
     ([["wc", "-l"]], "no trailing newline"),
 ]
 
@@ -89,6 +96,8 @@ def test_pipeline_equals_the_real_programs(commands, stdin):
     [["awk", "{s+=$1} END {print s}"]],
     [["echo", "-e", "a\\tb"]],
     [["xargs", "rm"]],
+    [["seq", "-s", ",", "3"]],
+    [["seq", "0.5", "2"]],
 ])
 def test_what_is_not_modelled_is_unknown(commands):
     assert run_pipeline(commands, "1\n2\n") is None

@@ -102,7 +102,10 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
             )
         return
     world = topo.world_size
-    if lay.cp > 1:
+    # miles' assertion (miles 31f1ca9 utils/arguments.py:2702); slime dropped its own copy
+    # (THUDM/slime 2235fa2, #1423: FSDP runs context parallelism with ring-flash-attn) before
+    # it dropped FSDP (#1664), so a slime fork that still has FSDP takes cp > 1
+    if lay.cp > 1 and lay.framework == "miles":
         yield _found(
             "fsdp-cp-unsupported",
             f"{F.cp} {lay.cp} with {F.train_backend} fsdp: miles asserts "
