@@ -2,7 +2,7 @@
 THUDM/slime): its ``scripts/**/run_*.py``, ``examples/**/run*.py`` and ``tests/**/test_*.py``
 that run something under ``__main__``, each with the checkout on PYTHONPATH and as its cwd.
 
-    python bench/sweep_launchers.py [--timeout S] [--cli] CHECKOUT [OUT.json]
+    python bench/sweep_launchers.py [--timeout S] [--cli] [--no-tests] CHECKOUT [OUT.json]
 
 Prints one line per launcher (launches found or the one-line error, wall and CPU seconds) and
 a summary: launches, failures, timeouts, the median, p90 and max of the wall time and of the
@@ -14,6 +14,7 @@ runs can be diffed for identical verdicts. OUT.json keeps each launch's argv, so
 that two runs (before and after a change: PYTHONPATH of the other tree) can be compared with
 ``--compare A.json B.json``. ``--timeout S`` replaces the 10 s wall limit of one run (on a
 loaded machine a slow launcher is not a hanging one; times are reported as measured).
+``--no-tests``: only ``scripts/`` and ``examples/`` (what a user launches; 59 in miles 31f1ca9).
 """
 
 from __future__ import annotations
@@ -34,18 +35,18 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # after PYTHONPATH: the tree measured may be another
 
 
-def launchers(checkout: Path) -> list[Path]:
+def launchers(checkout: Path, tests: bool = True) -> list[Path]:
     found = [*checkout.glob("scripts/**/run_*.py"), *checkout.glob("examples/**/run*.py"),
-             *checkout.glob("tests/**/test_*.py")]
+             *(checkout.glob("tests/**/test_*.py") if tests else ())]
     return sorted(p for p in found if "__main__" in p.read_text(errors="replace"))
 
 
-def sweep(checkout: Path) -> dict:
+def sweep(checkout: Path, tests: bool = True) -> dict:
     from miles_topology.model.errors import InputError
     from miles_topology.pylaunch import read_python_launches
 
     out = {}
-    for path in launchers(checkout):
+    for path in launchers(checkout, tests):
         rel = str(path.relative_to(checkout))
         t0, c0 = time.perf_counter(), _cpu()
         try:
@@ -74,14 +75,14 @@ _BOOT = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
          "runpy.run_module('miles_topology', run_name='__main__')")
 
 
-def sweep_cli(checkout: Path) -> dict:
+def sweep_cli(checkout: Path, tests: bool = True) -> dict:
     """Each launcher checked by the CLI in a fresh process, its JSON report kept."""
     import miles_topology
 
     out = {}
     tree = str(Path(miles_topology.__file__).parent.parent)  # the tree measured
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the launcher's own
-    for path in launchers(checkout):
+    for path in launchers(checkout, tests):
         rel = str(path.relative_to(checkout))
         t0 = time.perf_counter()
         proc = subprocess.Popen(
@@ -172,7 +173,10 @@ if __name__ == "__main__":
     cli = sys.argv[1:2] == ["--cli"]
     if cli:
         del sys.argv[1]
-    rows = (sweep_cli if cli else sweep)(Path(sys.argv[1]).resolve())
+    tests = "--no-tests" not in sys.argv
+    if not tests:
+        sys.argv.remove("--no-tests")
+    rows = (sweep_cli if cli else sweep)(Path(sys.argv[1]).resolve(), tests)
     if len(sys.argv) > 2:
         Path(sys.argv[2]).write_text(json.dumps(rows, indent=1))
     print(summary(rows))

@@ -14,11 +14,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from ..model.errors import Location, NoTrainingLaunch, Problem
+from ..model.topology import Topology
 from ..pylaunch import UNKNOWN_ENV, PythonLaunch, read_python_launches
 from ..pylaunch.cluster import ClusterModel
 from ..pylaunch.standins import unknowns_in
+from ..reading import surface
 from ..reading.env import AT_RUN_TIME, PartialEnv
-from ..reading.flags import TOPOLOGY, parse_flags
+from ..reading.flags import TOPOLOGY, parse_flags, table
 from ..reading.sources import refused_topology
 from .launch import Arg, Launch, actor_words, judge, not_ours
 
@@ -43,7 +45,7 @@ def check_python_all(path: str, launcher_args: list[str], env: Mapping[str, str]
     cluster = cluster or ClusterModel.of({})
     got = read_python_launches(path, launcher_args, env, cluster=cluster,
                                real_imports=real_imports, trust=trust, pass_env=pass_env,
-                               reads=reads)
+                               reads=reads, meanwhile=_warm)
     ours, last = [], None
     for g in got:  # a launch of another program's train.py is not judged (check_script)
         try:
@@ -56,6 +58,18 @@ def check_python_all(path: str, launcher_args: list[str], env: Mapping[str, str]
     if last is not None and not ours:
         raise last
     return [judge(launch_of(path, g, env, cluster, len(ours)), cluster) for g in ours]
+
+
+def _warm() -> None:
+    """What judging a launch builds on first use from constants alone (the Topology
+    validator, miles' flag surface, our flag table: ~25 ms), built while the launcher runs
+    in its sandbox (read_python_launches's `meanwhile`)."""
+    try:
+        Topology.model_rebuild()
+        surface.flag(TOPOLOGY)
+        table()
+    except Exception:  # noqa: BLE001 - the judging builds them again and says what failed
+        pass
 
 
 STANDIN_WHY = ("a value from a stand-in module, which the check does not guess "

@@ -17,16 +17,20 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import spare as spare_mod
 from ..model.errors import InputError, NoTrainingLaunch
+from ..spare import DEVICE_VARS, ENV_NAMES, ENV_PREFIXES, launcher_env  # noqa: F401
 from . import checkout, typerapp
 from . import records as records_mod
 from .child import REFUSED, status_of
@@ -39,7 +43,6 @@ UNKNOWN_ENV = ("ray job submit's runtime env is not one this check reads (a --ru
                "file, or not JSON), and the entrypoint sees only the runtime env")
 MEMORY_MB = 2048
 TIMEOUT_S = 10.0  # the wall limit of one run of a launcher (bench/pylaunch.py: ~30x the median)
-DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 # [launchers hook] --real-imports: the installed torch, ray, sglang use more memory (the
 # sandbox bounds what is used, not what is mapped) and take seconds to import, not a tenth
 REAL_MEMORY_MB, REAL_TIMEOUT_S = 16384, 60.0
@@ -126,14 +129,18 @@ def read_python_launches(path: str, launcher_args: list[str], env: Mapping[str, 
                          = None, cwd: str | None = None, cluster: ClusterModel | None = None,
                          real_imports: bool = False, trust: bool = False,
                          pass_env: Sequence[str] = (), reads: Sequence[str] = (),
-                         timeout_s: float | None = None) -> list[PythonLaunch]:
+                         timeout_s: float | None = None,
+                         meanwhile: Callable[[], object] | None = None) -> list[PythonLaunch]:
     """Every training launch of the launcher, in order: one per call that starts training
     (a test looping over configs launches many; at most MAX_LAUNCHES, with a note), and, for
     a typer app with several commands run with no arguments, those of each command in turn
     (the commands read from its source, `typerapp`; the launcher is run once per command, all
     runs within one wall-clock budget; a command that launches nothing is a note on the
-    others)."""
+    others). `meanwhile`: called once the first run's child has started, while it runs (what
+    the caller will need after it: this process only waits for the child then; a thread
+    doing it would fight the runs for the GIL)."""
     budget = _budget(timeout_s, real_imports)
+    budget.meanwhile = [meanwhile] if meanwhile is not None else []
     commands = typerapp.commands(path) if not launcher_args and os.path.isfile(path) else None
     if commands is None:
         return _trusted(_interpret(*_read(path, launcher_args, env, budget, None, cwd,
@@ -206,9 +213,17 @@ class _Budget:
 
     total: float
     end: float
+    meanwhile: list = field(default_factory=list)  # read_python_launches's, for one run
 
     def left(self) -> float:
         return self.end - time.monotonic()
+
+    def take(self) -> Callable[[], object] | None:
+        """`meanwhile`, for the first run that asks (runs of commands side by side ask)."""
+        try:
+            return self.meanwhile.pop()
+        except IndexError:
+            return None
 
 
 def _budget(timeout_s: float | None, real_imports: bool) -> _Budget:
@@ -227,32 +242,6 @@ def _trusted(launches: list[PythonLaunch], trust: bool) -> list[PythonLaunch]:
     for launch in launches if trust else ():
         launch.notes.insert(0, TRUSTED)
     return launches
-
-
-# The checker's environment a launcher gets: what Python and the C library read (locale,
-# PATH, Python's own variables), and the variables miles launchers read for their layout
-# (scripts/run_*.py, tests/ci: MASTER_ADDR, SLURM_JOB_NUM_NODES, MILES_SCRIPT_*,
-# MODEL_ARGS_*; command_utils.py: NCCL_NVLS_ENABLE). Nothing else: a CI runner's environment
-# holds its secrets (GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY). HOME is only read to find the
-# user's site-packages; the launcher gets a fresh one.
-ENV_NAMES = frozenset((
-    "PATH", "LANG", "LANGUAGE", "TZ", "HOME", "USER", "LOGNAME", "PYTHONPATH",
-    "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONWARNINGS", "VIRTUAL_ENV",
-    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "NNODES",
-    "NPROC", "NPROC_PER_NODE", "GPUS_PER_NODE", "NUM_GPUS", "NUM_IB_HCAS", "RAY_ADDRESS",
-    "MLP_WORKER_0_HOST", "MLP_SOCKET_IFNAME"))
-ENV_PREFIXES = ("LC_", "MILES_SCRIPT_", "MILES_TEST_", "MODEL_ARGS_", "SLURM_", "NCCL_",
-                "NVTE_")
-
-
-def launcher_env(env: Mapping[str, str] | None = None, pass_env: Sequence[str] = ()
-                 ) -> dict[str, str]:
-    """The environment a launcher starts with: the allow-list above of this process's
-    (without this machine's device lists, DEVICE_VARS: the modelled cluster's count), each
-    `pass_env` name it holds (--pass-env NAME), then `env` (--env KEY=VALUE)."""
-    keep = {k: v for k, v in os.environ.items() if k in pass_env or k not in DEVICE_VARS
-            and (k in ENV_NAMES or k.startswith(ENV_PREFIXES))}
-    return {**keep, **(env or {})}
 
 
 def read_paths(target: str | None, cwd: str | None, env: Mapping[str, str],
@@ -299,7 +288,8 @@ def _read(path, launcher_args, env, budget: _Budget, memory_mb, cwd, cluster, re
     t0 = time.perf_counter()
     extra = {"cluster": cluster.as_dict(), "real_imports": real_imports}  # [launchers hook]
     got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd,
-                   max(budget.left(), 0.0), memory_mb, trust, extra, reads)
+                   max(budget.left(), 0.0), memory_mb, trust, extra, reads,
+                   meanwhile=budget.take())
     return (path, got.records, got.err, got.status, {**child_env, **got.sandbox},
             budget.total, memory_mb, time.perf_counter() - t0, got.end)
 
@@ -412,11 +402,14 @@ class _Ran:
 
 def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s: float,
              memory_mb: int, trust: bool, extra: dict | None = None,
-             reads: Sequence[str] = (), confine: Sequence = ()) -> _Ran:
-    """Run `target` (a file, code or a module name, by `mode`) in a fresh temporary folder."""
-    with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
+             reads: Sequence[str] = (), confine: Sequence = (),
+             meanwhile: Callable[[], object] | None = None) -> _Ran:
+    """Run `target` (a file, code or a module name, by `mode`) in a fresh temporary folder
+    (the spare child's, when it started with this environment: spare.py)."""
+    spare = spare_mod.take(env)
+    with _folder(spare) as tmp:
         work = Path(tmp, "work")
-        work.mkdir()
+        work.mkdir(exist_ok=spare is not None)
         # set in the child once it has started, so that its user site-packages (found from
         # the real HOME) are there as they are for the real launcher
         sandbox = {k: str(work) for k in ("HOME", "TMPDIR", "TMP", "TEMP")}
@@ -425,9 +418,25 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
                                  str(work), confine)
         records, err, status, out, verdict = _run(
             mode, target, args, env, sandbox, Path(tmp), work, timeout_s, memory_mb, trust,
-            {**(extra or {}), "reads": paths})
+            {**(extra or {}), "reads": paths}, spare, meanwhile)
         records = records_mod.RecordReader(root).parse(records)
     return _Ran(records, err, status, out, sandbox, _end(records, status, verdict))
+
+
+@contextmanager
+def _folder(spare: spare_mod.Spare | None):
+    """The run's temporary folder, removed after it: the spare child's, or a new one."""
+    if spare is None:
+        with tempfile.TemporaryDirectory(prefix="miles-topology-launcher-") as tmp:
+            yield tmp
+        return
+    try:
+        yield spare.tmp
+    finally:
+        if spare.started:
+            shutil.rmtree(spare.tmp, ignore_errors=True)
+        else:  # the run failed before it started the child: ended, its folder removed
+            spare.discard()
 
 
 def _end(records: list[dict], status, verdict: dict | None) -> dict | None:
@@ -443,14 +452,20 @@ def _end(records: list[dict], status, verdict: dict | None) -> dict | None:
 
 
 def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_s: float,
-         memory_mb: int, trust: bool, extra: dict):
-    """(record bytes, stderr tail, status, stdout, the supervisor's verdict)."""
+         memory_mb: int, trust: bool, extra: dict, spare: spare_mod.Spare | None = None,
+         meanwhile: Callable[[], object] | None = None):
+    """(record bytes, stderr tail, status, stdout, the supervisor's verdict); `meanwhile`
+    called once the child has started (its time counts in the child's limit)."""
     if sys.platform != "linux" and not trust:
         line = json.dumps({"end": "refused", "missing": f"Linux (namespaces, Landlock, "
                            f"seccomp); this is {sys.platform}"})
         return line.encode(), "", REFUSED, "", None
-    record_r, record_w = os.pipe()
-    verdict_r, verdict_w = os.pipe()
+    if spare is not None:
+        record_r, record_w, verdict_r, verdict_w = (spare.record_r, spare.record_w,
+                                                    spare.verdict_r, spare.verdict_w)
+    else:
+        record_r, record_w = os.pipe()
+        verdict_r, verdict_w = os.pipe()
     cfg = tmp / "config.json"
     pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     cfg.write_text(json.dumps({
@@ -461,24 +476,32 @@ def _run(mode, target, args, env, sandbox: dict, tmp: Path, work: Path, timeout_
         "env": sandbox, "trust": trust, "deny": os.environ.get(DENY_VAR, ""),
         "package": str(Path(__file__).resolve().parent.parent),
         # the launcher's own checkout, last on sys.path: where its package lives (checkout.py)
-        "checkout": checkout.paths(target) if mode == "path" else [], **extra}))
-    try:
-        # -E: no PYTHON* variables (PYTHONPATH is added by the child itself); -B: no .pyc;
-        # -S: no site-packages (nor their .pth files) until the child is isolated. Its
-        # output goes to pipes drained here with a bound, never to an inherited file.
-        proc = subprocess.Popen([sys.executable, "-E", "-B", "-S", str(CHILD), str(cfg)],
-                                cwd=work, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                pass_fds=(record_w, verdict_w), start_new_session=True)
-    finally:
-        os.close(record_w)
-        os.close(verdict_w)
+        "checkout": checkout.paths(target) if mode == "path" else [],
+        # a spare child started with another environment takes this one (spare.take)
+        **({"environ": env} if spare is not None else {}), **extra}))
+    started = time.monotonic()
+    if spare is not None:
+        proc = spare.proc
+        spare.go()
+    else:
+        try:
+            # spare.FLAGS: -E, -B, -S; its output goes to pipes drained here with a bound,
+            # never to an inherited file
+            proc = subprocess.Popen([sys.executable, *spare_mod.FLAGS, str(CHILD), str(cfg)],
+                                    cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    pass_fds=(record_w, verdict_w), start_new_session=True)
+        finally:
+            os.close(record_w)
+            os.close(verdict_w)
     files = [proc.stdout, proc.stderr, os.fdopen(record_r, "rb", 0),
              os.fdopen(verdict_r, "rb", 0)]
     streams = {f.fileno(): _Head(f, keep, tail) for f, keep, tail in zip(files, (
         STDOUT_MAX, STDERR_TAIL, records_mod.RECORD_MAX, 4096), (False, True, False, False))}
     try:
-        ended = _drain(proc, streams, timeout_s)
+        if meanwhile is not None:
+            meanwhile()
+        ended = _drain(proc, streams, timeout_s - (time.monotonic() - started))
         if not ended:
             _kill(proc)
             _drain(proc, streams, 1.0)

@@ -863,10 +863,40 @@ def _last_line(exc: BaseException) -> dict:
             if inner else None, **({"sizes": sizes} if sizes else {})}
 
 
+def _wait(fd: int) -> None:
+    """A spare child (spare.py): import what a run needs first (the standard library's
+    modules, isolate.py), then wait until the checker has written the configuration; end
+    quietly when it never will (the pipe closed with nothing written)."""
+    import ast  # noqa: F401 - for _compile_marked
+    import importlib.machinery  # noqa: F401
+    import runpy  # noqa: F401
+    import shutil  # noqa: F401
+    import socket  # noqa: F401
+    import subprocess  # noqa: F401
+    import sysconfig  # noqa: F401
+    import types  # noqa: F401
+
+    import isolate
+
+    isolate._lists()
+    try:
+        go = os.read(fd, 1)
+    except OSError:
+        go = b""
+    os.close(fd)
+    if not go:
+        REAL_EXIT(0)
+
+
 def main() -> None:
     global _out, WORK, HERE, _BASE_ENV, _ISOLATED
+    if sys.argv[2:3] == ["--wait"]:
+        _wait(int(sys.argv[3]))
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
+    if "environ" in cfg:  # a spare child: the run's environment, in its order (spare.take)
+        os.environ.clear()
+        os.environ.update(cfg["environ"])
     limits(cfg)
     # the record: a pipe the checker drains (a file in tests that run this alone)
     _out = cfg["record_fd"] if "record_fd" in cfg else \

@@ -121,6 +121,26 @@ def test_version_and_python_m_package():
     assert out.returncode == 1 and "expert-grid-divisibility" in out.stdout
 
 
+def test_the_command_ends_after_exit_handlers_and_flushed_output():
+    """`run` (the console script, `python -m`) ends the process without the interpreter's
+    teardown: exit handlers still run (confine's private folder), the report is whole, the
+    exit code is main's."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('exit handler ran', file=sys.stderr))\n"
+            "from miles_topology.cli import run\n"
+            "sys.argv = ['miles-topology', *sys.argv[1:]]\n"
+            "run()\n"
+            "print('not reached')\n")
+    out = subprocess.run([sys.executable, "-c", code, "check", "--format", "json", "--",
+                          *BAD], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "not reached" not in out.stdout
+    assert json.loads(out.stdout)["errors"]  # whole: the buffered report was flushed
+    assert out.stderr.strip() == "exit handler ran"
+    out = subprocess.run([sys.executable, "-c", code, "check", "--no-such-option"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "exit handler ran" in out.stderr
+
+
 @pytest.mark.parametrize("cmd", ["check", "show", "migrate", "schema"])
 def test_help_has_a_line_per_option_and_examples(cmd, capsys):
     assert main([cmd, "--help"]) == 0

@@ -20,7 +20,7 @@ LAYERS = (
     # (`Topology.from_*`); then the Python launcher sandbox, then the bash reader (it runs
     # a helper through the sandbox)
     ("reading", "__init__"),
-    ("pylaunch",),
+    ("pylaunch", "spare"),  # spare: the sandbox child started before the options are read
     ("shell",),
     ("judging",),  # a launch's verdict, memory fit, cost, plans, code selection
     ("reporting",),  # the sink, the output formats, the maps

@@ -69,7 +69,7 @@ def test_wheel_holds_miles_topology_only(wheel):
     assert not any(h in x for x in core for h in ("torch", "megatron", "ray", "numpy")), core
     assert "Requires-Python: >=3.10" in meta
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt")))
-    assert b"miles-topology = miles_topology.cli:main" in entry and b"miles-train" not in entry
+    assert b"miles-topology = miles_topology.cli:run" in entry and b"miles-train" not in entry
 
 
 def _site(env: Path) -> Path:
