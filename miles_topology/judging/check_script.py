@@ -111,7 +111,7 @@ def launch_of(path: str, found: ScriptRead, env: dict[str, str]) -> Launch:
         or any(u.flag is None for u in found.unresolved)
         or any(p.code == "missing-line-continuation" for p in found.notes),  # its cause
         at=_where(found), problems=list(found.notes), values=values,
-        head=[f"launch: {found.launcher or '?'} {found.entry}"])
+        head=[f"launch: {found.launcher or '?'} {found.entry}"], imports=found.frameworks)
 
 
 def _at(fv: FlagValue) -> Location:

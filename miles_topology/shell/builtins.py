@@ -70,8 +70,7 @@ class Builtins:
         raise Leave(fields[0].value)
 
     def exec_(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``exec bash FILE ARGS``: read as `bash FILE ARGS`, and (run surely) nothing after it
-        runs, as exec replaces the shell. Any other exec is any other command."""
+        """``exec bash FILE ARGS``: `bash FILE ARGS`, then (run surely) the end of this shell."""
         if len(fields) < 2 or fields[1].value not in ("bash", "sh") or \
                 self.script(fields[1:], n, cond) is False:
             return False
@@ -313,14 +312,15 @@ class Builtins:
             self.found.unknown(f.text, f.unk.src, why)
             return self.assigns.taint(f"{fields[0].value} {f.text}", where, why)
         found = self.locate(f.value, where)
+        if f.value.startswith("/") and found != os.path.normpath(f.value):
+            self.found.machine.add(f.value)  # the job's machine's file (/root/slime/...)
         gone = _absent(f.value, self.sh.cwd, self.at.main_abs) if found is None else None
         if gone is not None:
             return self.missing_source(f.value, gone, n, where, cond)
         if found is None and (self.sh.cwd is None or f.value.startswith("/")) and \
                 any(f.value in g for g in self.r.guards):
-            # an optional file bash skips where absent: `[ -f .env ] && source .env` in no
-            # folder of the checkout, `if [[ -f /opt/site/env.sh ]]` outside it; what the script
-            # sets stays, what it never sets (MODEL_ARGS) may come from the latter (params.plain)
+            # optional, skipped where absent (`[ -f .env ] && . .env`, `[ -f /opt/env.sh ] &&`):
+            # what the script sets stays; what it never sets may come from /opt/... (MODEL_ARGS)
             if f.value.startswith("/"):
                 self.found.missing.append(f"'{f.value}' (sourced at {where}, if it exists)")
             return None

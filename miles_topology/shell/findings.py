@@ -20,7 +20,7 @@ class _Capped(list):
 
 
 class Findings:
-    __slots__ = ("launches", "notes", "unresolved", "missing", "uses")
+    __slots__ = ("launches", "notes", "unresolved", "missing", "uses", "machine")
 
     def __init__(self):
         self.launches: list = []  # launch.Launch, in the order run
@@ -28,6 +28,7 @@ class Findings:
         self.unresolved: list[Unresolved] = _Capped()
         self.missing: list[str] = []  # sourced files that were not found
         self.uses: dict[tuple, set[Location]] = {}  # located word -> the commands using it
+        self.machine: set[str] = set()  # sourced absolute paths outside the checkout
 
     def note(self, code: str, message: str, fix: str, at: Location):
         self.notes.append(note(code, message, fix, at))

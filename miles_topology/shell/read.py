@@ -106,5 +106,14 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
                       launch.entry if launch else None, argv, unresolved, notes,
                       launch.site if launch else None,
                       {k: frozenset(v) for k, v in res.uses.items()}, gaps, others,
-                      launch.world if launch else None)
+                      launch.world if launch else None, _frameworks(res.machine))
     return read
+
+
+def _frameworks(paths) -> tuple[str, ...]:
+    """The one framework the sourced machine paths name by a folder (stack.entry_framework),
+    else ()."""
+    from ..reading.stack import entry_framework
+
+    got = {entry_framework(p) for p in paths} - {None}
+    return tuple(got) if len(got) == 1 else ()

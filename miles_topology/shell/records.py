@@ -142,6 +142,10 @@ class ScriptRead:
     others: list[tuple[Location, str]] = field(default_factory=list)
     # a torchrun launch's (nnodes, nproc_per_node) from its expanded options; None: unknown
     world: tuple[int, int] | None = None
+    # the framework the job's machine has where the script sources a file of its checkout
+    # there (`source /root/slime/scripts/models/M.sh`: slime), as stack.entry_framework
+    # reads `/root/slime/train.py`; empty when none or both
+    frameworks: tuple[str, ...] = ()
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""

@@ -143,6 +143,21 @@ def test_a_list_of_function_paths_under_slime_makes_train_py_slime_s(tmp_path):
     assert stack.named_frameworks([("--x-paths", "miles.a.f slime.b.g")]) == ()
 
 
+@pytest.mark.parametrize("framework, codes", [("slime", ([], ["ignored-flag"])),
+                                               ("miles", (["unknown-flag"], []))])
+def test_a_model_file_sourced_from_the_machines_checkout_names_its_framework(
+        tmp_path, framework, codes):
+    # `source /root/slime/scripts/models/M.sh`: the job's machine holds slime's checkout, as
+    # `/root/slime/train.py` says (held-out: a slime fork's bare train.py with its own flags)
+    run = tmp_path / "run.sh"
+    run.write_text(f"source /root/{framework}/scripts/models/m.sh\n"
+                   "python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
+                   "--colocate --num-layers 4 --my-own-flag 1\n")
+    v = check_script(str(run), {})
+    assert v.extra["stack"].startswith("THUDM/slime" if framework == "slime" else "radixark")
+    assert ([p.code for p in v.errors], [p.code for p in v.warnings]) == codes
+
+
 def test_a_fork_is_checked_against_its_own_parser():
     v = check_script(str(FORK / "scripts" / "run-qwen3-4B-prm.sh"), {})
     assert v.ok and not v.warnings, [str(p) for p in v.errors + v.warnings]
