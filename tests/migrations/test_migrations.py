@@ -283,6 +283,28 @@ def test_refusals_leave_the_script_untouched(tmp_path, capsys, text, code, why):
     assert run.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == ["run.sh"]
 
 
+LAUNCHER = ('"""Launch GRPO on one node: 8 GPUs.\n\n'
+            'If the model is missing, download it first."""\n'
+            "import os\n\n\ndef execute():\n"
+            "    os.system('python3 train.py --actor-num-gpus-per-node 8 --colocate "
+            "--rollout-num-gpus-per-engine 2')\n\n\nif __name__ == '__main__':\n    execute()\n")
+
+
+@pytest.mark.parametrize(("name", "text", "why"), [
+    ("run.py", LAUNCHER, "it is a Python launcher"),
+    ("run.topology.yaml", "tp: 2\npp: 1\n", "it is a YAML file"),
+])
+def test_a_python_launcher_or_a_yaml_is_refused_by_its_kind(tmp_path, capsys, name, text, why):
+    """Read as bash, the docstring's 'If' was a false "'if' is not closed by 'fi'"."""
+    path = tmp_path / name
+    path.write_text(text)
+    for args in ([], ["--write"]):
+        got, _, err = cli(["migrate", *args, str(path)], capsys)
+        assert (got, why in err, "not closed" in err) == (2, True, False)
+    assert cli(["migrate", "--check", str(path)], capsys)[0] == 0  # nothing pending
+    assert path.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
 def test_paths_with_dots_and_relative_paths(tmp_path, monkeypatch):
     (tmp_path / "a").mkdir()
     run = staged(step_dir(STEPS[2]), tmp_path)
