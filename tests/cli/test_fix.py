@@ -105,6 +105,16 @@ def test_a_suppressed_problem_is_not_fixed(tmp_path, capsys):
     assert "--sglang-cuda-graph-max-bs 512  #" in path.read_text()
 
 
+def test_a_flag_of_several_value_words_is_renamed_with_its_values_kept(tmp_path, capsys):
+    path = tmp_path / "run.sh"
+    path.write_text(SCRIPT.replace("--sglang-cuda-graph-max-bs 512",
+                                   "--sglang-cuda-graph-bs 1 2 4 $(seq 8 8 32)"))
+    assert main(["check", "--fix", str(path)]) == 1
+    text = path.read_text()
+    assert "   --sglang-cuda-graph-bs-decode 1 2 4 $(seq 8 8 32)\n" in text
+    assert main(["check", "--fix", str(path)]) == 1 and path.read_text() == text  # once
+
+
 def test_a_word_from_a_sourced_file_is_left_alone(tmp_path, capsys):
     (tmp_path / "common.sh").write_text("SGLANG_ARGS=(--sglang-cuda-graph-max-bs 512)\n")
     path = tmp_path / "run.sh"
