@@ -482,6 +482,8 @@ def _fix(args, flags, found, chosen, py) -> int:
             if f is None:
                 continue
             held += f.left
+            for k in f.kept:  # a fixable problem not fixed says why
+                ERR.line(f"{path}: not fixed: {k}")
             if f.why is not None:
                 ERR.line(f"{path}: not fixed: {f.why}; nothing was written")
                 continue

@@ -59,6 +59,7 @@ class Fixed:
     done: list[str] = field(default_factory=list)
     why: str | None = None
     left: int = 0  # fixes that need --unsafe-fixes
+    kept: list[str] = field(default_factory=list)  # fixes left for a person, with why
 
 
 # code -> (when its fix is safe, the fix): each fix registers beside itself with `fixer`,
@@ -172,22 +173,27 @@ def fix_script(path: str, v: Verdict, env: dict[str, str], unsafe: bool) -> Fixe
     except (Refused, ScriptReadError, OSError):
         return None
     here = os.path.abspath(path)
-    edits, done, renamed, dropped = [], [], {}, set()
+    edits, done, renamed, dropped, kept = [], [], {}, set(), []
     for c in changes:
         got = _edits_for(c, before, text, here)
-        if got is None:
-            continue  # not written as words of its own in this file: left for a person
+        if got is None:  # not written as words of its own in this file: left for a person
+            loc = c.problem.location
+            at = f" ({loc.path}:{loc.line})" if loc and loc.line else ""
+            kept.append(f"[{c.problem.code}] {c.old}{at}: a word of it is not written in this "
+                        "file (a sourced file, a variable's value), or a removal would take "
+                        "several value words; left to you")
+            continue
         edits += got[0]
         renamed.update(got[1])
         dropped |= got[2]
         done.append(_said(c))
     if not edits:
-        return Fixed(path, text, text, left=held)
+        return Fixed(path, text, text, left=held, kept=kept)
     try:
         new = apply(text, edits)
     except Refused as e:
         return Fixed(path, text, text, why=e.reason, left=held)
-    out = Fixed(path, text, new, done, left=held)
+    out = Fixed(path, text, new, done, left=held, kept=kept)
     try:
         after = read_script(path, env, text=new)
     except ScriptReadError as e:
@@ -286,7 +292,7 @@ def fix_launcher(path: str, v: list[Verdict], judge: Callable[[str], list[Verdic
         text = load(Path(path))
     except Refused:
         return None
-    new_text, done, renames = text, [], {}
+    new_text, done, renames, kept = text, [], {}, []
     me = os.path.realpath(path)
     for old, new, risky, line in dict.fromkeys(
             (c.old, c.new, c.unsafe, c.line if c.problem.location and os.path.realpath(
@@ -294,14 +300,16 @@ def fix_launcher(path: str, v: list[Verdict], judge: Callable[[str], list[Verdic
         hits = list(re.finditer(rf"(?<![\w-]){re.escape(old)}(?![\w-])", new_text))
         if line:  # located (the literal that spells it, among what ran: pylaunch/locate.py)
             hits = [h for h in hits if new_text.count("\n", 0, h.start()) + 1 == line]
-        if len(hits) != 1:
-            continue  # written twice on its line, or built from pieces: left for a person
+        if len(hits) != 1:  # written twice on its line, or built from pieces: left for a person
+            kept.append(f"{old} -> {new}: not written exactly once "
+                        f"{f'on line {line}' if line else 'in this file'}; left to you")
+            continue
         s = hits[0].start()
         new_text = new_text[:s] + new + new_text[s + len(old):]
         renames[old] = new
         line = new_text.count("\n", 0, s) + 1
         done.append(f"line {line}: {old} -> {new}{' (unsafe)' if risky else ''}")
-    out = Fixed(path, text, new_text, done, left=held)
+    out = Fixed(path, text, new_text, done, left=held, kept=kept)
     if new_text == text:
         return out
     out.why = _rerun(path, new_text, v, judge, renames, changes)

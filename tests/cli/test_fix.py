@@ -124,6 +124,8 @@ def test_a_word_from_a_sourced_file_is_left_alone(tmp_path, capsys):
     before = path.read_text()
     main(["check", "--fix", str(path)])
     assert path.read_text() == before
+    assert f"not fixed: [deprecated-flag] --sglang-cuda-graph-max-bs ({tmp_path}/common.sh:1): " \
+        "a word of it is not written in this file" in capsys.readouterr().err  # says why
     assert (tmp_path / "common.sh").read_text() == \
         "SGLANG_ARGS=(--sglang-cuda-graph-max-bs 512)\n"
 
