@@ -108,10 +108,11 @@ def test_a_suppressed_problem_is_not_fixed(tmp_path, capsys):
 def test_a_flag_of_several_value_words_is_renamed_with_its_values_kept(tmp_path, capsys):
     path = tmp_path / "run.sh"
     path.write_text(SCRIPT.replace("--sglang-cuda-graph-max-bs 512",
-                                   "--sglang-cuda-graph-bs 1 2 4 $(seq 8 8 32)"))
+                                   "--sglang-cuda-graph-bs 1 2 4 $(seq 8 8 32) $MORE_BS").replace(
+        "MODEL_ARGS=", "MORE_BS='48 64'\nMODEL_ARGS="))
     assert main(["check", "--fix", str(path)]) == 1
     text = path.read_text()
-    assert "   --sglang-cuda-graph-bs-decode 1 2 4 $(seq 8 8 32)\n" in text
+    assert "   --sglang-cuda-graph-bs-decode 1 2 4 $(seq 8 8 32) $MORE_BS\n" in text
     assert main(["check", "--fix", str(path)]) == 1 and path.read_text() == text  # once
 
 
