@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from types import SimpleNamespace
 
 import pytest
 from support import LAUNCHERS, SCRIPTS
@@ -147,6 +148,41 @@ def test_a_python_launcher_is_fixed_and_run_again(tmp_path, capsys):
     assert main(["check", "--fix", str(path)]) == 0
     assert "--sglang-cuda-graph-max-bs-decode 256" in path.read_text()
     assert not [p for p in tmp_path.iterdir() if ".fix-" in p.name]
+
+
+def test_a_launcher_whose_words_change_from_run_to_run_is_fixed(tmp_path, capsys):
+    """A run id from the clock differs between the two runs; the fix is compared around it."""
+    shutil.copy(LAUNCHERS / "launch_utils.py", tmp_path / "launch_utils.py")
+    text = (LAUNCHERS / "run_moe_argparse.py").read_text().replace(
+        "import argparse\n", "import argparse\nimport time\n").replace(
+        '"--colocate --use-rollout-routing-replay "',
+        '"--colocate --use-rollout-routing-replay --sglang-cuda-graph-max-bs 256 "\n'
+        '        f"--save /root/ckpt/{time.time_ns()} "')
+    path = tmp_path / "run.py"
+    path.write_text(text)
+    if main(["check", str(path)]) == 2:
+        pytest.skip("the launcher sandbox cannot run here: " + capsys.readouterr().err)
+    assert main(["check", "--fix", str(path)]) == 0
+    assert "not fixed" not in capsys.readouterr().err
+    assert "--sglang-cuda-graph-max-bs-decode 256" in path.read_text()
+    assert not [p for p in tmp_path.iterdir() if ".fix-" in p.name]
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("4", None), ("5", "the fixed launcher would launch other words than the fixes intend")])
+def test_only_the_words_that_change_between_two_plain_runs_are_not_compared(
+        tmp_path, value, why):
+    runs = iter(range(10))
+
+    def judge(copy):
+        fixed = "fixed" in open(copy).read()
+        flag, v = ("--lr-new", value) if fixed else ("--lr-old", "4")
+        return [SimpleNamespace(extra={"argv": ["--save", f"/c/{next(runs)}", flag, v]})]
+
+    path = tmp_path / "run.py"
+    before = [SimpleNamespace(extra={"argv": ["--save", "/c/x", "--lr-old", "4"]})]
+    assert fix._rerun(str(path), "fixed", before, judge, {"--lr-old": "--lr-new"}, [],
+                      "plain") == why
 
 
 def test_rule_says_whether_a_code_is_fixable_and_when_safely(capsys):
