@@ -231,3 +231,18 @@ def test_a_near_miss_is_safe_only_one_typo_away():
     # a flag another version defines (slime's patched Megatron-LM) is no typo: no fix at all
     assert fixable("--use-gated-attention") is None
     assert fix.change_for(Problem("unknown-flag", "m", "f", ("--zzzzzz",)), True) is None
+
+
+def test_a_not_fixed_line_escapes_the_sourced_file_name(tmp_path, capsys):
+    # the "not fixed" line prints a path the input chose: through the sink, a control
+    # character or a workflow command in it is shown escaped, never written raw
+    name = "c\x1b[31m::error::x.sh"
+    (tmp_path / name).write_text("SGLANG_ARGS=(--sglang-cuda-graph-max-bs 512)\n")
+    path = tmp_path / "run.sh"
+    path.write_text(f'source "$(dirname "$0")/{name}"\n' + SCRIPT.split("SGLANG_ARGS=(")[0]
+                    + 'python3 train.py --actor-num-nodes 1 --actor-num-gpus-per-node 8 '
+                      '--colocate "${MODEL_ARGS[@]}" "${SGLANG_ARGS[@]}"\n')
+    main(["check", "--fix", str(path)])
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "not fixed: [deprecated-flag]" in x)
+    assert "\x1b" not in err and "\\x1b[31m" in line
