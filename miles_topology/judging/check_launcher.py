@@ -41,7 +41,7 @@ def check_python_all(path: str, launcher_args: list[str], env: Mapping[str, str]
     """`check LAUNCHER.py [-- ARGS]`: one Verdict per training launch the launcher issues
     (per typer command, per call), each pointing at its own file:line. `pass_env`
     (--pass-env NAME) and `reads` (--read PATH): what of this machine it may see beyond
-    the sandbox's allow-lists (pylaunch.launcher_env, pylaunch.read_paths)."""
+    the sandbox's allow-lists (spare.launcher_env, pylaunch.read_paths)."""
     cluster = cluster or ClusterModel.of({})
     got = read_python_launches(path, launcher_args, env, cluster=cluster,
                                real_imports=real_imports, trust=trust, pass_env=pass_env,

@@ -155,8 +155,9 @@ CPU_ADAM = 1e9 / 0.22 / 8
 LAYER_LATENCY = 2.14e-3
 EXPERT_LATENCY = 0.247e-3
 
-TERMS = ("compute", "recompute", "tp", "cp", "ep", "latency", "pp_bubble", "pp_p2p", "dp",
-         "edp", "optimizer")
+# the terms a stage spends on each micro-batch (the rest: once a step)
+PER_MICRO_BATCH = ("compute", "recompute", "tp", "cp", "ep", "latency")
+TERMS = (*PER_MICRO_BATCH, "pp_bubble", "pp_p2p", "dp", "edp", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -336,7 +337,7 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
         hw.hbm * HBM_EFF)
 
     def stage(p: int) -> dict[str, float]:
-        got = dict.fromkeys(("compute", "recompute", "tp", "ep", "cp", "latency"), 0.0)
+        got = dict.fromkeys(PER_MICRO_BATCH, 0.0)
         ids = [i for chunk in lay.stages[p] for i in chunk]
         if p == lay.pp - 1:
             ids += [len(lay.moe) - 1] * lay.mtp
@@ -351,7 +352,7 @@ def step_cost(shape: Shape, lay: Sizes, hw: Hardware, per_node: int, prec: Preci
     slow = max(per, key=lambda d: sum(d.values()))
     t_stage = sum(slow.values())
     m = max(1, ceil(step_tokens / (lay.dp * lay.cp * tokens)))
-    terms = {k: m * slow[k] for k in ("compute", "recompute", "tp", "cp", "ep", "latency")}
+    terms = {k: m * slow[k] for k in PER_MICRO_BATCH}
     terms["pp_bubble"] = (lay.pp - 1) / lay.vpp * t_stage
     p2p = act_bytes / (t if lay.sp else 1) / ((hw.link if sp.pp <= 1 else hw.net) * COMM_EFF)
     terms["pp_p2p"] = 2 * m * lay.vpp * p2p if lay.pp > 1 else 0.0

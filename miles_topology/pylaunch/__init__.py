@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .. import spare as spare_mod
 from ..model.errors import InputError, NoTrainingLaunch
-from ..spare import DEVICE_VARS, ENV_NAMES, ENV_PREFIXES, launcher_env  # noqa: F401
+from ..spare import launcher_env
 from . import checkout, typerapp
 from . import records as records_mod
 from .child import REFUSED, status_of
