@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model.checks import MEGATRON_ONLY_FLAGS, fsdp_undefined_flags
+from ..model.checks import MEGATRON_ONLY_FLAGS, backend_refused, fsdp_undefined_flags
 from ..model.errors import InputError, Problem, TopologyError
 from ..model.parts import FIELDS, GROUPS, facts, fields_in, flag_of
 from ..model.topology import Topology, summary
@@ -82,11 +82,11 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
     else:
         base = {}
     if fields.get("train_backend") == "fsdp":
-        # miles' FSDP parser refuses Megatron-only flags (checks.fsdp_undefined_flags); the
-        # size a refused flag gave is not applied (a YAML value of it still is, and warns)
-        refused = fsdp_undefined_flags(parsed.given_by)
-        errors += refused
-        for name in (n for n in parsed.given_by if n in MEGATRON_ONLY_FLAGS):
+        found, drop = fsdp_refusals(parsed, current())
+        errors += [p for p in found if p.severity == "error"]
+        warnings += [p for p in found if p.severity != "error"]
+        # the size a refused flag gave is not applied (a YAML value of it still is, and warns)
+        for name in (n for n in parsed.given_by if n in MEGATRON_ONLY_FLAGS and drop):
             if name in base:
                 fields[name] = base[name]
             else:
@@ -98,6 +98,34 @@ def read_flags(argv: Sequence[Any], env: Mapping[str, str] | None = None,
     if errors:
         raise TopologyError(errors, list(topo.warnings), summary(topo))
     return FlagRead(topo, parsed.passthrough, parsed)
+
+
+def fsdp_refusals(parsed: Parsed, stack: Any) -> tuple[list[Problem], bool]:
+    """What the launch's stack does with `--train-backend fsdp` and the Megatron-only flags
+    beside it, and whether their sizes are dropped (refused, or the run never starts):
+
+    - miles (31f1ca9 utils/arguments.py:263 offers fsdp): its FSDP parser refuses them
+      (checks.fsdp_undefined_flags);
+    - a slime read here (--stack, its checkout, installed) whose `--train-backend` choices
+      lack fsdp (624b824 utils/arguments.py:1592, since THUDM/slime e4faf63): the value is
+      refused (checks.backend_refused); a slime that offers it parses FSDP strictly (before
+      96118d0: refused as miles does, unless its own package defines them) or drops unknown
+      flags (96118d0 to e4faf63: the sizes then reach the FSDP warning, not applied);
+    - a slime not read here (the bundled snapshot): skipped, the slime version unknown."""
+    if stack.framework == "miles":
+        return fsdp_undefined_flags(parsed.given_by), True
+    given = parsed.given_by.get("train_backend", flag_of("train_backend"))
+    got = stack.backends()
+    if got is None:
+        return [backend_refused(stack.framework, None, None, given)], True
+    if "fsdp" not in got.choices:
+        return [backend_refused(stack.framework, got.choices, f"{got.path}:{got.line}",
+                                given)], True
+    if got.lenient_fsdp:
+        return [], False
+    own = frozenset(n for n, (by, _) in stack.added.items()
+                    if by.startswith(f"{stack.package or stack.framework} of "))
+    return fsdp_undefined_flags(parsed.given_by, stack.framework, own), True
 
 
 def gated(path: str | Path, limit: int | None = None) -> str:

@@ -91,6 +91,13 @@ class Stack:
             return "miles has it; slime does not"
         return None
 
+    def backends(self) -> Backends | None:
+        """The `--train-backend` choices of this stack's parser (None: the bundled snapshot,
+        or not read here)."""
+        if self.root is None:
+            return None
+        return train_backends(self.root, self.package or self.framework)
+
     def describe(self) -> str:
         """What the flags were judged against, for the report."""
         v = surface.versions()
@@ -130,6 +137,61 @@ def drops_unknown(root: Path | None, framework: str, package: str | None = None)
         if "ignore_unknown_args=True" in text.replace(" ", ""):
             return True
     return False
+
+
+@dataclass(frozen=True)
+class Backends:
+    """The `--train-backend` choices a framework's parser offers, read from its source, and
+    where (`path`, `line`: the add_argument call); `lenient_fsdp`: its FSDP parse drops the
+    flags it does not define (slime between THUDM/slime 96118d0 and e4faf63)."""
+
+    choices: tuple[str, ...]
+    path: str
+    line: int
+    lenient_fsdp: bool = False
+
+
+# slime between 96118d0 (#1600, two-phase parsing) and e4faf63: utils/arguments.py parse_args
+# `args = fsdp_parse_args(extra_args_provider=add_slime_arguments, ignore_unknown_args=True)`
+_LENIENT_FSDP = re.compile(r"fsdp_parse_args\([^)]*ignore_unknown_args\s*=\s*True")
+
+
+@lru_cache(maxsize=64)
+def train_backends(root: str, package: str) -> Backends | None:
+    """The training backends `root/package`'s parser accepts: the literal `choices` of its
+    `--train-backend` add_argument calls in utils/arguments.py (slime 624b824:1592
+    `_pre_parse_mode`, megatron only since THUDM/slime e4faf63 removed FSDP; miles 31f1ca9:263
+    and slime before e4faf63: megatron and fsdp). None: not read here, or not literal."""
+    import ast
+
+    rel = Path(package, "utils", "arguments.py")
+    text = _read_under(Path(root), [Path(root) / rel])
+    try:
+        tree = parse(text) if text is not None else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None
+    if tree is None:
+        return None
+    choices: list[str] = []
+    line = 0
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "add_argument"
+                and call.args and isinstance(call.args[0], ast.Constant)
+                and call.args[0].value == "--train-backend"):
+            continue
+        kw = {k.arg: k.value for k in call.keywords if k.arg}
+        got = kw.get("choices")
+        if not isinstance(got, (ast.List, ast.Tuple)) or not all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in got.elts):
+            return None  # choices not literal: not known here
+        choices += [e.value for e in got.elts if e.value not in choices]
+        line = line or call.args[0].lineno
+    if not line:
+        return None
+    return Backends(tuple(choices), str(Path(root) / rel), line,
+                    bool(_LENIENT_FSDP.search(text or "")))
+
+
 CURRENT: ContextVar[Stack | None] = ContextVar("stack", default=None)
 # `check --stack PATH`: a checkout or site-packages holding the user's stack (the CLI sets it)
 STACK_PATH: ContextVar[str | None] = ContextVar("stack_path", default=None)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from . import train_grid, model_shape, engines, batch, overridden, fsdp, fleet
 # isort: on
 from .base import _divisors
-from .fsdp import MEGATRON_ONLY_FLAGS, fsdp_undefined_flags
+from .fsdp import MEGATRON_ONLY_FLAGS, backend_refused, fsdp_undefined_flags
 
-__all__ = ["MEGATRON_ONLY_FLAGS", "_divisors", "batch", "engines", "fleet", "fsdp",
-           "fsdp_undefined_flags", "model_shape", "overridden", "train_grid"]
+__all__ = ["MEGATRON_ONLY_FLAGS", "_divisors", "backend_refused", "batch", "engines", "fleet",
+           "fsdp", "fsdp_undefined_flags", "model_shape", "overridden", "train_grid"]

@@ -1,5 +1,6 @@
-"""FSDP and the critic: the PPO critic's placement, the FSDP2 mesh, and the Megatron-only
-flags miles' FSDP parser refuses.
+"""FSDP and the critic: the PPO critic's placement, the FSDP2 mesh, the Megatron-only
+flags an FSDP parser refuses (miles', and slime's before THUDM/slime 96118d0), and
+`--train-backend fsdp` on a slime without FSDP (removed in THUDM/slime e4faf63).
 """
 
 from __future__ import annotations
@@ -140,14 +141,27 @@ declare("checks/fsdp.py fsdp_undefined_flags (called by sources.read_flags)", {
     "fsdp-unknown-flag": (
         "error", f"`{F.train_backend} fsdp` with a Megatron-only flag on the command line "
         f"(`{F.tp}`, `{F.pp}`, `{F.ep}`, `{F.etp}`, virtual pipeline, uneven stages, `{F.sp}`, "
-        f"`{F.order}`), whatever its value: miles' FSDP parser does not define it and exits "
-        "(unrecognized arguments)", "--train-backend fsdp --tensor-model-parallel-size 2"),
+        f"`{F.order}`), whatever its value: the FSDP parser of miles (or of a slime before "
+        "THUDM/slime 96118d0) does not define it and exits (unrecognized arguments)",
+        "--train-backend fsdp --tensor-model-parallel-size 2"),
 })
 
+declare("checks/fsdp.py backend_refused (called by sources.read_flags)", {
+    "train-backend-unsupported": (
+        "error", f"`{F.train_backend} fsdp` on a slime whose parser offers megatron only "
+        "(slime since THUDM/slime e4faf63, #1664, which removed the FSDP backend): argparse "
+        "exits at start-up (invalid choice); skipped when which slime runs is not known here "
+        "(the bundled snapshot: an older slime or a fork may still have FSDP)",
+        "python3 /root/slime/train.py --train-backend fsdp (with --stack a slime checkout)"),
+}, source="slime 624b824 utils/arguments.py:1592 _pre_parse_mode (`--train-backend` "
+          "choices=[\"megatron\"]); THUDM/slime e4faf63 (#1664) removed slime/backends/fsdp_utils")
 
-def fsdp_undefined_flags(given_by: dict[str, str]) -> list[Problem]:
-    """Megatron-only flags on a miles command line under --train-backend fsdp (called by
-    sources.read_flags, which alone knows what was given on the command line).
+
+def fsdp_undefined_flags(given_by: dict[str, str], framework: str = "miles",
+                         defined: frozenset[str] = frozenset()) -> list[Problem]:
+    """Megatron-only flags on a command line under --train-backend fsdp (called by
+    sources.read_flags, which alone knows what was given on the command line); `defined`:
+    flags the framework's own package defines (a fork's), which its parser then accepts.
 
     miles utils/arguments.py parse_args_and_get_parser (HEAD; parse_args in 00e365d9 does the
     same) takes the FSDP branch to backends/fsdp_utils/arguments.py load_fsdp_args ->
@@ -159,14 +173,50 @@ def fsdp_undefined_flags(given_by: dict[str, str]) -> list[Problem]:
     of these flags; reset_arg adds only batch, checkpoint and optimizer flags), then strict
     `parser.parse_args()`. Megatron's
     parser, which defines them, is never built, so argparse exits at start-up with
-    "unrecognized arguments", whatever the value (1 included)."""
+    "unrecognized arguments", whatever the value (1 included).
+
+    slime had the same strict parser from its FSDP backend's start (THUDM/slime cfad46f, #282)
+    until 96118d0 (#1600): slime/backends/fsdp_utils/arguments.py load_fsdp_args ->
+    parse_fsdp_cli, FSDPArgs' fields (optimizer, precision, offload, profiling; no parallel
+    size; context_parallel_size from 6d3b33f, #467, to 7785e5b, #1443) plus
+    add_slime_arguments, then `parser.parse_args()`."""
+    who = "miles'" if framework == "miles" else f"{framework}'s"
     return [
         Problem(
             "fsdp-unknown-flag",
-            f"miles' FSDP argument parser does not define {flag}: train.py exits at start-up "
+            f"{who} FSDP argument parser does not define {flag}: train.py exits at start-up "
             "with argparse's 'unrecognized arguments', whatever its value.",
-            f"drop {flag} (FSDP builds no Megatron groups; its mesh is {F.dp_replicate})",
+            f"drop {flag} (FSDP builds no Megatron groups"
+            + (f"; its mesh is {F.dp_replicate})" if framework == "miles" else ")"),
             (flag, flag_of("train_backend")),
         )
-        for name, flag in given_by.items() if name in MEGATRON_ONLY_FLAGS
+        for name, flag in given_by.items() if name in MEGATRON_ONLY_FLAGS and flag not in defined
     ]
+
+
+def backend_refused(framework: str, choices: tuple[str, ...] | None, where: str | None,
+                    given: str = "--train-backend") -> Problem:
+    """`--train-backend fsdp` on a slime without FSDP. slime 624b824 utils/arguments.py:1592
+    `_pre_parse_mode`: `temp_parser.add_argument("--train-backend", type=str,
+    choices=["megatron"], default="megatron")` then `parse_known_args()`: a value outside
+    the choices is an argparse error (exit 2) even there. THUDM/slime e4faf63 (#1664, "Remove
+    FSDP support", 2026-03-04) narrowed the choices from ["megatron", "fsdp"] and deleted
+    slime/backends/fsdp_utils. `choices` None: which slime runs is not known here (the
+    bundled snapshot is 624b824, but an older slime or a fork may have FSDP): skipped."""
+    if choices is None:
+        return Problem(
+            "train-backend-unsupported",
+            f"{given} fsdp: slime removed its FSDP backend (THUDM/slime e4faf63, #1664; the "
+            "bundled slime 624b824 accepts only megatron and exits at start-up), but which "
+            "slime runs here is not known: an older slime or a fork may still have FSDP.",
+            "give check --stack the slime checkout (or site-packages) the job runs, or use "
+            f"{given} megatron",
+            (given,), "skipped")
+    return Problem(
+        "train-backend-unsupported",
+        f"{given} fsdp is not a choice of {framework}'s parser ({where}: choices "
+        f"{', '.join(choices)}): train.py exits at start-up with argparse's 'invalid choice'"
+        + (" (slime removed its FSDP backend in THUDM/slime e4faf63, #1664)."
+           if framework == "slime" else "."),
+        f"use {given} megatron, or run a {framework} that has the FSDP backend",
+        (given,))

@@ -1,0 +1,150 @@
+"""Rules follow the framework a script runs: slime and miles differ (the FSDP backend first).
+
+Each slime variant is a small checkout of our own in slime's style, its utils/arguments.py
+shaped as the upstream commit it stands for (THUDM/slime history, mirrored):
+- 624b824 (and since e4faf63, #1664 "Remove FSDP support"): `_pre_parse_mode` offers
+  `--train-backend` choices=["megatron"] only;
+- e4faf63^ (from 96118d0, #1600): choices megatron and fsdp, and the FSDP parse drops the
+  flags it does not define (`fsdp_parse_args(..., ignore_unknown_args=True)`);
+- 96118d0^ (from cfad46f, #282): choices megatron and fsdp, the FSDP parser strict
+  (`load_fsdp_args` -> `parser.parse_args()`).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from miles_topology.judging.check_script import check_script
+from miles_topology.reading import stack
+
+FLAGS = ("--train-backend fsdp --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
+         "--tensor-model-parallel-size 2 --hf-checkpoint /root/Qwen3-4B --colocate")
+
+PRE_PARSE = '''import argparse
+
+
+def _pre_parse_mode():
+    temp_parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    temp_parser.add_argument("--train-backend", type=str, choices={choices}, default="megatron")
+    temp_parser.add_argument("--debug-rollout-only", action="store_true", default=False)
+    temp_args, _ = temp_parser.parse_known_args()
+    return temp_args
+
+
+def parse_args(add_custom_arguments=None):
+    pre = _pre_parse_mode()
+    if pre.train_backend == "megatron":
+        from slime.backends.megatron_utils.arguments import megatron_parse_args
+
+        args = megatron_parse_args(extra_args_provider=None)
+    else:
+        from slime.backends.fsdp_utils.arguments import fsdp_parse_args
+
+        args = fsdp_parse_args(extra_args_provider=None{lenient})
+    return args
+'''
+
+STRICT = '''import argparse
+
+
+def get_slime_extra_args_provider(add_custom_arguments=None):
+    def add_slime_arguments(parser):
+        def add_train_arguments(parser):
+            parser.add_argument(
+                "--train-backend",
+                type=str,
+                choices=["megatron", "fsdp"],
+                default="megatron",
+            )
+            return parser
+
+        parser = add_train_arguments(parser)
+        return parser
+
+    return add_slime_arguments
+
+
+def parse_args(add_custom_arguments=None):
+    from slime.backends.fsdp_utils.arguments import load_fsdp_args
+
+    args = load_fsdp_args(extra_args_provider=get_slime_extra_args_provider())
+    return args
+'''
+
+
+def checkout(root: Path, text: str) -> Path:
+    (root / "slime" / "utils").mkdir(parents=True)
+    (root / "slime" / "__init__.py").write_text("")
+    (root / "slime" / "utils" / "arguments.py").write_text(text)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MILES_TOPOLOGY_CACHE", str(tmp_path / "cache"))
+    stack._base.cache_clear()
+    stack.train_backends.cache_clear()
+    yield
+    stack._base.cache_clear()
+    stack.train_backends.cache_clear()
+
+
+def judged(tmp_path: Path, entry: str, given: Path | None = None):
+    script = tmp_path / "job" / "run.sh"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(f"#!/bin/bash\npython3 {entry} {FLAGS}\n")
+    token = stack.STACK_PATH.set(str(given) if given else None)
+    try:
+        return check_script(str(script), {})
+    finally:
+        stack.STACK_PATH.reset(token)
+
+
+def by_code(v):
+    return {p.code: (p.severity, p.message) for p in v.problems}
+
+
+def test_miles_fsdp_refuses_megatron_only_flags_in_miles_name(tmp_path):
+    v = judged(tmp_path, "/root/miles/train.py")
+    sev, msg = by_code(v)["fsdp-unknown-flag"]
+    assert sev == "error" and msg.startswith("miles' FSDP argument parser does not define "
+                                             "--tensor-model-parallel-size")
+    assert "train-backend-unsupported" not in by_code(v)
+
+
+def test_bundled_slime_fsdp_is_skipped_not_refused_in_miles_name(tmp_path):
+    # the reproducer: which slime runs is not known (an older slime or a fork may have FSDP)
+    v = judged(tmp_path, "/root/slime/train.py")
+    got = by_code(v)
+    assert "fsdp-unknown-flag" not in got and v.ok
+    sev, msg = got["train-backend-unsupported"]
+    assert sev == "skipped" and "e4faf63" in msg and "miles" not in msg
+
+
+def test_a_slime_without_fsdp_refuses_the_backend_citing_its_line(tmp_path):
+    root = checkout(tmp_path / "slime-src", PRE_PARSE.format(choices='["megatron"]',
+                                                             lenient=""))
+    v = judged(tmp_path, "/root/slime/train.py", root)
+    got = by_code(v)
+    assert "fsdp-unknown-flag" not in got and not v.ok
+    sev, msg = got["train-backend-unsupported"]
+    where = f"{root / 'slime' / 'utils' / 'arguments.py'}:6"
+    assert sev == "error" and where in msg and "invalid choice" in msg
+    assert stack.train_backends(str(root), "slime").choices == ("megatron",)
+
+
+def test_a_slime_with_lenient_fsdp_parse_drops_megatron_sizes_with_a_warning(tmp_path):
+    root = checkout(tmp_path / "slime-src", PRE_PARSE.format(
+        choices='["megatron", "fsdp"]', lenient=", ignore_unknown_args=True"))
+    v = judged(tmp_path, "/root/slime/train.py", root)
+    got = by_code(v)
+    assert v.ok and "fsdp-unknown-flag" not in got and "train-backend-unsupported" not in got
+    assert got["fsdp-ignores-megatron-sizes"][0] == "warning"
+
+
+def test_a_slime_with_a_strict_fsdp_parser_refuses_in_slime_name(tmp_path):
+    root = checkout(tmp_path / "slime-src", STRICT)
+    v = judged(tmp_path, "/root/slime/train.py", root)
+    sev, msg = by_code(v)["fsdp-unknown-flag"]
+    assert sev == "error" and msg.startswith("slime's FSDP argument parser")
+    assert "--dp-replicate-size" not in v.errors[0].fix  # slime's FSDP has no such flag
