@@ -796,7 +796,26 @@ def slime_arguments(slime: Tree) -> list[dict]:
         w = Walker(parser, "slime")
         w.only = sg.name  # ServerArgs / RouterArgs are the shared rows, not read again
         w.call(sg, sg.defs["add_sglang_arguments"], [UNKNOWN], {}, Scope(sg, {}))
-    return [record(a) for a in parser.args]
+    return [record(a) for a in parser.args] + pre_parsed(mod)
+
+
+def pre_parsed(mod: Module) -> list[dict]:
+    """The flags slime parses before its main parser and merges back (slime 624b824
+    utils/arguments.py:1583 `_pre_parse_mode`: --train-backend, --debug-rollout-only,
+    --debug-train-only, --load-debug-rollout-data, removed from add_slime_arguments "to avoid
+    registering them twice"): a temporary parser of literal add_argument calls."""
+    fn = mod.defs.get("_pre_parse_mode")
+    if fn is None:  # slime before 96118d0 (#1600) defines them in add_slime_arguments
+        return []
+    out = []
+    for call in ast.walk(fn):
+        if not (isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "add_argument"
+                and call.args and isinstance(call.args[0], ast.Constant)):
+            continue
+        names = [a.value for a in call.args if isinstance(a, ast.Constant)]
+        kw = {k.arg: ev(k.value, Scope(mod)) for k in call.keywords if k.arg}
+        out.append(record(Arg(names, kw, "slime")))
+    return out
 
 
 def patch_flags(text: str) -> list[str]:

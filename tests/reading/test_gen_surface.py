@@ -232,14 +232,25 @@ def get_slime_extra_args_provider(add_custom_arguments=None):
         parser = add_sglang_arguments(parser)
         return parser
     return add_slime_arguments
+
+def _pre_parse_mode():
+    temp_parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    temp_parser.add_argument("--train-backend", type=str, choices=["megatron"], default="megatron")
+    temp_parser.add_argument("--debug-train-only", action="store_true", default=False)
+    temp_args, _ = temp_parser.parse_known_args()
+    return temp_args
 ''', "slime/backends/sglang_utils/arguments.py": '''
 def add_sglang_arguments(parser):
     parser.add_argument("--sglang-only-in-slime")
     return parser
 '''})
-    got = [r["names"] for r in gen.slime_arguments(gen.Tree(slime))]
+    rows = gen.slime_arguments(gen.Tree(slime))
+    got = [r["names"] for r in rows]
     # other modules unread, but for slime's SGLang flags (parsed apart: sglang_parse_args)
-    assert got == [["--actor-num-nodes"], ["--update-weight-mode"], ["--sglang-only-in-slime"]]
+    # and the flags its _pre_parse_mode parses before them (slime 624b824:1583)
+    assert got == [["--actor-num-nodes"], ["--update-weight-mode"], ["--sglang-only-in-slime"],
+                   ["--train-backend"], ["--debug-train-only"]]
+    assert rows[3]["choices"] == ["megatron"] and rows[4]["action"] == "store_true"
 
 
 def test_patch_flags_are_the_added_lines():

@@ -148,3 +148,20 @@ def test_a_slime_with_a_strict_fsdp_parser_refuses_in_slime_name(tmp_path):
     sev, msg = by_code(v)["fsdp-unknown-flag"]
     assert sev == "error" and msg.startswith("slime's FSDP argument parser")
     assert "--dp-replicate-size" not in v.errors[0].fix  # slime's FSDP has no such flag
+
+
+def test_slime_s_pre_parsed_flags_are_slime_flags(tmp_path):
+    # slime 624b824 utils/arguments.py:1583 _pre_parse_mode parses them apart and merges
+    # them back: no ignored-flag / unknown-flag on a slime script
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --train-backend megatron "
+                      "--debug-rollout-only --load-debug-rollout-data /data/r_{rollout_id}.pt "
+                      "--actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
+                      "--num-layers 4\n")
+    v = check_script(str(script), {})
+    assert not [p for p in v.problems if p.code.endswith("-flag")], v.problems
+    from miles_topology.reading import surface
+    for name in ("--train-backend", "--debug-rollout-only", "--debug-train-only",
+                 "--load-debug-rollout-data"):
+        assert name in surface.slime_names()
+    assert surface.slime_table()["--train-backend"].choices == ("megatron",)
