@@ -370,6 +370,22 @@ def _other_flag(out: Parsed, seen: dict[str, str], argv: Sequence[Any], i: int, 
     seen[name] = value
 
 
+def _lacks(name: str) -> bool:
+    """A topology flag the launch's slime does not define: read as any flag it lacks (its
+    parser drops it, or refuses it), so its field keeps slime's default. slime 624b824
+    defines none of --critic-num-nodes, --critic-num-gpus-per-node, --rollout-external (it
+    sets args.rollout_external from --rollout-external-engine-addrs, utils/arguments.py:1904),
+    --eval-num-gpus, --eval-num-gpus-per-engine, --update-weight-transfer-mode,
+    --use-dynamic-global-batch-size, --allow-partial-train-step,
+    --disable-rollout-trim-samples, --qkv-format, --dp-replicate-size, --indep-dp,
+    --ft-components (miles 31f1ca9 utils/arguments.py defines each)."""
+    from .stack import current
+
+    st = current()
+    return st.framework == "slime" and not st.layout_only and name not in RENAMED \
+        and name != TOPOLOGY and st.flag(name) is None
+
+
 def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
     """Read topology flags from argv (argparse semantics: the last occurrence wins; a repeat
     with another value warns, a flag miles' parser does not define is an error)."""
@@ -384,7 +400,7 @@ def parse_flags(argv: Sequence[Any], own: Collection[str] = ()) -> Parsed:
         text = text_of(token)
         i += 1
         name, eq, inline = text.partition("=")
-        if not _is_flag(text) or not (name in specs or name == TOPOLOGY):
+        if not _is_flag(text) or not (name in specs or name == TOPOLOGY) or _lacks(name):
             out.passthrough.append(token)
             if text.startswith("-") and len(text) > 1:
                 _other_flag(out, seen, argv, i, name, eq, inline, own)

@@ -165,3 +165,24 @@ def test_slime_s_pre_parsed_flags_are_slime_flags(tmp_path):
                  "--load-debug-rollout-data"):
         assert name in surface.slime_names()
     assert surface.slime_table()["--train-backend"].choices == ("megatron",)
+
+
+@pytest.mark.parametrize("entry, kept", [("/root/slime/train.py", False),
+                                         ("/root/miles/train.py", True)])
+def test_a_topology_flag_slime_lacks_keeps_its_default_on_slime(tmp_path, entry, kept):
+    # slime 624b824 defines no --critic-num-nodes nor --dp-replicate-size (miles 31f1ca9
+    # does): slime's Megatron parse (ignore_unknown_args=True) drops them, so no rule reads
+    # them as given (miles: critic-placement-overridden, fsdp-flag-ignored)
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/bash\npython3 {entry} --actor-num-nodes 1 "
+                      "--actor-num-gpus-per-node 8 --colocate --num-layers 4 "
+                      "--advantage-estimator ppo --critic-num-nodes 2 --dp-replicate-size 3\n")
+    v = check_script(str(script), {})
+    got = [p.code for p in v.problems]
+    if kept:
+        assert "critic-placement-overridden" in got and "fsdp-flag-ignored" in got
+        assert "ignored-flag" not in got
+    else:
+        assert got.count("ignored-flag") == 2 and "critic-placement-overridden" not in got
+        assert "fsdp-flag-ignored" not in got
+        assert all("slime does not" in p.message for p in v.warnings)
