@@ -291,7 +291,7 @@ def _read(path, launcher_args, env, budget: _Budget, memory_mb, cwd, cluster, re
                    max(budget.left(), 0.0), memory_mb, trust, extra, reads,
                    meanwhile=budget.take())
     return (path, got.records, got.err, got.status, {**child_env, **got.sandbox},
-            budget.total, memory_mb, time.perf_counter() - t0, got.end)
+            budget.total, memory_mb, time.perf_counter() - t0, got.end, got.stdout)
 
 
 @dataclass
@@ -610,7 +610,7 @@ def _where(src) -> tuple[str, int] | None:
 
 
 def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds, end,
-               every: bool = False) -> list[PythonLaunch]:
+               out: str = "", every: bool = False) -> list[PythonLaunch]:
     calls = [r for r in records if "kind" in r]
     _mark_ran(records)
     found, others, launches = _split(calls, child_env, every)
@@ -634,7 +634,7 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
                          f"training; {checkout.hint(absent[0])}")
     try:
         return _launches(path, found, launches, others, calls, records, notes, err, status,
-                         child_env, timeout_s, memory_mb, seconds, every, end)
+                         child_env, timeout_s, memory_mb, seconds, every, end, out)
     except InputError as e:
         if not absent:
             raise
@@ -687,8 +687,8 @@ def brief(text: str) -> str:
 
 
 def _launches(path, found, launches, others, calls, records, notes, err, status, child_env,
-              timeout_s, memory_mb, seconds, every, end) -> list[PythonLaunch]:
-    _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end)
+              timeout_s, memory_mb, seconds, every, end, out: str = "") -> list[PythonLaunch]:
+    _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end, out)
     if found is None:
         ran = f"ran {len(calls)} command(s)" if calls else "ran no command"
         raise NoTrainingLaunch(f"{path}: no training launch: the launcher {ran}, none of them "
@@ -726,10 +726,13 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
     return out
 
 
-def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end
-             ) -> None:
+def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end,
+             out: str = "") -> None:
     """How the launcher's run ended: an InputError when it ended before a training launch
-    was recorded, else a note saying how it ended after (in `notes`)."""
+    was recorded, else a note saying how it ended after (in `notes`). `out`: what it printed
+    on stdout, quoted when it exits with a status and said nothing on stderr (a usage or
+    an error printed with print())."""
+    said = _tail(err) or _printed(out)
     if status in ("timeout", -signal.SIGXCPU):  # the wall clock, or RLIMIT_CPU
         if found is None:
             raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
@@ -744,13 +747,14 @@ def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memor
         if found is None:
             raise InputError(f"{path}: the launcher was {why} before it launched training "
                              f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
-                             + _tail(err))
+                             + said)
         notes.append(f"the launcher was {why} after its training launch was recorded")
     else:
-        _ended(path, found, calls, notes, err, child_env, memory_mb, end)
+        _ended(path, found, calls, notes, err, child_env, memory_mb, end, said)
 
 
-def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict) -> None:
+def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict, said: str = ""
+           ) -> None:
     """The child's own end record (`end`): refused, out of threads or memory, a module
     missing, an error, a wait, an exit."""
     if end["end"] == "refused":
@@ -787,7 +791,7 @@ def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict) -> N
         if found is None:
             gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
             raise InputError(f"{path}: the launcher exited with status {end['code']} before "
-                             f"it launched training{_tail(err)}"
+                             f"it launched training{said}"
                              + (f"; {checkout.hint(gone)}" if gone else ""))
         notes.append(f"the launcher exited with status {end['code']} after its training "
                      "launch was recorded")
@@ -917,3 +921,12 @@ def _tail(err: str) -> str:
     lines = [x.strip(_BOX).strip() for x in err.splitlines()]
     lines = [x for x in lines if any(c.isalnum() for c in x)]
     return f": {lines[-1]}" if lines else ""
+
+
+def _printed(out: str, keep: int = 2) -> str:
+    """The last `keep` meaningful lines the launcher printed on stdout (a usage line and its
+    error), each cut to NOTE_MAX characters; the text is the input's, escaped where it is
+    written (reporting/safetext.py Sink)."""
+    lines = [x.strip(_BOX).strip() for x in out.splitlines()]
+    lines = [brief(x) for x in lines if any(c.isalnum() for c in x)][-keep:]
+    return f"; it printed: {' / '.join(lines)}" if lines else ""

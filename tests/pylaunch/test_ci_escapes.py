@@ -312,6 +312,18 @@ def test_nothing_a_launcher_prints_injects_into_the_log(tmp_path, capsys):
     fail.write_text(f"raise SystemExit({'::error ' + HOSTILE[10:]!r})\n")  # ESC on line 1
     code, out, err = check(capsys, fail)
     assert code == 2 and "\x1b" not in err and "\\x1b]0;title" in err, err
+    # stdout: a launcher that prints its "usage" there and exits with a status
+    said = launcher(tmp_path / "said", "import sys\nprint('usage: run.py M')\n"
+                    "print('\\x1b[2J\\x1b]0;title\\x07::error::pwned\\r::add-mask::x')\n"
+                    "sys.exit(4)\n")
+    for fmt in ("text", "github"):
+        code, out, err = check(capsys, "--format", fmt, said)
+        text = out + err
+        assert code == 2 and "exited with status 4" in text and "; it printed: " in text
+        assert "pwned" in text and "\x1b" not in text and "\x07" not in text, text
+        assert not any(x.lstrip().startswith(("::error::", "::add-mask::"))
+                       for x in text.splitlines()), text
+        assert "\r" not in text.replace("\r\n", "\n"), text
 
 
 def strings(data) -> list[str]:

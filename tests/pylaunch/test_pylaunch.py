@@ -130,6 +130,20 @@ def test_a_usage_error_of_the_launcher_is_reported():
         read_python_launcher(fixture("run_moe_argparse.py"), ["--bogus"])
 
 
+def test_a_usage_printed_on_stdout_is_reported_with_the_exit(tmp_path):
+    # a launcher in upstream's style that prints its own usage with print() and exits 1
+    # before any launch: what it printed is the reason, stderr is empty
+    run = tmp_path / "run.py"
+    run.write_text("import sys\n\nif len(sys.argv) < 2:\n    print('starting')\n"
+                   "    print('usage: run.py MODEL_NAME')\n"
+                   "    print('error: MODEL_NAME is required')\n    sys.exit(3)\n")
+    with pytest.raises(InputError) as e:
+        read_python_launcher(str(run), [])
+    msg = str(e.value)
+    assert "exited with status 3 before it launched training; it printed: usage: run.py " \
+        "MODEL_NAME / error: MODEL_NAME is required" in msg and "starting" not in msg
+
+
 @pytest.mark.parametrize("name", ["run_loop.py", "run_sleep.py"])
 def test_timeout_within_the_bound(name):
     t0 = time.perf_counter()
