@@ -77,7 +77,7 @@ def read_channels(pairs: Sequence[tuple[str, str | None, Location | None]],
     words: list[Word] = []
     got = _last(pairs, CUSTOM_CONFIG)
     if got is not None:
-        problems, words = _custom_config(got[0], got[1], dirs)
+        problems, words = _custom_config(got[0], got[1], dirs, framework)
     cfg = _last(pairs, YAML_CFG)
     backend = _last(pairs, TRAIN_BACKEND)
     if cfg is not None and (backend is None or backend[0] != "fsdp"):  # fsdp: no Megatron
@@ -143,11 +143,14 @@ def _words(values) -> list[Word]:
     return words
 
 
-def _custom_config(value: str | None, at: Location | None, dirs: Sequence[str]
-                   ) -> tuple[list[Problem], list[Word]]:
+def _custom_config(value: str | None, at: Location | None, dirs: Sequence[str],
+                   framework: str = "miles") -> tuple[list[Problem], list[Word]]:
+    """miles 31f1ca9 utils/arguments.py miles_validate_args (resolve_file_arg: a path or an
+    inline base64: payload); slime 624b824 utils/arguments.py:2013 slime_validate_args does
+    the same setattr, after it filled rollout_num_gpus (:1951), but opens a path only."""
     if value is None:
         return [_unread(CUSTOM_CONFIG, "custom-config-unread", "is not known here", at)], []
-    values = yaml_values(value, dirs)
+    values = yaml_values(value, dirs, base64=framework == "miles")
     if isinstance(values, str):
         return [_unread(CUSTOM_CONFIG, "custom-config-unread", f"{value}: {values}", at)], []
     problems, keep = [], []
@@ -160,9 +163,9 @@ def _custom_config(value: str | None, at: Location | None, dirs: Sequence[str]
         if facts(name)["group"] in LAYOUT_GROUPS:
             problems.append(Problem(
                 "custom-config-layout",
-                f"{yv.key}: {yv.value} in {yv.path}:{yv.line} is set by miles_validate_args "
+                f"{yv.key}: {yv.value} in {yv.path}:{yv.line} is set by {framework}_validate_args "
                 "after parse_args computed world size and placement from the command line "
-                "(miles/utils/arguments.py), so it changes a size the job's layout was "
+                f"({framework}/utils/arguments.py), so it changes a size the job's layout was "
                 "already built from.",
                 f"give {flag} {yv.value} on the command line and remove {yv.key} from "
                 f"{yv.path}", (flag,), location=loc))

@@ -186,3 +186,96 @@ def test_a_topology_flag_slime_lacks_keeps_its_default_on_slime(tmp_path, entry,
         assert got.count("ignored-flag") == 2 and "critic-placement-overridden" not in got
         assert "fsdp-flag-ignored" not in got
         assert all("slime does not" in p.message for p in v.warnings)
+
+
+# ---- other rules: what slime 624b824 does where it differs from miles 31f1ca9 -------------
+
+BASE = "--actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate --num-layers 4 "
+
+
+def run(tmp_path: Path, framework: str, flags: str, name: str = "run.sh"):
+    script = tmp_path / name
+    script.write_text(f"#!/bin/bash\npython3 /root/{framework}/train.py {BASE}{flags}\n")
+    return check_script(str(script), {})
+
+
+def test_slime_asserts_its_engine_pp_divides_the_engine(tmp_path):
+    # slime backends/sglang_utils/arguments.py:174; miles has no such assert
+    flags = "--rollout-num-gpus-per-engine 4 --sglang-pp-size 3"
+    slime, miles = run(tmp_path, "slime", flags), run(tmp_path, "miles", flags, "m.sh")
+    assert [p.code for p in slime.errors] == ["sglang-pp-invalid"]
+    assert "slime asserts" in slime.errors[0].message
+    assert "sglang-pp-invalid" not in [p.code for p in miles.problems]
+
+
+def test_slime_engine_tp_is_gpus_over_engine_pp(tmp_path):
+    # slime :180 sglang_tp_size = GPUs per engine // PP; miles :183 = GPUs per engine
+    flags = "--rollout-num-gpus-per-engine 4 --sglang-pp-size 2 --sglang-tp-size 2"
+    slime, miles = run(tmp_path, "slime", flags), run(tmp_path, "miles", flags, "m.sh")
+    assert "sglang-tp-overridden" not in [p.code for p in slime.problems]
+    (w,) = [p for p in miles.warnings if p.code == "sglang-tp-overridden"]
+    assert "overwritten by miles" in w.message
+    # engine DP must divide the TP slime runs (2), not the engine's 4 GPUs
+    bad = run(tmp_path, "slime", "--rollout-num-gpus-per-engine 4 --sglang-pp-size 2 "
+              "--sglang-dp-size 4 --sglang-enable-dp-attention", "d.sh")
+    (e,) = [p for p in bad.errors if p.code == "sglang-dp-invalid"]
+    assert "engine's TP 2" in e.message
+
+
+@pytest.mark.parametrize("flags, code, said", [
+    ("--rollout-num-gpus-per-engine 4 --sglang-dp-size 2", "sglang-dp-invalid",
+     "slime asserts"),
+    ("--use-dynamic-batch-size", "dynamic-batch-requires-max-tokens", "slime asserts"),
+    ("--rollout-batch-size 4 --n-samples-per-prompt 2 --num-steps-per-rollout 2 "
+     "--global-batch-size 2", "steps-per-rollout-conflict", "slime asserts"),
+    ("--rollout-batch-size 2 --n-samples-per-prompt 2 --global-batch-size 8",
+     "rollout-batch-below-global-batch", "slime asserts 'num_rollouts < global_batch_size'"),
+    ("--rollout-batch-size 3 --n-samples-per-prompt 1 --global-batch-size 2",
+     "rollout-batch-not-multiple-of-global-batch", "drops the trailing 1 rollouts"),
+])
+def test_messages_name_the_framework_the_script_runs(tmp_path, flags, code, said):
+    v = run(tmp_path, "slime", flags)
+    (p,) = [p for p in v.problems if p.code == code]
+    assert said in p.message and "miles" not in p.message, p.message
+    m = run(tmp_path, "miles", flags, "m.sh")
+    (p,) = [p for p in m.problems if p.code == code]
+    assert "slime" not in p.message and "miles" in p.message, p.message
+
+
+def test_ppo_on_a_slime_fsdp_is_not_miles_error(tmp_path):
+    # miles raises "Shared Actor/Critic PPO requires the Megatron backend"; no slime does
+    root = checkout(tmp_path / "slime-src", PRE_PARSE.format(
+        choices='["megatron", "fsdp"]', lenient=", ignore_unknown_args=True"))
+    script = tmp_path / "job" / "run.sh"
+    script.parent.mkdir()
+    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --train-backend fsdp "
+                      f"{BASE}--advantage-estimator ppo\n")
+    token = stack.STACK_PATH.set(str(root))
+    try:
+        v = check_script(str(script), {})
+    finally:
+        stack.STACK_PATH.reset(token)
+    assert "ppo-requires-megatron" not in [p.code for p in v.problems]
+    miles = run(tmp_path, "miles", "--train-backend fsdp --advantage-estimator ppo", "m.sh")
+    assert "ppo-requires-megatron" in [p.code for p in miles.errors]
+
+
+def test_custom_config_layout_names_slime_s_validation(tmp_path):
+    (tmp_path / "c.yaml").write_text("actor_num_nodes: 2\n")
+    v = run(tmp_path, "slime", f"--custom-config-path {tmp_path / 'c.yaml'}")
+    (p,) = [p for p in v.errors if p.code == "custom-config-layout"]
+    assert "slime_validate_args" in p.message and "slime/utils/arguments.py" in p.message
+
+
+@pytest.mark.parametrize("flags, code", [
+    ("--actor-num-nodes 1 --actor-num-gpus-per-node 8 --num-layers 4", "no-rollout-gpus"),
+    ("--actor-num-nodes 1 --actor-num-gpus-per-node 8 --num-layers 4 --prefill-num-servers 1 "
+     "--rollout-external-engine-addrs 10.0.0.1:3000", "engine-groups-invalid"),
+])
+def test_placement_messages_name_slime(tmp_path, flags, code):
+    # slime 624b824 utils/arguments.py:1951 and ray/placement_group.py:117 (rollout GPUs);
+    # backends/sglang_utils/arguments.py:190 (prefill servers with external engines)
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/bash\npython3 /root/slime/train.py {flags}\n")
+    (p,) = [p for p in check_script(str(script), {}).problems if p.code == code]
+    assert "slime" in p.message and "miles" not in p.message, p.message

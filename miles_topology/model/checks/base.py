@@ -24,6 +24,12 @@ class _Flags:
 F = _Flags()
 
 
+def _fw(topo: Topology) -> str:
+    """The framework whose code the job runs (miles or slime), named in a message where both
+    do the same (each rule cites the upstream lines of both)."""
+    return topo.layout.framework
+
+
 def _found(code: str, message: str, fix: str, *fields: str) -> Problem:
     """A rule's finding, at its code's severity (the record's, codes/)."""
     return Problem(code, message, fix, tuple(flag_of(f) for f in fields))

@@ -10,7 +10,7 @@ from ...codes import rule
 from ..errors import Problem
 from ..parts import flag_of
 from ..topology import Topology
-from .base import F, _divisors, _found, _nearest, _or, _skip
+from .base import F, _divisors, _found, _fw, _nearest, _or, _skip
 
 
 @rule(
@@ -158,9 +158,12 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
             "dynamic_batch", "qkv_format",
         )
     if bat.dynamic_batch and bat.max_tokens_per_gpu is None:
-        yield _found(  # miles utils/arguments.py miles_validate_args asserts it
+        # miles utils/arguments.py miles_validate_args asserts it; slime 624b824 too
+        # (utils/arguments.py:1868 slime_validate_args)
+        yield _found(
             "dynamic-batch-requires-max-tokens",
-            f"{F.dynamic_batch} needs {F.max_tokens_per_gpu}: miles asserts it at start-up.",
+            f"{F.dynamic_batch} needs {F.max_tokens_per_gpu}: {_fw(topo)} asserts it at "
+            "start-up.",
             f"add {F.max_tokens_per_gpu} N",
             "dynamic_batch", "max_tokens_per_gpu",
         )
@@ -168,12 +171,14 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
         total = bat.rollout_batch_size * bat.n_samples_per_prompt
         want = total // bat.steps_per_rollout
         if gbs is not None and gbs != want:
-            yield _found(  # miles utils/arguments.py miles_validate_args asserts equality
+            # miles utils/arguments.py miles_validate_args asserts equality; slime 624b824
+            # too (utils/arguments.py:1971-1978)
+            yield _found(
                 "steps-per-rollout-conflict",
                 f"{F.steps_per_rollout} {bat.steps_per_rollout} sets the global batch to "
                 f"{bat.rollout_batch_size} x {bat.n_samples_per_prompt} // "
-                f"{bat.steps_per_rollout} = {want}, but {F.global_batch_size} is {gbs}; miles "
-                "asserts they agree.",
+                f"{bat.steps_per_rollout} = {want}, but {F.global_batch_size} is {gbs}; "
+                f"{_fw(topo)} asserts they agree.",
                 f"drop {F.global_batch_size}, or set it to {want}",
                 "steps_per_rollout", "global_batch_size",
             )
@@ -181,14 +186,21 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
         return
     if bat.rollout_batch_size is not None:
         total = bat.rollout_batch_size * bat.n_samples_per_prompt
+        slime = _fw(topo) == "slime"
         if total < gbs and not bat.no_trim:
-            # miles RolloutManager._get_rollout_data (trim to a multiple of the global batch;
-            # trim_len == 0 raises): read in an earlier miles, not re-found in HEAD's rollout/
+            # miles 31f1ca9 ray/rollout/rollout_data_conversion.py:43 (trim to a multiple of
+            # the global batch; trim_len == 0 raises "Not enough samples"); slime 624b824
+            # counts the global batch in rollouts and asserts one step's worth
+            # (utils/dp_schedule.py:136 build_dp_schedule, "num_rollouts (N) <
+            # global_batch_size (G)")
             yield _found(
                 "rollout-batch-below-global-batch",
                 f"rollout_batch_size x n_samples_per_prompt = {bat.rollout_batch_size} x "
                 f"{bat.n_samples_per_prompt} = {total} samples do not fill one global batch of "
-                f"{gbs}: miles raises 'Not enough samples' after the first rollout.",
+                f"{gbs}: "
+                + ("slime asserts 'num_rollouts < global_batch_size' at the first training "
+                   "step (after the first rollout)." if slime else
+                   "miles raises 'Not enough samples' after the first rollout."),
                 f"try {F.global_batch_size} {_or(_nearest(_divisors(total), gbs))}",
                 "rollout_batch_size", "n_samples_per_prompt", "global_batch_size",
             )
@@ -198,8 +210,11 @@ def batch_sizes(topo: Topology) -> Iterator[Problem]:
                 "rollout-batch-not-multiple-of-global-batch",
                 f"rollout_batch_size x n_samples_per_prompt = {bat.rollout_batch_size} x "
                 f"{bat.n_samples_per_prompt} = {total} samples is not a multiple of "
-                f"global_batch_size {gbs} ({total}/{gbs} = {total / gbs:.2f}): miles trims "
-                f"every rollout to {total // gbs * gbs} samples, dropping {total % gbs}.",
+                f"global_batch_size {gbs} ({total}/{gbs} = {total / gbs:.2f}): "
+                + (f"slime trains {total // gbs} step(s) of {gbs} and drops the trailing "
+                   f"{total % gbs} rollouts (utils/dp_schedule.py build_dp_schedule)."
+                   if slime else f"miles trims every rollout to {total // gbs * gbs} samples, "
+                   f"dropping {total % gbs}."),
                 f"try {F.global_batch_size} {_or(_nearest(_divisors(total), gbs))}",
                 "rollout_batch_size", "n_samples_per_prompt", "global_batch_size",
             )

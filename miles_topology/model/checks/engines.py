@@ -11,7 +11,7 @@ from ...codes import rule
 from .. import placement as _placement
 from ..errors import Problem
 from ..topology import Topology
-from .base import F, _divisors, _found, _nearest, _or
+from .base import F, _divisors, _found, _fw, _nearest, _or
 
 
 @rule(
@@ -72,7 +72,7 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
             # past the node's last GPU (or a multi-node engine not tiling whole nodes) fails
             "engine-straddles-nodes",
             f"rollout engine {bad} of {s} GPUs starts at node {at[0]} GPU {at[1]} "
-            f"(engines follow the actor's {offset} GPUs in miles' packed placement "
+            f"(engines follow the actor's {offset} GPUs in {_fw(topo)}'s packed placement "
             f"group) and would run past the end of its node, on nodes of {node} GPUs: an "
             "engine must fit inside one node from its first GPU, or span whole nodes from GPU 0 "
             f"({node} % {s} = {node % s}).",
@@ -86,35 +86,69 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
         return
 
 
+def _engine_tp(topo: Topology) -> int:
+    """The TP each rollout engine runs: its GPUs (miles 31f1ca9 backends/sglang_utils/
+    arguments.py validate_args), divided by --sglang-pp-size on slime (624b824, same file:173:
+    when PP > 1 and it divides them; else slime asserts, `sglang-pp-invalid`)."""
+    ro = topo.rollout
+    if _fw(topo) == "slime" and ro.engine_pp > 1 and ro.engine_size % ro.engine_pp == 0:
+        return ro.engine_size // ro.engine_pp
+    return ro.engine_size
+
+
 @rule(
     source=("sglang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism; miles "
-            "backends/sglang_utils/arguments.py validate_args"),
+            "and slime backends/sglang_utils/arguments.py validate_args"),
     codes={
         "sglang-dp-invalid": (
             "error", "engine DP does not divide engine TP, or DP > 1 without DP attention",
                 "--sglang-data-parallel-size 6"),
+        "sglang-pp-invalid": (
+            "error", f"slime: `{F.engine_pp}` > 1 does not divide `{F.engine_size}` (slime "
+            "asserts it; miles passes the size to SGLang as given)",
+                "framework: slime, engine_size: 3, engine_pp: 2 in a topology YAML"),
     },
 )
 def sglang_dp(topo: Topology) -> Iterator[Problem]:
-    size, dp = topo.rollout.engine_size, topo.rollout.engine_dp
+    """Engine DP and, on slime, engine PP: slime 624b824 backends/sglang_utils/arguments.py
+    validate_args:174 `assert args.rollout_num_gpus_per_engine % args.sglang_pp_size == 0`
+    when --sglang-pp-size > 1, then engine TP = GPUs per engine // PP (miles 31f1ca9 has no
+    such assert and runs TP = GPUs per engine)."""
+    ro = topo.rollout
+    size, dp = _engine_tp(topo), ro.engine_dp
+    if _fw(topo) == "slime" and ro.engine_pp > 1 and ro.engine_size % ro.engine_pp:
+        yield _found(
+            "sglang-pp-invalid",
+            f"{F.engine_pp} {ro.engine_pp} does not divide {F.engine_size} "
+            f"{ro.engine_size} ({ro.engine_size} % {ro.engine_pp} = "
+            f"{ro.engine_size % ro.engine_pp}): slime asserts it at start-up (each engine "
+            "runs TP = its GPUs // PP).",
+            f"try {F.engine_pp} {_or(_nearest(_divisors(ro.engine_size), ro.engine_pp))}",
+            "engine_pp", "engine_size",
+        )
+        return
     if size % dp:
         # SGLang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism: with DP
         # attention `assert self.tp_size % self.dp_size == 0` (engine TP = the engine's GPUs:
-        # miles sglang_utils validate_args sets sglang_tp_size = rollout_num_gpus_per_engine);
-        # without DP attention miles' assert below fires first
+        # miles sglang_utils validate_args sets sglang_tp_size = rollout_num_gpus_per_engine;
+        # slime divides it by --sglang-pp-size, `_engine_tp`); without DP attention the
+        # framework's assert below fires first
         yield _found(
             "sglang-dp-invalid",
-            f"engine DP {dp} does not divide the engine's {size} GPUs (engine TP); in SGLang "
-            "DP subdivides the engine, it does not multiply it.",
+            (f"engine DP {dp} does not divide the engine's {size} GPUs (engine TP)"
+             if size == ro.engine_size else f"engine DP {dp} does not divide the engine's TP "
+             f"{size} ({F.engine_size} // {F.engine_pp})")
+            + "; in SGLang DP subdivides the engine, it does not multiply it.",
             f"try {F.engine_dp} {_or(_nearest(_divisors(size), dp))}",
             "engine_dp", "engine_size",
         )
     if dp > 1 and not topo.rollout.dp_attention:
-        # miles backends/sglang_utils/arguments.py validate_args:
+        # miles backends/sglang_utils/arguments.py validate_args (slime 624b824 the same,
+        # backends/sglang_utils/arguments.py:183):
         # `if args.sglang_dp_size > 1: assert args.sglang_enable_dp_attention`
         yield _found(
             "sglang-dp-invalid",
-            f"engine DP {dp} > 1 needs DP attention: miles asserts "
+            f"engine DP {dp} > 1 needs DP attention: {_fw(topo)} asserts "
             f"{F.dp_attention} whenever {F.engine_dp} "
             "(--sglang-data-parallel-size) is above 1, at start-up.",
             f"add {F.dp_attention}, or set {F.engine_dp} 1",
@@ -134,12 +168,14 @@ def sglang_ep(topo: Topology) -> Iterator[Problem]:
     parallel_state.py initialize_model_parallel splits the TP group into tp // ep MoE-TP
     groups (no explicit assert for tp % ep; uneven groups cannot be built)."""
     ro, mod = topo.rollout, topo.model
-    size, ep = ro.engine_size, ro.engine_ep_used
+    size = _engine_tp(topo)  # slime: GPUs per engine // --sglang-pp-size
+    ep = size if ro.a2a_forces_ep else ro.engine_ep
     ok = [d for d in _divisors(size) if mod.experts is None or mod.experts % d == 0]
     if size % ep or (mod.experts is not None and mod.experts % ep):
         yield _found(
             "sglang-ep-invalid",
-            f"engine EP {ep} must divide the engine's {size} GPUs"
+            f"engine EP {ep} must divide the engine's "
+            + (f"{size} GPUs" if size == ro.engine_size else f"TP {size}")
             + (f" and the {mod.experts} experts" if mod.experts is not None else "")
             + f" ({size} % {ep} = {size % ep}"
             + (f", {mod.experts} % {ep} = {mod.experts % ep}" if mod.experts else "")
@@ -167,18 +203,21 @@ def sglang_ep(topo: Topology) -> Iterator[Problem]:
     },
 )
 def sglang_overridden(topo: Topology) -> Iterator[Problem]:
-    """Engine sizes miles or SGLang overwrite silently: warnings, with what is really used."""
+    """Engine sizes miles, slime or SGLang overwrite silently: warnings, with what is really
+    used."""
     ro = topo.rollout
-    if ro.sglang_tp is not None and ro.sglang_tp != ro.engine_size:
+    tp = _engine_tp(topo)
+    if ro.sglang_tp is not None and ro.sglang_tp != tp:
         # miles backends/sglang_utils/arguments.py validate_args:
-        # `args.sglang_tp_size = args.rollout_num_gpus_per_engine`
+        # `args.sglang_tp_size = args.rollout_num_gpus_per_engine`; slime 624b824 (same
+        # file:180) `args.rollout_num_gpus_per_engine // args.sglang_pp_size` when PP > 1
+        pp = f" // {F.engine_pp} {ro.engine_pp}" if tp != ro.engine_size else ""
         yield _found(
             "sglang-tp-overridden",
-            f"{F.sglang_tp} {ro.sglang_tp} is overwritten by miles with "
-            f"{F.engine_size} {ro.engine_size}: each engine runs TP "
-            f"{ro.engine_size}.",
-            f"drop {F.sglang_tp} and set {F.engine_size} {ro.sglang_tp} if "
-            "that is the engine size you meant",
+            f"{F.sglang_tp} {ro.sglang_tp} is overwritten by {_fw(topo)} with "
+            f"{F.engine_size} {ro.engine_size}{pp}: each engine runs TP {tp}.",
+            f"drop {F.sglang_tp} and set {F.engine_size} {ro.sglang_tp * (ro.engine_size // tp)} "
+            "if that is the engine TP you meant",
             "sglang_tp", "engine_size",
         )
     if ro.a2a_forces_ep and ro.engine_ep not in (1, ro.engine_size):
@@ -224,7 +263,7 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
         n = -(-lay.actor_gpus // node)
         yield _found(
             "actor-node-shape-ignored",
-            f"the actor asks for {lay.nodes} node(s) x {lay.gpus_per_node} GPUs, but miles "
+            f"the actor asks for {lay.nodes} node(s) x {lay.gpus_per_node} GPUs, but {_fw(topo)} "
             f"packs its {lay.actor_gpus} ranks into one placement group: they fill {n} "
             f"node(s) of {node} GPUs ({F.node_gpus}) in order, not "
             f"{lay.gpus_per_node} per node.",
@@ -251,19 +290,25 @@ def fits_cluster(topo: Topology) -> Iterator[Problem]:
             what = ("eval engines" if g.model == "eval" else
                     "rollout engines" if g.model == "default" else
                     f"{F.sglang_config} {g.model}/{g.kind} engines")
+            fw = _fw(topo)
             if size <= npn:
-                happens = (f"miles starts each as one process on {size} GPUs of a single node "
+                happens = (f"{fw} starts each as one process on {size} GPUs of a single node "
                            f"(min({size}, {npn})), which a node of {node} GPUs does not have")
+            elif size % npn and fw == "slime":
+                # slime 624b824 ray/rollout.py:896 checks nothing: `_gpus_per_engine //
+                # args.num_gpus_per_node` nodes per engine, min(size, npn) GPUs on each (:107)
+                happens = (f"slime spans each over {size // npn} node(s) of {npn} GPUs "
+                           f"({size} // {npn}), not the {size} GPUs asked")
             elif size % npn:
                 happens = (f"miles refuses the size at start-up ({size} is neither <= {npn} "
                            f"nor a multiple of it)")
             else:
-                happens = (f"miles starts each as {size // npn} processes of {npn} GPUs, more "
+                happens = (f"{fw} starts each as {size // npn} processes of {npn} GPUs, more "
                            f"than a node of {node} GPUs has")
             yield _found(
                 "num-gpus-per-node-default",
                 f"the actor uses {lay.nodes} nodes x {node} GPUs but {F.node_gpus} is "
-                f"not given, so miles sizes engines for nodes of {npn}: the {what} of {size} "
+                f"not given, so {fw} sizes engines for nodes of {npn}: the {what} of {size} "
                 f"GPUs are larger than a node of {node}, and {happens}. This check assumes "
                 f"nodes of {node} GPUs.",
                 f"add {F.node_gpus} {node}",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from ...codes import rule
 from ..errors import Problem
 from ..topology import Topology
-from .base import F, _found, _skip
+from .base import F, _found, _fw, _skip
 
 
 @rule(
@@ -105,7 +105,9 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
     --debug-train-only, or eval GPUs > 0; --debug-train-only sets rollout_num_gpus = 0), then
     asserts the groups total rollout + eval GPUs and, with eval GPUs, exactly one model named
     "eval" holding them. (Two models named "eval" are not told apart here: the groups are read
-    per model name.)"""
+    per model name.) slime 624b824 asserts the same: backends/sglang_utils/arguments.py:190-200
+    (not with external engines, not both), sglang_config.py:188 (decode GPUs > 0) and
+    ray/rollout.py:1135 (the groups total rollout_num_gpus; slime has no eval GPUs)."""
     ro = topo.rollout
     if ro.prefill_servers is not None:
         if ro.sglang_config is not None or ro.rollout_external:
@@ -113,7 +115,7 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
                 "engine-groups-invalid",
                 f"{F.prefill_servers} cannot be combined with "
                 + (f"{F.sglang_config}" if ro.sglang_config else "external rollout engines")
-                + ": miles refuses it at start-up.",
+                + f": {_fw(topo)} refuses it at start-up.",
                 f"describe prefill/decode groups in {F.sglang_config} only",
                 "prefill_servers", "sglang_config",
             )
@@ -125,7 +127,7 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
             yield _found(
                 "engine-groups-invalid",
                 f"{F.prefill_servers} {ro.prefill_servers} leaves no decode engine: "
-                f"{n} engine(s) in all; miles asserts engines > prefill servers.",
+                f"{n} engine(s) in all; {_fw(topo)} asserts engines > prefill servers.",
                 f"try {F.prefill_servers} {max(0, n - 1)}, or more {F.rollout_gpus}",
                 "prefill_servers", "rollout_gpus",
             )
@@ -134,7 +136,8 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
     if ro.rollout_external:
         yield _found(
             "engine-groups-invalid",
-            f"{F.sglang_config} cannot be used with external rollout engines (miles asserts it).",
+            f"{F.sglang_config} cannot be used with external rollout engines ({_fw(topo)} "
+            "asserts it).",
             f"drop {F.sglang_config}", "sglang_config", "rollout_external",
         )
         return
@@ -158,7 +161,7 @@ def sglang_config_groups(topo: Topology) -> Iterator[Problem]:
             f"{F.sglang_config} groups hold {total} GPUs but {F.rollout_gpus} + {F.eval_gpus} "
             f"= {rollout} + {ro.eval_gpus} = {want}"
             + (f" ({F.train_only} starts no rollout engine)" if ro.train_only else "")
-            + "; miles asserts they are equal.",
+            + f"; {_fw(topo)} asserts they are equal.",
             f"make the groups' num_gpus add up to {want}"
             + ("" if ro.train_only else
                f", or set {F.rollout_gpus} {total - ro.eval_gpus}"),

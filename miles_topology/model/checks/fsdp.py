@@ -35,7 +35,11 @@ def critic(topo: Topology) -> Iterator[Problem]:
     """PPO (miles utils/arguments.py miles_validate_args): `args.use_critic =
     args.advantage_estimator == "ppo"`, a ValueError unless the Megatron backend, and
     --critic-num-* overwritten with the actor's; placement_group.py create_placement_groups
-    gives the critic the actor's bundles."""
+    gives the critic the actor's bundles. Not slime's: no slime commit raises that error
+    (`git log -S "requires the Megatron backend"` finds none), and its --critic-num-* (4badb74 to
+    75af529, #1856) were kept when given, filled from the actor's only when absent
+    (utils/arguments.py `if args.critic_num_nodes is None`); slime 624b824 has no such flags
+    (its Megatron parse drops them: flags.py `_lacks`)."""
     if topo.layout.use_critic and topo.layout.advantage_estimator is None:
         yield _found(
             "deprecated-flag",
@@ -44,7 +48,7 @@ def critic(topo: Topology) -> Iterator[Problem]:
             f"replace {F.use_critic} with {F.advantage_estimator} ppo",
             "use_critic",
         )
-    if not topo.layout.use_critic:
+    if not topo.layout.use_critic or topo.layout.framework != "miles":
         return
     if topo.layout.train_backend != "megatron":
         yield _found(
@@ -152,8 +156,8 @@ declare("checks/fsdp.py backend_refused (called by sources.read_flags)", {
         "(slime since THUDM/slime e4faf63, #1664, which removed the FSDP backend): argparse "
         "exits at start-up (invalid choice); skipped when which slime runs is not known here "
         "(the bundled snapshot: an older slime or a fork may still have FSDP)",
-        "python3 /root/slime/train.py --train-backend fsdp (with --stack a slime checkout)"),
-}, source="slime 624b824 utils/arguments.py:1592 _pre_parse_mode (`--train-backend` "
+        f"python3 /root/slime/train.py {F.train_backend} fsdp (with --stack a slime checkout)"),
+}, source=f"slime 624b824 utils/arguments.py:1592 _pre_parse_mode (`{F.train_backend}` "
           "choices=[\"megatron\"]); THUDM/slime e4faf63 (#1664) removed slime/backends/fsdp_utils")
 
 
@@ -195,7 +199,7 @@ def fsdp_undefined_flags(given_by: dict[str, str], framework: str = "miles",
 
 
 def backend_refused(framework: str, choices: tuple[str, ...] | None, where: str | None,
-                    given: str = "--train-backend") -> Problem:
+                    given: str | None = None) -> Problem:
     """`--train-backend fsdp` on a slime without FSDP. slime 624b824 utils/arguments.py:1592
     `_pre_parse_mode`: `temp_parser.add_argument("--train-backend", type=str,
     choices=["megatron"], default="megatron")` then `parse_known_args()`: a value outside
@@ -203,6 +207,7 @@ def backend_refused(framework: str, choices: tuple[str, ...] | None, where: str 
     FSDP support", 2026-03-04) narrowed the choices from ["megatron", "fsdp"] and deleted
     slime/backends/fsdp_utils. `choices` None: which slime runs is not known here (the
     bundled snapshot is 624b824, but an older slime or a fork may have FSDP): skipped."""
+    given = given or F.train_backend
     if choices is None:
         return Problem(
             "train-backend-unsupported",

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from ...codes import rule
 from ..errors import Problem
 from ..topology import Topology
-from .base import F, _found
+from .base import F, _found, _fw
 
 
 @rule(
@@ -50,7 +50,8 @@ def rollout_gpus_given(topo: Topology) -> Iterator[Problem]:
     utils/arguments.py:1951), so a slime launch is not warned.
     No rollout GPUs: miles leaves rollout_num_gpus None, and placement_group.py
     _get_placement_group_layout then adds None (a crash on a real launch; a warning here, as a
-    Topology may describe the trainer only)."""
+    Topology may describe the trainer only); slime 624b824 the same (utils/arguments.py:1951
+    fills it only under --colocate; ray/placement_group.py:117 adds it)."""
     ro = topo.rollout
     actor = topo.layout.actor_gpus
     if ro.colocate and ro.rollout_gpus is not None and ro.rollout_gpus != actor \
@@ -67,8 +68,8 @@ def rollout_gpus_given(topo: Topology) -> Iterator[Problem]:
         yield _found(
             "no-rollout-gpus",
             f"neither {F.colocate} nor {F.rollout_gpus} is given, so no rollout engine is placed "
-            "here; miles itself leaves rollout_num_gpus unset and fails sizing its placement "
-            f"group unless {F.train_only} or external engines are used.",
+            f"here; {_fw(topo)} itself leaves rollout_num_gpus unset and fails sizing its "
+            f"placement group unless {F.train_only} or external engines are used.",
             f"add {F.colocate}, or {F.rollout_gpus} N for separate rollout GPUs",
             "rollout_gpus", "colocate",
         )
