@@ -279,3 +279,13 @@ def test_placement_messages_name_slime(tmp_path, flags, code):
     script.write_text(f"#!/bin/bash\npython3 /root/slime/train.py {flags}\n")
     (p,) = [p for p in check_script(str(script), {}).problems if p.code == code]
     assert "slime" in p.message and "miles" not in p.message, p.message
+
+
+def test_r3_with_external_engines_quotes_slime_s_error(tmp_path):
+    # slime 624b824 backends/megatron_utils/actor.py:311
+    flags = ("--actor-num-nodes 1 --actor-num-gpus-per-node 8 --num-layers 4 --num-experts 8 "
+             "--use-rollout-routing-replay --rollout-external-engine-addrs 10.0.0.1:3000")
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/bash\npython3 /root/slime/train.py {flags}\n")
+    (p,) = [p for p in check_script(str(script), {}).problems if p.code == "r3-external-capture"]
+    assert "slime cannot switch" in p.message and "when use_rollout_routing_replay" in p.message

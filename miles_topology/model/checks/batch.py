@@ -70,7 +70,7 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
             yield _found(
                 "r3-requires-moe",
                 f"routing replay was asked for, but the model has no MoE layers {why}"
-                + (": miles starts the engines with routed-expert capture on, and SGLang's "
+                + (f": {_fw(topo)} starts the engines with routed-expert capture on, and SGLang's "
                    "capturer reads num_experts_per_tok from the HF config, which a dense model "
                    "lacks, so every engine fails at start-up." if rep.rollout_routing_replay
                    and not ro.rollout_external and mod.experts is None else
@@ -81,11 +81,14 @@ def replay_prerequisites(topo: Topology) -> Iterator[Problem]:
     if rep.rollout_routing_replay and ro.rollout_external:
         yield _found(
             "r3-external-capture",
-            "rollout routing replay with external engines: miles cannot switch on routed-"
-            "expert capture for engines it does not start; a server started without "
+            # slime 624b824: sglang_engine.py:569 sets enable_return_routed_experts on the
+            # engines it starts; megatron_utils/actor.py:311 raises at the first step
+            f"rollout routing replay with external engines: {_fw(topo)} cannot switch on "
+            "routed-expert capture for engines it does not start; a server started without "
             "--enable-return-routed-experts returns no routed experts, and the first training "
             "step then fails after a full rollout ('rollout_routed_experts is required in "
-            "rollout_data for replay').",
+            + ("rollout_data when use_rollout_routing_replay is set')." if _fw(topo) == "slime"
+               else "rollout_data for replay')."),
             "start the external SGLang servers with routed-expert capture on "
             f"(--enable-return-routed-experts), or drop {F.rollout_external}",
             "rollout_routing_replay", "rollout_external",
