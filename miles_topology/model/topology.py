@@ -215,8 +215,12 @@ class Topology(BaseModel):
             data["rollout_external"] = True
         if data.get("rollout_only"):
             # miles_validate_args: colocated without rollout GPUs, they are the actor's; else
-            # the actor shape is derived from the rollout GPUs; colocate is then switched off
-            if data.get("colocate") and not data.get("rollout_gpus"):
+            # the actor shape is derived from the rollout GPUs; colocate is then switched off.
+            # slime 624b824 utils/arguments.py:1919 slime_validate_args first leaves the actor
+            # as given when the engines are external (`if args.rollout_external: pass`)
+            if data.get("framework") == "slime" and data.get("rollout_external"):
+                pass
+            elif data.get("colocate") and not data.get("rollout_gpus"):
                 data["rollout_gpus"] = data.get("nodes", 1) * data.get("gpus_per_node", 8)
             elif data.get("rollout_gpus"):
                 data["gpus_per_node"] = min(8, data["rollout_gpus"])

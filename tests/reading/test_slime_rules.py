@@ -289,3 +289,17 @@ def test_r3_with_external_engines_quotes_slime_s_error(tmp_path):
     script.write_text(f"#!/bin/bash\npython3 /root/slime/train.py {flags}\n")
     (p,) = [p for p in check_script(str(script), {}).problems if p.code == "r3-external-capture"]
     assert "slime cannot switch" in p.message and "when use_rollout_routing_replay" in p.message
+
+
+def test_debug_rollout_only_with_external_engines_keeps_slime_s_actor(tmp_path):
+    # slime 624b824 utils/arguments.py:1920 `if args.rollout_external: pass`; miles 31f1ca9
+    # :3242 derives the actor from --rollout-num-gpus (min(8, 16) x 16 // 8)
+    flags = ("--actor-num-nodes 1 --actor-num-gpus-per-node 4 --num-layers 4 "
+             "--debug-rollout-only --rollout-num-gpus 16 "
+             "--rollout-external-engine-addrs 10.0.0.1:3000")
+    got = {}
+    for fw in ("slime", "miles"):
+        script = tmp_path / f"{fw}.sh"
+        script.write_text(f"#!/bin/bash\npython3 /root/{fw}/train.py {flags}\n")
+        got[fw] = check_script(str(script), {}).summary["world_size"]
+    assert got == {"slime": 4, "miles": 16}
