@@ -13,10 +13,11 @@ the user runs, so a launch is judged against, first to last:
 
 The framework is slime when the entry is under a slime checkout or the checkout holds slime.
 The functions the launch names in `--rollout-function-path` / `--custom-generate-function-path`
-add what their `add_arguments` adds (argscan.py); one that cannot be read here makes the
-flags the stack does not define unverified, not wrong. What a checkout or an installed
-package adds is read once per version (its files' sizes and times) and kept in the user's
-cache folder (MILES_TOPOLOGY_CACHE, else $XDG_CACHE_HOME/miles-topology).
+add what their `add_arguments` adds on miles (argscan.py; slime never calls it); one that
+cannot be read here makes the flags the stack does not define unverified, not wrong. What a
+checkout or an installed package adds is read once per version (its files' sizes and times)
+and kept in the user's cache folder (MILES_TOPOLOGY_CACHE, else
+$XDG_CACHE_HOME/miles-topology).
 """
 
 from __future__ import annotations
@@ -572,7 +573,12 @@ def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, 
 def with_functions(base: Stack, argv: Sequence[tuple[str, str | None]],
                    roots: Sequence[Path] = ()) -> Stack:
     """`base` with what the launch's user functions add (the last value of each flag wins,
-    as argparse has it); a path that cannot be read here is `unresolved`."""
+    as argparse has it); a path that cannot be read here is `unresolved`. Not on slime: no
+    slime commit calls a function's add_arguments (miles 31f1ca9 utils/arguments.py:2591
+    add_user_provided_function_arguments; slime 624b824's parser is its own, Megatron's and
+    SGLang's, and drops what they lack)."""
+    if base.framework == "slime":
+        return base
     paths: dict[str, str | None] = {}
     for flag, value in argv:
         if flag in FUNCTION_FLAGS:

@@ -303,3 +303,23 @@ def test_debug_rollout_only_with_external_engines_keeps_slime_s_actor(tmp_path):
         script.write_text(f"#!/bin/bash\npython3 /root/{fw}/train.py {flags}\n")
         got[fw] = check_script(str(script), {}).summary["world_size"]
     assert got == {"slime": 4, "miles": 16}
+
+
+def test_a_user_function_s_add_arguments_is_miles_only(tmp_path):
+    # miles 31f1ca9 utils/arguments.py:2591 calls the rollout / generate function's
+    # add_arguments(parser); no slime commit does, and slime's parser drops what it lacks
+    project = tmp_path / "proj"
+    (project / "agent").mkdir(parents=True)
+    (project / "agent" / "__init__.py").write_text("")
+    (project / "agent" / "gen.py").write_text(
+        "def generate(args, sample):\n    return sample\n\n\n"
+        "def add_arguments(parser):\n    parser.add_argument('--agent-max-turns', type=int)\n\n\n"
+        "generate.add_arguments = add_arguments\n")
+    got = {}
+    for fw in ("slime", "miles"):
+        script = project / f"{fw}.sh"
+        script.write_text(f"#!/bin/bash\npython3 /root/{fw}/train.py {BASE}"
+                          "--custom-generate-function-path agent.gen.generate "
+                          "--agent-max-turns 4\n")
+        got[fw] = [p.code for p in check_script(str(script), {}).problems]
+    assert got["slime"] == ["ignored-flag"] and got["miles"] == [], got
