@@ -185,10 +185,12 @@ declare("channels.py (YAML files that set arguments after parsing)", {
     'yaml-cfg-incomplete': (
         'error', "Megatron-LM's `--yaml-cfg` YAML replaces the parsed arguments and has no "
         'top-level actor_num_nodes / actor_num_gpus_per_node, which miles\' parse_args reads '
-        'next (AttributeError)', '--yaml-cfg gpt_config.yaml   (nested language_model: ...)'),
+        'next (AttributeError; slime\'s megatron_parse_args reads hf_checkpoint first)',
+        '--yaml-cfg gpt_config.yaml   (nested language_model: ...)'),
     'yaml-cfg-replaces-flags': (
         'warning', "Megatron-LM's `--yaml-cfg` replaces every parsed argument with the YAML's: "
-        "a command-line size the YAML does not set is dropped", '--yaml-cfg megatron.yaml'),
+        "a command-line size the YAML does not set is dropped (on slime, its `--sglang-*` and "
+        "pre-parsed flags are merged back and win)", '--yaml-cfg megatron.yaml'),
     'yaml-cfg-unread': (
         'note', 'reported as skipped: `--yaml-cfg` cannot be read here (unknown value, '
         'missing file, not YAML), so the arguments it sets are not checked',

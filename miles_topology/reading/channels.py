@@ -13,8 +13,10 @@
   it: each top-level key is the value that runs (consistently, so it is read as given last, its
   source the YAML line), a command-line size the YAML lacks is dropped (a warning), and a YAML
   without `actor_num_nodes`/`actor_num_gpus_per_node` at top level makes miles' parse_args
-  (miles/utils/arguments.py) raise AttributeError reading them (an error; slime merges its
-  pre-parsed arguments back, so not there).
+  (miles/utils/arguments.py) raise AttributeError reading them (an error; on slime 624b824
+  `hf_checkpoint` too, read first by megatron_parse_args). slime then merges back its
+  pre-parsed and SGLang arguments (`SLIME_MERGED`, `--sglang-*`): there the command line's
+  values of those win over the YAML's.
 - SGLang's `--config` does not reach SGLang through miles or slime: both leave `config` out of
   the `--sglang-*` flags they forward (`_SKIPPED_SERVER_ARGS` in
   backends/sglang_utils/arguments.py); miles' own `--sglang-config` is its engine-group file
@@ -36,8 +38,21 @@ from .sources import yaml_values
 CUSTOM_CONFIG = "--custom-config-path"
 YAML_CFG = "--yaml-cfg"
 TRAIN_BACKEND = "--train-backend"
-# what miles' parse_args reads from the namespace --yaml-cfg returned (miles/utils/arguments.py)
-YAML_CFG_READ = ("actor_num_nodes", "actor_num_gpus_per_node")
+# what the framework reads first from the namespace --yaml-cfg returned: miles' parse_args
+# (miles/utils/arguments.py); slime 624b824 backends/megatron_utils/arguments.py
+# megatron_parse_args, right after Megatron's parse_args: `if args.hf_checkpoint and ...`
+# (:198), then `args.actor_num_nodes * args.actor_num_gpus_per_node` (:206)
+YAML_CFG_READ = {"miles": ("actor_num_nodes", "actor_num_gpus_per_node"),
+                 "slime": ("hf_checkpoint", "actor_num_nodes", "actor_num_gpus_per_node")}
+# slime 624b824 utils/arguments.py parse_args merges back, after Megatron's parse (which
+# --yaml-cfg replaces), the pre-parsed namespace (:1627, _pre_parse_mode) and SGLang's
+# (:1631, sglang_parse_args: --sglang-*, --prefill-num-servers): their command line wins
+SLIME_MERGED = ("--train-backend", "--debug-rollout-only", "--debug-train-only",
+                "--load-debug-rollout-data", "--prefill-num-servers")
+
+
+def _merged_back(flag: str, framework: str) -> bool:
+    return framework == "slime" and (flag.startswith("--sglang-") or flag in SLIME_MERGED)
 LAYOUT_GROUPS = ("layout", "rollout")  # what world size and placement are computed from
 
 
@@ -104,20 +119,24 @@ def _yaml_cfg(value: str | None, at: Location | None, dirs: Sequence[str],
         return [_unread(YAML_CFG, "yaml-cfg-unread", f"{value}: {values}", at)], []
     problems: list[Problem] = []
     keys = {yv.key for yv in values}
-    missing = [k for k in YAML_CFG_READ if k not in keys]
-    if framework == "miles" and missing:
+    missing = [k for k in YAML_CFG_READ.get(framework, ()) if k not in keys]
+    if missing:
+        reader = "slime's megatron_parse_args" if framework == "slime" else \
+            f"{framework}' parse_args"
         problems.append(Problem(
             "yaml-cfg-incomplete",
             f"{YAML_CFG} {value}: Megatron-LM's parse_args replaces the parsed arguments with "
             f"the YAML's top-level keys (yaml_arguments.py load_yaml), which has no "
-            f"{' or '.join(missing)}, so miles' parse_args fails reading "
+            f"{' or '.join(missing)}, so {reader} fails reading "
             f"args.{missing[0]} (AttributeError).",
             f"drop {YAML_CFG} and give the arguments on the command line, or write every "
             f"argument, {', '.join(missing)} included, at the top level of {value}",
             (YAML_CFG,), location=at))
-    words = _words([yv for yv in values if yv.key in _by_dest()])
+    kept = [yv for yv in values if yv.key in _by_dest()
+            and not _merged_back(flag_of(_by_dest()[yv.key]), framework)]
+    words = _words(kept)
     sizes = {flag_of(name) for name in _by_dest().values()}
-    dropped = sorted({f for f, _, _ in pairs if f in sizes}
+    dropped = sorted({f for f, _, _ in pairs if f in sizes and not _merged_back(f, framework)}
                      - {flag_of(_by_dest()[k]) for k in keys & _by_dest().keys()})
     if dropped:
         problems.append(Problem(

@@ -406,9 +406,33 @@ def test_yaml_cfg_is_not_read_as_base64_and_not_on_fsdp(tmp_path):
     cfg = str(YAML_CFG / "megatron-style.yaml")
     assert read_channels([("--train-backend", "fsdp", None), ("--yaml-cfg", cfg, None)]) \
         == ([], [])
-    # slime merges its pre-parsed arguments back after Megatron's parse_args: no error there
+    # slime 624b824 reads args.hf_checkpoint (backends/megatron_utils/arguments.py:198) and
+    # the actor's sizes (:206) right after Megatron's parse_args, before it merges its
+    # pre-parsed and SGLang arguments back (utils/arguments.py:1627): an error there too
     problems, _ = read_channels([("--yaml-cfg", cfg, None)], framework="slime")
-    assert "yaml-cfg-incomplete" not in [p.code for p in problems]
+    (p,) = [p for p in problems if p.code == "yaml-cfg-incomplete"]
+    assert "slime's megatron_parse_args fails reading args.hf_checkpoint" in p.message
+
+
+def test_slime_merges_its_sglang_and_pre_parsed_flags_back_over_a_yaml_cfg(tmp_path):
+    # slime 624b824 utils/arguments.py:1627-1633: after Megatron's parse (which --yaml-cfg
+    # replaces), setattr of the pre-parsed and the SGLang namespaces: the command line wins
+    from miles_topology.reading.channels import read_channels
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("hf_checkpoint: /m\nactor_num_nodes: 1\nactor_num_gpus_per_node: 8\n"
+                   "sglang_dp_size: 4\ntensor_model_parallel_size: 2\n")
+    pairs = [("--yaml-cfg", str(cfg), None), ("--sglang-dp-size", "2", None),
+             ("--sglang-enable-dp-attention", None, None),
+             ("--pipeline-model-parallel-size", "2", None)]
+    for fw, applied in (("slime", False), ("miles", True)):
+        problems, words = read_channels(pairs, framework=fw)
+        texts = [w.text for w in words]
+        assert ("--sglang-dp-size" in texts) is applied, (fw, texts)
+        assert "--tensor-model-parallel-size" in texts
+        (p,) = [p for p in problems if p.code == "yaml-cfg-replaces-flags"]
+        assert ("--sglang-enable-dp-attention" in p.flags) is applied, (fw, p.message)
+        assert "--pipeline-model-parallel-size" in p.flags
 
 
 # ---- migrate ---------------------------------------------------------------------------------
