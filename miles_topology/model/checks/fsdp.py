@@ -84,8 +84,9 @@ def critic(topo: Topology) -> Iterator[Problem]:
             "--actor-num-gpus-per-node 1 --train-backend fsdp --dp-replicate-size 2"),
         "fsdp-ignores-megatron-sizes": (
             "warning", f"`{F.train_backend} fsdp` with Megatron sizes (TP, PP, EP, ...) it "
-            "ignores, given other than by a miles command-line flag (a topology YAML, a Python "
-            "caller)",
+            "ignores, given other than by a command-line flag its parser refuses (a topology "
+            "YAML, a Python caller, or a slime whose FSDP parse drops unknown flags, THUDM/slime "
+            "96118d0 to e4faf63)",
                 "train_backend: fsdp and tp: 2 in a topology YAML"),
         "fsdp-flag-ignored": ("warning", f"`{F.dp_replicate}` without `{F.train_backend} fsdp`",
             "--dp-replicate-size 3"),
@@ -128,9 +129,10 @@ def fsdp_mesh(topo: Topology) -> Iterator[Problem]:
             "dp_replicate", "nodes", "gpus_per_node",
         )
     if lay.fsdp_ignored:
-        # Only sizes that reach the Topology from somewhere other than a miles command line
-        # (our topology YAML, a Python caller): on a command line those flags are an error,
-        # fsdp-unknown-flag (fsdp_undefined_flags), and are not reported twice.
+        # Only sizes that reach the Topology from somewhere other than a command line whose
+        # FSDP parser refuses them (our topology YAML, a Python caller, a slime between
+        # 96118d0 and e4faf63 that drops them: sources.fsdp_refusals): where the parser
+        # refuses them they are an error, fsdp-unknown-flag, and are not reported twice.
         shown = ", ".join(f"{flag_of(f)} {v}" for f, v in lay.fsdp_ignored)
         yield _found(
             "fsdp-ignores-megatron-sizes",
