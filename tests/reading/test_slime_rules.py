@@ -323,3 +323,43 @@ def test_a_user_function_s_add_arguments_is_miles_only(tmp_path):
                           "--agent-max-turns 4\n")
         got[fw] = [p.code for p in check_script(str(script), {}).problems]
     assert got["slime"] == ["ignored-flag"] and got["miles"] == [], got
+
+
+FSDP_ARGS = '''import argparse
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass
+class FSDPArgs:
+    lr: float = 2e-5
+    context_parallel_size: int = 1
+
+
+def parse_fsdp_cli(extra_args_provider=None):
+    parser = argparse.ArgumentParser("FSDP SFT Training (slime)")
+    for f in dataclasses.fields(FSDPArgs):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=f.type, default=f.default)
+    return parser.parse_args()
+'''
+
+
+@pytest.mark.parametrize("with_cp, refused", [(False, True), (True, False)])
+def test_a_strict_slime_fsdp_parser_takes_cp_only_when_fsdpargs_has_it(tmp_path, with_cp,
+                                                                        refused):
+    # FSDPArgs.context_parallel_size: THUDM/slime 6d3b33f (#467) to 7785e5b (#1443)
+    root = checkout(tmp_path / "slime-src", STRICT)
+    if with_cp:
+        (root / "slime" / "backends" / "fsdp_utils").mkdir(parents=True)
+        (root / "slime" / "backends" / "fsdp_utils" / "arguments.py").write_text(FSDP_ARGS)
+    script = tmp_path / "job" / "run.sh"
+    script.parent.mkdir()
+    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --train-backend fsdp "
+                      f"{BASE}--context-parallel-size 2\n")
+    token = stack.STACK_PATH.set(str(root))
+    try:
+        v = check_script(str(script), {})
+    finally:
+        stack.STACK_PATH.reset(token)
+    got = [p.flags[0] for p in v.errors if p.code == "fsdp-unknown-flag"]
+    assert got == (["--context-parallel-size"] if refused else []), v.problems

@@ -164,10 +164,12 @@ declare("checks/fsdp.py backend_refused (called by sources.read_flags)", {
 
 
 def fsdp_undefined_flags(given_by: dict[str, str], framework: str = "miles",
-                         defined: frozenset[str] = frozenset()) -> list[Problem]:
+                         defined: frozenset[str] | None = None) -> list[Problem]:
     """Megatron-only flags on a command line under --train-backend fsdp (called by
     sources.read_flags, which alone knows what was given on the command line); `defined`:
-    flags the framework's own package defines (a fork's), which its parser then accepts.
+    on a slime checkout, the flags its own package defines (FSDPArgs' fields, its own
+    arguments), which its FSDP parser accepts: any other size flag is refused, context
+    parallel included (FSDPArgs had context_parallel_size only from 6d3b33f to 7785e5b).
 
     miles utils/arguments.py parse_args_and_get_parser (HEAD; parse_args in 00e365d9 does the
     same) takes the FSDP branch to backends/fsdp_utils/arguments.py load_fsdp_args ->
@@ -196,7 +198,9 @@ def fsdp_undefined_flags(given_by: dict[str, str], framework: str = "miles",
             + (f"; its mesh is {F.dp_replicate})" if framework == "miles" else ")"),
             (flag, flag_of("train_backend")),
         )
-        for name, flag in given_by.items() if name in MEGATRON_ONLY_FLAGS and flag not in defined
+        for name, flag in given_by.items()
+        if name in MEGATRON_ONLY_FLAGS and (defined is None or flag not in defined)
+        or defined is not None and name == "cp" and flag not in defined
     ]
 
 
