@@ -55,6 +55,8 @@ DENSE = ("tp", "cp", "pp", "order")
 # are set on the role's arguments (update_weight_from_tensor.py reads them)
 RESOURCES = ("num_nodes", "num_gpus_per_node")
 SCALARS = (bool, int, float, str)
+# the folder a Python launcher runs in (pylaunch/__init__.py, spare.py: its TMPDIR)
+SANDBOX = "/miles-topology-launcher-"
 
 
 class _Broken(Exception):
@@ -74,6 +76,10 @@ def read_roles(value: str | None, at: Location | None, dirs: Sequence[str],
         return [_unread("is not known here", at)], []
     got = yaml_doc(value, dirs, base64=False)  # slime open()s a path, nothing else
     if isinstance(got, str):
+        if SANDBOX in value:  # slime's PPO CI tests write it to a NamedTemporaryFile
+            return [_unread(f"{value}: a file the launcher writes when it runs, gone when its "
+                            "sandbox ends", at, "write the YAML into the checkout and pass "
+                            "that path, to have it checked")], []
         return [_unread(f"{value}: {got}", at)], []
     node, data, where = got
     critic = _has_critic(pairs)
@@ -105,11 +111,12 @@ def _broken(e: _Broken, where: str, at: Location | None, severity: str) -> Probl
         (MEGATRON_CONFIG,), severity, Location(where, e.line) if e.line else at)
 
 
-def _unread(why: str, at: Location | None) -> Problem:
+def _unread(why: str, at: Location | None,
+            fix: str = "pass its value with --env, or give its path as seen from here"
+            ) -> Problem:
     return Problem("megatron-config-unread",
                    f"{MEGATRON_CONFIG} {why}; the role overrides it sets are not checked.",
-                   "pass its value with --env, or give its path as seen from here",
-                   (MEGATRON_CONFIG,), "skipped", at)
+                   fix, (MEGATRON_CONFIG,), "skipped", at)
 
 
 def _last(pairs, name: str) -> tuple[bool, str | None]:
@@ -223,8 +230,9 @@ def _topology(roles, where: str, grid_dest: Mapping[str, str]) -> list[Problem]:
             out.append(Problem(
                 "megatron-config-topology",
                 f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line}: the "
-                f"{role} trains with it (slime's initialize.py gives the role's sizes to "
-                "mpu.initialize_model_parallel), but it is applied after parse_args "
+                f"{role} trains with it (slime builds the role's grid and model from its own "
+                "arguments: initialize.py _initialize_distributed), but it is applied after "
+                "parse_args "
                 f"validated the command line's {flag} (arguments.py "
                 "_apply_megatron_role_overrides), and what Megatron's validate_args derived "
                 "from that value (data_parallel_size, sequence_parallel, the virtual "

@@ -135,6 +135,11 @@ def test_an_unknown_or_absent_file_is_skipped_never_defaults():
     assert v.ok and ours(v) == [("megatron-config-unread", "skipped")]
     (p,) = read_channels([("--megatron-config-path", None, None)], framework="slime")[0]
     assert (p.code, p.severity) == ("megatron-config-unread", "skipped")
+    # slime's PPO CI tests write it to a NamedTemporaryFile inside the launcher's sandbox
+    written = "/tmp/miles-topology-launcher-x1/work/tmpab12.yaml"
+    (p,) = read_channels([("--advantage-estimator", "ppo", None),
+                          ("--megatron-config-path", written, None)], framework="slime")[0]
+    assert p.severity == "skipped" and "the launcher writes when it runs" in p.message
 
 
 # ---- hostile input ---------------------------------------------------------------------------
