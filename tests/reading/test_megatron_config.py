@@ -213,3 +213,47 @@ def test_a_yaml_bomb_a_deep_and_a_huge_file_are_bounded(repo):
     for cfg, why in (("deep.yaml", "nests its collections too deeply"), ("huge.yaml", "KiB")):
         code, out = _check(repo, cfg)
         assert code == 0 and "megatron-config-unread" in out and why in out, out
+
+
+# ---- against slime's own functions, where a checkout of slime 624b824 is at hand -------------
+
+SLIME_CHECKOUT = Path(os.environ.get("SLIME_CHECKOUT", "/tmp/up/THUDM+slime"))
+
+
+def slime_role_args():
+    """slime's parse_megatron_role_args and _apply_megatron_role_overrides, taken from its
+    utils/arguments.py with `ast` and run alone (the module imports torch, Ray and Megatron)."""
+    import ast
+    import copy
+    import logging
+    import types
+
+    import yaml
+
+    src = SLIME_CHECKOUT / "slime" / "utils" / "arguments.py"
+    if not src.is_file():
+        pytest.skip("no slime checkout (SLIME_CHECKOUT)")
+    tree = ast.parse(src.read_text())
+    keep = {"parse_megatron_role_args", "_apply_megatron_role_overrides"}
+    mod = ast.Module([n for n in tree.body if isinstance(n, ast.FunctionDef)
+                      and n.name in keep], [])
+    ns = {"copy": copy, "yaml": yaml, "logger": logging.getLogger("slime")}
+    exec(compile(mod, str(src), "exec"), ns)  # noqa: S102 (upstream's own code, a test)
+    return lambda path, role: ns["parse_megatron_role_args"](
+        types.SimpleNamespace(tensor_model_parallel_size=2, lr=1e-6, kl_coef=0.0,
+                              use_opd=False, custom_advantage_function_path=None,
+                              untie_embeddings_and_output_weights=False), str(path), role)
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in FIX.glob("*.yaml")))
+def test_slime_fails_exactly_where_the_structure_is_an_error(config):
+    parse = slime_role_args()
+    reported = {p.code for p in judge(config).errors}  # with a critic: both roles read
+    try:
+        actor = parse(FIX / config, "actor")
+        parse(FIX / config, "critic")
+    except (AssertionError, AttributeError, TypeError):
+        assert "megatron-config-structure" in reported
+        return
+    assert "megatron-config-structure" not in reported
+    assert judge(config, "grpo").summary["tp"] == actor.tensor_model_parallel_size
