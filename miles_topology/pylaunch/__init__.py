@@ -290,7 +290,10 @@ def _read(path, launcher_args, env, budget: _Budget, memory_mb, cwd, cluster, re
     got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd,
                    max(budget.left(), 0.0), memory_mb, trust, extra, reads,
                    meanwhile=budget.take())
-    return (path, got.records, got.err, got.status, {**child_env, **got.sandbox},
+    # a launcher that says why it stops on stdout (`print("Usage: run.py <run|list>")`, then
+    # `sys.exit(1)`): its last line is the reason a failure reports when stderr has none
+    said = got.err if _tail(got.err) else f"{got.err}\n{got.stdout[-STDERR_TAIL:]}"
+    return (path, got.records, said, got.status, {**child_env, **got.sandbox},
             budget.total, memory_mb, time.perf_counter() - t0, got.end)
 
 

@@ -130,6 +130,19 @@ def test_a_usage_error_of_the_launcher_is_reported():
         read_python_launcher(fixture("run_moe_argparse.py"), ["--bogus"])
 
 
+def test_a_usage_line_printed_on_stdout_is_the_reason(tmp_path):
+    # a hand-rolled dispatcher prints its usage on stdout, then exits 1 (held-out:
+    # p2p_weight_transfer/run.py run with no subcommand)
+    launcher = tmp_path / "run.py"
+    launcher.write_text("import sys\n\nif len(sys.argv) < 2:\n    print('starting')\n"
+                        "    print('Usage: python run.py <prepare|run|list> [args...]')\n"
+                        "    sys.exit(1)\n")
+    with pytest.raises(InputError) as e:
+        read_python_launcher(str(launcher), [])
+    assert str(e.value).endswith("before it launched training: Usage: python run.py "
+                                 "<prepare|run|list> [args...]")
+
+
 @pytest.mark.parametrize("name", ["run_loop.py", "run_sleep.py"])
 def test_timeout_within_the_bound(name):
     t0 = time.perf_counter()
