@@ -294,9 +294,12 @@ def verify(step: str, before: Reading, after: Reading) -> None:
 
 def words(fv: FlagValue) -> list[Span | None]:
     """The words a flag occupies: the flag, and the one value word a non-switch consumes
-    (later words after it are positional arguments, not its value)."""
-    if fv.joined or is_switch(fv.flag) or not fv.value_spans:  # one word
+    (later words after it are positional arguments, not its value); None for a word not
+    pinned to text of its own (an unknown value: the flag's own word may be pinned)."""
+    if fv.joined or is_switch(fv.flag):  # one word
         return [fv.span]
+    if not fv.value_spans:
+        return [fv.span] if fv.value is not None else [fv.span, None]
     return [fv.span, fv.value_spans[0]]
 
 
