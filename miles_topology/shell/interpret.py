@@ -350,6 +350,8 @@ class Reader:
         text not)."""
         word, append = n.stdout
         path = self.w.path_of(word)
+        if n.stdin is not None and any(t in n.stdin.text for t in launches.TRAIN_FILES):
+            self.found.written.append((self.at.src(n.line), path or word.text))
         if path is None:
             return
         key = self.w.file_key(path)
