@@ -98,9 +98,12 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
                 "when the script runs"))
         if len(pool) > 1:
             shown = ", ".join(str(x.src) for x in pool[:-1])
-            notes.append(note("several-launch-commands",
-                              f"{len(pool)} launch commands found ({shown} and {launch.src}); "
-                              f"the last one, at {launch.src}, is read",
+            said = f"{len(pool)} launch commands found ({shown} and {launch.src}); the last " \
+                f"one, at {launch.src}, is read"
+            if all(x.src == launch.src for x in pool):  # a function or loop runs it again
+                said = f"the launch command at {launch.src} runs {len(pool)} times (a " \
+                    "function or a loop runs it again); its last run is read"
+            notes.append(note("several-launch-commands", said,
                               "keep one launch command per script", launch.src))
         if launch.cond is not None:
             notes.append(note("conditional-launch", f"the launch command at {launch.src} runs "
