@@ -777,7 +777,7 @@ def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict) -> N
         if found is None:
             raise InputError(f"{path}: the launcher failed before it launched training: "
                              f"{_at(end)}{_limit(end)}{_hint(calls)}"
-                             f"{_unset(end.get('error') or '', child_env)}")
+                             f"{_unset(end.get('error') or '', child_env, _at(end))}")
         notes.append(f"the launcher failed after its training launch: {_at(end)}")
     elif end["end"] == "waiting":
         if found is None:
@@ -855,11 +855,14 @@ def _said(message: str, child_env: dict) -> str:
     return f"{first}{_unset(message, child_env)}"
 
 
-def _unset(message: str, child_env: dict) -> str:
+def _unset(message: str, child_env: dict, at: str = "") -> str:
     """The environment variables a launcher's message names that are not set, to give with
-    --env (its API key: DAYTONA_API_KEY)."""
-    names = [n for n in dict.fromkeys(re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", message))
-             if n not in child_env]
+    --env (its API key: DAYTONA_API_KEY; any name, whatever its case, whose os.environ[NAME]
+    raised the KeyError `at` that place: http_proxy)."""
+    names = re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", message)
+    if re.search(r"<frozen os>|[/\\]os\.py", at):
+        names = re.findall(r"KeyError: '([A-Za-z_][A-Za-z0-9_]*)'", message) + names
+    names = [n for n in dict.fromkeys(names) if n not in child_env]
     return f" (give {', '.join(f'--env {n}=...' for n in names)})" if names else ""
 
 

@@ -130,6 +130,20 @@ def test_a_usage_error_of_the_launcher_is_reported():
         read_python_launcher(fixture("run_moe_argparse.py"), ["--bogus"])
 
 
+def test_an_environment_variable_the_launcher_indexes_is_named_whatever_its_case(tmp_path):
+    # os.environ["http_proxy"] raised KeyError (held-out: a fork's FSDP test launcher): the
+    # lowercase name is an environment variable too, given with --env
+    launcher = tmp_path / "run.py"
+    launcher.write_text("import os\n\nproxy = os.environ['http_proxy']\nkey = 'Key_Error'\n")
+    with pytest.raises(InputError) as e:
+        read_python_launcher(str(launcher), [])
+    assert str(e.value).endswith("KeyError: 'http_proxy' (give --env http_proxy=...)")
+    launcher.write_text("raise KeyError('model_name')\n")  # not os.environ's: no --env
+    with pytest.raises(InputError) as e:
+        read_python_launcher(str(launcher), [])
+    assert "--env" not in str(e.value)
+
+
 def test_a_usage_line_printed_on_stdout_is_the_reason(tmp_path):
     # a hand-rolled dispatcher prints its usage on stdout, then exits 1 (held-out:
     # p2p_weight_transfer/run.py run with no subcommand)
