@@ -6,7 +6,14 @@ sources, its node count, H100, --recompute, --optimizer-cpu-offload and its
 tp/pp/ep/etp at any cp, and the first layout. `--seq-length` adds the longest sample (the
 script's --rollout-max-response-len + 1,024 prompt tokens).
 
-    python tools/plan_upstream_ranks.py /tmp/up/THUDM+slime [--seq-length]
+    python tools/plan_upstream_ranks.py /tmp/up/THUDM+slime [--seq-length] [--nvidia]
+
+`--nvidia` ranks a second set of expert layouts, chosen for throughput by NVIDIA's performance
+team: the H100 presets of Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge
+scripts/performance/configs/{qwen/qwen3,deepseek/deepseek,kimi/kimi}_workload_base_configs.py,
+`*_PRETRAIN_CONFIG_H100_*_V1`): pre-training at sequence 4,096, micro-batch 1, their GPU count
+and global batch, no optimizer offload, selective recompute (not modelled: full recompute is
+weighed, not forced). The same model files (slime's) stand in for the architectures.
 """
 
 from __future__ import annotations
@@ -29,12 +36,47 @@ CASES = [
 ]
 
 
+# model file, nodes, global batch (samples of 4,096 tokens), (tp, pp, vpp, ep, etp)
+NVIDIA_H100 = [
+    ("qwen3-30B-A3B.sh", 2, 1024, (1, 1, 1, 16, 1)),  # QWEN3_30B_A3B ... H100_BF16_V1
+    ("qwen3-235B-A22B.sh", 32, 2048, (2, 8, 4, 32, 1)),  # QWEN3_235B_A22B ... H100_BF16_V1
+    ("deepseek-v3.sh", 128, 8192, (2, 8, 4, 64, 1)),  # DEEPSEEK_V3 ... H100_V1
+    ("kimi-k2.sh", 128, 8192, (8, 16, 2, 64, 1)),  # KIMI_K2 ... H100
+]
+
+
+def _rank(got, want: tuple[int, int, int, int]) -> int | None:  # noqa: ANN001
+    """1-based rank of the first layout with this (tp, pp, ep, etp), at any cp and vpp."""
+    return next((i for i, c in enumerate(got, 1)
+                 if (c.topo.layout.tp, c.topo.layout.pp, c.topo.layout.ep,
+                     c.topo.layout.etp) == want), None)
+
+
+def nvidia(models: Path) -> None:
+    for model, nodes, batch, (tp, pp, vpp, ep, etp) in NVIDIA_H100:
+        shape, fields = read_model([str(models / model)], None)
+        opts = Options(tokens=4096, recompute=None, offload=False, step_tokens=batch * 4096,
+                       seq_length=4096)
+        got = plan(shape, fields, nodes, 8, gpu_bytes("H100") or 0, opts=opts)
+        rank = _rank(got, (tp, pp, ep, etp))
+        slower = (got[rank - 1].cost.total / got[0].cost.total - 1) * 100 if rank else None
+        t = got[0].topo.layout if got else None
+        first = (t.tp, t.pp, t.ep, t.etp) if t else None
+        print(f"{model} on {nodes} x 8, batch {batch}: NVIDIA (tp {tp}, pp {pp}, vpp {vpp}, ep "
+              f"{ep}, etp {etp}) rank {rank or 'absent'} of {len(got)}"
+              + (f", {slower:.0f} % slower than the first" if slower else "")
+              + f"; first (tp, pp, ep, etp) {first}")
+
+
 def main(argv: list[str]) -> int:
     if not argv or not Path(argv[0], "scripts", "models").is_dir():
         print(__doc__)
         return 2
     models = Path(argv[0], "scripts", "models")
     seq = "--seq-length" in argv
+    if "--nvidia" in argv:
+        nvidia(models)
+        return 0
     for script, model, nodes, tokens, response, want in CASES:
         shape, fields = read_model([str(models / model)], None)
         opts = Options(tokens=tokens, recompute=True, offload=True,

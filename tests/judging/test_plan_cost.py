@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import FIXTURES, run_cli
+from support import FIXTURES, ROOT, run_cli
 
 from miles_topology import Topology
-from miles_topology.judging.cost import HARDWARE, TERMS, spans, step_cost
+from miles_topology.judging.cost import GEMM_EFF, HARDWARE, TERMS, spans, step_cost
 from miles_topology.judging.memory import Precision, Run, gpu_bytes, layout_of
 from miles_topology.judging.plan import Options, plan, read_model
 from miles_topology.model.gpus import GPUS
@@ -318,3 +318,25 @@ def test_measured_latencies_order_nvidias_runs_as_measured():
     want = sorted(range(3), key=lambda i: measured[i])
     assert order((0.0, 0.0)) != want
     assert order((LAYER_LATENCY, EXPERT_LATENCY)) == want
+
+
+def test_the_gpu_probe_runs_the_shapes_the_model_charges():
+    # bench/gpu_layer.py times a rank's share of one MoE layer on a GPU against cost.py: its
+    # shapes must be the model's, so its forward FLOPs x 3 (backward twice) at the roofline's
+    # rate are the model's compute for the pass (every GEMM FLOP-bound at 20,480 tokens)
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("gpu_layer", ROOT / "bench" / "gpu_layer.py")
+    probe = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_layer"] = probe  # its dataclass resolves annotations through it
+    spec.loader.exec_module(probe)
+    shape, model = read_model([str(FIXTURES / "models" / "qwen3-30B-A3B.sh")], None)
+    rate = HARDWARE["H100"].flops * GEMM_EFF
+    for tp, ep, local, rows in ((1, 4, 32, 5120), (4, 8, 16, 2560)):
+        p = probe.shapes(shape, model, tp, ep, 20480)
+        assert (p.experts, p.rows, p.heads) == (local, rows, 32 // tp)
+        charged = probe.modelled_ms(shape, model, tp, ep, 20480, 10240, "H100", ("compute",))
+        assert charged == pytest.approx(3 * p.flops(10240) / rate * 1e3, rel=0.01)
+    assert probe.main([str(FIXTURES / "models" / "qwen3-30B-A3B.sh"), "--dry", "--repeats", "1",
+                       "--layouts", "4x8"]) == 0
