@@ -125,6 +125,11 @@ def test_a_launch_written_into_a_file_another_program_runs_is_named(tmp_path):
                        r"at .*\.sh:\d+ \(a here-document\)") as e:
         check_script(str(run), {})
     assert "pass it with --env" not in str(e.value)
+    # a file written from another file or a here-string is no here-document (upstream's
+    # selfdistill scripts: `envsubst < eval.yaml > "${EVAL_CONFIG}"`)
+    run = checkout(tmp_path / "b", 'envsubst < eval.yaml > out.yaml\n'
+                   'cat <<< "train.py" > x.txt\npython3 train.py --actor-num-nodes 1\n')
+    assert read_script(run).entry.endswith("train.py")
 
 
 # -- branches on run-time tests that agree -------------------------------------------------
