@@ -291,8 +291,9 @@ def _read(path, launcher_args, env, budget: _Budget, memory_mb, cwd, cluster, re
                    max(budget.left(), 0.0), memory_mb, trust, extra, reads,
                    meanwhile=budget.take())
     # a launcher that says why it stops on stdout (`print("Usage: run.py <run|list>")`, then
-    # `sys.exit(1)`): its last line is the reason a failure reports when stderr has none
-    said = got.err if _tail(got.err) else f"{got.err}\n{got.stdout[-STDERR_TAIL:]}"
+    # `sys.exit(1)`): its last line, or the last that says error or usage (a list of choices
+    # printed after it), is the reason a failure reports when stderr has none
+    said = got.err if _tail(got.err) else f"{got.err}\n{_reason(got.stdout[-STDERR_TAIL:])}"
     return (path, got.records, said, got.status, {**child_env, **got.sandbox},
             budget.total, memory_mb, time.perf_counter() - t0, got.end)
 
@@ -917,6 +918,13 @@ def _hint(calls: list[dict]) -> str:
 
 
 _BOX = "│╭╮╰╯─┃┏┓┗┛━ |"  # rich's (typer's) frames around an error: no text of their own
+
+
+def _reason(out: str) -> str:
+    """The line of a launcher's stdout that says why it stopped (see _read)."""
+    lines = [x for x in out.splitlines() if x.strip()]
+    said = [x for x in lines if re.search(r"\b(error|usage)\b", x, re.I)]
+    return (said or lines or [""])[-1]
 
 
 def _tail(err: str) -> str:

@@ -155,6 +155,12 @@ def test_a_usage_line_printed_on_stdout_is_the_reason(tmp_path):
         read_python_launcher(str(launcher), [])
     assert str(e.value).endswith("before it launched training: Usage: python run.py "
                                  "<prepare|run|list> [args...]")
+    # the choices listed after the error are not the reason
+    launcher.write_text("import sys\n\nprint(\"ERROR: Unknown model 'x'.\")\n"
+                        "print('Available:')\nprint('  Qwen3-4B')\nsys.exit(1)\n")
+    with pytest.raises(InputError) as e:
+        read_python_launcher(str(launcher), [])
+    assert str(e.value).endswith(": ERROR: Unknown model 'x'.")
 
 
 @pytest.mark.parametrize("name", ["run_loop.py", "run_sleep.py"])
