@@ -284,7 +284,8 @@ def fork_ranges(v: Verdict, stack, pairs: Sequence[tuple[str, str | None]]) -> N
     --critic-train-only takes --actor-num-nodes 0): a whole number our model's range refuses
     is not proven wrong there, so it is skipped, saying whose validation decides. A fork is
     a package under its own name, or a checkout's miles or slime given a flag of its own
-    (one neither upstream parser has). miles' and slime's own range refusals stay errors."""
+    (one neither upstream parser has; an installed one with such a flag is taken as a newer
+    miles or slime). miles' and slime's own range refusals stay errors."""
     from ..reading import surface
     from ..reading.stack import FRAMEWORKS
 
@@ -294,7 +295,7 @@ def fork_ranges(v: Verdict, stack, pairs: Sequence[tuple[str, str | None]]) -> N
         table = surface.slime_table() if stack.framework == "slime" else None
         own = [f for f in given if (stack.added.get(f) or ("",))[0].startswith(f"{name} of ")
                and (table.get(f) if table is not None else surface.flag(f)) is None]
-        if stack.root is None or not own:
+        if stack.origin not in ("checkout", "--stack") or not own:  # installed: a newer one
             return
         whose = f"the validation of the {name} at {stack.root}, which adds {own[0]}, decides"
     else:
