@@ -198,6 +198,40 @@ declare("channels.py (YAML files that set arguments after parsing)", {
        "the --yaml-cfg YAML as the namespace, before miles computes world size from it.",
    source="miles utils/arguments.py miles_validate_args, parse_args; Megatron-LM "
           "training/yaml_arguments.py load_yaml")
+declare("reading/roles.py (slime's --megatron-config-path: PPO actor / critic overrides)", {
+    'megatron-config-structure': (
+        'error', "slime's `--megatron-config-path` YAML fails parse_megatron_role_args when a "
+        'role is built: no top-level `megatron` list, an entry that is not a mapping, two '
+        'entries for one role, or overrides that are not a mapping of names',
+        '--megatron-config-path m.yaml   (m.yaml: two `- role: actor` entries)'),
+    'megatron-config-unread': (
+        'note', 'reported as skipped: `--megatron-config-path` cannot be read here (unknown '
+        'value, a file written at run time, missing, refused by the gate, not YAML), so the '
+        'role overrides it sets are not checked', '--megatron-config-path "${CFG}"'),
+    'megatron-config-resources': (
+        'warning', '`num_nodes` / `num_gpus_per_node` in a role\'s overrides: slime skips them; '
+        'placement follows the command line', '(m.yaml: overrides: {num_nodes: 2})'),
+    'megatron-config-topology': (
+        'warning', "a role's overrides set a parallel size: that role trains with it, but "
+        "it is applied after the command line's sizes were validated (the actor's value is "
+        'the layout judged, at its YAML line)',
+        '(m.yaml: role: actor, overrides: {tensor_model_parallel_size: 4})'),
+    'megatron-config-roles-apart': (
+        'error', 'with a PPO critic, the overrides give actor and critic dense grids that put '
+        'a rank at another data-parallel rank or pipeline stage (or a critic grid that does '
+        "not divide the world): slime splits each batch once and pairs actor and critic "
+        "rank i, so the job fails or trains on another shard's values",
+        '--advantage-estimator ppo   (m.yaml: role: critic, overrides: '
+        '{tensor_model_parallel_size: 1}; the command line: --tensor-model-parallel-size 2)'),
+}, why="slime (not miles) copies the validated arguments for each role and setattr()s the "
+       "YAML's overrides on the copy, after parse_args; the actor's copy always, the critic's "
+       "only with --advantage-estimator ppo. Megatron then builds each role's grid from its "
+       "copy, so a parallel size there is what the role trains with, validated by nobody.",
+   source="slime 624b824 utils/arguments.py parse_megatron_role_args, "
+          "_apply_megatron_role_overrides; ray/placement_group.py create_actor_model, "
+          "create_training_models; backends/megatron_utils/initialize.py "
+          "_initialize_distributed; utils/data.py process_rollout_data; "
+          "docs/en/advanced/megatron-config.md")
 declare("fit.py (memory.py's per-rank estimate against the GPU; check, launchers)", {
     'memory-exceeds-gpu': (
         'error', "weights, main grads and optimizer state alone (no activations) exceed the "

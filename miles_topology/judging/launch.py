@@ -101,6 +101,13 @@ def judge(launch: Launch, cluster: ClusterModel | None) -> Verdict:
                        lambda: read_flags(launch.tokens + words, launch.environ).topology)
         for p in [*channel, *may_vanish(launch.args), *_unresolved_spellings(launch)]:
             v.file(p)
+    # a YAML channel's value is set on the parsed arguments, not a second flag: no
+    # flag-given-twice for it, and a problem of its flag points at its YAML line
+    set_at = {w.source for w in words}
+    v.problems = [p for p in v.problems
+                  if not (p.code == "flag-given-twice" and p.location in set_at)]
+    at = {**launch.at, **{w.text.partition("=")[0]: w.source for w in words
+                          if w.text.startswith("--")}}
     unresolved = launch.unresolved + env_unresolved(launch.environ, launch.topology_file)
     unknown = {u["flag"] for u in unresolved if u["flag"]}
     if not launch.vague:
@@ -117,7 +124,7 @@ def judge(launch: Launch, cluster: ClusterModel | None) -> Verdict:
         v.summary = None  # words known only at run time may set a size: none is printed
     # the reader's findings first, at their code's severity (errors fail; notes are listed
     # with the warnings), then every problem at the place that writes its flag
-    v.problems = [p if p.location else p.at(_locate(p, launch))
+    v.problems = [p if p.location else p.at(_locate(p, at, launch.site))
                   for p in [*launch.problems, *v.problems]]
     v.site = launch.site
     _report(v, launch, stack, words, unresolved, facts, why)
@@ -142,9 +149,10 @@ def _report(v: Verdict, launch: Launch, stack, words: list, unresolved: list[dic
         [facts_line(facts, why)] if facts else [])
 
 
-def _locate(p: Problem, launch: Launch) -> Location | None:
+def _locate(p: Problem, at: Mapping[str, Location], site: Location | None
+            ) -> Location | None:
     """Where the first of the problem's flags the launch writes is set, else the launch."""
-    return next((launch.at[f] for f in p.flags if f in launch.at), launch.site)
+    return next((at[f] for f in p.flags if f in at), site)
 
 
 def _unresolved_spellings(launch: Launch) -> list[Problem]:

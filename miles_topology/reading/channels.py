@@ -19,6 +19,8 @@
   the `--sglang-*` flags they forward (`_SKIPPED_SERVER_ARGS` in
   backends/sglang_utils/arguments.py); miles' own `--sglang-config` is its engine-group file
   (sources.read_engine_groups), so there is no SGLang config channel to read.
+- `--megatron-config-path FILE` (slime only): per-role overrides, read in roles.py; the
+  actor's parallel sizes there are what the actor trains with, applied last.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 from ..model.errors import Location, Problem
 from ..model.parts import FIELDS, facts, flag_of
 from .flags import is_switch
+from .roles import MEGATRON_CONFIG, read_roles
 from .sources import yaml_values
 
 CUSTOM_CONFIG = "--custom-config-path"
@@ -84,6 +87,11 @@ def read_channels(pairs: Sequence[tuple[str, str | None, Location | None]],
         more, cfg_words = _yaml_cfg(cfg[0], cfg[1], dirs, pairs, framework)
         problems += more
         words = cfg_words + words  # miles_validate_args' setattr comes after parse_args
+    roles = _last(pairs, MEGATRON_CONFIG)
+    if roles is not None and framework == "slime":  # miles' parser refuses the flag
+        more, actor = read_roles(roles[0], roles[1], dirs, pairs, _by_dest())
+        problems += more
+        words += _words(actor)  # applied to a copy of the validated arguments
     return problems, words
 
 

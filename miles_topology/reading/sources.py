@@ -556,6 +556,26 @@ def yaml_values(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
     `dirs`, or, with `base64`, miles' inline `base64:<payload>`: miles/utils/file_arg_utils.py
     resolve_file_arg), read with yaml.safe_load as miles and Megatron-LM's load_yaml read it;
     or why it cannot be read."""
+    import yaml
+
+    got = yaml_doc(value, dirs, base64)
+    if isinstance(got, str):
+        return got
+    node, data, where = got
+    if data is None:
+        return []
+    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+        return f"{where} is not a mapping of key: value"
+    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value
+             if isinstance(k, yaml.ScalarNode)}
+    return [YamlValue(str(k), v, where, lines.get(str(k), 0)) for k, v in data.items()]
+
+
+def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
+             ) -> tuple[Any, Any, str] | str:
+    """The YAML a flag names as (its node tree, for lines; yaml.safe_load's data; its name),
+    read through the gate (inside the input's checkout, bounded; aliases stay shared, never
+    expanded); or why it cannot be read: not found, refused, not YAML, nested too deeply."""
     import binascii
     from base64 import b64decode
 
@@ -583,14 +603,8 @@ def yaml_values(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
         else:
             return refused or f"{value} is not found here"
     try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        return yaml.compose(text), yaml.safe_load(text), where
     except yaml.YAMLError as e:
         return f"{where} is not valid YAML: {str(e).splitlines()[0]}"
-    if data is None:
-        return []
-    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
-        return f"{where} is not a mapping of key: value"
-    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value
-             if isinstance(k, yaml.ScalarNode)}
-    return [YamlValue(str(k), v, where, lines.get(str(k), 0)) for k, v in data.items()]
+    except RecursionError:  # PyYAML composes nested collections recursively
+        return f"{where} nests its collections too deeply to read"

@@ -1,0 +1,330 @@
+"""slime's `--megatron-config-path`: per-role (PPO actor / critic) overrides of the parsed
+arguments, judged as slime 624b824 applies them.
+
+- `parse_megatron_role_args` (slime/utils/arguments.py) loads the YAML with yaml.safe_load and
+  asserts a top-level `megatron` list; an entry is read with `entry.get("role")`, at most one
+  entry a role (assert); its `overrides` (or, when that is empty, the alias `args`) is a
+  mapping of argparse attribute names. A YAML that breaks this fails when the role is built:
+  the actor always (placement_group.py create_actor_model), the critic only when there is one
+  (create_training_models: `args.use_critic and args.num_rollout != 0`, and `use_critic` is
+  `advantage_estimator == "ppo"`, arguments.py slime_validate_args).
+- `_apply_megatron_role_overrides` deep-copies the validated arguments and `setattr`s each key
+  (a string coerced to an int/float attribute's type); `num_nodes` / `num_gpus_per_node` are
+  skipped with a log line, and placement takes `args.actor_num_nodes` /
+  `args.actor_num_gpus_per_node` of the command line (create_actor_model), so resource keys do
+  nothing.
+- The role's arguments reach Megatron whole: initialize.py `_initialize_distributed` passes
+  their tensor/pipeline/context/expert sizes to `mpu.initialize_model_parallel`. A parallel
+  size in the actor's overrides is the layout the actor trains with, so it is applied to the
+  judged layout (its source the YAML line) and every rule judges it; but Megatron's
+  validate_args checked, and derived its values (data_parallel_size, sequence_parallel off at
+  tp 1, the virtual pipeline size) from, the command line's sizes before (a warning).
+- With a critic, the rollout manager splits each batch once, by the data-parallel size of the
+  role that reported last (train_actor.py set_rollout_manager; the critic is created after the
+  actor), every rank asserts that split has its dp size (utils/data.py process_rollout_data),
+  and actor rank i gets critic rank i's values (actor_group.py async_train pairs the workers;
+  megatron_utils/actor.py reads them on the last pipeline stage only): actor and critic must
+  put each rank at the same data-parallel rank and pipeline stage, or the job fails or trains
+  the actor on another shard's values (docs/en/advanced/megatron-config.md: different
+  parallel topologies are unsupported).
+
+miles has no such flag (its parser refuses it: unknown-flag), so this reads slime's only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..model.errors import Location, Problem
+from ..model.grid import ORDERS, Grid
+from ..model.parts import FIELDS, flag_of
+from .flags import field_of
+from .sources import YamlValue, yaml_doc
+
+MEGATRON_CONFIG = "--megatron-config-path"
+ROLES = ("actor", "critic")
+# the Megatron grid's sizes: what `_initialize_distributed` and the model read from the
+# role's arguments (the layout part's fields that are not placement or backend)
+GRID = ("tp", "pp", "vpp", "vpp_layers", "first_stage_layers", "last_stage_layers",
+        "embedding_in_split", "loss_in_split", "cp", "ep", "etp", "sp", "order")
+# what places a rank on the data-parallel axis and a pipeline stage (the dense grid)
+DENSE = ("tp", "cp", "pp", "order")
+# skipped by _apply_megatron_role_overrides (its `ignored_keys`); placement reads the
+# command line's --actor-num-* (create_actor_model). Not actor_num_nodes and the like: those
+# are set on the role's arguments (update_weight_from_tensor.py reads them)
+RESOURCES = ("num_nodes", "num_gpus_per_node")
+SCALARS = (bool, int, float, str)
+# the folder a Python launcher runs in (pylaunch/__init__.py, spare.py: its TMPDIR)
+SANDBOX = "/miles-topology-launcher-"
+
+
+class _Broken(Exception):
+    """The YAML's structure fails parse_megatron_role_args: the message and its line."""
+
+    def __init__(self, why: str, line: int):
+        super().__init__(why)
+        self.line = line
+
+
+def read_roles(value: str | None, at: Location | None, dirs: Sequence[str],
+               pairs: Sequence[tuple[str, str | None, Location | None]],
+               by_dest: Mapping[str, str]) -> tuple[list[Problem], list[YamlValue]]:
+    """Problems of the `--megatron-config-path` YAML, and the actor's overrides of the
+    parallel layout (to apply after the command line). `by_dest`: argparse dest -> field."""
+    if value is None:
+        return [_unread("is not known here", at)], []
+    got = yaml_doc(value, dirs, base64=False)  # slime open()s a path, nothing else
+    if isinstance(got, str):
+        if SANDBOX in value:  # slime's PPO CI tests write it to a NamedTemporaryFile
+            return [_unread(f"{value}: a file the launcher writes when it runs, gone when its "
+                            "sandbox ends", at, "write the YAML into the checkout and pass "
+                            "that path, to have it checked")], []
+        return [_unread(f"{value}: {got}", at)], []
+    node, data, where = got
+    critic = _has_critic(pairs)
+    try:
+        roles = _entries(node, data, where, critic is True)
+    except _Broken as e:
+        return [_broken(e, where, at, "error")], []
+    if critic is None:  # the critic's entry is read only if a critic runs
+        try:
+            _entries(node, data, where, True)
+        except _Broken as e:
+            return [_broken(e, where, at, "skipped")], []
+    grid_dest = {d: n for d, n in by_dest.items() if n in GRID}
+    problems = [*_resources(roles, where), *_topology(roles, where, grid_dest)]
+    problems += _roles_apart(roles, where, grid_dest, pairs, critic, at)
+    actor = [yv for yv in roles.get("actor", {}).values()
+             if yv.key in grid_dest and isinstance(yv.value, SCALARS)]
+    return problems, actor
+
+
+def _broken(e: _Broken, where: str, at: Location | None, severity: str) -> Problem:
+    unknown = "" if severity == "error" else "; whether a critic runs is known only at run time"
+    return Problem(
+        "megatron-config-structure",
+        f"{MEGATRON_CONFIG} {where}: {e} (slime/utils/arguments.py parse_megatron_role_args "
+        f"fails on it when it builds the role's arguments){unknown}.",
+        "write `megatron:` as a list of entries `- role: actor` / `- role: critic`, each with "
+        "an `overrides:` mapping of argument names (docs/en/advanced/megatron-config.md)",
+        (MEGATRON_CONFIG,), severity, Location(where, e.line) if e.line else at)
+
+
+def _unread(why: str, at: Location | None,
+            fix: str = "pass its value with --env, or give its path as seen from here"
+            ) -> Problem:
+    return Problem("megatron-config-unread",
+                   f"{MEGATRON_CONFIG} {why}; the role overrides it sets are not checked.",
+                   fix, (MEGATRON_CONFIG,), "skipped", at)
+
+
+def _last(pairs, name: str) -> tuple[bool, str | None]:
+    """(given, value) of the last flag that sets field `name` (value None: unknown)."""
+    got = [v for f, v, _ in pairs if field_of(f) == name or f == name]
+    return (True, got[-1]) if got else (False, None)
+
+
+def _has_critic(pairs) -> bool | None:
+    """Whether slime builds a critic: `--advantage-estimator ppo` and `--num-rollout` not 0
+    (placement_group.py create_training_models); None when a value is known only at run time."""
+    given, est = _last(pairs, "advantage_estimator")
+    if given and est is None:
+        return None
+    if est != "ppo":
+        return False
+    given, rollouts = _last(pairs, "--num-rollout")
+    if given and rollouts is None:
+        return None
+    return not (given and rollouts.strip() in ("0", "+0", "00"))
+
+
+def _line(node) -> int:
+    return node.start_mark.line + 1 if node is not None else 0
+
+
+def _pairs(node) -> dict[str, Any]:
+    """A mapping node's scalar keys -> (key node, value node); {} when not a mapping."""
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {k.value: (k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode)}
+
+
+def _entries(node, data, where: str, with_critic: bool) -> dict[str, dict[str, YamlValue]]:
+    """role -> its override key -> YamlValue, checked as parse_megatron_role_args reads it:
+    the asserts (a `megatron` key, a list, at most one entry a role) and what its
+    `entry.get` and `overrides.items()` need (mappings). Raises _Broken."""
+    if not isinstance(data, dict) or "megatron" not in data:
+        raise _Broken("there is no top-level `megatron` key (its assert: \"megatron config "
+                      "must contain a top-level 'megatron' list\")", _line(node))
+    key, seq = _pairs(node).get("megatron", (None, None))
+    entries = data["megatron"]
+    if not isinstance(entries, list):
+        raise _Broken("`megatron` is not a list (its assert: \"megatron config 'megatron' "
+                      "field must be a list\")", _line(key))
+    nodes = list(getattr(seq, "value", ())) if len(getattr(seq, "value", ())) == len(
+        entries) else [None] * len(entries)
+    for entry, n in zip(entries, nodes, strict=True):
+        if not isinstance(entry, dict):
+            raise _Broken("an entry of `megatron` is not a mapping (`entry.get(\"role\")` "
+                          "raises AttributeError)", _line(n) or _line(key))
+    out: dict[str, dict[str, YamlValue]] = {}
+    for role in ROLES[:2 if with_critic else 1]:
+        mine = [(e, n) for e, n in zip(entries, nodes, strict=True) if e.get("role") == role]
+        if len(mine) > 1:
+            raise _Broken(f"{len(mine)} entries have role {role} (its assert: \"must contain "
+                          f"at most one entry with role={role}\")", _line(mine[1][1]))
+        if mine:
+            out[role] = _overrides(*mine[0], where, role)
+    return out
+
+
+def _overrides(entry: dict, node, where: str, role: str) -> dict[str, YamlValue]:
+    name = "overrides" if entry.get("overrides") else "args"
+    got = entry.get(name) or {}
+    key, body = _pairs(node).get(name, (None, None))
+    if not isinstance(got, dict):
+        raise _Broken(f"the {role} entry's `{name}` is not a mapping (`overrides.items()` "
+                      "raises AttributeError)", _line(key) or _line(node))
+    bad = next((k for k in got if not isinstance(k, str)), None)
+    if bad is not None:  # setattr(role_args, key, value) needs a str
+        raise _Broken(f"the {role} entry's `{name}` has a key that is not a name "
+                      f"({_shown(bad)}; setattr raises TypeError)", _line(key) or _line(node))
+    lines = {k: _line(kn) for k, (kn, _) in _pairs(body).items()}
+    return {str(k): YamlValue(str(k), v, where, lines.get(str(k), _line(key)))
+            for k, v in got.items()}
+
+
+def _shown(value: Any) -> str:
+    """A scalar as written; a collection by its kind (an alias tree is never walked)."""
+    return str(value)[:80] if isinstance(value, SCALARS) else type(value).__name__
+
+
+def _resources(roles, where: str) -> list[Problem]:
+    out = []
+    for role, keys in roles.items():
+        for yv in keys.values():
+            if yv.key in RESOURCES:
+                out.append(Problem(
+                    "megatron-config-resources",
+                    f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line} "
+                    "does nothing: slime skips num_nodes and num_gpus_per_node "
+                    "(arguments.py _apply_megatron_role_overrides) and places both roles "
+                    "with the command line's --actor-num-nodes and --actor-num-gpus-per-node "
+                    "(placement_group.py create_actor_model).",
+                    f"remove {yv.key} from {where}; size the job on the command line",
+                    (MEGATRON_CONFIG,), location=Location(where, yv.line)))
+    return out
+
+
+def _topology(roles, where: str, grid_dest: Mapping[str, str]) -> list[Problem]:
+    out = []
+    for role, keys in roles.items():
+        for yv in keys.values():
+            name = grid_dest.get(yv.key)
+            if name is None:
+                continue
+            flag = flag_of(name)
+            out.append(Problem(
+                "megatron-config-topology",
+                f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line}: the "
+                f"{role} trains with it (slime builds the role's grid and model from its own "
+                "arguments: initialize.py _initialize_distributed), but it is applied after "
+                "parse_args "
+                f"validated the command line's {flag} (arguments.py "
+                "_apply_megatron_role_overrides), and what Megatron's validate_args derived "
+                "from that value (data_parallel_size, sequence_parallel, the virtual "
+                "pipeline size) stays.",
+                f"give {flag} {_shown(yv.value)} on the command line and remove {yv.key} "
+                f"from {where} (slime's "
+                "megatron-config.md: keep topology settings on the CLI)",
+                (flag,), location=Location(where, yv.line)))
+    return out
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def _dense(pairs, keys: Mapping[str, YamlValue], grid_dest) -> dict[str, Any] | None:
+    """A role's tp, cp, pp, order and world size: the command line's, then its overrides
+    (a string coerced as slime does); None when one is known only at run time."""
+    got: dict[str, Any] = {}
+    for name in (*DENSE, "nodes", "gpus_per_node"):
+        given, v = _last(pairs, name)
+        if name == "order":
+            on = given and (v or "").lower() not in ("false", "0")
+            got[name] = ORDERS[1] if on else ORDERS[0]
+        elif given:
+            got[name] = _int(v) if v is not None else None
+        else:
+            got[name] = FIELDS[name].default if FIELDS[name].default is not None else 1
+    for yv in keys.values():
+        name = grid_dest.get(yv.key)
+        if name == "order":
+            got[name] = ORDERS[1] if yv.value is True else ORDERS[0]
+        elif name in DENSE:
+            got[name] = _int(yv.value) if isinstance(yv.value, int | str) else None
+    if any(v is None or (isinstance(v, int) and v < 1) for v in got.values()):
+        return None
+    return got
+
+
+def _places(d: dict[str, Any]) -> tuple[tuple[int, bool], ...] | None:
+    """Each global rank's (data-parallel rank, last pipeline stage); None: the world does not
+    divide (megatron-core initialize_model_parallel raises RuntimeError)."""
+    world = d["nodes"] * d["gpus_per_node"]
+    model = d["tp"] * d["cp"] * d["pp"]
+    if world % model:
+        return None
+    g = Grid({"tp": d["tp"], "cp": d["cp"], "ep": 1, "dp": world // model, "pp": d["pp"]},
+             d["order"])
+    return tuple((c["dp"], c["pp"] == d["pp"] - 1) for c in map(g.coord, range(world)))
+
+
+def _roles_apart(roles, where: str, grid_dest, pairs, critic: bool | None,
+                 at: Location | None) -> list[Problem]:
+    """With a critic, both roles' dense grids must put every rank at the same data-parallel
+    rank and pipeline stage (see the module docstring)."""
+    moved = [yv for keys in roles.values() for yv in keys.values()
+             if grid_dest.get(yv.key) in DENSE]
+    if critic is False or not moved:
+        return []
+    loc = Location(where, moved[0].line)
+    flags = tuple(dict.fromkeys(flag_of(grid_dest[yv.key]) for yv in moved))
+    fix = ("give the parallel sizes once, on the command line, for both roles "
+           "(megatron-config.md: actor and critic must share the parallel topology)")
+    actor = _dense(pairs, roles.get("actor", {}), grid_dest)
+    critic_d = _dense(pairs, roles.get("critic", {}), grid_dest)
+    if critic is None or actor is None or critic_d is None:
+        return [Problem("megatron-config-roles-apart",
+                        f"{where} overrides {', '.join(yv.key for yv in moved)} for a role; "
+                        "whether a critic runs, or a size or the world, is known only at run "
+                        "time, so whether actor and critic place ranks alike is not checked.",
+                        fix, flags, "skipped", loc)]
+    a, c = _places(actor), _places(critic_d)
+    if a is None or a == c:
+        return []  # the actor's own grid: the layout rules judge it
+    shown = "tp {tp} cp {cp} pp {pp}"
+    if c is None:
+        why = (f"the critic's grid ({shown.format(**critic_d)}) does not divide the world of "
+               f"{critic_d['nodes'] * critic_d['gpus_per_node']} GPUs: megatron-core "
+               "initialize_model_parallel raises RuntimeError when the critic starts")
+    else:
+        rank = next(r for r, (x, y) in enumerate(zip(a, c, strict=True)) if x != y)
+        why = (f"rank {rank} is data-parallel rank {a[rank][0]}"
+               f"{' on the last stage' if a[rank][1] else ''} of the actor "
+               f"({shown.format(**actor)}) but {c[rank][0]}"
+               f"{' on the last stage' if c[rank][1] else ''} of the critic "
+               f"({shown.format(**critic_d)}): slime splits each batch once for both roles "
+               "and gives actor rank i critic rank i's values (utils/data.py "
+               "process_rollout_data asserts the split's dp size; actor_group.py "
+               "async_train), so the job fails or the actor trains on another shard's values")
+    return [Problem("megatron-config-roles-apart",
+                    f"{MEGATRON_CONFIG} {where} gives actor and critic different layouts: "
+                    f"{why}.", fix, flags, location=loc)]
