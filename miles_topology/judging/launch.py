@@ -288,15 +288,26 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
 
 
 def fork_ranges(v: Verdict, stack, pairs: Sequence[tuple[str, str | None]]) -> None:
-    """A fork under its own package name validates its values itself, in code this check does
-    not read (a fork's --critic-train-only takes --actor-num-nodes 0): a whole number our
-    model's range refuses is not proven wrong there, so it is skipped, saying whose
-    validation decides. miles' and slime's own range refusals stay errors."""
+    """A fork validates its values itself, in code this check does not read (a fork's
+    --critic-train-only takes --actor-num-nodes 0): a whole number our model's range refuses
+    is not proven wrong there, so it is skipped, saying whose validation decides. A fork is
+    a package under its own name, or a checkout's miles or slime given a flag of its own
+    (one neither upstream parser has; an installed one with such a flag is taken as a newer
+    miles or slime). miles' and slime's own range refusals stay errors."""
+    from ..reading import surface
     from ..reading.stack import FRAMEWORKS
 
-    if stack.package in (None, *FRAMEWORKS):
-        return
     given = dict(pairs)
+    name = stack.package or stack.framework
+    if name in FRAMEWORKS:
+        table = surface.slime_table() if stack.framework == "slime" else None
+        own = [f for f in given if (stack.added.get(f) or ("",))[0].startswith(f"{name} of ")
+               and (table.get(f) if table is not None else surface.flag(f)) is None]
+        if stack.origin not in ("checkout", "--stack") or not own:  # installed: a newer one
+            return
+        whose = f"the validation of the {name} at {stack.root}, which adds {own[0]}, decides"
+    else:
+        whose = f"{name}'s own validation decides"
 
     def whole(flag: str) -> bool:
         try:
@@ -308,8 +319,8 @@ def fork_ranges(v: Verdict, stack, pairs: Sequence[tuple[str, str | None]]) -> N
     moved = [p for p in v.errors if p.code == "invalid-flag-value" and p.flags
              and all(whole(f) for f in p.flags)]
     v.errors = [p for p in v.errors if p not in moved]
-    v.skipped += [replace(p, severity="skipped", message=f"{p.message} ({stack.package}'s own "
-                          "validation decides: the fork's parser is not miles' or slime's)")
+    v.skipped += [replace(p, severity="skipped", message=f"{p.message} ({whose}: the fork's "
+                          "parser is not miles' or slime's)")
                   for p in moved]
 
 

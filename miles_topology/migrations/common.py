@@ -154,8 +154,16 @@ def read(state: State) -> Reading:
                     beside = list(e.problems)  # only flags that are not the layout's
                     got = read_flags(_without(argv, {p.flags[0] for p in beside}), environ)
         except TopologyError as e:
-            problems = "; ".join(f"[{p.code}] {p.message}" for p in e.problems
-                                 if not elsewhere(p))
+            shown = [p for p in e.problems if not elsewhere(p)]
+            problems = "; ".join(f"[{p.code}] {p.message}" for p in shown)
+            # a flag given with a value known only at run time is not in argv: a problem
+            # about it is not proven (check reports it skipped), only not checkable here
+            late = sorted({f for p in shown for f in p.flags} & {
+                fv.flag for fv in script.argv if fv.value is None})
+            if late and all(set(p.flags) & set(late) for p in shown):
+                raise Refused(f"its topology cannot be checked: {', '.join(late)} has a value "
+                              f"known only at run time ({problems}); pass it with --env "
+                              "NAME=VALUE or write it literally first.") from None
             raise Refused(f"its topology is invalid: {problems} Fix it first "
                           f"(miles-topology check {state.path}).") from None
         except InputError as e:
@@ -294,9 +302,12 @@ def verify(step: str, before: Reading, after: Reading) -> None:
 
 def words(fv: FlagValue) -> list[Span | None]:
     """The words a flag occupies: the flag, and the one value word a non-switch consumes
-    (later words after it are positional arguments, not its value)."""
-    if fv.joined or is_switch(fv.flag) or not fv.value_spans:  # one word
+    (later words after it are positional arguments, not its value); None for a word not
+    pinned to text of its own (an unknown value: the flag's own word may be pinned)."""
+    if fv.joined or is_switch(fv.flag):  # one word
         return [fv.span]
+    if not fv.value_spans:
+        return [fv.span] if fv.value is not None else [fv.span, None]
     return [fv.span, fv.value_spans[0]]
 
 

@@ -213,9 +213,10 @@ def _edits_for(c: Change, before, text: str, here: str) -> tuple[list, dict, set
         targets = occurrences[:-1]
     else:
         targets = [fv for fv in occurrences if not c.line or fv.source.line == c.line]
-    spans = [(fv, words(fv)) for fv in targets]
-    # a rename edits the flag's own word only, so a value of several words stays as written
-    # (held-out: `--sglang-cuda-graph-bs 1 2 4 8 $(seq 16 8 256)` was left unrenamed)
+    # a rename edits the flag's own word only, so its value stays as written: several words
+    # (held-out: `--sglang-cuda-graph-bs 1 2 4 8 $(seq 16 8 256)` was left unrenamed) or a
+    # variable set elsewhere or at run time (`--sglang-cuda-graph-max-bs ${MAX_BS}`, likewise)
+    spans = [(fv, words(fv) if c.new is None else [fv.span]) for fv in targets]
     if not targets or any(s is None or s.file != here for _, ws in spans for s in ws) or \
             c.new is None and any(len(fv.tokens) > 1 for fv in targets):
         return None

@@ -290,8 +290,12 @@ def _read(path, launcher_args, env, budget: _Budget, memory_mb, cwd, cluster, re
     got = _execute("path", os.path.abspath(path), launcher_args, child_env, cwd,
                    max(budget.left(), 0.0), memory_mb, trust, extra, reads,
                    meanwhile=budget.take())
-    return (path, got.records, got.err, got.status, {**child_env, **got.sandbox},
-            budget.total, memory_mb, time.perf_counter() - t0, got.end, got.stdout)
+    # a launcher that says why it stops on stdout (`print("Usage: run.py <run|list>")`, then
+    # `sys.exit(1)`): its last line, or the last that says error or usage (a list of choices
+    # printed after it), is the reason a failure reports when stderr has none
+    said = got.err if _tail(got.err) else f"{got.err}\n{_reason(got.stdout[-STDERR_TAIL:])}"
+    return (path, got.records, said, got.status, {**child_env, **got.sandbox},
+            budget.total, memory_mb, time.perf_counter() - t0, got.end)
 
 
 @dataclass
@@ -610,7 +614,7 @@ def _where(src) -> tuple[str, int] | None:
 
 
 def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seconds, end,
-               out: str = "", every: bool = False) -> list[PythonLaunch]:
+               every: bool = False) -> list[PythonLaunch]:
     calls = [r for r in records if "kind" in r]
     _mark_ran(records)
     found, others, launches = _split(calls, child_env, every)
@@ -634,7 +638,7 @@ def _interpret(path, records, err, status, child_env, timeout_s, memory_mb, seco
                          f"training; {checkout.hint(absent[0])}")
     try:
         return _launches(path, found, launches, others, calls, records, notes, err, status,
-                         child_env, timeout_s, memory_mb, seconds, every, end, out)
+                         child_env, timeout_s, memory_mb, seconds, every, end)
     except InputError as e:
         if not absent:
             raise
@@ -687,8 +691,8 @@ def brief(text: str) -> str:
 
 
 def _launches(path, found, launches, others, calls, records, notes, err, status, child_env,
-              timeout_s, memory_mb, seconds, every, end, out: str = "") -> list[PythonLaunch]:
-    _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end, out)
+              timeout_s, memory_mb, seconds, every, end) -> list[PythonLaunch]:
+    _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end)
     if found is None:
         ran = f"ran {len(calls)} command(s)" if calls else "ran no command"
         raise NoTrainingLaunch(f"{path}: no training launch: the launcher {ran}, none of them "
@@ -726,13 +730,10 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
     return out
 
 
-def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end,
-             out: str = "") -> None:
+def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end
+             ) -> None:
     """How the launcher's run ended: an InputError when it ended before a training launch
-    was recorded, else a note saying how it ended after (in `notes`). `out`: what it printed
-    on stdout, quoted when it exits with a status and said nothing on stderr (a usage or
-    an error printed with print())."""
-    said = _tail(err) or _printed(out)
+    was recorded, else a note saying how it ended after (in `notes`)."""
     if status in ("timeout", -signal.SIGXCPU):  # the wall clock, or RLIMIT_CPU
         if found is None:
             raise InputError(f"{path}: the launcher did not finish within {timeout_s:g} s and "
@@ -747,14 +748,13 @@ def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memor
         if found is None:
             raise InputError(f"{path}: the launcher was {why} before it launched training "
                              f"(memory limit {memory_mb} MiB, CPU limit {timeout_s:g} s)"
-                             + said)
+                             + _tail(err))
         notes.append(f"the launcher was {why} after its training launch was recorded")
     else:
-        _ended(path, found, calls, notes, err, child_env, memory_mb, end, said)
+        _ended(path, found, calls, notes, err, child_env, memory_mb, end)
 
 
-def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict, said: str = ""
-           ) -> None:
+def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict) -> None:
     """The child's own end record (`end`): refused, out of threads or memory, a module
     missing, an error, a wait, an exit."""
     if end["end"] == "refused":
@@ -778,7 +778,7 @@ def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict, said
         if found is None:
             raise InputError(f"{path}: the launcher failed before it launched training: "
                              f"{_at(end)}{_limit(end)}{_hint(calls)}"
-                             f"{_unset(end.get('error') or '', child_env)}")
+                             f"{_unset(end.get('error') or '', child_env, _at(end))}")
         notes.append(f"the launcher failed after its training launch: {_at(end)}")
     elif end["end"] == "waiting":
         if found is None:
@@ -791,7 +791,7 @@ def _ended(path, found, calls, notes, err, child_env, memory_mb, end: dict, said
         if found is None:
             gone = checkout.missing_in(err)  # typer prints the ImportError in a box, then exits
             raise InputError(f"{path}: the launcher exited with status {end['code']} before "
-                             f"it launched training{said}"
+                             f"it launched training{_tail(err)}"
                              + (f"; {checkout.hint(gone)}" if gone else ""))
         notes.append(f"the launcher exited with status {end['code']} after its training "
                      "launch was recorded")
@@ -856,11 +856,14 @@ def _said(message: str, child_env: dict) -> str:
     return f"{first}{_unset(message, child_env)}"
 
 
-def _unset(message: str, child_env: dict) -> str:
+def _unset(message: str, child_env: dict, at: str = "") -> str:
     """The environment variables a launcher's message names that are not set, to give with
-    --env (its API key: DAYTONA_API_KEY)."""
-    names = [n for n in dict.fromkeys(re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", message))
-             if n not in child_env]
+    --env (its API key: DAYTONA_API_KEY; any name, whatever its case, whose os.environ[NAME]
+    raised the KeyError `at` that place: http_proxy)."""
+    names = re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", message)
+    if re.search(r"<frozen os>|[/\\]os\.py", at):
+        names = re.findall(r"KeyError: '([A-Za-z_][A-Za-z0-9_]*)'", message) + names
+    names = [n for n in dict.fromkeys(names) if n not in child_env]
     return f" (give {', '.join(f'--env {n}=...' for n in names)})" if names else ""
 
 
@@ -917,16 +920,14 @@ def _hint(calls: list[dict]) -> str:
 _BOX = "│╭╮╰╯─┃┏┓┗┛━ |"  # rich's (typer's) frames around an error: no text of their own
 
 
+def _reason(out: str) -> str:
+    """The line of a launcher's stdout that says why it stopped (see _read)."""
+    lines = [x for x in out.splitlines() if x.strip()]
+    said = [x for x in lines if re.search(r"\b(error|usage)\b", x, re.I)]
+    return (said or lines or [""])[-1]
+
+
 def _tail(err: str) -> str:
     lines = [x.strip(_BOX).strip() for x in err.splitlines()]
     lines = [x for x in lines if any(c.isalnum() for c in x)]
     return f": {lines[-1]}" if lines else ""
-
-
-def _printed(out: str, keep: int = 2) -> str:
-    """The last `keep` meaningful lines the launcher printed on stdout (a usage line and its
-    error), each cut to NOTE_MAX characters; the text is the input's, escaped where it is
-    written (reporting/safetext.py Sink)."""
-    lines = [x.strip(_BOX).strip() for x in out.splitlines()]
-    lines = [brief(x) for x in lines if any(c.isalnum() for c in x)][-keep:]
-    return f"; it printed: {' / '.join(lines)}" if lines else ""

@@ -232,6 +232,13 @@ class Assignments:
                 self.set(name, None, unk, at, None, what, what)  # --env NAME stands
         self.sh.taint = Unk(what, at, why)
 
+    def taint_names(self, what: str, at: Location, names: tuple[str, ...]):
+        """A source not read that sets only `names` (an environment manager's activation
+        script): those become unknown, the script's other variables keep their values."""
+        why = f"it may be set by '{what}' at {at}, an environment's activation, not read here"
+        for name in names:
+            self.set(name, None, Unk(what, at, f"{name}: {why}"), at, None, what, what)
+
     def too_deep(self, name: str, n: syntax.Simple, body: list | None = None,
                  why: str = ""):
         """A call (or an eval's `body`) past the depth cap is not followed, or one of a

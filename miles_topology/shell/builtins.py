@@ -16,6 +16,14 @@ from . import syntax
 from .state import Leave
 from .values import INT_LIMIT, MAX_ITEMS, Field, Unk, Var, printf
 
+# conda's etc/profile.d/conda.sh and bin/activate, a venv's bin/activate: they set up a Python
+# environment manager (its shell functions, PATH, PS1 and its own names), never a launch
+# script's names, so a copy not read here leaves only these unknown
+_ACTIVATE = re.compile(r"(^|/)(etc/profile\.d/conda\.sh|bin/activate)[\"']?$")
+_ACTIVATE_SETS = ("PATH", "PS1", "PYTHONHOME", "CONDA_EXE", "CONDA_PYTHON_EXE", "CONDA_SHLVL",
+                 "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "CONDA_PROMPT_MODIFIER", "_CE_M",
+                 "_CE_CONDA", "VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT")
+
 
 class Commands(Protocol):
     """What the built-ins ask of command execution (interpret.Reader)."""
@@ -307,6 +315,8 @@ class Builtins:
             near = _by_tail(f, shown, where, self.at, self.found)
             if near is not None:
                 return self.r.source_file(near, n, cond, shown)
+        if _activation(self, fields[0].value, f, n, where):
+            return None
         if f.value is None:
             why = f"cannot tell which file is sourced: {f.unk.why}"
             self.found.unknown(f.text, f.unk.src, why)
@@ -325,10 +335,7 @@ class Builtins:
                 self.found.missing.append(f"'{f.value}' (sourced at {where}, if it exists)")
             return None
         if found is None:
-            looked = self.refused or ("it is not inside the script's checkout, nor does its "
-                                      "path's tail exist there" if f.value.startswith("/") else
-                                      "looked for it relative to the script and the "
-                                      "directories above it, within its checkout")
+            looked = self.refused or _looked_for(f.value)
             self.found.missing.append(f"'{f.value}' (sourced at {where})")
             what = n.words[1].text if len(n.words) > 1 else f.text
             why = f"sourced file '{f.value}' not found ({looked})"
@@ -435,6 +442,25 @@ class Builtins:
                     "pass the real file's folder with --env, or source it relative to the "
                     "script", where)
         return found
+
+
+def _activation(b: Builtins, cmd: str | None, f: Field, n: syntax.Simple, where: Location
+                ) -> bool:
+    """``source`` of an environment's activation script (_ACTIVATE) that is not here (made by
+    an install, never committed): only the manager's own names become unknown."""
+    shown = n.words[1].text if len(n.words) > 1 else f.text
+    if not _ACTIVATE.search(f.value or shown) or (f.value is not None and
+                                                  b.locate(f.value, where, False) is not None):
+        return False
+    b.assigns.taint_names(f"{cmd} {shown}", where, _ACTIVATE_SETS)
+    return True
+
+
+def _looked_for(path: str) -> str:
+    """Where a sourced file that was not found was looked for."""
+    return ("it is not inside the script's checkout, nor does its path's tail exist there"
+            if path.startswith("/") else "looked for it relative to the script and the "
+            "directories above it, within its checkout")
 
 
 def _absent(path: str, cwd: str | None, main: str) -> str | None:

@@ -20,7 +20,7 @@ class _Capped(list):
 
 
 class Findings:
-    __slots__ = ("launches", "notes", "unresolved", "missing", "uses", "machine")
+    __slots__ = ("launches", "notes", "unresolved", "missing", "uses", "machine", "written")
 
     def __init__(self):
         self.launches: list = []  # launch.Launch, in the order run
@@ -29,6 +29,9 @@ class Findings:
         self.missing: list[str] = []  # sourced files that were not found
         self.uses: dict[tuple, set[Location]] = {}  # located word -> the commands using it
         self.machine: set[str] = set()  # sourced absolute paths outside the checkout
+        # files it writes from a here-document naming a training entry (a Kubernetes
+        # manifest, an sbatch file), another program runs: (where, the file)
+        self.written: list[tuple[Location, str]] = []
 
     def note(self, code: str, message: str, fix: str, at: Location):
         self.notes.append(note(code, message, fix, at))

@@ -350,6 +350,9 @@ class Reader:
         text not)."""
         word, append = n.stdout
         path = self.w.path_of(word)
+        doc = n.stdin if isinstance(n.stdin, syntax.Heredoc) else None
+        if doc is not None and any(t in doc.text for t in launches.TRAIN_FILES):
+            self.found.written.append((self.at.src(n.line), path or word.text))
         if path is None:
             return
         key = self.w.file_key(path)

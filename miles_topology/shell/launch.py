@@ -159,7 +159,7 @@ def _flag(f: Field, fields: list, i: int, out: list[FlagValue],
     bad = next((v for v in vals if v.unk is not None), None)
     if bad is not None:
         text = " ".join(v.text if v.unk else v.value for v in vals)
-        out.append(FlagValue(flag, None, f.src, unresolved=text,
+        out.append(FlagValue(flag, None, f.src, unresolved=text, span=span(f.span),
                              bare=bad.text if len(vals) == 1 and bad.bare else None))
         unresolved.append(Unresolved(flag, bad.unk.expr, bad.unk.src, bad.unk.why))
         return i

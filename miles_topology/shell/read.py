@@ -56,6 +56,10 @@ def require_launch(found: ScriptRead) -> ScriptRead:
         "starts train.py" if found.others else " A program named only by a variable the " \
         "environment sets (\"$PYTHON\" train.py) is not known here: pass it with --env " \
         "NAME=VALUE, or check the script that starts train.py"
+    if found.written:  # the launch is text another program runs (kubectl apply, sbatch)
+        at, name = found.written[0]
+        why = f" It writes a training launch into {name} at {at} (a here-document), which " \
+            "this script does not run itself: check the command that file holds where it runs"
     raise NoTrainingLaunch(
         f"{found.path}: no training launch found (python3 train.py, train_async.py, torchrun, "
         f"or ray job submit ... -- python3 train.py){instead}.{why}")
@@ -94,9 +98,12 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
                 "when the script runs"))
         if len(pool) > 1:
             shown = ", ".join(str(x.src) for x in pool[:-1])
-            notes.append(note("several-launch-commands",
-                              f"{len(pool)} launch commands found ({shown} and {launch.src}); "
-                              f"the last one, at {launch.src}, is read",
+            said = f"{len(pool)} launch commands found ({shown} and {launch.src}); the last " \
+                f"one, at {launch.src}, is read"
+            if all(x.src == launch.src for x in pool):  # a function or loop runs it again
+                said = f"the launch command at {launch.src} runs {len(pool)} times (a " \
+                    "function or a loop runs it again); its last run is read"
+            notes.append(note("several-launch-commands", said,
                               "keep one launch command per script", launch.src))
         if launch.cond is not None:
             notes.append(note("conditional-launch", f"the launch command at {launch.src} runs "
@@ -106,7 +113,8 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
                       launch.entry if launch else None, argv, unresolved, notes,
                       launch.site if launch else None,
                       {k: frozenset(v) for k, v in res.uses.items()}, gaps, others,
-                      launch.world if launch else None, _frameworks(res.machine))
+                      launch.world if launch else None, _frameworks(res.machine),
+                      list(res.written))
     return read
 
 

@@ -146,6 +146,8 @@ class ScriptRead:
     # there (`source /root/slime/scripts/models/M.sh`: slime), as stack.entry_framework
     # reads `/root/slime/train.py`; empty when none or both
     frameworks: tuple[str, ...] = ()
+    # files it writes from a here-document naming train.py, another program runs (where, file)
+    written: list[tuple[Location, str]] = field(default_factory=list)
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""

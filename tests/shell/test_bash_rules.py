@@ -113,6 +113,25 @@ def test_a_program_only_its_folder_is_known_of_is_not_a_launch(tmp_path):
     assert v.extra["values"]["--actor-num-nodes"]["value"] == "1"
 
 
+def test_a_launch_written_into_a_file_another_program_runs_is_named(tmp_path):
+    # a Kubernetes Job written from a here-document, then `kubectl apply -f` (held-out: a
+    # slime fork's k8s launcher): bash runs no train.py here; the refusal names the file
+    from miles_topology.model.errors import NoTrainingLaunch
+
+    run = checkout(tmp_path, 'JOB=$(mktemp /tmp/job.XXXXXX.yaml)\ncat > "${JOB}" <<EOF\n'
+                   'command: ["bash", "-c", "python3 train.py --actor-num-nodes 1"]\nEOF\n'
+                   'kubectl apply -f "${JOB}"\n')
+    with pytest.raises(NoTrainingLaunch, match=r'writes a training launch into "\$\{JOB\}" '
+                       r"at .*\.sh:\d+ \(a here-document\)") as e:
+        check_script(str(run), {})
+    assert "pass it with --env" not in str(e.value)
+    # a file written from another file or a here-string is no here-document (upstream's
+    # selfdistill scripts: `envsubst < eval.yaml > "${EVAL_CONFIG}"`)
+    run = checkout(tmp_path / "b", 'envsubst < eval.yaml > out.yaml\n'
+                   'cat <<< "train.py" > x.txt\npython3 train.py --actor-num-nodes 1\n')
+    assert read_script(run).entry.endswith("train.py")
+
+
 # -- branches on run-time tests that agree -------------------------------------------------
 
 WANDB = PERF + """\

