@@ -132,6 +132,22 @@ def test_a_launch_written_into_a_file_another_program_runs_is_named(tmp_path):
     assert read_script(run).entry.endswith("train.py")
 
 
+@pytest.mark.parametrize("fmt", ["text", "github"])
+def test_the_written_file_named_in_the_refusal_is_printed_escaped(tmp_path, capsys, fmt):
+    # the name of the written file is the script's own text: an attacker's bytes, printed
+    # through the sink (an ESC sequence and a workflow command after a newline stay inert)
+    from hostile import clean
+    from support import run_cli
+
+    name = "job\x1b[31m\n::error::pwned\u202e.yaml"
+    run = checkout(tmp_path, f'cat > "{name}" <<EOF\n'
+                   'command: ["python3", "train.py", "--actor-num-nodes", "1"]\nEOF\n'
+                   f'kubectl apply -f "{name}"\n')
+    code, out, err = run_cli(capsys, "check", "--format", fmt, str(run))
+    assert code == 2 and "writes a training launch into" in err
+    clean(out + err, commands=fmt == "github")
+
+
 # -- branches on run-time tests that agree -------------------------------------------------
 
 WANDB = PERF + """\
