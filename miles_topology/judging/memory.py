@@ -24,7 +24,9 @@ Sources:
 - Activations: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
   Models" (arXiv 2205.05198), Table 2, as generalised in theoretical_memory_usage.py
   compute_activation_memory (sbh(18 + 4 f/h) per layer with sequence parallel and selective
-  recompute; sbh(10 + 24/t) without SP); pipeline stage p holds pp - p micro-batches in
+  recompute; sbh(10 + 24/t) without SP), the MLP's share as megatron-core's keeps it
+  (`mlp_ratio`: SwiGLU 6 f/h, a MoE layer's routed token copies 2 k etp; measured on its
+  MoELayer); pipeline stage p holds pp - p micro-batches in
   flight, times the interleaving penalty 1 + (pp-1)/(pp vpp); with full recompute each keeps
   only its layers' inputs and the one layer redone in a backward is counted once.
 - Rollout: SGLang's static memory (--sglang-mem-fraction-static of the GPU) holds the
@@ -400,22 +402,34 @@ def gib(n: float) -> float:
     return round(n / GIB, 2)
 
 
+def mlp_ratio(shape: Shape, lay: Sizes, moe: bool) -> float:
+    """Bytes an MLP keeps for its backward a token of the rank's share, over the hidden
+    size (its input aside: Table 2's 18 counts it). Table 2's 4 f/h is a GeLU MLP's: the fc1
+    output and the activation's output, 2 B each a unit of width f. A SwiGLU keeps fc1's
+    output of 2 f (4 f B) and fc2's input of f (2 f B): 6 f/h. A MoE layer's routed experts
+    also keep their copies of the tokens (fc1's input, for its weight gradient: top-k x etp
+    rows of h, 2 B each, a token of the sequence-parallel share). Measured on megatron-core
+    0.16's MoELayer with the fused weighted SwiGLU (tools/moe_activations.py: 2 k h + 6 k f
+    bytes a token; tests/miles/test_moe_activations.py)."""
+    per = 6 if shape.swiglu else 4
+    if not moe:
+        return per * shape.ffn_size() / shape.hidden
+    width = lay.topk * (shape.moe_ffn or shape.ffn_size()) + shape.shared_ffn
+    return per * width / shape.hidden + 2 * lay.topk * lay.etp
+
+
 def activations(shape: Shape, lay: Sizes, run: Run, p: int) -> int | None:
     """Activation bytes of pipeline stage p (estimate; see the module docstring)."""
     if run.tokens is None:
         return None
-    sbh, h, t = run.tokens * shape.hidden, shape.hidden, lay.tp
+    sbh, t = run.tokens * shape.hidden, lay.tp
     layers = sum(len(c) for c in lay.stages[p])
     if lay.mtp and p == lay.pp - 1:
         layers += lay.mtp
 
-    def mlp_ratio(moe: bool) -> float:  # 4 f/h of Table 2, f = the hidden width a token sees
-        width = (lay.topk * (shape.moe_ffn or shape.ffn_size()) + shape.shared_ffn) if moe \
-            else shape.ffn_size()
-        return 4 * width / h
-
     moe_share = sum(lay.moe[i] for c in lay.stages[p] for i in c) / max(layers, 1)
-    ratio = moe_share * mlp_ratio(True) + (1 - moe_share) * mlp_ratio(False)
+    ratio = moe_share * mlp_ratio(shape, lay, True) + (1 - moe_share) * mlp_ratio(shape, lay,
+                                                                                   False)
     full_layer = sbh * (18 + ratio) / t if lay.sp else sbh * (10 + (8 + ratio) / t)
     one = 0.0
     if run.recompute == "full":

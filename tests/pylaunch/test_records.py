@@ -224,9 +224,14 @@ def test_a_thousand_typer_commands_run_the_real_cap(tmp_path):
     got = read_python_launches(str(run), [])
     took = time.perf_counter() - t0
     ran = [g.command for g in got]
-    assert ran == [f"c{i}" for i in range(len(ran))] and 0 < len(ran) <= typerapp.MAX_COMMANDS
+    # in order, among the first 32 (on a loaded machine one command may be stopped at its
+    # share of the budget while the next still runs: that one is a note, not a run)
+    order = [int(c[1:]) for c in ran]
+    assert order == sorted(order) and 0 < len(ran) <= typerapp.MAX_COMMANDS
+    assert max(order) < typerapp.MAX_COMMANDS
     notes = got[0].notes
     assert "the typer app has 1000 commands; the first 32 are run" in notes
     skipped = [n for n in notes if n.startswith("command `c")]  # out of time: not run, or stopped
     assert len(ran) + len(skipped) == typerapp.MAX_COMMANDS, notes
+    assert not any(n.startswith(f"command `{c}`") for c in ran for n in skipped), notes
     assert took < 30, took  # the budget, plus the last run's start
