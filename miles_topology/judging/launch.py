@@ -281,8 +281,20 @@ def skip_unknown(v: Verdict, unknown: set[str], facts: set[str]) -> None:
         `no-rollout-gpus`); a warning about a flag's name (deprecated, of another version)
         stands whatever its value."""
         return CODES[p.code].by.startswith("rule ") and skip(p)
-    v.skipped += [replace(p, severity="skipped") for p in v.errors if skip(p)]
-    v.skipped += [replace(p, severity="skipped") for p in v.warnings if ruled(p)]
+    def unproven(p: Problem) -> Problem:
+        """The finding, saying which of its flags it rests on are not known: its message
+        was worded from the defaults that stood in for them ("tp = 1", "neither ... is
+        given" of `--rollout-num-gpus "${N}"`)."""
+        names = sorted((unknown | facts) & set(p.flags)) or sorted(facts & MOE_FLAGS)
+        refused = [f for f in names if f in invalid]
+        known_not = [f for f in names if f not in invalid]
+        why = "; ".join(x for x in (
+            known_not and f"{', '.join(known_not)}: value not known here",
+            refused and f"{', '.join(refused)}: value refused, its default stood in") if x)
+        return replace(p, severity="skipped", message=f"{p.message} (not proven: {why})"
+                       if why else p.message)
+    v.skipped += [unproven(p) for p in v.errors if skip(p)]
+    v.skipped += [unproven(p) for p in v.warnings if ruled(p)]
     v.errors = [p for p in v.errors if not skip(p)]
     v.warnings = [p for p in v.warnings if not ruled(p)]
 

@@ -203,8 +203,12 @@ def where(token: Any) -> Location | None:
 
 def _near(name: str, stack: Any) -> str | None:
     """A known flag `name` is a near miss of: of either framework's surface, ours, or one a
-    function of the launch adds."""
+    function of the launch adds. One the stack itself lacks is no fix there (miles'
+    --use-miles-router for slime's --use-slime-router: slime's parser drops both)."""
     near = suggest(name)
+    if near is not None and not stack.layout_only and stack.flag(near) is None \
+            and not known(near):
+        near = None
     if near is None and name.startswith("--") and stack.added:
         got = difflib.get_close_matches(name, list(stack.added), n=1, cutoff=0.8)
         near = got[0] if got else None

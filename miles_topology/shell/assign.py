@@ -7,6 +7,7 @@ when it has the name."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from ..model.errors import Location
 from . import syntax
@@ -32,6 +33,26 @@ class Assignments:
 
     def __init__(self, sh: Shell, w, env: Mapping[str, str], budget: Budget, at: Cursor):
         self.sh, self.w, self.env, self.budget, self.at = sh, w, env, budget, at
+
+    @contextmanager
+    def held(self, prefix: tuple, cond: Unk | None) -> Iterator[None]:
+        """``X=4 source FILE`` / ``X=4 func``: X is set while the file or function runs and
+        given back after it (bash outside POSIX mode), so a model file's
+        ``${MODEL_ARGS_NUM_LAYERS:-61}`` reads 4."""
+        sh = self.sh
+        names = dict.fromkeys(a.name for a in prefix)
+        saved, given = {k: sh.vars.get(k) for k in names}, sh.inherited & set(names)
+        for a in prefix:
+            self.assign(a, cond)
+        try:
+            yield
+        finally:
+            for k, old in saved.items():
+                if old is None:
+                    sh.vars.pop(k, None)
+                else:
+                    sh.vars[k] = old
+            sh.inherited |= given
 
     def assign(self, a: syntax.Assign, cond: Unk | None):
         cond = self.sh.plain(cond)

@@ -332,17 +332,19 @@ class Reader:
         """A function, else a built-in, else any other command (bash's order)."""
         if n.stdout is not None:
             self.write(fields, n, cond)
-        if name in self.sh.funcs:
-            if self.budget.deep:
-                self.assigns.too_deep(name, n)
-            elif type(self.sh.funcs[name]) is Either:  # defined at run time: each definition a way
-                self.branches.call(name, fields, n, cond)
-            else:
-                self.call(name, fields, n, cond)
-            return
-        handler = self.builtins.table.get(name)
-        if handler is None or handler(fields, n, cond) is False:
-            self.command(fields, n, cond)
+        held = n.prefix if name in self.sh.funcs or name in ("source", ".") else ()
+        with self.assigns.held(held, cond):  # X=4 source F / X=4 func: X set while it runs
+            if name in self.sh.funcs:
+                if self.budget.deep:
+                    self.assigns.too_deep(name, n)
+                elif type(self.sh.funcs[name]) is Either:  # defined at run time: each a way
+                    self.branches.call(name, fields, n, cond)
+                else:
+                    self.call(name, fields, n, cond)
+                return
+            handler = self.builtins.table.get(name)
+            if handler is None or handler(fields, n, cond) is False:
+                self.command(fields, n, cond)
 
     def write(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
         """``cat > F <<EOF``, ``echo ... > F``, ``printf ... >> F``: the file's text, when the

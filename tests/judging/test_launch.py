@@ -73,3 +73,28 @@ def test_a_launchers_notes_are_coded_problems_at_its_launch(tmp_path):
     assert v.ok and note in v.warnings
     lines = v.extra["report_lines"]
     assert lines and not any(line.startswith("note:") for line in lines)  # once, as a problem
+
+
+def test_a_skipped_finding_names_the_flags_it_rests_on_that_are_not_known(tmp_path, capsys):
+    # the rule's message is worded from the defaults standing in for unknown values ("tp =
+    # 1", "neither ... is given" of `--rollout-num-gpus "$N"`): the skipped finding says so.
+    # The unknown words are an attacker's bytes; only the rule's own flag names are added
+    from hostile import NASTY, clean
+    from support import run_cli
+
+    script = tmp_path / "run.sh"
+    nasty = NASTY.replace("\x00", "")  # a NUL makes no text file at all
+    script.write_bytes(f'N="$(cat /etc/{nasty})"\npython3 train.py --actor-num-nodes 1 '
+                      '--actor-num-gpus-per-node 4 --num-layers 4 --hidden-size 64 '
+                      '--num-attention-heads 4 --rollout-num-gpus "$N" --sequence-parallel '
+                      '--tensor-model-parallel-size "$N"\n'.encode("utf-8", "surrogateescape"))
+    v = check_script.check_script(str(script), {})
+    got = {p.code: p.message for p in v.skipped}
+    assert got["sp-ignored"].endswith(
+        "(not proven: --tensor-model-parallel-size: value not known here)")
+    assert got["no-rollout-gpus"].endswith("(not proven: --rollout-num-gpus: value not known "
+                                           "here)")
+    for fmt in ("text", "github"):
+        code, out, err = run_cli(capsys, "check", "--format", fmt, str(script))
+        assert "not proven" in out
+        clean(out + err, commands=fmt == "github")

@@ -167,6 +167,22 @@ def test_slime_s_pre_parsed_flags_are_slime_flags(tmp_path):
     assert surface.slime_table()["--train-backend"].choices == ("megatron",)
 
 
+def test_a_did_you_mean_on_slime_names_a_flag_slime_has(tmp_path):
+    # slime 624b824 utils/arguments.py defines no router switch: a fork's --use-slime-router
+    # is dropped there, and so would miles' --use-miles-router be (no fix to suggest); a
+    # near miss of a flag slime has still gets its did-you-mean
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --actor-num-nodes 1 "
+                      "--actor-num-gpus-per-node 8 --colocate --num-layers 4 "
+                      "--use-slime-router --rollout-num-gpu-per-engine 2\n")
+    got = {p.flags[0]: p for p in check_script(str(script), {}).problems
+           if p.code == "ignored-flag"}
+    router = got["--use-slime-router"]
+    assert "did you mean" not in router.message and "miles-router" not in router.fix
+    assert "did you mean --rollout-num-gpus-per-engine?" in \
+        got["--rollout-num-gpu-per-engine"].message
+
+
 @pytest.mark.parametrize("entry, kept", [("/root/slime/train.py", False),
                                          ("/root/miles/train.py", True)])
 def test_a_topology_flag_slime_lacks_keeps_its_default_on_slime(tmp_path, entry, kept):

@@ -59,6 +59,27 @@ def test_a_helper_gets_its_prefix_assignment(tmp_path):
     assert values(script) == truth
 
 
+def test_a_prefix_assignment_holds_while_a_sourced_file_or_function_runs(tmp_path):
+    # upstream's scripts/models/deepseek-v3.sh reads NLAYERS="${MODEL_ARGS_NUM_LAYERS:-61}";
+    # `MODEL_ARGS_NUM_LAYERS=4 source it` gives 4 layers, and the variable is gone after it
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "moe.sh").write_text('N="${MODEL_ARGS_NUM_LAYERS:-61}"\n'
+                                   'MODEL_ARGS=(--num-layers "$N" --hidden-size 64)\n')
+    script = tmp_path / "run.sh"
+    script.write_text('DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+                      'MODEL_ARGS_NUM_LAYERS=4 source "$DIR/models/moe.sh"\n'
+                      'TP=1\nperf() { PERF=(--tensor-model-parallel-size "$TP"); }\nTP=2 perf\n'
+                      'python3 train.py "${MODEL_ARGS[@]}" "${PERF[@]}" '
+                      '--pipeline-model-parallel-size "$TP" '
+                      '--seq-length "${MODEL_ARGS_NUM_LAYERS:-0}"\n')
+    truth = flag_values(bash_launch(script, [], tmp_path))
+    assert truth["--num-layers"] == "4" and truth["--tensor-model-parallel-size"] == "2"
+    assert truth["--pipeline-model-parallel-size"] == "1" and truth["--seq-length"] == "0"
+    got = values(script)
+    assert {k: got[k] for k in truth} == truth
+
+
 def test_a_wrapper_reads_as_the_wrapped_launch():
     got = values(IDIOMS / "wrapper-args.sh", positional=["--colocate"])
     assert got["--tensor-model-parallel-size"] == "4" and got["--actor-num-nodes"] == "2"
