@@ -320,10 +320,7 @@ def test_measured_latencies_order_nvidias_runs_as_measured():
     assert order((LAYER_LATENCY, EXPERT_LATENCY)) == want
 
 
-def test_the_gpu_probe_runs_the_shapes_the_model_charges():
-    # bench/gpu_layer.py times a rank's share of one MoE layer on a GPU against cost.py: its
-    # shapes must be the model's, so its forward FLOPs x 3 (backward twice) at the roofline's
-    # rate are the model's compute for the pass (every GEMM FLOP-bound at 20,480 tokens)
+def _gpu_probe():
     import importlib.util
     import sys
 
@@ -331,6 +328,14 @@ def test_the_gpu_probe_runs_the_shapes_the_model_charges():
     probe = importlib.util.module_from_spec(spec)
     sys.modules["gpu_layer"] = probe  # its dataclass resolves annotations through it
     spec.loader.exec_module(probe)
+    return probe
+
+
+def test_the_gpu_probe_runs_the_shapes_the_model_charges():
+    # bench/gpu_layer.py times a rank's share of one MoE layer on a GPU against cost.py: its
+    # shapes must be the model's, so its forward FLOPs x 3 (backward twice) at the roofline's
+    # rate are the model's compute for the pass (every GEMM FLOP-bound at 20,480 tokens)
+    probe = _gpu_probe()
     shape, model = read_model([str(FIXTURES / "models" / "qwen3-30B-A3B.sh")], None)
     rate = HARDWARE["H100"].flops * GEMM_EFF
     for tp, ep, local, rows in ((1, 4, 32, 5120), (4, 8, 16, 2560)):
@@ -338,5 +343,10 @@ def test_the_gpu_probe_runs_the_shapes_the_model_charges():
         assert (p.experts, p.rows, p.heads) == (local, rows, 32 // tp)
         charged = probe.modelled_ms(shape, model, tp, ep, 20480, 10240, "H100", ("compute",))
         assert charged == pytest.approx(3 * p.flops(10240) / rate * 1e3, rel=0.01)
+
+
+def test_the_gpu_probe_runs_on_the_cpu_with_dry():
+    pytest.importorskip("torch")
+    probe = _gpu_probe()
     assert probe.main([str(FIXTURES / "models" / "qwen3-30B-A3B.sh"), "--dry", "--repeats", "1",
                        "--layouts", "4x8"]) == 0
