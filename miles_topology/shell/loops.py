@@ -11,8 +11,13 @@ from contextlib import contextmanager
 
 from ..model.errors import Location
 from . import syntax
+from .assign import walk
 from .budget import MAX_READ_LOOP_STEPS
 from .values import ArithError, Field, Unk, Var, arith, arith_targets
+
+# what ends a loop from inside it; in a function it calls, `return` only ends that function
+_LEAVE = frozenset(("break", "exit", "exec", "logout", "source", ".", "eval", "command",
+                    "builtin"))
 
 _STEP, _UNSTEPPED, _BARRIER = "step", "unstepped", None  # frames of `Loops.frames`
 
@@ -145,6 +150,9 @@ class Loops:
         ``while [[ $# -gt 0 ]]; do case "$1" ...`` and ``while getopts`` loops)."""
         r = self.r
         body = n.body[len(n.cond):]
+        if _endless(n, body, r.sh.funcs):  # stepping it would only spend the budget
+            raise _Unsteppable("nothing in it leaves it (no break, exit or return): it runs "
+                               "until the process is stopped")
         while True:
             status = r.tests.status(n.cond, None)
             if status is None:
@@ -224,3 +232,18 @@ class Loops:
         shell, found = saved
         self.r.sh.restore(shell)
         self.r.found.undo(found)
+
+
+def _endless(n: syntax.Loop, body: list, funcs: dict[str, list]) -> bool:
+    """``while true`` / ``while :`` / ``until false`` whose body (with the functions it
+    calls) has no command that can leave it: bash runs it until the process is stopped (a
+    checkpoint poller in a background subshell), so each step is the last one again."""
+    test = n.cond[0] if len(n.cond) == 1 else None
+    if type(test) is not syntax.Simple or len(test.words) != 1 or test.assigns or \
+            test.words[0].literal() != ("false" if n.kind == "until" else "true") and \
+            not (n.kind == "while" and test.words[0].literal() == ":"):
+        return False
+    heads = [m.words[0].literal() if m.words else "" for m in walk(body, funcs)
+             if type(m) is syntax.Simple]
+    own = [m.words[0].literal() for m in walk(body, {}) if type(m) is syntax.Simple and m.words]
+    return None not in heads and not _LEAVE.intersection(heads) and "return" not in own

@@ -733,6 +733,8 @@ def test_moe_layer_freq_loop_matches_bash(tmp_path, k):
     ("n=0; for x in a b c; do (( n++ )); ((n+=10)); done; ARGS+=($n)", ["33"]),
     ("for x in 1 2 3; do :; done; ARGS+=($x)", ["3"]),
     ("f() { for x; do ARGS+=(-$x); done; }; f a b", ["-a", "-b"]),
+    ("n=0; while true; do n=$((n + 1)); [ $n -ge 3 ] && break; done; ARGS+=($n)", ["3"]),
+    ("n=0; until false; do n=$((n + 1)); [ $n = 2 ] && break; done; ARGS+=($n)", ["2"]),
 ])
 def test_known_loops_are_stepped_through(tmp_path, loop, want):
     text = f'ARGS=()\n{loop}\npython3 train.py "${{ARGS[@]}}"\n'
@@ -774,6 +776,20 @@ def test_stepping_is_bounded_by_commands_and_per_read(tmp_path):
     assert final(read) == {"--a": "9000", "--l": "9000", "--m": None}  # 11 x 9000 fit
     assert "stepped through 100000 loop iterations already" in read.unresolved[-1].why
     assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("loop", [
+    'while true; do [ -f /tmp/t ] && s=$((s + 1)); sleep 5; done',
+    'f() { return 1; }; until false; do f || s=1; done',
+    'while :; do s=1; bash -c "exit 2"; done',
+])
+def test_an_endless_loop_is_read_once_not_stepped(tmp_path, loop):
+    # `while true` with nothing in it that leaves it (a checkpoint poller): each step is the
+    # last one again; stepping it to the cap spent seconds of the input's time budget (a
+    # poller with a few tests: most of a minute) for the same unknown result
+    read = read_text(tmp_path, f"s=0\n{loop}\npython3 train.py --s $s\n")
+    (u,) = read.unresolved
+    assert u.flag == "--s" and "nothing in it leaves it" in u.why
 
 
 def test_loop_effects_are_undone_when_it_cannot_be_stepped(tmp_path):
