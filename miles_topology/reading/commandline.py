@@ -95,6 +95,15 @@ def reads_stdin_script(vals: list[str | None]) -> bool:
     return False
 
 
+def wrapped_shell(vals: list[str | None]) -> int | None:
+    """Index of the shell that runs a script behind wrappers (``nohup bash run.sh``,
+    ``timeout 3h bash run.sh``), None when no wrapper precedes a shell."""
+    k = _skip_wrappers(vals, 0, {})
+    if 0 < k < len(vals) and vals[k] is not None and os.path.basename(vals[k]) in _SHELLS:
+        return k
+    return None
+
+
 def _skip_wrappers(vals: list[str | None], k: int, env: dict[str, str]) -> int:
     """Index of the first word after leading assignments and wrapper commands."""
     while k < len(vals):

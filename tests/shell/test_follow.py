@@ -96,6 +96,20 @@ def test_the_wrapped_shell_sees_exported_variables_only(tmp_path):
     assert values(tmp_path / "outer.sh") == truth
 
 
+def test_a_script_run_behind_nohup_or_timeout_is_followed(tmp_path):
+    # `nohup bash scripts/run.sh &> train.out &` (a cluster's start script): bash runs the
+    # wrapped script as `bash FILE`; it was "no training launch found"
+    (tmp_path / "inner.sh").write_text("python3 train.py --tensor-model-parallel-size "
+                                       '"${TP:-1}" --pipeline-model-parallel-size "${PP:-1}"\n')
+    for wrap in ("nohup", "timeout 3h", "env -u PP"):
+        (tmp_path / "outer.sh").write_text(
+            f'export TP=4 PP=2\n{wrap} bash "$(dirname "$0")/inner.sh" &> "$HOME/t.out" &\n'
+            "wait\n")
+        truth = flag_values(bash_launch(tmp_path / "outer.sh", [], tmp_path))
+        assert truth["--tensor-model-parallel-size"] == "4"
+        assert values(tmp_path / "outer.sh")["--tensor-model-parallel-size"] == "4"
+
+
 def test_set_o_takes_its_option_name(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text('set -euo pipefail\nset +o xtrace\npython3 train.py --x "${1:-none}"\n')
