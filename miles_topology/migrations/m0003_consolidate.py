@@ -504,17 +504,18 @@ def reference(state: State, r: Reading, name: str) -> tuple[str, str, list[str]]
     before any cd, else through a variable this step adds on the script's first line. Returns
     the reference, a note for the report, and the lines to add at the top."""
     here = os.path.dirname(state.file)
+    quoted = re.sub(r'([\\$`"])', r"\\\1", name)  # literal inside "...": `run$(x).sh`
     dirs = sorted((k for k, v in r.script.site.variables.items()
                    if v and os.path.normpath(v) == here and re.fullmatch(r"[A-Za-z_]\w*", k)
                    and set_before_cd(state.text, k)),
                   key=lambda k: (k != "SCRIPT_DIR", k))
     if dirs:
-        return f'"${{{dirs[0]}}}/{name}"', "", []
+        return f'"${{{dirs[0]}}}/{quoted}"', "", []
     var = fresh("MILES_TOPOLOGY_DIR", set(r.script.site.variables) |
                 set(re.findall(r"\w+", state.text)))
     line = f'{var}="$(cd -- "$(dirname -- "${{BASH_SOURCE[0]}}")" &>/dev/null && pwd)"' \
         f"  # this script's folder, where {name} is"
-    return (f'"${{{var}}}/{name}"', f" (${var}, this script's folder, is set on its first line, "
+    return (f'"${{{var}}}/{quoted}"', f" (${var}, this script's folder, is set on its first line, "
             "before any cd; the YAML must stay beside the script)", [line])
 
 

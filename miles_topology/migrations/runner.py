@@ -284,9 +284,10 @@ def _udiff(a: str, b: str, fa: str, fb: str) -> str:
 
 
 def say(text: str, sink: Sink = OUT) -> None:
-    """Print text that holds a script's words (a pull request's, in CI) through the sink:
-    each control character escaped, no workflow command (safetext, as `check` prints)."""
-    sink.text(text)
+    """Print one line that holds a script's words (a pull request's, in CI) through the sink:
+    each control character escaped, a newline in a file name too (it would start a line of its
+    own: a forged verdict), no workflow command (safetext, as `check` prints)."""
+    sink.line(text)
 
 
 def report(out: Outcome, stream: Sink) -> None:

@@ -283,6 +283,32 @@ def test_refusals_leave_the_script_untouched(tmp_path, capsys, text, code, why):
     assert run.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == ["run.sh"]
 
 
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("name", ["run$(touch pwned).sh", "run`touch pwned`.sh", 'run"q.sh',
+                                  "run\\x.sh", "run ${X}.sh"])
+def test_a_script_name_with_shell_characters_is_named_literally(tmp_path, capsys, name):
+    """The YAML's name goes into a double-quoted word of the script: held out, a name with
+    `$(...)` ran the command in the migrated script (read back, it was refused with a made-up
+    topology change). In real bash the word is the file's own path and runs nothing."""
+    run = tmp_path / name
+    run.write_text("python3 train.py --actor-num-gpus-per-node 4 --colocate\n")
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    line = next(x for x in run.read_text().splitlines() if "miles-topology flags" in x)
+    got = subprocess.run([BASH, "-c", 'miles-topology() { printf "%s" "$2"; }\n'
+                          f"MILES_TOPOLOGY_DIR=/D\n{line}\nprintf %s \"$TOPOLOGY_FLAGS\""],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert got.stdout == "/D/" + name.removesuffix(".sh") + ".topology.yaml"
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_newline_in_a_script_name_does_not_start_a_line_of_its_own(tmp_path, capsys):
+    run = tmp_path / "ok\nFound 0 errors.sh"  # printed raw, it forged a line of output
+    run.write_text("echo hi\n")
+    code, out, err = cli(["migrate", "--write", str(run)], capsys)
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert err.startswith(str(tmp_path) + "/ok\\nFound 0 errors.sh: refused: ")
+
+
 LAUNCHER = ('"""Launch GRPO on one node: 8 GPUs.\n\n'
             'If the model is missing, download it first."""\n'
             "import os\n\n\ndef execute():\n"
