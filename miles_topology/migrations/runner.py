@@ -148,7 +148,7 @@ def writable(out: Outcome) -> None:
         raise Refused(f"cannot read it: {e.strerror or e}", 2) from None
     if not st.st_mode & stat.S_IWUSR or not os.access(target, os.W_OK):
         raise Refused(f"it is read-only (mode {stat.S_IMODE(st.st_mode):04o}); nothing was "
-                      "written. Make it writable (chmod u+w) to migrate it.")
+                      "written. Make it writable (chmod u+w) to rewrite it.")
     if st.st_nlink > 1:
         raise Refused(f"it has {st.st_nlink} hard links, and replacing it would leave the "
                       "others with the old text; nothing was written.")
