@@ -352,6 +352,10 @@ def yaml_lines(fields: list) -> list[str]:
 def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit], notes: dict) -> None:
     site = r.script.site
     path = yaml_path(state)
+    if re.search(r"[\x00-\x1f\x7f]", path.name):  # a newline would end a comment line of both
+        raise Refused(f"its name holds a control character ({path.name}), and the topology "
+                      "file's name goes into the YAML's and the script's comments; rename it, "
+                      "or use --inline; nothing was written.")
     ours = topology_form(r, None) == "topology"
     fields, exports, derived = entries(state, r, moving, path, notes)
     how = "passes this file with --topology" if ours else \

@@ -309,6 +309,21 @@ def test_a_newline_in_a_script_name_does_not_start_a_line_of_its_own(tmp_path, c
     assert err.startswith(str(tmp_path) + "/ok\\nFound 0 errors.sh: refused: ")
 
 
+@pytest.mark.parametrize("name", ["r\nvpp: 1\n#.sh", "run\x1b[31m.sh"])
+def test_a_script_name_with_a_control_character_is_refused_before_the_yaml(tmp_path, capsys,
+                                                                             name):
+    """The YAML's name goes into comments of the YAML and the script, where a newline ends
+    the line (held out: the read-back refused with a parse error of a temporary file, or a
+    made-up topology change `vpp None -> 1`); --inline writes no name and still works."""
+    text = "python3 train.py --actor-num-gpus-per-node 4 --colocate\n"
+    run = tmp_path / name
+    run.write_text(text)
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "its name holds a control character" in err and "/tmp/tmp" not in err
+    assert run.read_text() == text and [p.name for p in tmp_path.iterdir()] == [name]
+    assert cli(["migrate", "--write", "--inline", str(run)], capsys)[0] == 0
+
+
 LAUNCHER = ('"""Launch GRPO on one node: 8 GPUs.\n\n'
             'If the model is missing, download it first."""\n'
             "import os\n\n\ndef execute():\n"
