@@ -95,7 +95,7 @@ def read_channels(pairs: Sequence[tuple[str, str | None, Location | None]],
     YAML files a Python launcher wrote in its sandbox, as kept when the launch was recorded
     (sources.WRITTEN): what points at one of their lines points at the launcher's line that
     passed it instead, the file being gone."""
-    token = WRITTEN.set(written or {})
+    token = WRITTEN.set(written)
     try:
         problems, words = _read(pairs, dirs, framework)
     finally:

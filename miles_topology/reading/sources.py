@@ -606,7 +606,8 @@ SANDBOX = "/miles-topology-launcher-"
 # checker reads the launch: their text as the sandboxed child read it when the launch was
 # recorded (pylaunch/child.py _written), {"text": ...}, or why it did not, {"why": ...}; by
 # path. Set by read_channels for one launch. The text is the launcher's to choose, as argv is.
-WRITTEN: ContextVar[Mapping[str, Mapping[str, str]]] = ContextVar("written", default={})
+WRITTEN: ContextVar[Mapping[str, Mapping[str, str]] | None] = ContextVar("written",
+                                                                        default=None)
 WRITTEN_BY = "<written by the launcher: "
 
 
@@ -627,7 +628,7 @@ def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
 
     import yaml
 
-    kept = WRITTEN.get().get(value) or {}
+    kept = (WRITTEN.get() or {}).get(value) or {}
     if isinstance(kept.get("text"), str):
         text, where = kept["text"], written_name(value)
     elif base64 and value.startswith("base64:"):
