@@ -114,7 +114,9 @@ def current_yaml(state: State, r: Reading) -> tuple[Path, str, str] | None:
 
         try:  # the YAML beside the script, through the gate
             body = gate.read_text(path, limit=gate.AST_LIMIT, errors="strict")
-        except (gate.Refused, UnicodeDecodeError) as e:
+        except gate.Refused as e:  # its reason names the path
+            raise Refused(f"{e}; nothing was written.") from None
+        except UnicodeDecodeError as e:
             raise Refused(f"{path}: {e}; nothing was written.") from None
     if body is None:
         return None

@@ -652,6 +652,21 @@ def test_symlink_into_another_folder_is_refused_when_a_yaml_would_be_written(tmp
     assert link.is_symlink() and "TOPOLOGY_ARGS=(" in real.read_text()
 
 
+def test_a_topology_yaml_linked_out_of_the_checkout_is_not_written_through(tmp_path, capsys):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "pyproject.toml").write_text("")  # the checkout's root
+    run = staged(step_dir(STEPS[2]), tmp_path / "ck")
+    (yaml_text,) = migrate(run).files.values()
+    victim = tmp_path / "victim.yaml"
+    victim.write_text(yaml_text)  # what it would write: only the gate stops it
+    run.with_name("run.topology.yaml").symlink_to(victim)
+    text = run.read_text()
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "outside the input's checkout" in err
+    assert err.count(str(run.with_name("run.topology.yaml"))) == 1  # was named twice
+    assert victim.read_text() == yaml_text and run.read_text() == text
+
+
 def test_backups_are_numbered_never_overwritten(tmp_path, capsys):
     run = staged(step_dir(STEPS[0]), tmp_path)
     run.with_name("run.sh.bak").write_text("an older backup\n")
