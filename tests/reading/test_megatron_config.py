@@ -75,6 +75,55 @@ def test_an_actor_size_megatron_refuses_is_an_error_at_its_yaml_line():
     assert v.summary["tp"] == 3
 
 
+# ---- sequence parallel: validate_args ran before the overrides -------------------------------
+
+SP_ERROR = "megatron-config-sp-without-tp"
+
+
+@pytest.mark.parametrize("config, env, lines", [
+    ("actor-tp1.yaml", {"ESTIMATOR": "grpo"}, [5]),  # tp 1 under the CLI's validated SP
+    ("actor-sp.yaml", {"TP": "1"}, [5, 9]),  # sp on at the CLI's tp 1; critic: bool("false")
+])
+def test_sp_a_role_leaves_on_at_tp_1_is_an_error_not_dropped(config, env, lines):
+    v = check_script(RUN, {"CONFIG": config, **env})
+    assert [(p.code, p.location.line) for p in v.errors] == [(SP_ERROR, n) for n in lines]
+    assert "Cannot use sequence parallelism without tensor parallelism" in v.errors[0].message
+    assert "sp-ignored" not in codes(v, "warnings")  # not "Megatron drops it"
+    assert v.summary["tp"] == 1
+
+
+def test_sp_overrides_megatron_accepts_are_no_error():
+    assert check_script(RUN, {"CONFIG": "actor-sp.yaml", "ESTIMATOR": "grpo"}).ok  # tp 2
+    v = check_script(RUN, {"CONFIG": "actor-tp1.yaml", "ESTIMATOR": "grpo", "TP": "1"})
+    assert v.ok and "sp-ignored" in codes(v, "warnings")  # validate_args dropped the CLI's
+
+
+def test_a_critic_sp_error_leaves_the_actors_sp_ignored():
+    v = check_script(RUN, {"CONFIG": "critic-sp.yaml", "TP": "1"})
+    assert [(p.code, p.location.line) for p in v.errors] == [(SP_ERROR, 9)]
+    assert "sp-ignored" in codes(v, "warnings")  # the actor's is the CLI's, dropped
+
+
+def test_an_actor_tp_keeps_what_validate_args_derived_from_the_command_line(repo):
+    (repo / "m.yaml").write_text("megatron:\n  - role: actor\n    overrides:\n"
+                                 "      tensor_model_parallel_size: 2\n")
+    pairs = [("--tensor-model-parallel-size", "1", None), ("--sequence-parallel", "", None),
+             ("--megatron-config-path", "m.yaml", None)]
+    problems, words = _channels(pairs, (repo / "m.yaml").read_text())
+    assert [w.text for w in words] == ["--tensor-model-parallel-size", "2",
+                                       "--sequence-parallel=false",
+                                       "--expert-tensor-parallel-size", "1"]
+    assert {w.source.line for w in words} == {4}
+    moe = "--num-layers 4 --num-experts 8 --tensor-model-parallel-size 1 --sequence-parallel"
+    (repo / "run.sh").write_text(f"{SLIME} --megatron-config-path m.yaml {moe}\n")
+    v = check_script(str(repo / "run.sh"), {"ESTIMATOR": "grpo"})
+    e = next(p for p in v.errors if p.code == "moe-tp-requires-sp")  # MoELayer.forward raises
+    assert e.location.path.endswith("m.yaml") and e.location.line == 4
+    assert v.summary["etp"] == 1 and v.summary["tp"] == 2
+    (repo / "run.sh").write_text(f"{SLIME} {moe} --tensor-model-parallel-size 2\n")
+    assert "moe-tp-requires-sp" not in codes(check_script(str(repo / "run.sh"), {}))
+
+
 # ---- actor and critic ------------------------------------------------------------------------
 
 
@@ -241,7 +290,8 @@ def slime_role_args():
     exec(compile(mod, str(src), "exec"), ns)  # noqa: S102 (upstream's own code, a test)
     return lambda path, role: ns["parse_megatron_role_args"](
         types.SimpleNamespace(tensor_model_parallel_size=2, lr=1e-6, kl_coef=0.0,
-                              use_opd=False, custom_advantage_function_path=None,
+                              sequence_parallel=False, use_opd=False,
+                              custom_advantage_function_path=None,
                               untie_embeddings_and_output_weights=False), str(path), role)
 
 
@@ -257,3 +307,8 @@ def test_slime_fails_exactly_where_the_structure_is_an_error(config):
         return
     assert "megatron-config-structure" not in reported
     assert judge(config, "grpo").summary["tp"] == actor.tensor_model_parallel_size
+
+
+def test_slime_sets_a_string_sp_override_true():
+    parse = slime_role_args()  # the critic's `sequence_parallel: "false"`: bool("false")
+    assert parse(FIX / "actor-sp.yaml", "critic").sequence_parallel is True
