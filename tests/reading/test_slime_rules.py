@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from miles_topology.judging.check_script import check_script
+from miles_topology.model.topology import Topology
 from miles_topology.reading import stack
 
 FLAGS = ("--train-backend fsdp --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
@@ -236,6 +237,16 @@ def test_slime_engine_tp_is_gpus_over_engine_pp(tmp_path):
               "--sglang-dp-size 4 --sglang-enable-dp-attention", "d.sh")
     (e,) = [p for p in bad.errors if p.code == "sglang-dp-invalid"]
     assert "engine's TP 2" in e.message
+
+
+def test_the_engine_tp_and_ep_slime_runs_are_the_rollouts_own():
+    # Rollout.sglang_tp_used and engine_ep_used: one definition, for the rules and the estimate;
+    # an a2a backend makes SGLang set EP = the TP it runs (server_args.py _handle_a2a_moe)
+    kw = dict(nodes=1, gpus_per_node=8, rollout_gpus=8, engine_size=4, engine_pp=2,
+              experts=8, a2a_backend="deepep")
+    slime, miles = Topology(framework="slime", **kw).rollout, Topology(**kw).rollout
+    assert (slime.sglang_tp_used, slime.engine_ep_used) == (2, 2)
+    assert (miles.sglang_tp_used, miles.engine_ep_used) == (4, 4)
 
 
 @pytest.mark.parametrize("flags, code, said", [
