@@ -136,7 +136,7 @@ def _on(pairs, name: str) -> bool | None:
     given, v = _last(pairs, name)
     if given and v is None:
         return None
-    return given and v.strip().lower() not in ("false", "0")
+    return given and v.lower() not in ("false", "0")
 
 
 def _size(pairs, name: str) -> int | None:
@@ -225,45 +225,38 @@ def _shown(value: Any) -> str:
     return str(value)[:80] if isinstance(value, SCALARS) else type(value).__name__
 
 
+def _each(roles) -> list[tuple[str, YamlValue]]:
+    """(role, override) of every role read, in the YAML's order."""
+    return [(role, yv) for role, keys in roles.items() for yv in keys.values()]
+
+
 def _resources(roles, where: str) -> list[Problem]:
-    out = []
-    for role, keys in roles.items():
-        for yv in keys.values():
-            if yv.key in RESOURCES:
-                out.append(Problem(
-                    "megatron-config-resources",
-                    f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line} "
-                    "does nothing: slime skips num_nodes and num_gpus_per_node "
-                    "(arguments.py _apply_megatron_role_overrides) and places both roles "
-                    "with the command line's --actor-num-nodes and --actor-num-gpus-per-node "
-                    "(placement_group.py create_actor_model).",
-                    f"remove {yv.key} from {where}; size the job on the command line",
-                    (MEGATRON_CONFIG,), location=Location(where, yv.line)))
-    return out
+    return [Problem(
+        "megatron-config-resources",
+        f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line} does nothing: "
+        "slime skips num_nodes and num_gpus_per_node (arguments.py "
+        "_apply_megatron_role_overrides) and places both roles with the command line's "
+        "--actor-num-nodes and --actor-num-gpus-per-node (placement_group.py "
+        "create_actor_model).",
+        f"remove {yv.key} from {where}; size the job on the command line",
+        (MEGATRON_CONFIG,), location=Location(where, yv.line))
+        for role, yv in _each(roles) if yv.key in RESOURCES]
 
 
 def _topology(roles, where: str, grid_dest: Mapping[str, str]) -> list[Problem]:
-    out = []
-    for role, keys in roles.items():
-        for yv in keys.values():
-            name = grid_dest.get(yv.key)
-            if name is None:
-                continue
-            flag = flag_of(name)
-            out.append(Problem(
-                "megatron-config-topology",
-                f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line}: the "
-                f"{role} trains with it (slime builds the role's grid and model from its own "
-                "arguments: initialize.py _initialize_distributed), but it is applied after "
-                "parse_args "
-                f"validated the command line's {flag} (arguments.py "
-                "_apply_megatron_role_overrides), and what Megatron's validate_args derived "
-                "from that value (data_parallel_size, sequence_parallel, "
-                "expert_tensor_parallel_size, the virtual pipeline size) stays.",
-                f"{_on_cli(flag, yv.value)} and remove {yv.key} from {where} (slime's "
-                "megatron-config.md: keep topology settings on the CLI)",
-                (flag,), location=Location(where, yv.line)))
-    return out
+    return [Problem(
+        "megatron-config-topology",
+        f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line}: the {role} "
+        "trains with it (slime builds the role's grid and model from its own arguments: "
+        "initialize.py _initialize_distributed), but it is applied after parse_args "
+        f"validated the command line's {flag} (arguments.py _apply_megatron_role_overrides), "
+        "and what Megatron's validate_args derived from that value (data_parallel_size, "
+        "sequence_parallel, expert_tensor_parallel_size, the virtual pipeline size) stays.",
+        f"{_on_cli(flag, yv.value)} and remove {yv.key} from {where} (slime's "
+        "megatron-config.md: keep topology settings on the CLI)",
+        (flag,), location=Location(where, yv.line))
+        for role, yv in _each(roles) if yv.key in grid_dest
+        for flag in [flag_of(grid_dest[yv.key])]]
 
 
 def _on_cli(flag: str, value: Any) -> str:
@@ -357,16 +350,11 @@ def _yaml_int(value: Any) -> int | None:
 def _dense(pairs, keys: Mapping[str, YamlValue], grid_dest) -> dict[str, Any] | None:
     """A role's tp, cp, pp, order and world size: the command line's, then its overrides
     (a string coerced as slime does); None when one is known only at run time."""
-    got: dict[str, Any] = {}
-    for name in (*DENSE, "nodes", "gpus_per_node"):
-        given, v = _last(pairs, name)
-        if name == "order":
-            on = given and (v or "").lower() not in ("false", "0")
-            got[name] = ORDERS[1] if on else ORDERS[0]
-        elif given:
-            got[name] = _int(v) if v is not None else None
-        else:
-            got[name] = FIELDS[name].default if FIELDS[name].default is not None else 1
+    # from the flags, not a parsed layout: the judged one is parsed after the channels (their
+    # words feed it) and holds the actor's overrides; the critic starts from the command line
+    got: dict[str, Any] = {n: _size(pairs, n) for n in ("tp", "cp", "pp", "nodes",
+                                                         "gpus_per_node")}
+    got["order"] = ORDERS[0] if _on(pairs, "order") is False else ORDERS[1]  # given: on
     for yv in keys.values():
         name = grid_dest.get(yv.key)
         if name == "order":
@@ -394,8 +382,7 @@ def _roles_apart(roles, where: str, grid_dest, pairs, critic: bool | None,
                  at: Location | None) -> list[Problem]:
     """With a critic, both roles' dense grids must put every rank at the same data-parallel
     rank and pipeline stage (see the module docstring)."""
-    moved = [yv for keys in roles.values() for yv in keys.values()
-             if grid_dest.get(yv.key) in DENSE]
+    moved = [yv for _, yv in _each(roles) if grid_dest.get(yv.key) in DENSE]
     if critic is False or not moved:
         return []
     loc = Location(where, moved[0].line)
