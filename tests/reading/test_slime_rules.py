@@ -90,10 +90,11 @@ def tmp_cache(tmp_path, monkeypatch):
     stack.train_backends.cache_clear()
 
 
-def judged(tmp_path: Path, entry: str, given: Path | None = None):
+def judged(tmp_path: Path, entry: str, given: Path | None = None, flags: str = FLAGS):
+    """check of `entry FLAGS` in tmp_path/job, on the slime checkout `given` (--stack)."""
     script = tmp_path / "job" / "run.sh"
     script.parent.mkdir(exist_ok=True)
-    script.write_text(f"#!/bin/bash\npython3 {entry} {FLAGS}\n")
+    script.write_text(f"#!/bin/bash\npython3 {entry} {flags}\n")
     token = stack.STACK_PATH.set(str(given) if given else None)
     try:
         return check_script(str(script), {})
@@ -154,12 +155,8 @@ def test_a_slime_with_a_strict_fsdp_parser_refuses_in_slime_name(tmp_path):
 def test_slime_s_pre_parsed_flags_are_slime_flags(tmp_path):
     # slime 624b824 utils/arguments.py:1583 _pre_parse_mode parses them apart and merges
     # them back: no ignored-flag / unknown-flag on a slime script
-    script = tmp_path / "run.sh"
-    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --train-backend megatron "
-                      "--debug-rollout-only --load-debug-rollout-data /data/r_{rollout_id}.pt "
-                      "--actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
-                      "--num-layers 4\n")
-    v = check_script(str(script), {})
+    v = run(tmp_path, "slime", "--train-backend megatron --debug-rollout-only "
+            "--load-debug-rollout-data /data/r_{rollout_id}.pt")
     assert not [p for p in v.problems if p.code.endswith("-flag")], v.problems
     from miles_topology.reading import surface
     for name in ("--train-backend", "--debug-rollout-only", "--debug-train-only",
@@ -273,15 +270,8 @@ def test_ppo_on_a_slime_fsdp_is_not_miles_error(tmp_path):
     # miles raises "Shared Actor/Critic PPO requires the Megatron backend"; no slime does
     root = checkout(tmp_path / "slime-src", PRE_PARSE.format(
         choices='["megatron", "fsdp"]', lenient=", ignore_unknown_args=True"))
-    script = tmp_path / "job" / "run.sh"
-    script.parent.mkdir()
-    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --train-backend fsdp "
-                      f"{BASE}--advantage-estimator ppo\n")
-    token = stack.STACK_PATH.set(str(root))
-    try:
-        v = check_script(str(script), {})
-    finally:
-        stack.STACK_PATH.reset(token)
+    v = judged(tmp_path, "/root/slime/train.py", root,
+               f"--train-backend fsdp {BASE}--advantage-estimator ppo")
     assert "ppo-requires-megatron" not in [p.code for p in v.problems]
     miles = run(tmp_path, "miles", "--train-backend fsdp --advantage-estimator ppo", "m.sh")
     assert "ppo-requires-megatron" in [p.code for p in miles.errors]
@@ -379,14 +369,7 @@ def test_a_strict_slime_fsdp_parser_takes_cp_only_when_fsdpargs_has_it(tmp_path,
     if with_cp:
         (root / "slime" / "backends" / "fsdp_utils").mkdir(parents=True)
         (root / "slime" / "backends" / "fsdp_utils" / "arguments.py").write_text(FSDP_ARGS)
-    script = tmp_path / "job" / "run.sh"
-    script.parent.mkdir()
-    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --train-backend fsdp "
-                      f"{BASE}--context-parallel-size 2\n")
-    token = stack.STACK_PATH.set(str(root))
-    try:
-        v = check_script(str(script), {})
-    finally:
-        stack.STACK_PATH.reset(token)
+    v = judged(tmp_path, "/root/slime/train.py", root,
+               f"--train-backend fsdp {BASE}--context-parallel-size 2")
     got = [p.flags[0] for p in v.errors if p.code == "fsdp-unknown-flag"]
     assert got == (["--context-parallel-size"] if refused else []), v.problems
