@@ -246,6 +246,19 @@ def test_the_engine_tp_and_ep_slime_runs_are_the_rollouts_own():
     assert (miles.sglang_tp_used, miles.engine_ep_used) == (4, 4)
 
 
+@pytest.mark.parametrize("ep, slime_warns, miles_warns", [(2, False, True), (4, True, False)])
+def test_an_a2a_backend_overrides_an_ep_that_is_not_the_engine_tp_run(tmp_path, ep,
+                                                                     slime_warns, miles_warns):
+    # slime runs TP 4 // PP 2 = 2, so an EP of 2 is what SGLang sets anyway; miles runs TP 4
+    flags = (f"--rollout-num-gpus-per-engine 4 --sglang-pp-size 2 --sglang-ep-size {ep} "
+             "--num-experts 8 --sglang-moe-a2a-backend deepep")
+    slime, miles = run(tmp_path, "slime", flags), run(tmp_path, "miles", flags, "m.sh")
+    warned = [[p for p in v.warnings if p.code == "sglang-ep-overridden"] for v in (slime, miles)]
+    assert [bool(w) for w in warned] == [slime_warns, miles_warns]
+    assert all(f"engine TP = {tp}," in w[0].message
+               for w, tp in zip(warned, (2, 4), strict=True) if w)
+
+
 @pytest.mark.parametrize("flags, code, said", [
     ("--rollout-num-gpus-per-engine 4 --sglang-dp-size 2", "sglang-dp-invalid",
      "slime asserts"),

@@ -209,14 +209,15 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
             "if that is the engine TP you meant",
             "sglang_tp", "engine_size",
         )
-    if ro.a2a_forces_ep and ro.engine_ep not in (1, ro.engine_size):
+    if ro.a2a_forces_ep and ro.engine_ep not in (1, tp):
         # SGLang python/sglang/srt/server_args.py ServerArgs._handle_a2a_moe (post-init, with a
         # logger.warning): `self.ep_size = self.tp_size` for the backends of `a2a_forces_ep`
+        # (the TP the engine runs: GPUs // --sglang-pp-size on slime)
         yield _found(
             "sglang-ep-overridden",
             f"{F.a2a_backend} {ro.a2a_backend} makes SGLang set engine EP = engine "
-            f"TP = {ro.engine_size}, so {F.engine_ep} {ro.engine_ep} is ignored.",
-            f"drop {F.engine_ep}, or set it to {ro.engine_size}",
+            f"TP = {tp}, so {F.engine_ep} {ro.engine_ep} is ignored.",
+            f"drop {F.engine_ep}, or set it to {tp}",
             "engine_ep", "a2a_backend", "engine_size",
         )
 
