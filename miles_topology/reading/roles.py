@@ -357,8 +357,8 @@ def _dense(pairs, keys: Mapping[str, YamlValue], grid_dest) -> dict[str, Any] | 
     got["order"] = ORDERS[0] if _on(pairs, "order") is False else ORDERS[1]  # given: on
     for yv in keys.values():
         name = grid_dest.get(yv.key)
-        if name == "order":
-            got[name] = ORDERS[1] if yv.value is True else ORDERS[0]
+        if name == "order":  # set as given (a string coerced: bool(str)), read for truth
+            got[name] = ORDERS[1] if yv.value else ORDERS[0]
         elif name in DENSE:
             got[name] = _yaml_int(yv.value)
     if any(v is None or (isinstance(v, int) and v < 1) for v in got.values()):

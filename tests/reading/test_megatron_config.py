@@ -142,6 +142,19 @@ def test_a_critic_expert_size_is_a_warning_not_an_error():
     assert judge("critic-ep.yaml", "grpo").problems == []  # no critic: never read
 
 
+@pytest.mark.parametrize("value, apart", [("1", True), ('"false"', True), ("false", False)])
+def test_a_critic_order_is_read_for_truth_as_slime_sets_it(value, apart):
+    # 1 is set as is, "false" coerced to bool("false"): both on (initialize.py: `if not
+    # args.use_tp_pp_dp_mapping`), so the critic's ranks take another data-parallel rank
+    pairs = [("--actor-num-nodes", "1", None), ("--actor-num-gpus-per-node", "8", None),
+             ("--pipeline-model-parallel-size", "2", None),
+             ("--advantage-estimator", "ppo", None), ("--megatron-config-path", "m.yaml", None)]
+    problems, _ = _channels(pairs, "megatron:\n  - role: critic\n    overrides:\n"
+                            f"      use_tp_pp_dp_mapping: {value}\n")
+    assert ("megatron-config-roles-apart" in [p.code for p in problems if p.severity == "error"]
+            ) is apart
+
+
 def test_a_critic_grid_that_does_not_divide_the_world_is_an_error():
     pairs = [("--actor-num-nodes", "1", None), ("--actor-num-gpus-per-node", "8", None),
              ("--advantage-estimator", "ppo", None),
