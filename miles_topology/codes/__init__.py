@@ -216,7 +216,7 @@ declare("reading/roles.py (slime's --megatron-config-path: PPO actor / critic ov
     'megatron-config-topology': (
         'warning', "a role's overrides set a parallel size: that role trains with it, but "
         "it is applied after the command line's sizes were validated (the actor's value is "
-        'the layout judged, at its YAML line)',
+        'the layout judged, at its YAML line); a virtual pipeline size does nothing there',
         '(m.yaml: role: actor, overrides: {tensor_model_parallel_size: 4})'),
     'megatron-config-sp-without-tp': (
         'error', "a role's overrides leave sequence parallel on at tensor parallel size 1 "

@@ -16,7 +16,8 @@ arguments, judged as slime 624b824 applies them.
 - The role's arguments reach Megatron whole: initialize.py `_initialize_distributed` passes
   their tensor/pipeline/context/expert sizes to `mpu.initialize_model_parallel`. A parallel
   size in the actor's overrides is the layout the actor trains with, so it is applied to the
-  judged layout (its source the YAML line) and every rule judges it; but Megatron's
+  judged layout (its source the YAML line) and every rule judges it, except a virtual
+  pipeline size: only validate_args reads those keys (`VIRTUAL`, a warning); but Megatron's
   validate_args checked, and derived its values (data_parallel_size, sequence_parallel off at
   tp 1, expert_tensor_parallel_size = tp when not given, the virtual pipeline size) from, the
   command line's sizes before (a warning). The role keeps those: an actor's tp override gets
@@ -53,6 +54,14 @@ ROLES = ("actor", "critic")
 # role's arguments (the layout part's fields that are not placement or backend)
 GRID = ("tp", "pp", "vpp", "vpp_layers", "first_stage_layers", "last_stage_layers",
         "embedding_in_split", "loss_in_split", "cp", "ep", "etp", "sp", "order")
+# read only by Megatron-LM's validate_args, which derived args.virtual_pipeline_model_parallel_size
+# from the command line before the overrides; slime's initialize.py _initialize_distributed
+# and Megatron-LM training.get_model (backends/megatron_utils/model.py:293) read that
+VIRTUAL = ("vpp", "vpp_layers")
+_VIRTUAL_WHY = ("Megatron's validate_args derived virtual_pipeline_model_parallel_size from the "
+                "command line before slime applies the overrides (arguments.py "
+                "_apply_megatron_role_overrides), and that is what builds the role's pipeline "
+                "(initialize.py _initialize_distributed, Megatron-LM training.get_model).")
 # what places a rank on the data-parallel axis and a pipeline stage (the dense grid)
 DENSE = ("tp", "cp", "pp", "order")
 # skipped by _apply_megatron_role_overrides (its `ignored_keys`); placement reads the
@@ -102,7 +111,8 @@ def read_roles(value: str | None, at: Location | None, dirs: Sequence[str],
     problems += _sp_without_tp(roles, where, pairs, grid_dest)
     problems += _roles_apart(roles, where, grid_dest, pairs, critic, at)
     actor = [yv for yv in roles.get("actor", {}).values()
-             if yv.key in grid_dest and isinstance(yv.value, SCALARS)]
+             if yv.key in grid_dest and grid_dest[yv.key] not in VIRTUAL
+             and isinstance(yv.value, SCALARS)]
     return problems, actor + _kept(roles.get("actor", {}), pairs, grid_dest)
 
 
@@ -246,17 +256,20 @@ def _resources(roles, where: str) -> list[Problem]:
 def _topology(roles, where: str, grid_dest: Mapping[str, str]) -> list[Problem]:
     return [Problem(
         "megatron-config-topology",
-        f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line}: the {role} "
-        "trains with it (slime builds the role's grid and model from its own arguments: "
-        "initialize.py _initialize_distributed), but it is applied after parse_args "
-        f"validated the command line's {flag} (arguments.py _apply_megatron_role_overrides), "
-        "and what Megatron's validate_args derived from that value (data_parallel_size, "
-        "sequence_parallel, expert_tensor_parallel_size, the virtual pipeline size) stays.",
+        f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line}: "
+        + (f"it does nothing: {_VIRTUAL_WHY}" if grid_dest[yv.key] in VIRTUAL else
+           f"the {role} trains with it (slime builds the role's grid and model from its own "
+           "arguments: initialize.py _initialize_distributed), but it is applied after "
+           f"parse_args validated the command line's {flag} (arguments.py "
+           "_apply_megatron_role_overrides), and what Megatron's validate_args derived from "
+           "that value (data_parallel_size, sequence_parallel, expert_tensor_parallel_size, "
+           "the virtual pipeline size) stays."),
         f"{_on_cli(flag, yv.value)} and remove {yv.key} from {where} (slime's "
         "megatron-config.md: keep topology settings on the CLI)",
         (flag,), location=Location(where, yv.line))
         for role, yv in _each(roles) if yv.key in grid_dest
         for flag in [flag_of(grid_dest[yv.key])]]
+
 
 
 def _on_cli(flag: str, value: Any) -> str:

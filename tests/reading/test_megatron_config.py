@@ -68,6 +68,15 @@ def test_an_actor_size_is_the_judged_layout_with_its_yaml_line_as_source():
     assert "--tensor-model-parallel-size 4 on the command line" in w.fix
 
 
+def test_a_role_virtual_pipeline_size_does_nothing():
+    # validate_args derived virtual_pipeline_model_parallel_size from the command line (pp 1:
+    # none) before the override; initialize.py and get_model read that, not the override
+    v = judge("actor-vpp.yaml", "grpo")
+    assert v.ok and ours(v) == [("megatron-config-topology", "warning")]
+    assert "does nothing" in v.warnings[0].message and v.summary.get("vpp") in (None, 1)
+    assert "vpp-requires-pp" not in codes(v)  # judged on a vpp that never runs, before
+
+
 def test_an_actor_size_megatron_refuses_is_an_error_at_its_yaml_line():
     v = judge("actor-tp-bad.yaml", "grpo")  # tensor_model_parallel_size: "3", coerced to int
     grid = next(p for p in v.errors if p.code == "dense-grid-divisibility")
