@@ -208,7 +208,8 @@ declare("reading/roles.py (slime's --megatron-config-path: PPO actor / critic ov
         '--megatron-config-path m.yaml   (m.yaml: two `- role: actor` entries)'),
     'megatron-config-unread': (
         'note', 'reported as skipped: `--megatron-config-path` cannot be read here (unknown '
-        'value, a file written at run time, missing, refused by the gate, not YAML), so the '
+        'value, a file a launcher wrote in its sandbox and did not keep: a link, a hard link, '
+        'not a regular file, over 1 MiB; missing, refused by the gate, not YAML), so the '
         'role overrides it sets are not checked', '--megatron-config-path "${CFG}"'),
     'megatron-config-resources': (
         'warning', '`num_nodes` / `num_gpus_per_node` in a role\'s overrides: slime skips them; '

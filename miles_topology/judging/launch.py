@@ -85,6 +85,9 @@ class Launch:
     head: list[str] = field(default_factory=list)
     shown: dict = field(default_factory=dict)
     sized_by_cluster: bool = False  # a launcher: it sizes its job from the cluster it runs on
+    # the YAML files a launcher wrote in its sandbox, kept when the launch was recorded
+    # (reading.sources.WRITTEN): path -> {"text": ...} or {"why": ...}
+    written: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def pairs(self) -> list[tuple[str, str | None]]:
         return [(a.flag, a.value) for a in self.args]
@@ -96,7 +99,7 @@ def judge(launch: Launch, cluster: ClusterModel | None) -> Verdict:
     stack = for_launch(launch.path, launch.entry, pairs, imports=launch.imports)
     channel, words = read_channels([(a.flag, a.value, a.at) for a in launch.args],
                                    [*launch.dirs, *([stack.root] if stack.root else [])],
-                                   stack.framework)
+                                   stack.framework, launch.written)
     with using(stack):
         v = verdict_of(launch.path,
                        lambda: read_flags(launch.tokens + words, launch.environ).topology)

@@ -45,7 +45,7 @@ from ..model.errors import Location, Problem
 from ..model.grid import ORDERS, Grid
 from ..model.parts import FIELDS, flag_of
 from .flags import field_of, is_switch
-from .sources import YamlValue, yaml_doc
+from .sources import SANDBOX, YamlValue, yaml_doc
 
 MEGATRON_CONFIG = "--megatron-config-path"
 SP_WITHOUT_TP = "megatron-config-sp-without-tp"
@@ -69,8 +69,6 @@ DENSE = ("tp", "cp", "pp", "order")
 # are set on the role's arguments (update_weight_from_tensor.py reads them)
 RESOURCES = ("num_nodes", "num_gpus_per_node")
 SCALARS = (bool, int, float, str)
-# the folder a Python launcher runs in (pylaunch/__init__.py, spare.py: its TMPDIR)
-SANDBOX = "/miles-topology-launcher-"
 
 
 class _Broken(Exception):
@@ -90,10 +88,10 @@ def read_roles(value: str | None, at: Location | None, dirs: Sequence[str],
         return [_unread("is not known here", at)], []
     got = yaml_doc(value, dirs, base64=False)  # slime open()s a path, nothing else
     if isinstance(got, str):
-        if SANDBOX in value:  # slime's PPO CI tests write it to a NamedTemporaryFile
-            return [_unread(f"{value}: a file the launcher writes when it runs, gone when its "
-                            "sandbox ends", at, "write the YAML into the checkout and pass "
-                            "that path, to have it checked")], []
+        if SANDBOX in value:  # written in a launcher's sandbox, its text not kept
+            return [_unread(f"{value}: {got}", at, "write it as a plain file of at most 1 MiB "
+                            "(no link) in the launcher's temporary folder, or into the "
+                            "checkout, to have it checked")], []
         return [_unread(f"{value}: {got}", at)], []
     node, data, where = got
     critic = _has_critic(pairs)
