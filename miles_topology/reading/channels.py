@@ -53,10 +53,11 @@ YAML_CFG_READ = {"miles": ("actor_num_nodes", "actor_num_gpus_per_node"),
 SLIME_MERGED = ("--train-backend", "--debug-rollout-only", "--debug-train-only",
                 "--load-debug-rollout-data", "--prefill-num-servers")
 
+LAYOUT_GROUPS = ("layout", "rollout")  # what world size and placement are computed from
+
 
 def _merged_back(flag: str, framework: str) -> bool:
     return framework == "slime" and (flag.startswith("--sglang-") or flag in SLIME_MERGED)
-LAYOUT_GROUPS = ("layout", "rollout")  # what world size and placement are computed from
 
 
 @dataclass(frozen=True)
