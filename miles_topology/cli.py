@@ -211,12 +211,19 @@ def _python(path: str, args: list[str], env: dict[str, str], py: dict | None) ->
     """A Python launcher: one verdict per launch, on the cluster the flags and the
     ``[tool.miles-topology]`` table give (pylaunch/cluster.py)."""
     from .judging.check_launcher import check_python_all
+    from .model.errors import InputError
     from .pylaunch.cluster import cluster_for
     from .reading.deadline import per_input
-    from .reading.gate import checking
+    from .reading.gate import Refused, admit, checking
 
     py = py or {}
     with checking(path), per_input():  # its checkout; one time budget for all its runs
+        try:  # a launcher named that links out of its checkout is not run (gate.root_of)
+            admit(path)
+        except Refused as e:
+            raise InputError(f"{e}") from None
+        except OSError:
+            pass  # not there: the launcher's reader says so
         return check_python_all(path, args, env, cluster_for(path, py.get("cluster") or {}),
                                 bool(py.get("real_imports")), bool(py.get("trust")),
                                 py.get("pass_env") or (), py.get("reads") or ())

@@ -208,7 +208,8 @@ declare("reading/roles.py (slime's --megatron-config-path: PPO actor / critic ov
         '--megatron-config-path m.yaml   (m.yaml: two `- role: actor` entries)'),
     'megatron-config-unread': (
         'note', 'reported as skipped: `--megatron-config-path` cannot be read here (unknown '
-        'value, a file written at run time, missing, refused by the gate, not YAML), so the '
+        'value, a file a launcher wrote in its sandbox and did not keep: a link, a hard link, '
+        'not a regular file, over 1 MiB; missing, refused by the gate, not YAML), so the '
         'role overrides it sets are not checked', '--megatron-config-path "${CFG}"'),
     'megatron-config-resources': (
         'warning', '`num_nodes` / `num_gpus_per_node` in a role\'s overrides: slime skips them; '
@@ -216,8 +217,15 @@ declare("reading/roles.py (slime's --megatron-config-path: PPO actor / critic ov
     'megatron-config-topology': (
         'warning', "a role's overrides set a parallel size: that role trains with it, but "
         "it is applied after the command line's sizes were validated (the actor's value is "
-        'the layout judged, at its YAML line)',
+        'the layout judged, at its YAML line); a virtual pipeline size does nothing there',
         '(m.yaml: role: actor, overrides: {tensor_model_parallel_size: 4})'),
+    'megatron-config-sp-without-tp': (
+        'error', "a role's overrides leave sequence parallel on at tensor parallel size 1 "
+        "(they set it, or set tp 1 under the command line's validated --sequence-parallel): "
+        "validate_args ran before them, so nothing switches it off, and megatron-core's "
+        'ModelParallelConfig refuses the role\'s model config (ValueError)',
+        '--tensor-model-parallel-size 1   (m.yaml: role: actor, overrides: '
+        '{sequence_parallel: true})'),
     'megatron-config-roles-apart': (
         'error', 'with a PPO critic, the overrides give actor and critic dense grids that put '
         'a rank at another data-parallel rank or pipeline stage (or a critic grid that does '
@@ -232,8 +240,9 @@ declare("reading/roles.py (slime's --megatron-config-path: PPO actor / critic ov
    source="slime 624b824 utils/arguments.py parse_megatron_role_args, "
           "_apply_megatron_role_overrides; ray/placement_group.py create_actor_model, "
           "create_training_models; backends/megatron_utils/initialize.py "
-          "_initialize_distributed; utils/data.py process_rollout_data; "
-          "docs/en/advanced/megatron-config.md")
+          "_initialize_distributed; backends/megatron_utils/model_provider.py:134; "
+          "utils/data.py process_rollout_data; docs/en/advanced/megatron-config.md; "
+          "megatron-core 0.16 model_parallel_config.py:409-411")
 declare("fit.py (memory.py's per-rank estimate against the GPU; check, launchers)", {
     'memory-exceeds-gpu': (
         'error', "weights, main grads and optimizer state alone (no activations) exceed the "

@@ -156,8 +156,11 @@ def launch_of(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int)
                          "source": f"{o.source[0]}:{o.source[1]}" if o.source else None}
                         for o in got.others],
              "notes": got.notes}
+    # a YAML written in the sandbox is gone: its findings point at the line passing it
+    args = [Arg(f, val, _shown(path, got.spelled[f]) if f in got.spelled else where)
+            if val in got.files else Arg(f, val) for f, val in pairs]
     return Launch(
-        path, got.launcher, got.entry, argv, [Arg(f, val) for f, val in pairs],
+        path, got.launcher, got.entry, argv, args,
         _environ(got, env), [os.path.dirname(os.path.abspath(path)), os.getcwd()],
         unresolved=tainted, topology_file=parse_flags(argv).topology or "?", gap=gap,
         gap_why=f"the model shape may come from {tainted[-1]['expression']}"
@@ -165,7 +168,7 @@ def launch_of(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int)
         vague=gap is not None or any(val is None for _, val in pairs)
         or any("$" in w for w in argv) or any(p["answer"] is None for p in got.probes),
         imports=_imports(path), site=where, head=_lines(got, of, at, cluster),
-        shown=shown, sized_by_cluster=True,
+        shown=shown, sized_by_cluster=True, written=got.files,
         at={f: _shown(path, got.spelled[f]) for f in got.spelled},
         problems=[Problem("launcher-note", n, _note_fix(n), (),
                           location=where or Location(path, 0)) for n in got.notes])

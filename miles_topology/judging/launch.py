@@ -21,6 +21,7 @@ from ..model.errors import Location, NoTrainingLaunch, Problem
 from ..model.parts import fields_in, summary_fields
 from ..reading.channels import read_channels
 from ..reading.flags import TOPOLOGY, field_of, flag_of, is_switch, known, spelling_problem
+from ..reading.roles import SP_WITHOUT_TP
 from ..reading.sources import read_flags
 from ..reading.stack import for_launch, using
 from . import fit
@@ -84,6 +85,9 @@ class Launch:
     head: list[str] = field(default_factory=list)
     shown: dict = field(default_factory=dict)
     sized_by_cluster: bool = False  # a launcher: it sizes its job from the cluster it runs on
+    # the YAML files a launcher wrote in its sandbox, kept when the launch was recorded
+    # (reading.sources.WRITTEN): path -> {"text": ...} or {"why": ...}
+    written: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def pairs(self) -> list[tuple[str, str | None]]:
         return [(a.flag, a.value) for a in self.args]
@@ -95,7 +99,7 @@ def judge(launch: Launch, cluster: ClusterModel | None) -> Verdict:
     stack = for_launch(launch.path, launch.entry, pairs, imports=launch.imports)
     channel, words = read_channels([(a.flag, a.value, a.at) for a in launch.args],
                                    [*launch.dirs, *([stack.root] if stack.root else [])],
-                                   stack.framework)
+                                   stack.framework, launch.written)
     with using(stack):
         v = verdict_of(launch.path,
                        lambda: read_flags(launch.tokens + words, launch.environ).topology)
@@ -106,6 +110,10 @@ def judge(launch: Launch, cluster: ClusterModel | None) -> Verdict:
     set_at = {w.source for w in words}
     v.problems = [p for p in v.problems
                   if not (p.code == "flag-given-twice" and p.location in set_at)]
+    # the actor's sp at tp 1 set after validate_args is not dropped: megatron-core refuses it
+    # (roles.py _sp_without_tp), so sp-ignored ("Megatron drops it") does not hold
+    if any(p.code == SP_WITHOUT_TP and p.location in set_at for p in channel):
+        v.problems = [p for p in v.problems if p.code != "sp-ignored"]
     at = {**launch.at, **{w.text.partition("=")[0]: w.source for w in words
                           if w.text.startswith("--")}}
     unresolved = launch.unresolved + env_unresolved(launch.environ, launch.topology_file)

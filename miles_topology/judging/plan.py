@@ -3,10 +3,12 @@
 Every candidate (tp over the divisors of a node's GPUs, pp, cp, ep over the expert count,
 etp 1 or tp, virtual stages) is built as a Topology, so each passes every check; its memory
 is the estimate of memory.py with the reserve of the GPU (CUDA context, NCCL buffers,
-fragmentation). Full recompute and optimizer CPU offload are options with their costs
-unless the user forces them. A layout whose largest rank leaves less than the margin free
-(10 %, where `check` warns) is dropped; the rest are ranked by the step time of cost.py
-(compute, TP / CP / EP / PP / DP communication, the pipeline bubble, the optimizer).
+fragmentation). Full recompute, optimizer CPU offload and the virtual-stage count are
+options of a layout with their costs (unless the user forces the first two): a layout
+(tp, pp, cp, ep, etp) is proposed once, with its fastest choice of them. A layout whose
+largest rank leaves less than the margin free (10 %, where `check` warns) is dropped; the
+rest are ranked by the step time of cost.py (compute, TP / CP / EP / PP / DP communication,
+the pipeline bubble, the optimizer).
 With --colocate the rollout engines are proposed too: the engine size whose bf16 weights
 take at most half of SGLang's static pool, and the static fraction the training process's
 reserve and SGLang's own buffers leave.
@@ -317,6 +319,21 @@ def plan(shape: Shape, model: dict[str, Any], nodes: int, per_node: int, gpu: in
                     other.cost.total < got.cost.total:
                 out.append(other)
     out.sort(key=lambda c: (c.cost.total if c.cost else 0.0, c.total, c.topo.world_size))
+    return _fastest_of_each(out)
+
+
+def _fastest_of_each(ranked: list[Candidate]) -> list[Candidate]:
+    """The first (fastest) candidate of each layout (tp, pp, cp, ep, etp): the virtual-stage
+    count is a schedule option of a layout, as recompute and offload are, not a layout of its
+    own; listing one layout at vpp 1, 2 and 4 would fill the first proposals with it."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for c in ranked:
+        t = c.topo.layout
+        key = (t.tp, t.pp, t.cp, t.ep, t.etp)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
     return out
 
 

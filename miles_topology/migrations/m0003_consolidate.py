@@ -114,7 +114,9 @@ def current_yaml(state: State, r: Reading) -> tuple[Path, str, str] | None:
 
         try:  # the YAML beside the script, through the gate
             body = gate.read_text(path, limit=gate.AST_LIMIT, errors="strict")
-        except (gate.Refused, UnicodeDecodeError) as e:
+        except gate.Refused as e:  # its reason names the path
+            raise Refused(f"{e}; nothing was written.") from None
+        except UnicodeDecodeError as e:
             raise Refused(f"{path}: {e}; nothing was written.") from None
     if body is None:
         return None
@@ -352,6 +354,10 @@ def yaml_lines(fields: list) -> list[str]:
 def to_yaml(state: State, r: Reading, moving: dict, edits: list[Edit], notes: dict) -> None:
     site = r.script.site
     path = yaml_path(state)
+    if re.search(r"[\x00-\x1f\x7f]", path.name):  # a newline would end a comment line of both
+        raise Refused(f"its name holds a control character ({path.name}), and the topology "
+                      "file's name goes into the YAML's and the script's comments; rename it, "
+                      "or use --inline; nothing was written.")
     ours = topology_form(r, None) == "topology"
     fields, exports, derived = entries(state, r, moving, path, notes)
     how = "passes this file with --topology" if ours else \
@@ -504,17 +510,18 @@ def reference(state: State, r: Reading, name: str) -> tuple[str, str, list[str]]
     before any cd, else through a variable this step adds on the script's first line. Returns
     the reference, a note for the report, and the lines to add at the top."""
     here = os.path.dirname(state.file)
+    quoted = re.sub(r'([\\$`"])', r"\\\1", name)  # literal inside "...": `run$(x).sh`
     dirs = sorted((k for k, v in r.script.site.variables.items()
                    if v and os.path.normpath(v) == here and re.fullmatch(r"[A-Za-z_]\w*", k)
                    and set_before_cd(state.text, k)),
                   key=lambda k: (k != "SCRIPT_DIR", k))
     if dirs:
-        return f'"${{{dirs[0]}}}/{name}"', "", []
+        return f'"${{{dirs[0]}}}/{quoted}"', "", []
     var = fresh("MILES_TOPOLOGY_DIR", set(r.script.site.variables) |
                 set(re.findall(r"\w+", state.text)))
     line = f'{var}="$(cd -- "$(dirname -- "${{BASH_SOURCE[0]}}")" &>/dev/null && pwd)"' \
         f"  # this script's folder, where {name} is"
-    return (f'"${{{var}}}/{name}"', f" (${var}, this script's folder, is set on its first line, "
+    return (f'"${{{var}}}/{quoted}"', f" (${var}, this script's folder, is set on its first line, "
             "before any cd; the YAML must stay beside the script)", [line])
 
 

@@ -148,7 +148,7 @@ def writable(out: Outcome) -> None:
         raise Refused(f"cannot read it: {e.strerror or e}", 2) from None
     if not st.st_mode & stat.S_IWUSR or not os.access(target, os.W_OK):
         raise Refused(f"it is read-only (mode {stat.S_IMODE(st.st_mode):04o}); nothing was "
-                      "written. Make it writable (chmod u+w) to migrate it.")
+                      "written. Make it writable (chmod u+w) to rewrite it.")
     if st.st_nlink > 1:
         raise Refused(f"it has {st.st_nlink} hard links, and replacing it would leave the "
                       "others with the old text; nothing was written.")
@@ -284,9 +284,10 @@ def _udiff(a: str, b: str, fa: str, fb: str) -> str:
 
 
 def say(text: str, sink: Sink = OUT) -> None:
-    """Print text that holds a script's words (a pull request's, in CI) through the sink:
-    each control character escaped, no workflow command (safetext, as `check` prints)."""
-    sink.text(text)
+    """Print one line that holds a script's words (a pull request's, in CI) through the sink:
+    each control character escaped, a newline in a file name too (it would start a line of its
+    own: a forged verdict), no workflow command (safetext, as `check` prints)."""
+    sink.line(text)
 
 
 def report(out: Outcome, stream: Sink) -> None:

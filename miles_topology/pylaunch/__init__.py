@@ -100,6 +100,9 @@ class PythonLaunch:
     # flag -> (file, line, column) of the literal that spells it (locate.py), where one does
     spelled: dict = field(default_factory=dict)
     world: tuple[int, int] | None = None  # torchrun's (nnodes, nproc_per_node)
+    # the YAML files its flags name in the sandbox's work folder, as the child read them
+    # when the launch was recorded: path -> {"text": ...} or {"why": records.UNREAD key}
+    files: dict = field(default_factory=dict)
 
 
 def read_python_launcher(path: str, launcher_args: list[str], env: Mapping[str, str] | None
@@ -423,7 +426,7 @@ def _execute(mode: str, target: str, args, env: dict, cwd: str | None, timeout_s
         records, err, status, out, verdict = _run(
             mode, target, args, env, sandbox, Path(tmp), work, timeout_s, memory_mb, trust,
             {**(extra or {}), "reads": paths}, spare, meanwhile)
-        records = records_mod.RecordReader(root).parse(records)
+        records = records_mod.RecordReader(root, str(work)).parse(records)
     return _Ran(records, err, status, out, sandbox, _end(records, status, verdict))
 
 
@@ -726,8 +729,14 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
                                 _where(rec.get("source")), env, mine, list(notes), seconds,
                                 launch.env_known, None, i, marks, assumed, probes,
                                 servers, locate(launch.argv, rec.get("_ran") or {}, path),
-                                launch.world))
+                                launch.world, _files(rec.get("files") or {})))
     return out
+
+
+def _files(files: dict) -> dict:
+    """The YAML files a launch carries, each with its text or why it was not read."""
+    return {k: {"why": records_mod.UNREAD[x["why"]]} if "why" in x else x
+            for k, x in files.items()}
 
 
 def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end

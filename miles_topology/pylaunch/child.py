@@ -92,7 +92,108 @@ def record(kind: str, argv=None, shell: str | None = None, env=None, **extra) ->
     rec = {"kind": kind, "argv": argv, "shell": shell, "source": _where(),
            "env": dict(env) if env is not None else None, "env_changes": _env_changes()}
     rec.update(extra)
+    if kind in ("subprocess", "os.system") or kind.startswith(("os.exec", "os.spawn",
+                                                               "os.posix_spawn")):
+        files = _written(argv, shell)
+        if files:
+            rec["files"] = files
     emit(rec)
+
+
+# ------------------------------------- the YAML files a command names, written in the sandbox
+#
+# slime's PPO CI tests write their --megatron-config-path YAML to a NamedTemporaryFile (in
+# TMPDIR: the work folder) and pass its name; the checker reads the launch after the work
+# folder is gone. So a command's YAML flag whose value is an absolute path in the work folder
+# carries that file's text, read here when the command is recorded (under the kernel's read
+# rules) and only from a bounded regular file that resolves inside the work folder and has
+# one link: never through a link out, never a FIFO or device (records.py re-checks the shape;
+# the text is the launcher's to choose, as its argv is).
+YAML_FLAGS = ("--megatron-config-path", "--yaml-cfg", "--custom-config-path")
+WRITTEN_MAX = 1 << 20  # bytes of one file (records.TEXT_MAX)
+WRITTEN_FILES = 4  # files one command carries (records.FILES_MAX)
+WRITTEN_JSON = 2 << 20  # their JSON in all: the record line stays under records.BYTES_MAX
+_WORKS: tuple = ()  # the work folder, as given and resolved
+
+
+def _written(argv, shell) -> dict:
+    """{path: {"text": ...} or {"why": ...}} for each YAML flag of the command whose value
+    is a path in the work folder (at most WRITTEN_FILES)."""
+    text = " ".join(argv) if argv is not None else shell or ""
+    if not any(f in text for f in YAML_FLAGS):
+        return {}
+    out, size = {}, 0
+    for path in _yaml_paths(argv if argv is not None else _split(shell), 2):
+        if path in out or not path.startswith(_WORKS):
+            continue
+        if len(out) == WRITTEN_FILES:
+            break
+        got = _capture(path)
+        n = len(json.dumps(got))
+        if size + n > WRITTEN_JSON:
+            got, n = {"why": "size"}, 20
+        out[path], size = got, size + n
+    return out
+
+
+def _split(text: str) -> list[str]:
+    import shlex
+
+    try:
+        return shlex.split(text)
+    except ValueError:  # an unclosed quote: the words as they stand
+        return text.split()
+
+
+def _yaml_paths(words: list, depth: int) -> list[str]:
+    """The absolute paths given to a YAML flag (`--flag PATH`, `--flag=PATH`), also inside a
+    word that is a command of its own (`bash -c "..."`, a ray job's entrypoint)."""
+    out = []
+    for i, w in enumerate(words):
+        if not isinstance(w, str):
+            continue
+        flag, eq, value = w.partition("=")
+        if flag in YAML_FLAGS:
+            value = value if eq else words[i + 1] if i + 1 < len(words) else ""
+            if isinstance(value, str) and os.path.isabs(value):
+                out.append(os.path.normpath(value))
+        elif depth and any(f in w for f in YAML_FLAGS) and any(c.isspace() for c in w):
+            out += _yaml_paths(_split(w), depth - 1)
+    return out
+
+
+def _capture(path: str) -> dict:
+    """The file's text, or why it is not read: "link" (it resolves outside the work folder),
+    "type" (not a regular file), "links" (a hard link: more than one name), "size",
+    "unreadable" (missing, or refused by the kernel)."""
+    import stat
+
+    real = os.path.realpath(path)
+    if not real.startswith(WORK + os.sep):
+        return {"why": "link"}
+    try:  # O_NOFOLLOW: not through a link made since; O_NONBLOCK: a FIFO's open does not wait
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return {"why": "unreadable"}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return {"why": "type"}
+        if st.st_nlink != 1:
+            return {"why": "links"}
+        data = b""
+        while st.st_size <= WRITTEN_MAX and len(data) <= WRITTEN_MAX:
+            chunk = os.read(fd, WRITTEN_MAX + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+        if st.st_size > WRITTEN_MAX or len(data) > WRITTEN_MAX:
+            return {"why": "size"}
+    except OSError:
+        return {"why": "unreadable"}
+    finally:
+        os.close(fd)
+    return {"text": data.decode("utf-8", "replace")}
 
 
 def _words(args) -> tuple[list | None, str | None]:
@@ -889,7 +990,7 @@ def _wait(fd: int) -> None:
 
 
 def main() -> None:
-    global _out, WORK, HERE, _BASE_ENV, _ISOLATED
+    global _out, WORK, HERE, _BASE_ENV, _ISOLATED, _WORKS
     if sys.argv[2:3] == ["--wait"]:
         _wait(int(sys.argv[3]))
     with open(sys.argv[1]) as f:
@@ -903,6 +1004,8 @@ def main() -> None:
         os.open(cfg["record"], os.O_WRONLY | os.O_APPEND)
     verdict = cfg.get("verdict_fd", -1)
     WORK = os.path.realpath(cfg["work"])
+    _WORKS = tuple(dict.fromkeys(os.path.join(w, "") for w in (os.path.abspath(cfg["work"]),
+                                                                 WORK)))
     if not cfg.get("trust"):
         # isolation first: so far only the standard library is imported, sys.path holds it
         # and this folder (python -S: not even site-packages), not the launcher's folder

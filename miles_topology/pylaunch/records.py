@@ -23,13 +23,23 @@ BYTES_MAX = 4 << 20  # one record line: parsed JSON takes ~30x its bytes in memo
 ACTIONS_MAX = 20_000  # records kept; past them only an end record is read (a marker says so)
 JSON_MAX = 4096  # values and depth (JSON_DEPTH) of a free-form field ("json" below)
 JSON_DEPTH = 16
+FILES_MAX = 4  # YAML files one command carries (child.WRITTEN_FILES)
+# why the child did not read one (child._capture)
+UNREAD = {"link": "it resolves outside the launcher's work folder (a link out is never read)",
+          "type": "it is not a regular file (a FIFO or device is never opened)",
+          "links": "it has more than one link (a hard link is never read)",
+          "size": f"it is over the {TEXT_MAX >> 10} KiB a file the launcher writes may be",
+          "unreadable": "it could not be read there (missing, or refused by the kernel)"}
 
 ENDS = ("ok", "exit", "error", "missing", "memory", "refused", "waiting")
 _STR, _OPT_STR, _BOOL, _INT = "str", "str?", "bool", "int"
 _CALL = {"kind": _STR, "argv": "words?", "shell": _OPT_STR, "source": "where",
          "env": "env?", "env_changes": "changes?", "via_shell": _BOOL, "cwd": _OPT_STR,
          "captured": _BOOL, "answer": _OPT_STR, "node": _INT, "via": _OPT_STR,
-         "server": _OPT_STR, "port": _INT}
+         "server": _OPT_STR, "port": _INT,
+         # the text of a YAML a command names, written in the work folder (child._written):
+         # input-chosen text, as argv is; only a path inside the work folder is kept
+         "files": "files"}
 _SHAPES = {  # the key that names a record's kind -> the keys it may hold
     "kind": _CALL,
     "unknown": {"unknown": _INT, "what": _STR, "source": "where"},
@@ -80,14 +90,20 @@ _FITS = {
     "words?": _words,
     "env?": _env,
     "changes?": lambda v: _env(v, some=True),
+    "files": lambda v: isinstance(v, dict) and len(v) <= FILES_MAX and all(
+        _text(k) and isinstance(x, dict) and len(x) == 1 and (
+            _text(x.get("text")) or x.get("why") in UNREAD) for k, x in v.items()),
 }
 
 
 class RecordReader:
-    """Parses record lines for one launcher whose checkout is `root`."""
+    """Parses record lines for one launcher whose checkout is `root` and whose work folder
+    is `work`."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, work: str = ""):
         self.root = os.path.realpath(root)
+        self.works = tuple(dict.fromkeys(os.path.join(w, "") for w in (
+            os.path.abspath(work), os.path.realpath(work)))) if work else ()
         self._seen: dict[str, bool] = {}
 
     def parse(self, data: bytes) -> list[dict]:
@@ -130,6 +146,9 @@ class RecordReader:
     def _value(self, shape: str, v) -> tuple[bool, object]:
         if shape == "where":
             return True, self.where(v)
+        if shape == "files" and _FITS[shape](v):  # a forged path outside it: dropped
+            return True, {k: x for k, x in v.items() if os.path.isabs(k) and
+                          os.path.normpath(k) == k and k.startswith(self.works)}
         if shape in ("at", "inner"):
             n = 2 if shape == "at" else 4
             return True, v if isinstance(v, list) and len(v) == n and _text(v[0]) and \

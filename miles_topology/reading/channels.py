@@ -27,7 +27,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -36,7 +36,7 @@ from ..model.errors import Location, Problem
 from ..model.parts import FIELDS, facts, flag_of
 from .flags import is_switch
 from .roles import MEGATRON_CONFIG, read_roles
-from .sources import yaml_values
+from .sources import WRITTEN, written_name, yaml_values
 
 CUSTOM_CONFIG = "--custom-config-path"
 YAML_CFG = "--yaml-cfg"
@@ -53,10 +53,11 @@ YAML_CFG_READ = {"miles": ("actor_num_nodes", "actor_num_gpus_per_node"),
 SLIME_MERGED = ("--train-backend", "--debug-rollout-only", "--debug-train-only",
                 "--load-debug-rollout-data", "--prefill-num-servers")
 
+LAYOUT_GROUPS = ("layout", "rollout")  # what world size and placement are computed from
+
 
 def _merged_back(flag: str, framework: str) -> bool:
     return framework == "slime" and (flag.startswith("--sglang-") or flag in SLIME_MERGED)
-LAYOUT_GROUPS = ("layout", "rollout")  # what world size and placement are computed from
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,28 @@ def _last(pairs: Sequence[tuple[str, Any]], flag: str):
 
 
 def read_channels(pairs: Sequence[tuple[str, str | None, Location | None]],
-                  dirs: Sequence[str] = (), framework: str = "miles"
+                  dirs: Sequence[str] = (), framework: str = "miles",
+                  written: Mapping[str, Mapping[str, str]] | None = None
                   ) -> tuple[list[Problem], list[Word]]:
     """Problems of the launch's YAML channels and the words they add to argv. `pairs`:
-    the launch's (flag, value or None when unknown, where it is written)."""
+    the launch's (flag, value or None when unknown, where it is written). `written`: the
+    YAML files a Python launcher wrote in its sandbox, as kept when the launch was recorded
+    (sources.WRITTEN): what points at one of their lines points at the launcher's line that
+    passed it instead, the file being gone."""
+    token = WRITTEN.set(written)
+    try:
+        problems, words = _read(pairs, dirs, framework)
+    finally:
+        WRITTEN.reset(token)
+    gone = {written_name(v): at for _, v, at in pairs if v in (written or {}) and at}
+    if not gone:
+        return problems, words
+    return ([p.at(gone[p.location.path]) if p.location and p.location.path in gone else p
+             for p in problems],
+            [Word(w.text, gone.get(w.source.path, w.source)) for w in words])
+
+
+def _read(pairs, dirs, framework: str) -> tuple[list[Problem], list[Word]]:
     problems: list[Problem] = []
     words: list[Word] = []
     got = _last(pairs, CUSTOM_CONFIG)

@@ -113,9 +113,10 @@ def _root_of_folder(folder: Path) -> Path | None:
 def root_of(path: str | os.PathLike) -> Path:
     """The input's checkout (pylaunch/checkout.py): its git root, else the nearest project
     folder above (pyproject.toml, setup.py); with neither, its own folder; never $HOME or /
-    (then the file alone)."""
-    p = Path(os.path.realpath(path))
-    return _root_of_folder(p.parent) or p
+    (then the file alone). Found from the folder the path is in, its last link not followed:
+    a file named on the command line that is a link out of its checkout (a pull request's
+    `run.sh -> ~/.aws/credentials`) is then outside its roots and refused, as in a walk."""
+    return root_at(path)
 
 
 def root_at(path: str | os.PathLike) -> Path:

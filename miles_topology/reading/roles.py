@@ -16,9 +16,14 @@ arguments, judged as slime 624b824 applies them.
 - The role's arguments reach Megatron whole: initialize.py `_initialize_distributed` passes
   their tensor/pipeline/context/expert sizes to `mpu.initialize_model_parallel`. A parallel
   size in the actor's overrides is the layout the actor trains with, so it is applied to the
-  judged layout (its source the YAML line) and every rule judges it; but Megatron's
+  judged layout (its source the YAML line) and every rule judges it, except a virtual
+  pipeline size: only validate_args reads those keys (`VIRTUAL`, a warning); but Megatron's
   validate_args checked, and derived its values (data_parallel_size, sequence_parallel off at
-  tp 1, the virtual pipeline size) from, the command line's sizes before (a warning).
+  tp 1, expert_tensor_parallel_size = tp when not given, the virtual pipeline size) from, the
+  command line's sizes before (a warning). The role keeps those: an actor's tp override gets
+  the command line's derived sp and etp in the judged layout (`_kept`), and sequence
+  parallel on at the role's tp 1 is not switched off, so megatron-core refuses the role's
+  TransformerConfig (an error, `_sp_without_tp`).
 - With a critic, the rollout manager splits each batch once, by the data-parallel size of the
   role that reported last (train_actor.py set_rollout_manager; the critic is created after the
   actor), every rank asserts that split has its dp size (utils/data.py process_rollout_data),
@@ -39,15 +44,24 @@ from typing import Any
 from ..model.errors import Location, Problem
 from ..model.grid import ORDERS, Grid
 from ..model.parts import FIELDS, flag_of
-from .flags import field_of
-from .sources import YamlValue, yaml_doc
+from .flags import field_of, is_switch
+from .sources import SANDBOX, YamlValue, yaml_doc
 
 MEGATRON_CONFIG = "--megatron-config-path"
+SP_WITHOUT_TP = "megatron-config-sp-without-tp"
 ROLES = ("actor", "critic")
 # the Megatron grid's sizes: what `_initialize_distributed` and the model read from the
 # role's arguments (the layout part's fields that are not placement or backend)
 GRID = ("tp", "pp", "vpp", "vpp_layers", "first_stage_layers", "last_stage_layers",
         "embedding_in_split", "loss_in_split", "cp", "ep", "etp", "sp", "order")
+# read only by Megatron-LM's validate_args, which derived args.virtual_pipeline_model_parallel_size
+# from the command line before the overrides; slime's initialize.py _initialize_distributed
+# and Megatron-LM training.get_model (backends/megatron_utils/model.py:293) read that
+VIRTUAL = ("vpp", "vpp_layers")
+_VIRTUAL_WHY = ("Megatron's validate_args derived virtual_pipeline_model_parallel_size from the "
+                "command line before slime applies the overrides (arguments.py "
+                "_apply_megatron_role_overrides), and that is what builds the role's pipeline "
+                "(initialize.py _initialize_distributed, Megatron-LM training.get_model).")
 # what places a rank on the data-parallel axis and a pipeline stage (the dense grid)
 DENSE = ("tp", "cp", "pp", "order")
 # skipped by _apply_megatron_role_overrides (its `ignored_keys`); placement reads the
@@ -55,8 +69,6 @@ DENSE = ("tp", "cp", "pp", "order")
 # are set on the role's arguments (update_weight_from_tensor.py reads them)
 RESOURCES = ("num_nodes", "num_gpus_per_node")
 SCALARS = (bool, int, float, str)
-# the folder a Python launcher runs in (pylaunch/__init__.py, spare.py: its TMPDIR)
-SANDBOX = "/miles-topology-launcher-"
 
 
 class _Broken(Exception):
@@ -76,10 +88,10 @@ def read_roles(value: str | None, at: Location | None, dirs: Sequence[str],
         return [_unread("is not known here", at)], []
     got = yaml_doc(value, dirs, base64=False)  # slime open()s a path, nothing else
     if isinstance(got, str):
-        if SANDBOX in value:  # slime's PPO CI tests write it to a NamedTemporaryFile
-            return [_unread(f"{value}: a file the launcher writes when it runs, gone when its "
-                            "sandbox ends", at, "write the YAML into the checkout and pass "
-                            "that path, to have it checked")], []
+        if SANDBOX in value:  # written in a launcher's sandbox, its text not kept
+            return [_unread(f"{value}: {got}", at, "write it as a plain file of at most 1 MiB "
+                            "(no link) in the launcher's temporary folder, or into the "
+                            "checkout, to have it checked")], []
         return [_unread(f"{value}: {got}", at)], []
     node, data, where = got
     critic = _has_critic(pairs)
@@ -94,10 +106,12 @@ def read_roles(value: str | None, at: Location | None, dirs: Sequence[str],
             return [_broken(e, where, at, "skipped")], []
     grid_dest = {d: n for d, n in by_dest.items() if n in GRID}
     problems = [*_resources(roles, where), *_topology(roles, where, grid_dest)]
+    problems += _sp_without_tp(roles, where, pairs, grid_dest)
     problems += _roles_apart(roles, where, grid_dest, pairs, critic, at)
     actor = [yv for yv in roles.get("actor", {}).values()
-             if yv.key in grid_dest and isinstance(yv.value, SCALARS)]
-    return problems, actor
+             if yv.key in grid_dest and grid_dest[yv.key] not in VIRTUAL
+             and isinstance(yv.value, SCALARS)]
+    return problems, actor + _kept(roles.get("actor", {}), pairs, grid_dest)
 
 
 def _broken(e: _Broken, where: str, at: Location | None, severity: str) -> Problem:
@@ -123,6 +137,23 @@ def _last(pairs, name: str) -> tuple[bool, str | None]:
     """(given, value) of the last flag that sets field `name` (value None: unknown)."""
     got = [v for f, v, _ in pairs if field_of(f) == name or f == name]
     return (True, got[-1]) if got else (False, None)
+
+
+def _on(pairs, name: str) -> bool | None:
+    """Whether the command line turns switch `name` on (None: known only at run time)."""
+    given, v = _last(pairs, name)
+    if given and v is None:
+        return None
+    return given and v.lower() not in ("false", "0")
+
+
+def _size(pairs, name: str) -> int | None:
+    """The command line's size `name` (its default when not given; None: known only at run
+    time, or not a size)."""
+    given, v = _last(pairs, name)
+    if not given:
+        return FIELDS[name].default if FIELDS[name].default is not None else 1
+    return _int(v) if v is not None else None
 
 
 def _has_critic(pairs) -> bool | None:
@@ -202,45 +233,116 @@ def _shown(value: Any) -> str:
     return str(value)[:80] if isinstance(value, SCALARS) else type(value).__name__
 
 
+def _each(roles) -> list[tuple[str, YamlValue]]:
+    """(role, override) of every role read, in the YAML's order."""
+    return [(role, yv) for role, keys in roles.items() for yv in keys.values()]
+
+
 def _resources(roles, where: str) -> list[Problem]:
-    out = []
-    for role, keys in roles.items():
-        for yv in keys.values():
-            if yv.key in RESOURCES:
-                out.append(Problem(
-                    "megatron-config-resources",
-                    f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line} "
-                    "does nothing: slime skips num_nodes and num_gpus_per_node "
-                    "(arguments.py _apply_megatron_role_overrides) and places both roles "
-                    "with the command line's --actor-num-nodes and --actor-num-gpus-per-node "
-                    "(placement_group.py create_actor_model).",
-                    f"remove {yv.key} from {where}; size the job on the command line",
-                    (MEGATRON_CONFIG,), location=Location(where, yv.line)))
-    return out
+    return [Problem(
+        "megatron-config-resources",
+        f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line} does nothing: "
+        "slime skips num_nodes and num_gpus_per_node (arguments.py "
+        "_apply_megatron_role_overrides) and places both roles with the command line's "
+        "--actor-num-nodes and --actor-num-gpus-per-node (placement_group.py "
+        "create_actor_model).",
+        f"remove {yv.key} from {where}; size the job on the command line",
+        (MEGATRON_CONFIG,), location=Location(where, yv.line))
+        for role, yv in _each(roles) if yv.key in RESOURCES]
 
 
 def _topology(roles, where: str, grid_dest: Mapping[str, str]) -> list[Problem]:
+    return [Problem(
+        "megatron-config-topology",
+        f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line}: "
+        + (f"it does nothing: {_VIRTUAL_WHY}" if grid_dest[yv.key] in VIRTUAL else
+           f"the {role} trains with it (slime builds the role's grid and model from its own "
+           "arguments: initialize.py _initialize_distributed), but it is applied after "
+           f"parse_args validated the command line's {flag} (arguments.py "
+           "_apply_megatron_role_overrides), and what Megatron's validate_args derived from "
+           "that value (data_parallel_size, sequence_parallel, expert_tensor_parallel_size, "
+           "the virtual pipeline size) stays."),
+        f"{_on_cli(flag, yv.value)} and remove {yv.key} from {where} (slime's "
+        "megatron-config.md: keep topology settings on the CLI)",
+        (flag,), location=Location(where, yv.line))
+        for role, yv in _each(roles) if yv.key in grid_dest
+        for flag in [flag_of(grid_dest[yv.key])]]
+
+
+
+def _on_cli(flag: str, value: Any) -> str:
+    if not is_switch(flag):
+        return f"give {flag} {_shown(value)} on the command line"
+    return f"give {flag} on the command line" if value else f"leave {flag} off the command line"
+
+
+def _role_sp_tp(keys: Mapping[str, YamlValue], pairs, grid_dest
+                ) -> tuple[bool | None, int | None, YamlValue | None, YamlValue | None]:
+    """A role's sequence parallel and tp as Megatron builds its model, and the overrides
+    that set them: an override as slime sets it (a string coerced to the attribute's type:
+    bool(str) for the switch), else the command line's after validate_args, which turned
+    sequence parallel off at tp 1 (Megatron-LM training/arguments.py validate_args)."""
+    by = {grid_dest.get(yv.key): yv for yv in keys.values()}
+    sp_yv, tp_yv = by.get("sp"), by.get("tp")
+    cli_tp = _size(pairs, "tp")
+    tp = _yaml_int(tp_yv.value) if tp_yv else cli_tp
+    if sp_yv is not None:
+        sp = bool(sp_yv.value)
+    else:
+        cli_sp = _on(pairs, "sp")
+        sp = cli_sp and (None if cli_tp is None else cli_tp != 1)
+    return sp, tp, sp_yv, tp_yv
+
+
+def _sp_without_tp(roles, where: str, pairs, grid_dest) -> list[Problem]:
+    """Sequence parallel on at a role's tp 1: validate_args ran before the overrides, so
+    nothing switches it off; slime builds the role's model config from its arguments
+    (backends/megatron_utils/model_provider.py:134 core_transformer_config_from_args), and
+    megatron-core 0.16 ModelParallelConfig.__post_init__ (model_parallel_config.py:409-411,
+    run by TransformerConfig.__post_init__) raises ValueError."""
     out = []
     for role, keys in roles.items():
-        for yv in keys.values():
-            name = grid_dest.get(yv.key)
-            if name is None:
-                continue
-            flag = flag_of(name)
-            out.append(Problem(
-                "megatron-config-topology",
-                f"{yv.key}: {_shown(yv.value)} in the {role} entry of {where}:{yv.line}: the "
-                f"{role} trains with it (slime builds the role's grid and model from its own "
-                "arguments: initialize.py _initialize_distributed), but it is applied after "
-                "parse_args "
-                f"validated the command line's {flag} (arguments.py "
-                "_apply_megatron_role_overrides), and what Megatron's validate_args derived "
-                "from that value (data_parallel_size, sequence_parallel, the virtual "
-                "pipeline size) stays.",
-                f"give {flag} {_shown(yv.value)} on the command line and remove {yv.key} "
-                f"from {where} (slime's "
-                "megatron-config.md: keep topology settings on the CLI)",
-                (flag,), location=Location(where, yv.line)))
+        sp, tp, sp_yv, tp_yv = _role_sp_tp(keys, pairs, grid_dest)
+        if not (sp is True and tp == 1) or (sp_yv is None and tp_yv is None):
+            continue
+        yv = sp_yv or tp_yv
+        how = (f"{yv.key}: {_shown(yv.value)} turns it on" if yv is sp_yv else
+               f"{yv.key}: {_shown(yv.value)} sets tp 1, and the command line's "
+               f"{flag_of('sp')} at {flag_of('tp')} {_size(pairs, 'tp')} was validated on")
+        out.append(Problem(
+            SP_WITHOUT_TP,
+            f"the {role} entry of {where}:{yv.line} leaves sequence parallel on at tensor "
+            f"parallel size 1 ({how}): slime applies the overrides after Megatron's "
+            "validate_args (which switches it off at tp 1 for the command line only), builds "
+            "the role's TransformerConfig from them (model_provider.py "
+            "core_transformer_config_from_args), and megatron-core raises ValueError \"Cannot "
+            "use sequence parallelism without tensor parallelism\" "
+            "(model_parallel_config.py ModelParallelConfig.__post_init__) when the "
+            f"{role} starts.",
+            f"set `sequence_parallel: false` in the {role} entry of {where}, or keep its "
+            "tensor_model_parallel_size above 1",
+            (flag_of("sp"), flag_of("tp")), location=Location(where, yv.line)))
+    return out
+
+
+def _kept(keys: Mapping[str, YamlValue], pairs, grid_dest) -> list[YamlValue]:
+    """What the actor keeps of validate_args' command-line values when its tp override
+    changes tp (the judged layout's sp and etp, at the override's line): sequence parallel
+    that validate_args switched off at the command line's tp 1 stays off, and etp, when
+    the command line does not give it, stays the command line's tp (Megatron-LM
+    training/arguments.py validate_args; slime's initialize.py _initialize_distributed
+    passes args.expert_tensor_parallel_size to initialize_model_parallel)."""
+    sp, tp, sp_yv, tp_yv = _role_sp_tp(keys, pairs, grid_dest)
+    cli_tp = _size(pairs, "tp")
+    if tp_yv is None or tp is None or cli_tp is None or tp == cli_tp:
+        return []
+    dest = {n: d for d, n in grid_dest.items()}
+    by = {grid_dest.get(yv.key) for yv in keys.values()}
+    out = []
+    if sp_yv is None and sp is False and tp > 1 and _on(pairs, "sp"):
+        out.append(YamlValue(dest["sp"], False, tp_yv.path, tp_yv.line))
+    if "etp" not in by and not _last(pairs, "etp")[0]:
+        out.append(YamlValue(dest["etp"], cli_tp, tp_yv.path, tp_yv.line))
     return out
 
 
@@ -251,25 +353,25 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _yaml_int(value: Any) -> int | None:
+    """An override's size as slime sets it (a string coerced to int; another type kept)."""
+    return _int(value) if isinstance(value, int | str) and not isinstance(value, bool) else None
+
+
 def _dense(pairs, keys: Mapping[str, YamlValue], grid_dest) -> dict[str, Any] | None:
     """A role's tp, cp, pp, order and world size: the command line's, then its overrides
     (a string coerced as slime does); None when one is known only at run time."""
-    got: dict[str, Any] = {}
-    for name in (*DENSE, "nodes", "gpus_per_node"):
-        given, v = _last(pairs, name)
-        if name == "order":
-            on = given and (v or "").lower() not in ("false", "0")
-            got[name] = ORDERS[1] if on else ORDERS[0]
-        elif given:
-            got[name] = _int(v) if v is not None else None
-        else:
-            got[name] = FIELDS[name].default if FIELDS[name].default is not None else 1
+    # from the flags, not a parsed layout: the judged one is parsed after the channels (their
+    # words feed it) and holds the actor's overrides; the critic starts from the command line
+    got: dict[str, Any] = {n: _size(pairs, n) for n in ("tp", "cp", "pp", "nodes",
+                                                         "gpus_per_node")}
+    got["order"] = ORDERS[0] if _on(pairs, "order") is False else ORDERS[1]  # given: on
     for yv in keys.values():
         name = grid_dest.get(yv.key)
-        if name == "order":
-            got[name] = ORDERS[1] if yv.value is True else ORDERS[0]
+        if name == "order":  # set as given (a string coerced: bool(str)), read for truth
+            got[name] = ORDERS[1] if yv.value else ORDERS[0]
         elif name in DENSE:
-            got[name] = _int(yv.value) if isinstance(yv.value, int | str) else None
+            got[name] = _yaml_int(yv.value)
     if any(v is None or (isinstance(v, int) and v < 1) for v in got.values()):
         return None
     return got
@@ -291,8 +393,7 @@ def _roles_apart(roles, where: str, grid_dest, pairs, critic: bool | None,
                  at: Location | None) -> list[Problem]:
     """With a critic, both roles' dense grids must put every rank at the same data-parallel
     rank and pipeline stage (see the module docstring)."""
-    moved = [yv for keys in roles.values() for yv in keys.values()
-             if grid_dest.get(yv.key) in DENSE]
+    moved = [yv for _, yv in _each(roles) if grid_dest.get(yv.key) in DENSE]
     if critic is False or not moved:
         return []
     loc = Location(where, moved[0].line)

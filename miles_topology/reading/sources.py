@@ -25,6 +25,7 @@ import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -599,17 +600,38 @@ def yaml_values(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
     return [YamlValue(str(k), v, where, lines.get(str(k), 0)) for k, v in data.items()]
 
 
+# the folder a Python launcher runs in (pylaunch/__init__.py, spare.py: its TMPDIR)
+SANDBOX = "/miles-topology-launcher-"
+# The YAML files a Python launch's flags name in its sandbox's work folder, gone when the
+# checker reads the launch: their text as the sandboxed child read it when the launch was
+# recorded (pylaunch/child.py _written), {"text": ...}, or why it did not, {"why": ...}; by
+# path. Set by read_channels for one launch. The text is the launcher's to choose, as argv is.
+WRITTEN: ContextVar[Mapping[str, Mapping[str, str]] | None] = ContextVar("written",
+                                                                        default=None)
+WRITTEN_BY = "<written by the launcher: "
+
+
+def written_name(path: str) -> str:
+    """How a YAML the launcher wrote is named: not by its path, which no longer exists."""
+    return f"{WRITTEN_BY}{path.rpartition('/')[2]}>"
+
+
 def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
              ) -> tuple[Any, Any, str] | str:
     """The YAML a flag names as (its node tree, for lines; yaml.safe_load's data; its name),
     read through the gate (inside the input's checkout, bounded; aliases stay shared, never
-    expanded); or why it cannot be read: not found, refused, not YAML, nested too deeply."""
+    expanded), or, for a file a launcher wrote in its sandbox, the text kept (`WRITTEN`,
+    never a path opened); or why it cannot be read: not found, refused, not YAML, nested too
+    deeply, written in a sandbox now gone."""
     import binascii
     from base64 import b64decode
 
     import yaml
 
-    if base64 and value.startswith("base64:"):
+    kept = (WRITTEN.get() or {}).get(value) or {}
+    if isinstance(kept.get("text"), str):
+        text, where = kept["text"], written_name(value)
+    elif base64 and value.startswith("base64:"):
         try:
             text, where = b64decode(value[7:], validate=True).decode(), "<base64>"
         except (binascii.Error, UnicodeDecodeError) as e:
@@ -629,6 +651,10 @@ def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
             except OSError:
                 continue
         else:
+            if SANDBOX in value:  # slime's PPO CI tests write it to a NamedTemporaryFile
+                why = f"; it was not read when the launch was recorded: {kept['why']}" \
+                    if kept.get("why") else ""
+                return f"a file the launcher writes when it runs, gone when its sandbox ends{why}"
             return refused or f"{value} is not found here"
     try:
         return yaml.compose(text), yaml.safe_load(text), where

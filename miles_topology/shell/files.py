@@ -8,7 +8,6 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from ..model.errors import Location
 from ..reading import gate
@@ -50,9 +49,8 @@ class Files:
                         f"{disp}:0: the file is {size / (1 << 20):.0f} MB, over the "
                         f"{MAX_FILE >> 20} MB a launch script can be; it was not read. "
                         "Fix: pass the bash launch script itself.")
-                main = abs_path == self.at.main_abs  # named by the user: only its own file
-                data = gate.read_bytes(abs_path, (Path(os.path.realpath(abs_path)),) if main
-                                       else self.at.roots, limit=MAX_FILE)
+                # the script named too: a link out of its checkout is refused (gate.root_of)
+                data = gate.read_bytes(abs_path, self.at.roots, limit=MAX_FILE)
             else:
                 data = self.text.encode("utf-8", "surrogateescape")
         except OSError as e:

@@ -63,6 +63,15 @@ def test_fix_applies_the_safe_fixes_in_place(script, capsys):
     assert main(["check", "--diff", str(script)]) == 0  # nothing left to fix
 
 
+def test_a_read_only_script_is_left_with_a_message_for_fix_not_migrate(script, capsys):
+    os.chmod(script, 0o444)  # held out: "Make it writable (chmod u+w) to migrate it." on --fix
+    main(["check", "--fix", str(script)])
+    err = capsys.readouterr().err
+    assert script.read_text() == SCRIPT
+    assert "not fixed: it is read-only (mode 0444)" in err and "to rewrite it" in err
+    assert "migrate" not in err
+
+
 def test_nothing_is_written_when_the_topology_would_change(script, capsys, monkeypatch):
     """The guard behind every fix: a 'safe' fix that changed the layout is refused."""
     real = fix.change_for

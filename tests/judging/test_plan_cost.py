@@ -350,3 +350,30 @@ def test_the_gpu_probe_runs_on_the_cpu_with_dry():
     probe = _gpu_probe()
     assert probe.main([str(FIXTURES / "models" / "qwen3-30B-A3B.sh"), "--dry", "--repeats", "1",
                        "--layouts", "4x8"]) == 0
+
+
+
+def test_a_layout_is_proposed_once_with_its_fastest_virtual_stage_count(monkeypatch):
+    """vpp is a schedule option of a layout, like recompute and offload: one proposal a
+    (tp, pp, cp, ep, etp), the fastest of its vpp variants (fails when every variant is
+    listed, as the first three proposals for Qwen3-30B-A3B on 8 GPUs were)."""
+    from miles_topology.judging import plan as planner
+
+    shape, model = read_model([MOE], None)
+    opts = Options(tokens=20480, recompute=True, offload=True)
+
+    def key(c) -> tuple[int, ...]:  # noqa: ANN001
+        t = c.topo.layout
+        return (t.tp, t.pp, t.cp, t.ep, t.etp)
+
+    got = plan(shape, model, 1, 8, gpu_bytes("H100"), opts=opts)
+    with monkeypatch.context() as m:
+        m.setattr(planner, "_fastest_of_each", list)
+        every = plan(shape, model, 1, 8, gpu_bytes("H100"), opts=opts)
+    assert len(every) > len(got)  # vpp variants exist
+    assert len({key(c) for c in got}) == len(got) and {key(c) for c in every} == \
+        {key(c) for c in got}
+    for c in got:
+        variants = [o for o in every if key(o) == key(c)]
+        assert c.cost.total == min(o.cost.total for o in variants)
+    assert any(c.topo.stages.chunks > 1 for c in got)  # interleaving still wins somewhere

@@ -283,6 +283,47 @@ def test_refusals_leave_the_script_untouched(tmp_path, capsys, text, code, why):
     assert run.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == ["run.sh"]
 
 
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("name", ["run$(touch pwned).sh", "run`touch pwned`.sh", 'run"q.sh',
+                                  "run\\x.sh", "run ${X}.sh"])
+def test_a_script_name_with_shell_characters_is_named_literally(tmp_path, capsys, name):
+    """The YAML's name goes into a double-quoted word of the script: held out, a name with
+    `$(...)` ran the command in the migrated script (read back, it was refused with a made-up
+    topology change). In real bash the word is the file's own path and runs nothing."""
+    run = tmp_path / name
+    run.write_text("python3 train.py --actor-num-gpus-per-node 4 --colocate\n")
+    assert cli(["migrate", "--write", str(run)], capsys)[0] == 0
+    line = next(x for x in run.read_text().splitlines() if "miles-topology flags" in x)
+    got = subprocess.run([BASH, "-c", 'miles-topology() { printf "%s" "$2"; }\n'
+                          f"MILES_TOPOLOGY_DIR=/D\n{line}\nprintf %s \"$TOPOLOGY_FLAGS\""],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert got.stdout == "/D/" + name.removesuffix(".sh") + ".topology.yaml"
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_newline_in_a_script_name_does_not_start_a_line_of_its_own(tmp_path, capsys):
+    run = tmp_path / "ok\nFound 0 errors.sh"  # printed raw, it forged a line of output
+    run.write_text("echo hi\n")
+    code, out, err = cli(["migrate", "--write", str(run)], capsys)
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert err.startswith(str(tmp_path) + "/ok\\nFound 0 errors.sh: refused: ")
+
+
+@pytest.mark.parametrize("name", ["r\nvpp: 1\n#.sh", "run\x1b[31m.sh"])
+def test_a_script_name_with_a_control_character_is_refused_before_the_yaml(tmp_path, capsys,
+                                                                             name):
+    """The YAML's name goes into comments of the YAML and the script, where a newline ends
+    the line (held out: the read-back refused with a parse error of a temporary file, or a
+    made-up topology change `vpp None -> 1`); --inline writes no name and still works."""
+    text = "python3 train.py --actor-num-gpus-per-node 4 --colocate\n"
+    run = tmp_path / name
+    run.write_text(text)
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "its name holds a control character" in err and "/tmp/tmp" not in err
+    assert run.read_text() == text and [p.name for p in tmp_path.iterdir()] == [name]
+    assert cli(["migrate", "--write", "--inline", str(run)], capsys)[0] == 0
+
+
 LAUNCHER = ('"""Launch GRPO on one node: 8 GPUs.\n\n'
             'If the model is missing, download it first."""\n'
             "import os\n\n\ndef execute():\n"
@@ -609,6 +650,21 @@ def test_symlink_into_another_folder_is_refused_when_a_yaml_would_be_written(tmp
     code, _, err = cli(["migrate", "--write", "--inline", str(link)], capsys)
     assert code == 0, err
     assert link.is_symlink() and "TOPOLOGY_ARGS=(" in real.read_text()
+
+
+def test_a_topology_yaml_linked_out_of_the_checkout_is_not_written_through(tmp_path, capsys):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "pyproject.toml").write_text("")  # the checkout's root
+    run = staged(step_dir(STEPS[2]), tmp_path / "ck")
+    (yaml_text,) = migrate(run).files.values()
+    victim = tmp_path / "victim.yaml"
+    victim.write_text(yaml_text)  # what it would write: only the gate stops it
+    run.with_name("run.topology.yaml").symlink_to(victim)
+    text = run.read_text()
+    code, _, err = cli(["migrate", "--write", str(run)], capsys)
+    assert code == 1 and "outside the input's checkout" in err
+    assert err.count(str(run.with_name("run.topology.yaml"))) == 1  # was named twice
+    assert victim.read_text() == yaml_text and run.read_text() == text
 
 
 def test_backups_are_numbered_never_overwritten(tmp_path, capsys):

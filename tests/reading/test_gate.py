@@ -254,6 +254,31 @@ def test_walk_skips_entries_linked_out_of_the_checkout(ws, capsys):
     assert all(v["topology"]["tp"] == 2 for v in got)
 
 
+@pytest.mark.parametrize("name,body", [
+    ("run.sh", f"#!/bin/bash\n{LAUNCH} --tensor-model-parallel-size {SECRET}\n"),
+    ("launch.py", "import subprocess\nsubprocess.run(['python3', 'train.py', "
+                  f"'--num-layers', '4', '--tensor-model-parallel-size', '{SECRET}'])\n"),
+    ("t.topology.yaml", f"nodes: 1\ntp: {SECRET}\n")])
+def test_a_named_input_linked_out_of_the_checkout_is_not_read(ws, capsys, name, body):
+    """A file named on the command line is a pull request's too (`check scripts/run.sh` in
+    a workflow, the file swapped for a link to the runner's secrets): a link out of its
+    checkout is refused as in a walk, and nothing of the target is printed; a link to a file
+    inside it is read (the value it sets is printed: so would the secret be, unguarded)."""
+    home, repo, other = ws
+    target = home / ".aws" / name
+    target.parent.mkdir()
+    target.write_text(body)
+    (repo / "scripts" / name).symlink_to(target)
+    code, out = check(capsys, f"scripts/{name}")
+    assert code == 2 and SECRET not in out and "outside the input's checkout" in out, out
+    (repo / "inside").mkdir()
+    (repo / "inside" / name).write_text(body.replace(SECRET, "public-value"))
+    (repo / "scripts" / name).unlink()
+    (repo / "scripts" / name).symlink_to(repo / "inside" / name)
+    code, out = check(capsys, f"scripts/{name}")
+    assert "outside the input's checkout" not in out and "public-value" in out, out
+
+
 def test_fix_never_writes_through_a_link_out_of_the_checkout(ws, capsys):
     _, repo, other = ws
     victim = other / "scripts" / "run.sh"

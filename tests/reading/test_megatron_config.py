@@ -68,11 +68,69 @@ def test_an_actor_size_is_the_judged_layout_with_its_yaml_line_as_source():
     assert "--tensor-model-parallel-size 4 on the command line" in w.fix
 
 
+def test_a_role_virtual_pipeline_size_does_nothing():
+    # validate_args derived virtual_pipeline_model_parallel_size from the command line (pp 1:
+    # none) before the override; initialize.py and get_model read that, not the override
+    v = judge("actor-vpp.yaml", "grpo")
+    assert v.ok and ours(v) == [("megatron-config-topology", "warning")]
+    assert "does nothing" in v.warnings[0].message and v.summary.get("vpp") in (None, 1)
+    assert "vpp-requires-pp" not in codes(v)  # judged on a vpp that never runs, before
+
+
 def test_an_actor_size_megatron_refuses_is_an_error_at_its_yaml_line():
     v = judge("actor-tp-bad.yaml", "grpo")  # tensor_model_parallel_size: "3", coerced to int
     grid = next(p for p in v.errors if p.code == "dense-grid-divisibility")
     assert grid.location.path.endswith("actor-tp-bad.yaml") and grid.location.line == 5
     assert v.summary["tp"] == 3
+
+
+# ---- sequence parallel: validate_args ran before the overrides -------------------------------
+
+SP_ERROR = "megatron-config-sp-without-tp"
+
+
+@pytest.mark.parametrize("config, env, lines", [
+    ("actor-tp1.yaml", {"ESTIMATOR": "grpo"}, [5]),  # tp 1 under the CLI's validated SP
+    ("actor-sp.yaml", {"TP": "1"}, [5, 9]),  # sp on at the CLI's tp 1; critic: bool("false")
+])
+def test_sp_a_role_leaves_on_at_tp_1_is_an_error_not_dropped(config, env, lines):
+    v = check_script(RUN, {"CONFIG": config, **env})
+    assert [(p.code, p.location.line) for p in v.errors] == [(SP_ERROR, n) for n in lines]
+    assert "Cannot use sequence parallelism without tensor parallelism" in v.errors[0].message
+    assert "sp-ignored" not in codes(v, "warnings")  # not "Megatron drops it"
+    assert v.summary["tp"] == 1
+
+
+def test_sp_overrides_megatron_accepts_are_no_error():
+    assert check_script(RUN, {"CONFIG": "actor-sp.yaml", "ESTIMATOR": "grpo"}).ok  # tp 2
+    v = check_script(RUN, {"CONFIG": "actor-tp1.yaml", "ESTIMATOR": "grpo", "TP": "1"})
+    assert v.ok and "sp-ignored" in codes(v, "warnings")  # validate_args dropped the CLI's
+
+
+def test_a_critic_sp_error_leaves_the_actors_sp_ignored():
+    v = check_script(RUN, {"CONFIG": "critic-sp.yaml", "TP": "1"})
+    assert [(p.code, p.location.line) for p in v.errors] == [(SP_ERROR, 9)]
+    assert "sp-ignored" in codes(v, "warnings")  # the actor's is the CLI's, dropped
+
+
+def test_an_actor_tp_keeps_what_validate_args_derived_from_the_command_line(repo):
+    (repo / "m.yaml").write_text("megatron:\n  - role: actor\n    overrides:\n"
+                                 "      tensor_model_parallel_size: 2\n")
+    pairs = [("--tensor-model-parallel-size", "1", None), ("--sequence-parallel", "", None),
+             ("--megatron-config-path", "m.yaml", None)]
+    problems, words = _channels(pairs, (repo / "m.yaml").read_text())
+    assert [w.text for w in words] == ["--tensor-model-parallel-size", "2",
+                                       "--sequence-parallel=false",
+                                       "--expert-tensor-parallel-size", "1"]
+    assert {w.source.line for w in words} == {4}
+    moe = "--num-layers 4 --num-experts 8 --tensor-model-parallel-size 1 --sequence-parallel"
+    (repo / "run.sh").write_text(f"{SLIME} --megatron-config-path m.yaml {moe}\n")
+    v = check_script(str(repo / "run.sh"), {"ESTIMATOR": "grpo"})
+    e = next(p for p in v.errors if p.code == "moe-tp-requires-sp")  # MoELayer.forward raises
+    assert e.location.path.endswith("m.yaml") and e.location.line == 4
+    assert v.summary["etp"] == 1 and v.summary["tp"] == 2
+    (repo / "run.sh").write_text(f"{SLIME} {moe} --tensor-model-parallel-size 2\n")
+    assert "moe-tp-requires-sp" not in codes(check_script(str(repo / "run.sh"), {}))
 
 
 # ---- actor and critic ------------------------------------------------------------------------
@@ -91,6 +149,19 @@ def test_a_critic_expert_size_is_a_warning_not_an_error():
     v = judge("critic-ep.yaml")  # the dense grid (data and values) is the actor's
     assert v.ok and ours(v) == [("megatron-config-topology", "warning")]
     assert judge("critic-ep.yaml", "grpo").problems == []  # no critic: never read
+
+
+@pytest.mark.parametrize("value, apart", [("1", True), ('"false"', True), ("false", False)])
+def test_a_critic_order_is_read_for_truth_as_slime_sets_it(value, apart):
+    # 1 is set as is, "false" coerced to bool("false"): both on (initialize.py: `if not
+    # args.use_tp_pp_dp_mapping`), so the critic's ranks take another data-parallel rank
+    pairs = [("--actor-num-nodes", "1", None), ("--actor-num-gpus-per-node", "8", None),
+             ("--pipeline-model-parallel-size", "2", None),
+             ("--advantage-estimator", "ppo", None), ("--megatron-config-path", "m.yaml", None)]
+    problems, _ = _channels(pairs, "megatron:\n  - role: critic\n    overrides:\n"
+                            f"      use_tp_pp_dp_mapping: {value}\n")
+    assert ("megatron-config-roles-apart" in [p.code for p in problems if p.severity == "error"]
+            ) is apart
 
 
 def test_a_critic_grid_that_does_not_divide_the_world_is_an_error():
@@ -241,7 +312,8 @@ def slime_role_args():
     exec(compile(mod, str(src), "exec"), ns)  # noqa: S102 (upstream's own code, a test)
     return lambda path, role: ns["parse_megatron_role_args"](
         types.SimpleNamespace(tensor_model_parallel_size=2, lr=1e-6, kl_coef=0.0,
-                              use_opd=False, custom_advantage_function_path=None,
+                              sequence_parallel=False, use_opd=False,
+                              custom_advantage_function_path=None,
                               untie_embeddings_and_output_weights=False), str(path), role)
 
 
@@ -257,3 +329,8 @@ def test_slime_fails_exactly_where_the_structure_is_an_error(config):
         return
     assert "megatron-config-structure" not in reported
     assert judge(config, "grpo").summary["tp"] == actor.tensor_model_parallel_size
+
+
+def test_slime_sets_a_string_sp_override_true():
+    parse = slime_role_args()  # the critic's `sequence_parallel: "false"`: bool("false")
+    assert parse(FIX / "actor-sp.yaml", "critic").sequence_parallel is True

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from miles_topology.judging.check_script import check_script
+from miles_topology.model.topology import Topology
 from miles_topology.reading import stack
 
 FLAGS = ("--train-backend fsdp --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
@@ -89,10 +90,11 @@ def tmp_cache(tmp_path, monkeypatch):
     stack.train_backends.cache_clear()
 
 
-def judged(tmp_path: Path, entry: str, given: Path | None = None):
+def judged(tmp_path: Path, entry: str, given: Path | None = None, flags: str = FLAGS):
+    """check of `entry FLAGS` in tmp_path/job, on the slime checkout `given` (--stack)."""
     script = tmp_path / "job" / "run.sh"
     script.parent.mkdir(exist_ok=True)
-    script.write_text(f"#!/bin/bash\npython3 {entry} {FLAGS}\n")
+    script.write_text(f"#!/bin/bash\npython3 {entry} {flags}\n")
     token = stack.STACK_PATH.set(str(given) if given else None)
     try:
         return check_script(str(script), {})
@@ -153,12 +155,8 @@ def test_a_slime_with_a_strict_fsdp_parser_refuses_in_slime_name(tmp_path):
 def test_slime_s_pre_parsed_flags_are_slime_flags(tmp_path):
     # slime 624b824 utils/arguments.py:1583 _pre_parse_mode parses them apart and merges
     # them back: no ignored-flag / unknown-flag on a slime script
-    script = tmp_path / "run.sh"
-    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --train-backend megatron "
-                      "--debug-rollout-only --load-debug-rollout-data /data/r_{rollout_id}.pt "
-                      "--actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate "
-                      "--num-layers 4\n")
-    v = check_script(str(script), {})
+    v = run(tmp_path, "slime", "--train-backend megatron --debug-rollout-only "
+            "--load-debug-rollout-data /data/r_{rollout_id}.pt")
     assert not [p for p in v.problems if p.code.endswith("-flag")], v.problems
     from miles_topology.reading import surface
     for name in ("--train-backend", "--debug-rollout-only", "--debug-train-only",
@@ -238,6 +236,29 @@ def test_slime_engine_tp_is_gpus_over_engine_pp(tmp_path):
     assert "engine's TP 2" in e.message
 
 
+def test_the_engine_tp_and_ep_slime_runs_are_the_rollouts_own():
+    # Rollout.sglang_tp_used and engine_ep_used: one definition, for the rules and the estimate;
+    # an a2a backend makes SGLang set EP = the TP it runs (server_args.py _handle_a2a_moe)
+    kw = dict(nodes=1, gpus_per_node=8, rollout_gpus=8, engine_size=4, engine_pp=2,
+              experts=8, a2a_backend="deepep")
+    slime, miles = Topology(framework="slime", **kw).rollout, Topology(**kw).rollout
+    assert (slime.sglang_tp_used, slime.engine_ep_used) == (2, 2)
+    assert (miles.sglang_tp_used, miles.engine_ep_used) == (4, 4)
+
+
+@pytest.mark.parametrize("ep, slime_warns, miles_warns", [(2, False, True), (4, True, False)])
+def test_an_a2a_backend_overrides_an_ep_that_is_not_the_engine_tp_run(tmp_path, ep,
+                                                                     slime_warns, miles_warns):
+    # slime runs TP 4 // PP 2 = 2, so an EP of 2 is what SGLang sets anyway; miles runs TP 4
+    flags = (f"--rollout-num-gpus-per-engine 4 --sglang-pp-size 2 --sglang-ep-size {ep} "
+             "--num-experts 8 --sglang-moe-a2a-backend deepep")
+    slime, miles = run(tmp_path, "slime", flags), run(tmp_path, "miles", flags, "m.sh")
+    warned = [[p for p in v.warnings if p.code == "sglang-ep-overridden"] for v in (slime, miles)]
+    assert [bool(w) for w in warned] == [slime_warns, miles_warns]
+    assert all(f"engine TP = {tp}," in w[0].message
+               for w, tp in zip(warned, (2, 4), strict=True) if w)
+
+
 @pytest.mark.parametrize("flags, code, said", [
     ("--rollout-num-gpus-per-engine 4 --sglang-dp-size 2", "sglang-dp-invalid",
      "slime asserts"),
@@ -262,15 +283,8 @@ def test_ppo_on_a_slime_fsdp_is_not_miles_error(tmp_path):
     # miles raises "Shared Actor/Critic PPO requires the Megatron backend"; no slime does
     root = checkout(tmp_path / "slime-src", PRE_PARSE.format(
         choices='["megatron", "fsdp"]', lenient=", ignore_unknown_args=True"))
-    script = tmp_path / "job" / "run.sh"
-    script.parent.mkdir()
-    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --train-backend fsdp "
-                      f"{BASE}--advantage-estimator ppo\n")
-    token = stack.STACK_PATH.set(str(root))
-    try:
-        v = check_script(str(script), {})
-    finally:
-        stack.STACK_PATH.reset(token)
+    v = judged(tmp_path, "/root/slime/train.py", root,
+               f"--train-backend fsdp {BASE}--advantage-estimator ppo")
     assert "ppo-requires-megatron" not in [p.code for p in v.problems]
     miles = run(tmp_path, "miles", "--train-backend fsdp --advantage-estimator ppo", "m.sh")
     assert "ppo-requires-megatron" in [p.code for p in miles.errors]
@@ -368,14 +382,7 @@ def test_a_strict_slime_fsdp_parser_takes_cp_only_when_fsdpargs_has_it(tmp_path,
     if with_cp:
         (root / "slime" / "backends" / "fsdp_utils").mkdir(parents=True)
         (root / "slime" / "backends" / "fsdp_utils" / "arguments.py").write_text(FSDP_ARGS)
-    script = tmp_path / "job" / "run.sh"
-    script.parent.mkdir()
-    script.write_text("#!/bin/bash\npython3 /root/slime/train.py --train-backend fsdp "
-                      f"{BASE}--context-parallel-size 2\n")
-    token = stack.STACK_PATH.set(str(root))
-    try:
-        v = check_script(str(script), {})
-    finally:
-        stack.STACK_PATH.reset(token)
+    v = judged(tmp_path, "/root/slime/train.py", root,
+               f"--train-backend fsdp {BASE}--context-parallel-size 2")
     got = [p.flags[0] for p in v.errors if p.code == "fsdp-unknown-flag"]
     assert got == (["--context-parallel-size"] if refused else []), v.problems

@@ -86,16 +86,6 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
         return
 
 
-def _engine_tp(topo: Topology) -> int:
-    """The TP each rollout engine runs: its GPUs (miles 31f1ca9 backends/sglang_utils/
-    arguments.py validate_args), divided by --sglang-pp-size on slime (624b824, same file:173:
-    when PP > 1 and it divides them; else slime asserts, `sglang-pp-invalid`)."""
-    ro = topo.rollout
-    if _fw(topo) == "slime" and ro.engine_pp > 1 and ro.engine_size % ro.engine_pp == 0:
-        return ro.engine_size // ro.engine_pp
-    return ro.engine_size
-
-
 @rule(
     source=("sglang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism; miles "
             "and slime backends/sglang_utils/arguments.py validate_args"),
@@ -115,7 +105,7 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
     when --sglang-pp-size > 1, then engine TP = GPUs per engine // PP (miles 31f1ca9 has no
     such assert and runs TP = GPUs per engine)."""
     ro = topo.rollout
-    size, dp = _engine_tp(topo), ro.engine_dp
+    size, dp = ro.sglang_tp_used, ro.engine_dp
     if _fw(topo) == "slime" and ro.engine_pp > 1 and ro.engine_size % ro.engine_pp:
         yield _found(
             "sglang-pp-invalid",
@@ -131,7 +121,7 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
         # SGLang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism: with DP
         # attention `assert self.tp_size % self.dp_size == 0` (engine TP = the engine's GPUs:
         # miles sglang_utils validate_args sets sglang_tp_size = rollout_num_gpus_per_engine;
-        # slime divides it by --sglang-pp-size, `_engine_tp`); without DP attention the
+        # slime divides it by --sglang-pp-size, Rollout.sglang_tp_used); without DP attention the
         # framework's assert below fires first
         yield _found(
             "sglang-dp-invalid",
@@ -168,8 +158,7 @@ def sglang_ep(topo: Topology) -> Iterator[Problem]:
     parallel_state.py initialize_model_parallel splits the TP group into tp // ep MoE-TP
     groups (no explicit assert for tp % ep; uneven groups cannot be built)."""
     ro, mod = topo.rollout, topo.model
-    size = _engine_tp(topo)  # slime: GPUs per engine // --sglang-pp-size
-    ep = size if ro.a2a_forces_ep else ro.engine_ep
+    size, ep = ro.sglang_tp_used, ro.engine_ep_used  # slime: GPUs per engine // --sglang-pp-size
     ok = [d for d in _divisors(size) if mod.experts is None or mod.experts % d == 0]
     if size % ep or (mod.experts is not None and mod.experts % ep):
         yield _found(
@@ -206,7 +195,7 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
     """Engine sizes miles, slime or SGLang overwrite silently: warnings, with what is really
     used."""
     ro = topo.rollout
-    tp = _engine_tp(topo)
+    tp = ro.sglang_tp_used
     if ro.sglang_tp is not None and ro.sglang_tp != tp:
         # miles backends/sglang_utils/arguments.py validate_args:
         # `args.sglang_tp_size = args.rollout_num_gpus_per_engine`; slime 624b824 (same
@@ -220,14 +209,15 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
             "if that is the engine TP you meant",
             "sglang_tp", "engine_size",
         )
-    if ro.a2a_forces_ep and ro.engine_ep not in (1, ro.engine_size):
+    if ro.a2a_forces_ep and ro.engine_ep not in (1, tp):
         # SGLang python/sglang/srt/server_args.py ServerArgs._handle_a2a_moe (post-init, with a
         # logger.warning): `self.ep_size = self.tp_size` for the backends of `a2a_forces_ep`
+        # (the TP the engine runs: GPUs // --sglang-pp-size on slime)
         yield _found(
             "sglang-ep-overridden",
             f"{F.a2a_backend} {ro.a2a_backend} makes SGLang set engine EP = engine "
-            f"TP = {ro.engine_size}, so {F.engine_ep} {ro.engine_ep} is ignored.",
-            f"drop {F.engine_ep}, or set it to {ro.engine_size}",
+            f"TP = {tp}, so {F.engine_ep} {ro.engine_ep} is ignored.",
+            f"drop {F.engine_ep}, or set it to {tp}",
             "engine_ep", "a2a_backend", "engine_size",
         )
 
