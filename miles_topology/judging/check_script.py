@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..model.errors import InputError, Location
+from ..pylaunch import brief
 from ..reading.flags import TOPOLOGY, field_of, flag_of, known
 from ..reading.sources import refused_topology
 from ..shell import FlagValue, ScriptRead, ScriptReadError, read_script, require_launch
@@ -124,10 +125,12 @@ def _at(fv: FlagValue) -> Location:
 def _unresolved(found: ScriptRead, refused: list) -> list[dict]:
     """The report's `unresolved` entries: one per unknown the reader met, though the launch
     may use it more than once; a --topology the gate refuses."""
+    # a reason nests its causes and may quote a whole eval'd program (a heredoc of
+    # `$(python3 - <<EOF ...)`): each text is kept to its first 300 characters (`brief`)
     unresolved = [
         dict(t) for t in dict.fromkeys(
-            (("flag", u.flag), ("expression", u.expression), ("source", u.source),
-             ("why", u.why)) for u in found.unresolved)
+            (("flag", u.flag), ("expression", brief(u.expression)), ("source", u.source),
+             ("why", brief(u.why))) for u in found.unresolved)
     ]
     at = next((str(fv.source) for fv in found.argv if fv.flag == TOPOLOGY), "?")
     unresolved += [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}", "source": at,

@@ -210,3 +210,17 @@ def test_an_environment_activation_not_read_leaves_the_scripts_names_known(tmp_p
     unresolved = v.extra.get("unresolved") or []
     assert [u["flag"] for u in unresolved] == ["--hf-checkpoint"]  # the manager's own name
     assert not any(p.code.startswith("sourced-file") for p in v.problems)
+
+
+def test_an_unresolved_reason_is_kept_short(tmp_path):
+    """A reason that quotes an eval'd program whole (a heredoc of `$(python3 - <<EOF ...)`)
+    and nests its causes is cut to 300 characters with its length said (held-out: one
+    script's 57 reasons made a 128 kB report)."""
+    program = "import sys\n" + "".join(f"print('export V{i}=' + sys.argv[1])\n"
+                                        for i in range(60))
+    body = ("MODEL_ARGS=(--num-layers 36)\neval \"$(python3 - \"${TRAIN_CONFIG}\" <<'PYEOF'\n"
+            f"{program}PYEOF\n)\"\n")
+    v = check_script(str(checkout(tmp_path, body)), {})
+    got = v.extra["unresolved"]
+    assert got and all(len(u["expression"]) < 340 and len(u["why"]) < 340 for u in got), got
+    assert any("characters)" in u["expression"] for u in got), got
