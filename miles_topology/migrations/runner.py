@@ -61,7 +61,7 @@ def load(path: Path) -> str:
     from ..reading import gate
 
     try:  # a bounded regular file in its own checkout (a link out of it is not read)
-        data = gate.read_bytes(path, (gate.root_at(path),))
+        data = gate.read_bytes(path, (gate.root_of(path),))
     except OSError as e:
         raise Refused(f"cannot read it: {e.strerror or e}", 2) from None
     except gate.Refused as e:
@@ -131,7 +131,7 @@ def writable(out: Outcome) -> None:
     no dangling link), then the checks below."""
     from ..reading import gate
 
-    root = gate.root_at(out.path)
+    root = gate.root_of(out.path)
     for p in [out.path, *out.files]:
         try:
             gate.writable(p, root)

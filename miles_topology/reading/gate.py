@@ -115,13 +115,8 @@ def root_of(path: str | os.PathLike) -> Path:
     folder above (pyproject.toml, setup.py); with neither, its own folder; never $HOME or /
     (then the file alone). Found from the folder the path is in, its last link not followed:
     a file named on the command line that is a link out of its checkout (a pull request's
-    `run.sh -> ~/.aws/credentials`) is then outside its roots and refused, as in a walk."""
-    return root_at(path)
-
-
-def root_at(path: str | os.PathLike) -> Path:
-    """The checkout of the folder `path` is written in (its last link not followed): the
-    root a file to write (`--fix`, `migrate --write`) and what it links to must stay in."""
+    `run.sh -> ~/.aws/credentials`) is then outside its roots and refused, as in a walk; and
+    a file to write (`--fix`, `migrate --write`) and what it links to must stay inside it."""
     folder = Path(os.path.realpath(os.path.dirname(os.path.abspath(path))))
     return _root_of_folder(folder) or folder / Path(path).name
 

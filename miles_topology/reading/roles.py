@@ -269,7 +269,6 @@ def _topology(roles, where: str, grid_dest: Mapping[str, str]) -> list[Problem]:
         for flag in [flag_of(grid_dest[yv.key])]]
 
 
-
 def _on_cli(flag: str, value: Any) -> str:
     if not is_switch(flag):
         return f"give {flag} {_shown(value)} on the command line"

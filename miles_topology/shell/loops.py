@@ -239,9 +239,11 @@ def _endless(n: syntax.Loop, body: list, funcs: dict[str, list]) -> bool:
     calls) has no command that can leave it: bash runs it until the process is stopped (a
     checkpoint poller in a background subshell), so each step is the last one again."""
     test = n.cond[0] if len(n.cond) == 1 else None
-    if type(test) is not syntax.Simple or len(test.words) != 1 or test.assigns or \
-            test.words[0].literal() != ("false" if n.kind == "until" else "true") and \
-            not (n.kind == "while" and test.words[0].literal() == ":"):
+    if type(test) is not syntax.Simple or len(test.words) != 1 or test.assigns:
+        return False
+    word = test.words[0].literal()
+    forever = ("false",) if n.kind == "until" else ("true", ":")
+    if word not in forever:
         return False
     heads = [m.words[0].literal() if m.words else "" for m in walk(body, funcs)
              if type(m) is syntax.Simple]
