@@ -22,7 +22,20 @@ _PREFIX = {
     "nice": {"-n"}, "env": {"-u", "--unset", "-C", "--chdir", "-S"},
     "timeout": {"-s", "-k", "--signal", "--kill-after"}, "sudo": {"-u", "-g", "-C"},
     "stdbuf": {"-i", "-o", "-e"}, "setsid": set(),
+    # SLURM's srun runs the command on each task of the allocation (srun(1)); its options
+    # that take a value as the next word (pyxis adds the --container-* ones)
+    "srun": {"-A", "-B", "-b", "-C", "-c", "-D", "-d", "-e", "-G", "-i", "-J", "-L", "-M",
+             "-m", "-N", "-n", "-o", "-p", "-q", "-r", "-S", "-T", "-t", "-W", "-w", "-x",
+             "--account", "--begin", "--chdir", "--constraint", "--cpu-bind",
+             "--cpus-per-gpu", "--cpus-per-task", "--dependency", "--distribution",
+             "--error", "--exclude", "--export", "--gpus", "--gpus-per-node",
+             "--gpus-per-task", "--gres", "--input", "--job-name", "--jobid", "--mem",
+             "--mem-per-cpu", "--mem-per-gpu", "--mpi", "--nodelist", "--nodes", "--ntasks",
+             "--ntasks-per-node", "--output", "--partition", "--qos", "--reservation",
+             "--time", "--container-image", "--container-mounts", "--container-workdir",
+             "--container-name", "--container-save", "--container-env"},
 }
+_SHELL_VALUED = frozenset(("-o", "+o", "-O", "+O", "--rcfile", "--init-file"))
 _TORCHRUN_SWITCHES = frozenset(("--standalone", "--no-python", "--no_python", "--run-path",
                                 "--run_path", "--module", "-m"))
 # miles' entries at the checkout's root; train_multi_lora_async.py parses the same arguments
@@ -71,9 +84,8 @@ def command_form(vals: list[str | None]) -> Form | None:
                 return Form("ray job submit", j + inner.entry,
                             (k + 3, cut if cut is not None else j), inner.env, inner.shell)
         return None
-    if base in _SHELLS and "-c" in vals[k + 1:]:
-        i = vals.index("-c", k + 1) + 1
-        return Form(base + " -c", i, None, env, True) if i < len(vals) else None
+    if base in _SHELLS and (i := _shell_string(vals, k)) is not None:
+        return Form(base + " -c", i, None, env, True)
     got = _entry(vals, k)
     return Form(got[0], got[1], None, env) if got else None
 
@@ -93,6 +105,29 @@ def reads_stdin_script(vals: list[str | None]) -> bool:
         if not v.startswith("-"):
             return False
     return False
+
+
+def _shell_string(vals: list[str | None], k: int) -> int | None:
+    """Index of STRING in ``bash [OPTIONS] -c STRING [NAME ARGS...]``: -c alone or in a
+    cluster (``bash -lc``, ``sh -ec``), the command string the first word after the options
+    (bash(1): "commands are read from the first non-option argument"); None without -c,
+    or when a word before -c is not known."""
+    c, j = False, k + 1
+    while j < len(vals):
+        v = vals[j]
+        if v is None:  # after -c: the string, not known here; before it: maybe an option
+            return j if c else None
+        if v in ("--", "-"):
+            j += 1
+            break
+        if v in _SHELL_VALUED:
+            j += 2
+        elif len(v) > 1 and v[0] in "-+":
+            c = c or (v[0] == "-" and v[1] != "-" and "c" in v[1:])
+            j += 1
+        else:
+            break
+    return j if c and j < len(vals) else None
 
 
 def wrapped_shell(vals: list[str | None]) -> int | None:

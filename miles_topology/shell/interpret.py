@@ -36,6 +36,7 @@ from .loops import Loops
 from .provenance import Provenance
 from .records import ScriptReadError
 from .state import Either, Leave, Shell
+from .texts import Texts
 from .values import (
     MAX_ITEMS,
     MAX_VALUE,
@@ -72,6 +73,7 @@ class Reader:
         self.builtins = Builtins(self, self.w, self.prov, self.assigns, self.loops)
         self.tests = Conditions(self.w, self.builtins.getopts_next)
         self.branches = Branches(self)
+        self.texts = Texts(self)
         # >0 while a command runs where its failure is tested (an if/while test, before
         # && or ||, a negated pipeline): `set -e` does not stop bash there (bash(1), set -e)
         self.checked = 0
@@ -128,18 +130,25 @@ class Reader:
         exported variables, and nothing it sets comes back here."""
         if self.budget.deep:
             return
+        with self.child_shell(args, shown):
+            if written:
+                self.run_written(path, n, cond, child=True)
+            else:
+                self.source_file(path, n, cond, shown, child=True)
+
+    @contextmanager
+    def child_shell(self, args: list[Field] | None, zero: str):
+        """Another bash started by this one: it sees only the exported variables, with
+        `args` as $1... and `zero` as $0; nothing it sets comes back here."""
         sh = self.sh
         saved = sh.snapshot()
         given = set(sh.vars) if sh.allexport else sh.exported | sh.inherited
         sh.vars = {k: v for k, v in sh.vars.items() if k in given and not v.array}
         sh.funcs, sh.func_file, sh.frames, sh.positions, sh.scopes = {}, {}, [args], [], []
-        sh.zero = shown
+        sh.zero = zero
         self.budget.calls += 1
         try:
-            if written:
-                self.run_written(path, n, cond, child=True)
-            else:
-                self.source_file(path, n, cond, shown, child=True)
+            yield
         finally:
             self.budget.calls -= 1
             sh.restore(saved)
@@ -394,7 +403,8 @@ class Reader:
             self.prov.pin(fields[1:], sh.positions.pop()[1], n)
 
     def command(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """Any other command: a launch, or a shell reading a here-document script."""
+        """Any other command: a launch, or another shell reading a script (a here-document,
+        ``bash -c TEXT``, ``bash FILE`` behind a wrapper)."""
         if any(f.value is not None and PID in f.value for f in fields):
             fields = [_pid_unknown(f) if f.value is not None and PID in f.value else f
                       for f in fields]
@@ -403,36 +413,11 @@ class Reader:
             self.found.launch(got._replace(site=self.prov.site(fields, got, n)))
         elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
                 [f.value for f in fields]):
-            self.heredoc_script(n.stdin, cond)
+            self.texts.heredoc(n.stdin, cond)
+        elif (k := launches.shell_text(fields)) is not None:  # srun ... bash -lc '...'
+            self.texts.command(fields, k, cond)
         elif (k := wrapped_shell([f.value for f in fields])) is not None:  # nohup bash F &
             self.builtins.script(fields[k:], n, cond)
-
-    def heredoc_script(self, doc: syntax.Heredoc, cond: Unk | None):
-        """``bash -s <<'EOF'`` (also behind ``docker run IMAGE``, ``ssh HOST``): the
-        here-document is a script another shell runs; read here with this shell's values,
-        its variables not kept. An unquoted one is expanded by this shell first (when that
-        is unknown, its text is read as written). Its words are not located (as in
-        ``eval``)."""
-        text = doc.text
-        if doc.word is not None:  # unquoted delimiter: this shell expands the text first
-            got = self.w.join(doc.word)
-            if got.unk is None and got.cond is None:
-                text = got.value
-        if not text.strip() or self.budget.deep:
-            return
-        try:
-            body = self.files.parse(text.encode("utf-8", "surrogateescape"), self.at.file,
-                                    False, doc.line)
-        except ScriptReadError:
-            if text is doc.text and doc.word is not None:
-                return None  # its expansions unknown, its text as written is not bash: the
-                # other shell's script is not known here (and sets nothing in this one)
-            raise
-        self.budget.calls += 1
-        try:
-            self.subshell(body, cond, shell=True)
-        finally:
-            self.budget.calls -= 1
 
     def orphan(self, n: syntax.Simple, fields: list[Field], prev: int | None):
         flags = [f.value or f.text for f in fields if (f.value or f.text).startswith("-")]

@@ -59,6 +59,13 @@ def find(fields: list[Field], src: Location, cond: Unk | None) -> Launch | None:
                   job_env=job_env, world=world)
 
 
+def shell_text(fields: list[Field]) -> int | None:
+    """Index of TEXT when the command is ``bash -c TEXT`` (behind wrappers: ``srun
+    --ntasks="$N" bash -lc '...'``), words not known here read as `find` reads them."""
+    form = command_form([f.value if f.value is not None else _shown(f) for f in fields])
+    return form.entry if form is not None and form.shell else None
+
+
 def _world(before: list[Field]) -> tuple[int, int] | None:
     """torchrun's world from the words before the entry as expanded (``--nnodes ${NNODES}``
     with NNODES known); None when a word that may hold an option of it is not known."""

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..model.errors import Location, NoTrainingLaunch
+from ..pylaunch import brief
 from .findings import MAX_KEPT
 from .interpret import Reader
 from .launch import argv_of
@@ -56,6 +57,10 @@ def require_launch(found: ScriptRead) -> ScriptRead:
         "starts train.py" if found.others else " A program named only by a variable the " \
         "environment sets (\"$PYTHON\" train.py) is not known here: pass it with --env " \
         "NAME=VALUE, or check the script that starts train.py"
+    if found.shells:  # srun ... bash -c '...' "${NODES}" '...': its text is not known
+        at, reason = found.shells[0]
+        why = f" The text `bash -c` runs at {at} names train.py but is not known here: " \
+            f"{brief(reason)}"
     if found.written:  # the launch is text another program runs (kubectl apply, sbatch)
         at, name = found.written[0]
         why = f" It writes a training launch into {name} at {at} (a here-document), which " \
@@ -114,7 +119,7 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
                       launch.site if launch else None,
                       {k: frozenset(v) for k, v in res.uses.items()}, gaps, others,
                       launch.world if launch else None, _frameworks(res.machine),
-                      list(res.written))
+                      list(res.written), list(res.shells))
     return read
 
 

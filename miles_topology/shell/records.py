@@ -148,6 +148,8 @@ class ScriptRead:
     frameworks: tuple[str, ...] = ()
     # files it writes from a here-document naming train.py, another program runs (where, file)
     written: list[tuple[Location, str]] = field(default_factory=list)
+    # `bash -c TEXT` naming train.py whose TEXT is not known here (where, why)
+    shells: list[tuple[Location, str]] = field(default_factory=list)
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""

@@ -1,0 +1,76 @@
+"""``bash -c TEXT`` is a script another shell runs (held-out pass 8: SLURM launchers start
+every node with ``srun ... bash -lc '...'``; the launch inside was "no training launch
+found"). Each case is also run by bash, with an ``srun`` stand-in that runs its command (no
+login shell there: its profile would reset PATH and with it the stand-ins)."""
+
+import pytest
+from support import bash_launch, flag_values
+
+from miles_topology.model.errors import NoTrainingLaunch
+from miles_topology.reading.commandline import command_form
+from miles_topology.shell import read_script, require_launch
+
+SRUN = """#!/bin/bash
+while [[ $1 == -* ]]; do case $1 in -N|-n|-w|--nodes|--ntasks) shift 2;; *) shift;; esac; done
+exec "$@"
+"""
+
+
+def both(tmp_path, text: str, env: dict | None = None) -> tuple[dict, dict]:
+    """(what bash launches, what the reader reads) for a script of `text`."""
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    srun = tmp_path / "bin" / "srun"
+    srun.write_text(SRUN)
+    srun.chmod(0o755)
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    truth = flag_values(bash_launch(script, [], tmp_path, env))
+    got = {fv.flag: fv.value for fv in read_script(script, env=env or {}).argv}
+    return truth, got
+
+
+@pytest.mark.parametrize("head", [
+    "srun --nodes=2 --ntasks-per-node=1 --container-image=img:tag --export=ALL bash -xc",
+    'srun -N 2 --ntasks="$N" bash -c', "bash -o pipefail -ec", "nohup bash --norc -e -c"])
+def test_the_text_of_bash_c_is_read_as_another_shell_runs_it(tmp_path, head):
+    text = (f"export TP=4 N=2\nPP=2\n{head} '\nset -e\n"
+            'python3 train.py --tp "$TP" --pp "${PP:-none}" --zero "$0" --one "${1:-none}"\n'
+            "' node a\n")
+    truth, got = both(tmp_path, text)
+    # exported TP reaches it, PP (not exported) does not; NAME is $0, ARGS are $1...
+    assert truth == {"--tp": "4", "--pp": "none", "--zero": "node", "--one": "a"}
+    assert got == truth
+
+
+def test_what_bash_c_sets_stays_in_its_shell(tmp_path):
+    truth, got = both(tmp_path, "bash -c 'PP=2; cd /'\npython3 train.py --pp ${PP:-none}\n")
+    assert truth == got == {"--pp": "none"}
+
+
+def test_a_bash_c_text_not_known_here_says_what_to_pass(tmp_path):
+    # a node count spliced into the text ('...'"$SLURM_NNODES"'...') is known at run time
+    text = ("srun bash -ec '\npython3 train.py --actor-num-nodes '\"$SLURM_NNODES\"' --tp 2\n'\n")
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    with pytest.raises(NoTrainingLaunch, match="not known here: SLURM_NNODES .*--env "
+                       "SLURM_NNODES="):
+        require_launch(read_script(script))
+    truth, got = both(tmp_path, text, env={"SLURM_NNODES": "3"})
+    assert truth == got == {"--actor-num-nodes": "3", "--tp": "2"}
+
+
+@pytest.mark.parametrize("words,entry", [
+    (["bash", "-lc", "T"], 2), (["sh", "-o", "pipefail", "-c", "T", "n"], 4),
+    (["bash", "-c", "-x", "T"], 3), (["bash", "run.sh", "-c", "T"], None),
+    (["bash", "+o", "c", "T"], None), (["bash", "-lc", None], 2), (["bash", None, "T"], None)])
+def test_the_text_of_a_shell_is_its_first_word_after_the_options(words, entry):
+    # bash(1): with -c (alone or in a cluster), commands are read from the first non-option
+    # argument; a script's own -c is its argument
+    form = command_form(words)
+    assert (form.entry if form is not None and form.shell else None) == entry
+
+
+def test_srun_runs_its_command():
+    form = command_form(["srun", "-N", "2", "-w", "node1", "--gpus-per-node", "8",
+                         "--container-mounts=/a:/b", "python3", "train.py", "--tp", "2"])
+    assert (form.launcher, form.entry) == ("python3", 9)
