@@ -195,8 +195,8 @@ def _entry(vals: list[str | None], k: int) -> tuple[str, int] | None:
         i = k + 1
         while i < len(vals):
             v = vals[i]
-            if v is None or v == "-c":
-                return None
+            if v is None or v in ("-c", "-"):  # a program given inline or on stdin; the
+                return None  # words after it are its arguments (python(1))
             if v == "-m" and i + 1 < len(vals) and vals[i + 1] is not None:
                 mod = vals[i + 1]
                 if mod in ("torch.distributed.run", "torch.distributed.launch"):

@@ -74,3 +74,14 @@ def test_srun_runs_its_command():
     form = command_form(["srun", "-N", "2", "-w", "node1", "--gpus-per-node", "8",
                          "--container-mounts=/a:/b", "python3", "train.py", "--tp", "2"])
     assert (form.launcher, form.entry) == ("python3", 9)
+
+
+def test_python_reading_its_program_from_stdin_names_no_script(tmp_path):
+    # `python - "$src" "$dst" <<'PY'` (a data converter): "$src" is the program's argument;
+    # it was "found instead: python /data/train.parquet"
+    assert command_form(["python", "-", "/data/train.parquet", "out.jsonl"]) is None
+    script = tmp_path / "run.sh"
+    script.write_text("python - /data/train.parquet out.jsonl <<'PY'\nimport sys\nPY\n")
+    with pytest.raises(NoTrainingLaunch) as e:
+        require_launch(read_script(script))
+    assert "train.parquet" not in str(e.value)
