@@ -21,7 +21,7 @@ class _Capped(list):
 
 class Findings:
     __slots__ = ("launches", "notes", "unresolved", "missing", "uses", "machine", "written",
-                 "shells")
+                 "hidden")
 
     def __init__(self):
         self.launches: list = []  # launch.Launch, in the order run
@@ -34,7 +34,8 @@ class Findings:
         # manifest, an sbatch file), another program runs: (where, the file)
         self.written: list[tuple[Location, str]] = []
         # `bash -c TEXT` naming a training entry whose TEXT is not known here: (where, why)
-        self.shells: list[tuple[Location, str]] = []
+        # (launches whose entry word is not known are marked in `launches`)
+        self.hidden: list[tuple[Location, str]] = []
 
     def note(self, code: str, message: str, fix: str, at: Location):
         self.notes.append(note(code, message, fix, at))

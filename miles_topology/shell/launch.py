@@ -39,6 +39,7 @@ class Launch(NamedTuple):
     site: LaunchSite | None = None
     job_env: dict[str, str] | None = None  # ray job submit: its runtime env (None: unknown)
     world: tuple[int, int] | None = None  # torchrun's (nnodes, nproc_per_node); None: unknown
+    unknown: str | None = None  # why the entry word is not known here (None: it is)
 
     @property
     def training(self) -> bool:
@@ -55,8 +56,11 @@ def find(fields: list[Field], src: Location, cond: Unk | None) -> Launch | None:
     if form.job is not None:
         job_env = runtime_env([f.value for f in fields[form.job[0]:form.job[1]]])
     world = _world(fields[:form.entry]) if "torch" in form.launcher else None
+    e = fields[form.entry]
+    unknown = None if e.value is not None or e.base() is not None else \
+        e.unk.why if e.unk else "its value is unknown"
     return Launch(form.launcher, vals[form.entry], fields[form.entry + 1:], src, cond,
-                  job_env=job_env, world=world)
+                  job_env=job_env, world=world, unknown=unknown)
 
 
 def shell_text(fields: list[Field]) -> int | None:

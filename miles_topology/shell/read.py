@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from ..model.errors import Location, NoTrainingLaunch
 from ..pylaunch import brief
 from .findings import MAX_KEPT
 from .interpret import Reader
-from .launch import argv_of
+from .launch import TRAIN_FILES, argv_of
 from .records import FlagValue, ScriptRead, ScriptReadError, Unresolved, note
 
 
@@ -47,6 +48,9 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None,
             gc.enable()
 
 
+_DRIVER = re.compile(r"[ /](train_\w+\.py)$")  # "LAUNCHER ENTRY" of a found launch
+
+
 def require_launch(found: ScriptRead) -> ScriptRead:
     """`found`, or NoTrainingLaunch (exit 2) when it launches no training job."""
     if found.entry is not None and found.site is not None:
@@ -57,10 +61,15 @@ def require_launch(found: ScriptRead) -> ScriptRead:
         "starts train.py" if found.others else " A program named only by a variable the " \
         "environment sets (\"$PYTHON\" train.py) is not known here: pass it with --env " \
         "NAME=VALUE, or check the script that starts train.py"
-    if found.shells:  # srun ... bash -c '...' "${NODES}" '...': its text is not known
-        at, reason = found.shells[0]
-        why = f" The text `bash -c` runs at {at} names train.py but is not known here: " \
-            f"{brief(reason)}"
+    drivers = sorted({m[1] for _, w in found.others if (m := _DRIVER.search(w))})
+    if drivers:  # a fork's own train_*.py (slime-n's train_multi_policy.py)
+        known = ", ".join(sorted(TRAIN_FILES))
+        why = f" {', '.join(drivers)} is not an entry known here ({known}): a fork's own " \
+            "training driver, whose arguments and layout are not checked"
+    if found.hidden:  # python3 "$ENTRY", srun bash -c '...'"$N"'...': not known here
+        at, reason = found.hidden[0]
+        why = f" The command at {at} may launch training, but what it runs is not known " \
+            f"here: {brief(reason)}"
     if found.written:  # the launch is text another program runs (kubectl apply, sbatch)
         at, name = found.written[0]
         why = f" It writes a training launch into {name} at {at} (a here-document), which " \
@@ -119,7 +128,8 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
                       launch.site if launch else None,
                       {k: frozenset(v) for k, v in res.uses.items()}, gaps, others,
                       launch.world if launch else None, _frameworks(res.machine),
-                      list(res.written), list(res.shells))
+                      list(res.written), list(res.hidden) + [
+                          (x.src, x.unknown) for x in res.launches if x.unknown and not x.training])
     return read
 
 

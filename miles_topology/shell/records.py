@@ -148,8 +148,9 @@ class ScriptRead:
     frameworks: tuple[str, ...] = ()
     # files it writes from a here-document naming train.py, another program runs (where, file)
     written: list[tuple[Location, str]] = field(default_factory=list)
-    # `bash -c TEXT` naming train.py whose TEXT is not known here (where, why)
-    shells: list[tuple[Location, str]] = field(default_factory=list)
+    # what may launch training but is not known here (where, why): a `bash -c TEXT` naming
+    # train.py whose TEXT is unknown, a python/ray launch whose entry word is unknown
+    hidden: list[tuple[Location, str]] = field(default_factory=list)
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""

@@ -12,7 +12,7 @@ from .values import Field, Unk
 
 
 class Texts:
-    """The texts other shells run, of one read (`r`: interpret.Reader)."""
+    """The texts other hidden run, of one read (`r`: interpret.Reader)."""
 
     def __init__(self, r):
         self.r = r
@@ -51,7 +51,7 @@ class Texts:
         not known here is not read; one that names train.py is kept for the message."""
         r, f = self.r, fields[i]
         if f.value is None and any(t in f.text for t in launches.TRAIN_FILES):
-            r.found.shells.append((f.src, f.unk.why if f.unk else "its value is unknown"))
+            r.found.hidden.append((f.src, f.unk.why if f.unk else "its value is unknown"))
         if f.value is None or f.cond is not None or not f.value.strip() or r.budget.deep:
             return
         try:

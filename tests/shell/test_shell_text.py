@@ -85,3 +85,26 @@ def test_python_reading_its_program_from_stdin_names_no_script(tmp_path):
     with pytest.raises(NoTrainingLaunch) as e:
         require_launch(read_script(script))
     assert "train.parquet" not in str(e.value)
+
+
+def test_a_forks_own_training_driver_is_named_as_such(tmp_path):
+    # slime-n's `ray job submit ... -- python3 train_multi_policy.py`: it was "a converter,
+    # server or wrapper is not a training job"
+    script = tmp_path / "run.sh"
+    script.write_text("ray job submit --address=http://127.0.0.1:8265 -- python3 "
+                      "/root/slime-n/train_multi_policy.py --config policies.yaml\n")
+    with pytest.raises(NoTrainingLaunch, match="train_multi_policy.py is not an entry known "
+                       r"here \(train.py, train_async.py, .*a fork's own training driver"):
+        require_launch(read_script(script))
+
+
+def test_a_launch_whose_entry_is_not_known_says_so(tmp_path):
+    # `python3 "${TRAIN_ENTRYPOINT}"` set by a file not read here: it was "found instead:
+    # ... A converter, server or wrapper is not a training job"
+    script = tmp_path / "run.sh"
+    script.write_text('source "${ARGS:-/opt/args.sh}"\nray job submit -- python3 '
+                      '"${TRAIN_ENTRYPOINT}" --tp 2\n')
+    with pytest.raises(NoTrainingLaunch, match=r"run.sh:2 may launch training, but what it "
+                       "runs is not known here: TRAIN_ENTRYPOINT .*may be set by 'source") as e:
+        require_launch(read_script(script))
+    assert "converter" not in str(e.value)
