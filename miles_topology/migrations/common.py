@@ -317,7 +317,7 @@ def where_not(fv: FlagValue, state: State, r: Reading, moving: bool = True) -> s
     spans = words(fv)
     if any(s is None for s in spans):
         return "its text is not a word of its own (it comes from a variable that holds " \
-               "several words, or from a command's output)"
+               "several words, a command's output, or a text that eval or another shell runs)"
     other = next((s for s in spans if s.file != state.file), None)
     if other is not None:
         return f"it is written in {os.path.relpath(other.file, state.path.parent)}, a sourced " \

@@ -49,6 +49,7 @@ class Outcome:
     applied: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+    old_names: list[str] = field(default_factory=list)  # kept renames: not up to date
     beside: list = field(default_factory=list)  # problems elsewhere in the command, as found
 
     @property
@@ -83,8 +84,10 @@ def migrate(path: str | Path, env: dict[str, str] | None = None, inline: bool = 
     state = State(path, text, dict(env or {}), inline)
     before = current = first_read(state)
     for step in STEPS:
-        was = (state.text, dict(state.files))
+        was, k = (state.text, dict(state.files)), len(state.kept)
         step.migrate(state, current)
+        if step is m0001_rename_flags:  # a renamed flag left as it is (in a bash -c text, a
+            out.old_names = state.kept[k:]  # variable, a sourced file) is not up to date
         if (state.text, state.files) == was:
             continue
         current = reread(step.ID, state)
@@ -339,7 +342,9 @@ def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: boo
         return _check(path, env, inline, quiet, only_migrated)
     out = migrate(path, env, inline)
     if not out.applied:
-        say(f"{path}: up to date (migration {LATEST})", ERR)
+        say(_unchanged(out), ERR)
+        for line in out.old_names:
+            say(f"  kept: {line}", ERR)
         return 0
     if not write_:
         OUT.diff(diff(out))
@@ -350,6 +355,15 @@ def _one(path: Path, env: dict[str, str], write_: bool, check: bool, inline: boo
     say(f"  wrote {', '.join(str(p) for p in written[:-1])} (previous script in "
         f"{written[-1].name})")
     return 0
+
+
+def _unchanged(out: Outcome) -> str:
+    """A script no step changes: up to date, unless a renamed flag had to keep its old name
+    (inside a `bash -c` text, a variable, a sourced file: `old_names`)."""
+    if not out.old_names:
+        return f"{out.path}: up to date (migration {LATEST})"
+    return f"{out.path}: nothing to write, but not up to date: {len(out.old_names)} renamed " \
+        "flag(s) keep their old names, left to you"
 
 
 def _check(path: Path, env: dict[str, str], inline: bool, quiet: bool = False,
@@ -376,7 +390,7 @@ def _check(path: Path, env: dict[str, str], inline: bool, quiet: bool = False,
         return 0
     if not out.applied or not out.changed:
         if not quiet:
-            say(f"{path}: up to date (migration {LATEST})")
+            say(_unchanged(out))
         return 0
     todo = ", ".join(f"{s.ID} ({s.SUMMARY})" for s in STEPS if s.ID in out.applied)
     say(f"{path}: pending {todo}; run `miles-topology migrate --write {path}`")
