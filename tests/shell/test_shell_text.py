@@ -108,3 +108,15 @@ def test_a_launch_whose_entry_is_not_known_says_so(tmp_path):
                        "runs is not known here: TRAIN_ENTRYPOINT .*may be set by 'source") as e:
         require_launch(read_script(script))
     assert "converter" not in str(e.value)
+
+
+def test_a_python_launcher_running_bash_lc_is_read_the_same_way(tmp_path, capsys):
+    from support import run_cli
+
+    launcher = tmp_path / "launch.py"
+    launcher.write_text("import subprocess\nsubprocess.run(['bash', '-lc', 'python3 train.py "
+                        "--actor-num-nodes 1 --actor-num-gpus-per-node 8 "
+                        "--tensor-model-parallel-size 2 --num-layers 2 --hidden-size 64 "
+                        "--num-attention-heads 4 --colocate'], check=True)\n")
+    code, out, err = run_cli(capsys, "check", "--verbose", str(launcher))
+    assert code == 0 and "tp 2" in out, err
