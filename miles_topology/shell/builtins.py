@@ -320,7 +320,8 @@ class Builtins:
         if f.value is None:
             why = f"cannot tell which file is sourced: {f.unk.why}"
             self.found.unknown(f.text, f.unk.src, why)
-            return self.assigns.taint(f"{fields[0].value} {f.text}", where, why)
+            what = n.words[1].text if len(n.words) > 1 else f.text  # as written, not the
+            return self.assigns.taint(f"{fields[0].value} {what}", where, why)  # taint's text
         found = self.locate(f.value, where)
         if f.value.startswith("/") and found != os.path.normpath(f.value):
             self.found.machine.add(f.value)  # the job's machine's file (/root/slime/...)

@@ -85,7 +85,8 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
     unresolved = list(res.unresolved)
     notes = list(res.notes)
     pool = [x for x in res.launches if x.training]
-    others = [(x.src, f"{x.launcher} {x.entry}") for x in res.launches if not x.training]
+    others = [(x.src, f"{x.launcher} {x.entry}") for x in res.launches  # known: not training
+              if not x.training and not x.unknown]
     launch = pool[-1] if pool else None
     argv: list[FlagValue] = []
     gaps: list[int] = []

@@ -107,7 +107,7 @@ def test_a_launch_whose_entry_is_not_known_says_so(tmp_path):
     with pytest.raises(NoTrainingLaunch, match=r"run.sh:2 may launch training, but what it "
                        "runs is not known here: TRAIN_ENTRYPOINT .*may be set by 'source") as e:
         require_launch(read_script(script))
-    assert "converter" not in str(e.value)
+    assert "converter" not in str(e.value) and "found instead" not in str(e.value)
 
 
 def test_a_python_launcher_running_bash_lc_is_read_the_same_way(tmp_path, capsys):
@@ -120,3 +120,12 @@ def test_a_python_launcher_running_bash_lc_is_read_the_same_way(tmp_path, capsys
                         "--num-attention-heads 4 --colocate'], check=True)\n")
     code, out, err = run_cli(capsys, "check", "--verbose", str(launcher))
     assert code == 0 and "tp 2" in out, err
+
+
+def test_a_source_of_an_unknown_path_is_named_as_written(tmp_path):
+    # the path's variable unknown because of an earlier unread source: the reason quoted
+    # "source source ..." (the earlier command's text in place of this word)
+    script = tmp_path / "run.sh"
+    script.write_text('source "${A:-/opt/a.sh}"\nsource "$B"\npython3 train.py --tp "$TP"\n')
+    why = next(u.why for u in read_script(script).unresolved if u.flag == "--tp")
+    assert "may be set by 'source \"$B\"' at" in why and "source source" not in why
