@@ -20,7 +20,8 @@ class _Capped(list):
 
 
 class Findings:
-    __slots__ = ("launches", "notes", "unresolved", "missing", "uses", "machine", "written")
+    __slots__ = ("launches", "notes", "unresolved", "missing", "uses", "machine", "written",
+                 "contained")
 
     def __init__(self):
         self.launches: list = []  # launch.Launch, in the order run
@@ -32,6 +33,8 @@ class Findings:
         # files it writes from a here-document naming a training entry (a Kubernetes
         # manifest, an sbatch file), another program runs: (where, the file)
         self.written: list[tuple[Location, str]] = []
+        # scripts a container runs that are not read (containers.follow): (where, why)
+        self.contained: list[tuple[Location, str]] = []
 
     def note(self, code: str, message: str, fix: str, at: Location):
         self.notes.append(note(code, message, fix, at))

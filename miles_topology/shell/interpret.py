@@ -14,10 +14,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..model.errors import Location
-from ..reading.commandline import wrapped_shell
 from ..reading.textfilters import FILTERS
+from . import containers, syntax
 from . import launch as launches
-from . import syntax
 from .assign import Assignments
 from .branches import Branches
 from .budget import (
@@ -404,8 +403,8 @@ class Reader:
         elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
                 [f.value for f in fields]):
             self.heredoc_script(n.stdin, cond)
-        elif (k := wrapped_shell([f.value for f in fields])) is not None:  # nohup bash F &
-            self.builtins.script(fields[k:], n, cond)
+        else:  # nohup bash F &, docker run -v "$PWD":/w IMAGE bash /w/F
+            containers.follow(self, fields, n, cond)
 
     def heredoc_script(self, doc: syntax.Heredoc, cond: Unk | None):
         """``bash -s <<'EOF'`` (also behind ``docker run IMAGE``, ``ssh HOST``): the

@@ -148,6 +148,8 @@ class ScriptRead:
     frameworks: tuple[str, ...] = ()
     # files it writes from a here-document naming train.py, another program runs (where, file)
     written: list[tuple[Location, str]] = field(default_factory=list)
+    # scripts a container runs that are not read (a path no mount maps here): (where, why)
+    contained: list[tuple[Location, str]] = field(default_factory=list)
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""
