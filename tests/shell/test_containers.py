@@ -112,7 +112,7 @@ def test_a_mount_of_a_folder_outside_the_checkout_is_refused_by_the_gate(tmp_pat
     repo.mkdir()
     for line in (f"docker run -v {secret}:/workspace img bash /workspace/run.sh",
                  f"apptainer exec -B {secret}:/w x.sif bash /w/run.sh",
-                 f'docker run -v "$PWD/../secret":/w -w /w img bash run.sh'):
+                 'docker run -v "$PWD/../secret":/w -w /w img bash run.sh'):
         outer = checkout(repo, line)
         with pytest.raises(NoTrainingLaunch, match="outside the input's checkout") as e:
             check_script(str(outer), {})
