@@ -729,14 +729,23 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
                                 _where(rec.get("source")), env, mine, list(notes), seconds,
                                 launch.env_known, None, i, marks, assumed, probes,
                                 servers, locate(launch.argv, rec.get("_ran") or {}, path),
-                                launch.world, _files(rec.get("files") or {})))
+                                launch.world, _files(rec.get("files") or {}, rec.get("files_base"),
+                                                           launch.argv)))
     return out
 
 
-def _files(files: dict) -> dict:
-    """The YAML files a launch carries, each with its text or why it was not read."""
-    return {k: {"why": records_mod.UNREAD[x["why"]]} if "why" in x else x
-            for k, x in files.items()}
+def _files(files: dict, base: str | None, argv) -> dict:
+    """The YAML files a launch carries, each with its text or why it was not read; by path,
+    and by each relative name of `argv` (`--yaml-cfg cfg.yaml`) that is one of them from
+    `base`, the folder the child found them from (records.py keeps it in the work folder)."""
+    out = {k: {"why": records_mod.UNREAD[x["why"]]} if "why" in x else x
+           for k, x in files.items()}
+    for w in argv if base else ():
+        for name in (w, w.partition("=")[2]) if isinstance(w, str) else ():
+            full = os.path.normpath(os.path.join(base, name)) if name else None
+            if full in files and not os.path.isabs(name):
+                out[name] = out[full]
+    return out
 
 
 def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end

@@ -651,7 +651,7 @@ def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
             except OSError:
                 continue
         else:
-            if SANDBOX in value:  # slime's PPO CI tests write it to a NamedTemporaryFile
+            if SANDBOX in value or kept:  # slime's PPO CI tests write a NamedTemporaryFile
                 why = f"; it was not read when the launch was recorded: {kept['why']}" \
                     if kept.get("why") else ""
                 return f"a file the launcher writes when it runs, gone when its sandbox ends{why}"
