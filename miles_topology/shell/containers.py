@@ -31,7 +31,8 @@ class Inside(NamedTuple):
     """A shell that one command starts in a container, with what maps its paths."""
 
     how: str  # "docker run", "docker exec", "apptainer exec", "srun", "enroot start"
-    name: str  # the image or container, as written ("?" when not known here)
+    image: int  # index of the image or container word (-1: srun's --container-image)
+    name: str  # srun's image ("?" when not known here)
     shell: int  # index of the shell word (bash, sh) the container runs
     # (host folder, container folder); the host folder None: not a folder of this machine
     # (a named volume) or not known here; the container folder None: not known here
@@ -71,9 +72,9 @@ _APPTAINER = _Spec(frozenset((  # apptainer exec --help: the long options with a
     "--scratch", "--security", "--workdir", "--apply-cgroups", "--blkio-weight",
     "--blkio-weight-device", "--config", "--device", "--cdi-dirs", "--authfile")), "BHoSW",
     {"-B": "--bind", "-c": "--contain", "-C": "--containall", "-e": "--cleanenv",
-     "-W": "--scratch-workdir"}, comma=True)
+     "-W": "--scratch", "--workdir": "--scratch"}, comma=True)  # its --workdir: scratch space
 _ENROOT = _Spec(frozenset(("--conf", "--env", "--mount")), "cem",
-                {"-m": "--bind", "-e": "--env"})
+                {"-m": "--bind", "--mount": "--bind", "-e": "--env"})  # SRC:DST
 _SRUN = _Spec(frozenset((  # srun's long switches (pyxis's among them)
     "--exclusive", "--overlap", "--label", "--unbuffered", "--pty", "--quiet", "--verbose",
     "--no-kill", "--container-mount-home", "--no-container-mount-home",
@@ -135,7 +136,7 @@ def host_path(c: Inside, path: str) -> tuple[str | None, str]:
                 None, "the path is relative to the image's own working folder, not known "
                 "here")
         if not c.workdir.startswith("/"):
-            return None, f"its working folder '{c.workdir}' is not known here"
+            return None, "its working folder is not known here"
         path = posixpath.join(c.workdir, path)
     path = posixpath.normpath(path)
     if any(dst is None for _, dst in c.mounts):
@@ -158,7 +159,9 @@ def _read(vals: list[str | None], i: int, how: str, spec: _Spec) -> Inside | Non
     opts: list[tuple[str, str | None]] = []
     while i < len(vals) and vals[i] != "--":
         v = vals[i]
-        if v is None or v.startswith(UNKNOWN):
+        if v is None or v.startswith(UNKNOWN):  # the image only when a shell follows:
+            if spec.image:  # else it may be options ("${DOCKER_ARGS[@]}")
+                break
             return None
         if not v.startswith("-") or v == "-":
             break
@@ -169,9 +172,12 @@ def _read(vals: list[str | None], i: int, how: str, spec: _Spec) -> Inside | Non
         opts.append((spec.names.get(name, name), value))
     i += i < len(vals) and vals[i] == "--"
     if spec.image:
-        return _inside(how, vals[i] if i < len(vals) and vals[i] else "?", i + 1, opts, spec)
+        return _inside(how, i, "", i + 1, opts, spec)
     image = [v for n, v in opts if n in ("--container-image", "--container-name")]
-    return _inside(how, image[-1] or "?", i, opts, spec) if image else None
+    if not image:
+        return None
+    name = image[-1] if image[-1] and not image[-1].startswith(UNKNOWN) else "?"
+    return _inside(how, -1, name, i, opts, spec)
 
 
 def _option(vals: list[str | None], i: int, spec: _Spec) -> tuple[int, str, str | None] | None:
@@ -192,7 +198,7 @@ def _option(vals: list[str | None], i: int, spec: _Spec) -> tuple[int, str, str 
     return i + 1, v if len(v) == 2 else "-" + v[-1], None
 
 
-def _inside(how: str, name: str, shell: int, opts: list[tuple[str, str | None]],
+def _inside(how: str, image: int, name: str, shell: int, opts: list[tuple[str, str | None]],
             spec: _Spec) -> Inside:
     """What the options map: mounts, working folder, environment."""
     mounts: list[tuple[str | None, str | None]] = []
@@ -203,9 +209,10 @@ def _inside(how: str, name: str, shell: int, opts: list[tuple[str, str | None]],
         if opt in ("--volume", "--bind", "--container-mounts"):
             mounts += _binds(value, spec.comma)
         elif opt == "--mount":
-            mounts += _binds(value, False) if spec is _ENROOT else [_mount(value)]
-        elif opt in ("--workdir", "--pwd", "--container-workdir"):
-            workdir, cwd_same = value, False
+            mounts.append(_mount(value))
+        elif opt in ("--workdir", "--pwd", "--container-workdir"):  # "": not known here
+            workdir = "" if value is None or value.startswith(UNKNOWN) else value
+            cwd_same = False
         elif opt == "--env" and (value is None or value.startswith(UNKNOWN)):
             env_file = True  # a variable named at run time
         elif opt == "--env":
@@ -217,7 +224,7 @@ def _inside(how: str, name: str, shell: int, opts: list[tuple[str, str | None]],
         elif apptainer and opt in ("--contain", "--containall", "--no-mount", "--cleanenv"):
             cwd_same = cwd_same and opt == "--cleanenv"  # cwd not bound (or may not be)
             clean = clean or opt in ("--containall", "--cleanenv")
-    return Inside(how, name, shell, tuple(mounts), workdir, cwd_same,
+    return Inside(how, image, name, shell, tuple(mounts), workdir, cwd_same,
                   tuple(env) if clean else None, env_file, how.endswith(" exec") and
                   not apptainer)
 
@@ -272,8 +279,9 @@ def follow(r, fields: list[Field], n, cond) -> None:
     where = r.at.src(n.line)
     f = fields[c.shell + 1] if c.shell + 1 < len(fields) else None
     ran = " ".join(x.text for x in fields[c.shell:c.shell + 3])
+    name = c.name if c.image < 0 else fields[c.image].value or fields[c.image].text
     said = f"It runs `{ran if len(ran) <= 80 else ran[:77] + '...'}` in the container " \
-        f"{c.name} ({c.how}) at {where}"
+        f"{name} ({c.how}) at {where}"
     if f is None or f.value is None or f.value.startswith("-"):
         why = "its script is its standard input" if f is None else "its script's path is " \
             "not known here" if f.value is None else "a shell with options (-c: a string) " \

@@ -53,6 +53,9 @@ FOLLOWED = [
     ('singularity exec -B "/data,$PWD:/work" image.sif bash /work/scripts/run-x.sh',
      ("4", "2")),
     ("apptainer exec image.sif bash scripts/run-x.sh", ("4", "2")),  # the host's cwd
+    # apptainer's --workdir is scratch space, not the working folder
+    ('apptainer exec --workdir /tmp/scratch "$SIF" bash scripts/run-x.sh', ("4", "2")),
+    ('docker run -v "$PWD":/w -w /w "${IMAGE}:latest" bash scripts/run-x.sh', ("1", "1")),
     ("apptainer exec --cleanenv --env TP=3 image.sif bash scripts/run-x.sh", ("3", "1")),
     ('srun -N 1 --container-image=nvcr.io/x --container-mounts="$PWD":/ws:ro '
      "--container-workdir=/ws bash scripts/run-x.sh", ("4", "2")),
@@ -77,6 +80,10 @@ def test_the_innermost_mount_decides():
 UNMAPPED = [
     ("docker exec -it mycont bash /root/slime/scripts/run-x.sh", "mycont",
      "already running"),
+    ('docker exec "$CONTAINER" bash /root/slime/scripts/run-x.sh', "$CONTAINER",
+     "already running"),
+    ('docker run -v "$PWD":/w -w "$WD" img bash scripts/run-x.sh', "img",
+     "working folder is not known"),
     ("docker run img bash /root/slime/scripts/run-x.sh", "img", "no mount"),
     ('docker run -v "$PWD":/w img bash scripts/run-x.sh', "img", "image's own working"),
     ("docker run -v data:/w img bash /w/scripts/run-x.sh", "img", "named volume"),
