@@ -238,6 +238,23 @@ def test_slime_engine_tp_is_gpus_over_engine_pp(tmp_path):
     assert "engine's TP 2" in e.message
 
 
+@pytest.mark.parametrize("framework, said", [
+    ("miles", "the engine's 4 GPUs (engine TP)"),
+    ("slime", "the engine's TP 2 (--rollout-num-gpus-per-engine 4 // --sglang-pp-size 2)")])
+def test_the_dp_and_ep_rules_name_the_engine_tp_alike(framework, said):
+    # sglang-dp-invalid and sglang-ep-invalid say the engine TP in one wording (engines.py
+    # _engine_tp): its GPUs, or on slime the TP they make under --sglang-pp-size
+    kw = dict(framework=framework, nodes=1, gpus_per_node=8, rollout_gpus=8, engine_size=4,
+              engine_pp=2, dp_attention=True, experts=9)
+    with pytest.raises(TopologyError) as dp:
+        Topology(engine_dp=3, **kw)
+    with pytest.raises(TopologyError) as ep:
+        Topology(engine_ep=3, **kw)
+    for info, code in ((dp, "sglang-dp-invalid"), (ep, "sglang-ep-invalid")):
+        (p,) = [p for p in info.value.problems if p.code == code]
+        assert said in p.message, p.message
+
+
 def test_the_engine_tp_and_ep_follow_the_framework_given_not_hidden_state(tmp_path):
     # Rollout.sglang_tp_used and engine_ep_used: one definition, for the rules and the
     # estimate, whose launcher sizes the engines an argument; an a2a backend makes SGLang set

@@ -86,6 +86,17 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
         return
 
 
+def _engine_tp(topo: Topology) -> str:
+    """The engine TP as a message names it: the engine's GPUs, or on slime with
+    --sglang-pp-size its TP and how it follows from them (`Rollout.sglang_tp_used`)."""
+    ro = topo.rollout
+    tp = ro.sglang_tp_used(_fw(topo))
+    if tp == ro.engine_size:
+        return f"the engine's {tp} GPUs (engine TP)"
+    return f"the engine's TP {tp} ({F.engine_size} {ro.engine_size} // {F.engine_pp} " \
+        f"{ro.engine_pp})"
+
+
 @rule(
     source=("sglang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism; miles "
             "and slime backends/sglang_utils/arguments.py validate_args"),
@@ -125,10 +136,8 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
         # the framework's assert below fires first
         yield _found(
             "sglang-dp-invalid",
-            (f"engine DP {dp} does not divide the engine's {size} GPUs (engine TP)"
-             if size == ro.engine_size else f"engine DP {dp} does not divide the engine's TP "
-             f"{size} ({F.engine_size} // {F.engine_pp})")
-            + "; in SGLang DP subdivides the engine, it does not multiply it.",
+            f"engine DP {dp} does not divide {_engine_tp(topo)}; in SGLang DP subdivides the "
+            "engine, it does not multiply it.",
             f"try {F.engine_dp} {_or(_nearest(_divisors(size), dp))}",
             "engine_dp", "engine_size",
         )
@@ -163,8 +172,7 @@ def sglang_ep(topo: Topology) -> Iterator[Problem]:
     if size % ep or (mod.experts is not None and mod.experts % ep):
         yield _found(
             "sglang-ep-invalid",
-            f"engine EP {ep} must divide the engine's "
-            + (f"{size} GPUs" if size == ro.engine_size else f"TP {size}")
+            f"engine EP {ep} must divide {_engine_tp(topo)}"
             + (f" and the {mod.experts} experts" if mod.experts is not None else "")
             + f" ({size} % {ep} = {size % ep}"
             + (f", {mod.experts} % {ep} = {mod.experts % ep}" if mod.experts else "")
