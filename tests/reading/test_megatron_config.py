@@ -19,8 +19,10 @@ from hostile import clean
 from support import FIXTURES
 
 from miles_topology.judging.check_script import check_script
+from miles_topology.model.errors import Location
 from miles_topology.reading import gate
 from miles_topology.reading.channels import read_channels
+from miles_topology.reading.sources import written_name
 
 FIX = FIXTURES / "stack" / "megatron-config"
 RUN = str(FIX / "run-qwen3-4B-ppo.sh")
@@ -211,6 +213,27 @@ def test_an_unknown_or_absent_file_is_skipped_never_defaults():
     (p,) = read_channels([("--advantage-estimator", "ppo", None),
                           ("--megatron-config-path", written, None)], framework="slime")[0]
     assert p.severity == "skipped" and "the launcher writes when it runs" in p.message
+
+
+def test_two_written_yamls_of_one_basename_keep_their_own_names_and_launcher_lines():
+    # a launcher writes a/cfg.yaml (--custom-config-path) and b/cfg.yaml
+    # (--megatron-config-path): each finding names its own file and points at the line that
+    # passed it (read_channels maps back by sources.written_name, once the basename alone)
+    work = "/tmp/miles-topology-launcher-x1/work/"
+    custom, roles = work + "a/cfg.yaml", work + "b/cfg.yaml"
+    written = {custom: {"text": "tensor_model_parallel_size: 4\n"},
+               roles: {"text": "megatron:\n  - name: default\n    role: actor\n    overrides:\n"
+                               "      tensor_model_parallel_size: 4\n"}}
+    pairs = [("--custom-config-path", custom, Location("l.py", 10)),
+             ("--megatron-config-path", roles, Location("l.py", 20))]
+    problems, _ = read_channels(pairs, framework="slime", written=written)
+    got = {p.code: (p.location.line, p.message) for p in problems}
+    assert got["custom-config-layout"][0] == 10 and got["megatron-config-topology"][0] == 20
+    assert "<written by the launcher: a/cfg.yaml>:1" in got["custom-config-layout"][1]
+    assert "<written by the launcher: b/cfg.yaml>:5" in got["megatron-config-topology"][1]
+    # one file of its basename keeps the basename alone
+    assert written_name(custom, [custom, work + "b/other.yaml"]) == \
+        "<written by the launcher: cfg.yaml>"
 
 
 # ---- hostile input ---------------------------------------------------------------------------
