@@ -375,6 +375,31 @@ def test_debug_rollout_only_with_external_engines_keeps_slime_s_actor(tmp_path):
     assert got == {"slime": 4, "miles": 16}
 
 
+def test_debug_rollout_only_on_slime_skips_megatron_s_grid_rules(tmp_path):
+    # slime 624b824 utils/arguments.py:1637 runs megatron_validate_args only `if
+    # pre.train_backend == "megatron" and not args.debug_rollout_only`, and its train actors
+    # return from init before any process group or model (backends/megatron_utils/actor.py:67);
+    # miles 31f1ca9 utils/arguments.py:2711 validates the grid in every mode
+    flags = ("--actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate --num-layers 6 "
+             "--num-attention-heads 14 --num-experts 6 --tensor-model-parallel-size 3 "
+             "--expert-model-parallel-size 4 --pipeline-model-parallel-size 4 "
+             "--num-virtual-stages-per-pipeline-rank 2 --debug-rollout-only")
+    codes = {}
+    for fw in ("slime", "miles"):
+        script = tmp_path / f"{fw}.sh"
+        script.write_text(f"#!/bin/bash\npython3 /root/{fw}/train.py {flags}\n")
+        codes[fw] = {p.code for p in check_script(str(script), {}).problems
+                     if p.severity == "error"}
+    assert codes["slime"] == set()
+    assert {"dense-grid-divisibility", "heads-not-divisible-by-tp",
+            "experts-not-divisible-by-ep"} <= codes["miles"]
+    # without the flag slime's Megatron refuses the same layout
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\npython3 /root/slime/train.py "
+                      + flags.replace(" --debug-rollout-only", "") + "\n")
+    assert "dense-grid-divisibility" in {p.code for p in check_script(str(script), {}).problems}
+
+
 def test_a_user_function_s_add_arguments_is_miles_only(tmp_path):
     # miles 31f1ca9 utils/arguments.py:2591 calls the rollout / generate function's
     # add_arguments(parser); no slime commit does, and slime's parser drops what it lacks
