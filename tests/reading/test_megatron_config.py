@@ -135,6 +135,51 @@ def test_an_actor_tp_keeps_what_validate_args_derived_from_the_command_line(repo
     assert "moe-tp-requires-sp" not in codes(check_script(str(repo / "run.sh"), {}))
 
 
+VIRTUAL = ("python3 /root/slime/train.py --actor-num-nodes 3 --actor-num-gpus-per-node 8 "
+           "--colocate --num-layers 24 --pipeline-model-parallel-size 2 "
+           "--advantage-estimator grpo --megatron-config-path m.yaml "
+           "--num-layers-per-virtual-pipeline-stage {per}\n")
+
+
+@pytest.mark.parametrize("per, pp, vpp, error", [
+    (3, 3, 4, None),  # 8 layers a stage in the 4 chunks validate_args made (was an error)
+    (3, 6, 4, None),  # 4 layers a stage, 4 chunks of 1 (was an error)
+    (12, 4, 1, None),  # validate_args: 24 // 2 // 12 = 1, no virtual pipeline (was an error)
+    (3, 4, None, "6 layers a stage, which do not split into the 4 virtual stages"),
+    (5, 4, None, "the command line's 24 layers do not split"),  # validate_args fails first
+])
+def test_an_actor_pp_keeps_the_virtual_size_validate_args_derived(repo, per, pp, vpp, error):
+    # Megatron-LM validate_args turned the command line's layers per virtual stage into
+    # virtual_pipeline_model_parallel_size = 24 // 2 // per before slime's override of pp;
+    # get_model builds that many chunks at the role's pp, get_num_layers_to_build asserts
+    (repo / "m.yaml").write_text("megatron:\n  - role: actor\n    overrides:\n"
+                                 f"      pipeline_model_parallel_size: {pp}\n")
+    (repo / "run.sh").write_text(VIRTUAL.format(per=per))
+    v = check_script(str(repo / "run.sh"), {})
+    if error is None:
+        assert v.ok and (v.summary["pp"], v.summary.get("vpp") or 1) == (pp, vpp), codes(v)
+        return
+    (e,) = [p for p in v.errors if error in p.message]
+    assert e.code == "layers-not-divisible-by-pp"
+    assert e.location.path.endswith("m.yaml" if per == 3 else "run.sh")
+
+
+def test_an_actor_pp_with_a_virtual_pipeline_not_modelled_is_left_as_read(repo):
+    # the embedding in the split (validate_args counts it as a layer): not modelled here; the
+    # judged layout is the command line's with the actor's pp, as before
+    (repo / "m.yaml").write_text("megatron:\n  - role: actor\n    overrides:\n"
+                                 "      pipeline_model_parallel_size: 3\n")
+    pairs = [("--num-layers", "24", None), ("--pipeline-model-parallel-size", "2", None),
+             ("--num-layers-per-virtual-pipeline-stage", "3", None),
+             ("--megatron-config-path", "m.yaml", None)]
+    words = [w.text for w in _channels(pairs, (repo / "m.yaml").read_text())[1]]
+    assert words == ["--pipeline-model-parallel-size", "3",
+                     "--num-layers-per-virtual-pipeline-stage", "2"]
+    embedding = pairs + [("--account-for-embedding-in-pipeline-split", "", None)]
+    words = [w.text for w in _channels(embedding, (repo / "m.yaml").read_text())[1]]
+    assert words == ["--pipeline-model-parallel-size", "3"]
+
+
 # ---- actor and critic ------------------------------------------------------------------------
 
 
