@@ -337,13 +337,12 @@ def _kept(keys: Mapping[str, YamlValue], pairs, grid_dest) -> list[YamlValue]:
     cli_tp = _size(pairs, "tp")
     if tp_yv is None or tp is None or cli_tp is None or tp == cli_tp:
         return []
-    dest = {n: d for d, n in grid_dest.items()}
     by = {grid_dest.get(yv.key) for yv in keys.values()}
     out = []
     if sp_yv is None and sp is False and tp > 1 and _on(pairs, "sp"):
-        out.append(YamlValue(dest["sp"], False, tp_yv.path, tp_yv.line))
+        out.append(YamlValue(_dest(grid_dest, "sp"), False, tp_yv.path, tp_yv.line))
     if "etp" not in by and not _last(pairs, "etp")[0]:
-        out.append(YamlValue(dest["etp"], cli_tp, tp_yv.path, tp_yv.line))
+        out.append(YamlValue(_dest(grid_dest, "etp"), cli_tp, tp_yv.path, tp_yv.line))
     return out
 
 
@@ -380,7 +379,8 @@ def _virtual(keys: Mapping[str, YamlValue], pairs, grid_dest
             "_apply_megatron_role_overrides).",
             f"give {flag_of('vpp_layers')} dividing {n} // {cli_pp} layers, or the actor's "
             "pp on the command line", flags[::-1],
-            location=[w for f, _, w in pairs if field_of(f) == "vpp_layers"][-1] or at)], []
+            location=next((w for f, _, w in reversed(pairs) if field_of(f) == "vpp_layers"),
+                          None) or at)], []
     count = n // cli_pp // per
     if n % pp or (pp == 1 and count > 1):
         return [], []  # the judged layout's layers-not-divisible-by-pp / vpp-requires-pp
@@ -409,6 +409,7 @@ def _even(by: Mapping[str | None, YamlValue], pairs) -> bool:
 
 
 def _dest(grid_dest: Mapping[str, str], name: str) -> str:
+    """The argparse name that sets field `name` (the words a judged value becomes)."""
     return next(d for d, n in grid_dest.items() if n == name)
 
 
