@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -611,9 +611,15 @@ WRITTEN: ContextVar[Mapping[str, Mapping[str, str]] | None] = ContextVar("writte
 WRITTEN_BY = "<written by the launcher: "
 
 
-def written_name(path: str) -> str:
-    """How a YAML the launcher wrote is named: not by its path, which no longer exists."""
-    return f"{WRITTEN_BY}{path.rpartition('/')[2]}>"
+def written_name(path: str, written: Iterable[str] = ()) -> str:
+    """How a YAML the launcher wrote is named: not by its path, which no longer exists, but by
+    its shortest tail no other file the launch wrote (`written`) ends in: `cfg.yaml`, or
+    `a/cfg.yaml` beside `b/cfg.yaml` (read_channels maps findings back by this name)."""
+    parts = path.split("/")
+    others = [o.split("/") for o in written if o != path]
+    n = next((n for n in range(1, len(parts)) if all(o[-n:] != parts[-n:] for o in others)),
+             len(parts))
+    return f"{WRITTEN_BY}{'/'.join(parts[-n:])}>"
 
 
 def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
@@ -630,7 +636,7 @@ def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
 
     kept = (WRITTEN.get() or {}).get(value) or {}
     if isinstance(kept.get("text"), str):
-        text, where = kept["text"], written_name(value)
+        text, where = kept["text"], written_name(value, WRITTEN.get() or ())
     elif base64 and value.startswith("base64:"):
         try:
             text, where = b64decode(value[7:], validate=True).decode(), "<base64>"
