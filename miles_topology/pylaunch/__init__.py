@@ -744,7 +744,7 @@ def _files(files: dict, base: str | None, argv) -> dict:
         for name in (w, w.partition("=")[2]) if isinstance(w, str) else ():
             full = os.path.normpath(os.path.join(base, name)) if name else None
             if full in files and not os.path.isabs(name):
-                out[name] = out[full]
+                out[name] = {**out[full], "as": full}  # the file it names (sources.written_name)
     return out
 
 

@@ -614,9 +614,13 @@ WRITTEN_BY = "<written by the launcher: "
 def written_name(path: str, written: Iterable[str] = ()) -> str:
     """How a YAML the launcher wrote is named: not by its path, which no longer exists, but by
     its shortest tail no other file the launch wrote (`written`) ends in: `cfg.yaml`, or
-    `a/cfg.yaml` beside `b/cfg.yaml` (read_channels maps findings back by this name)."""
+    `a/cfg.yaml` beside `b/cfg.yaml` (read_channels maps findings back by this name). A
+    relative name (`--yaml-cfg cfg.yaml`) is another key of a file, named as that file
+    (pylaunch._files keeps its path under "as"); only the files' own paths count."""
+    if isinstance(written, Mapping):
+        path = (written.get(path) or {}).get("as", path)
     parts = path.split("/")
-    others = [o.split("/") for o in written if o != path]
+    others = [o.split("/") for o in written if o != path and o.startswith("/")]
     n = next((n for n in range(1, len(parts)) if all(o[-n:] != parts[-n:] for o in others)),
              len(parts))
     return f"{WRITTEN_BY}{'/'.join(parts[-n:])}>"
