@@ -6,7 +6,7 @@ types, bounded sizes; other keys dropped), and a source location only when it na
 file inside the launcher's checkout: the checker reads those files (report columns), so a
 forged `/dev/zero` or `/dev/stdin` must never reach it. What the record cannot forge (how the
 launcher ended, the supervisor's verdict, its typer commands) is taken elsewhere
-(`pylaunch._run`, `typerapp`).
+(`pylaunch.execute`, `typerapp`).
 """
 
 from __future__ import annotations

@@ -600,7 +600,7 @@ def yaml_values(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
     return [YamlValue(str(k), v, where, lines.get(str(k), 0)) for k, v in data.items()]
 
 
-# the folder a Python launcher runs in (pylaunch/__init__.py, spare.py: its TMPDIR)
+# the folder a Python launcher runs in (pylaunch/execute.py, spare.py: its TMPDIR)
 SANDBOX = "/miles-topology-launcher-"
 # The YAML files a Python launch's flags name in its sandbox's work folder, gone when the
 # checker reads the launch: their text as the sandboxed child read it when the launch was
@@ -616,7 +616,7 @@ def written_name(path: str, written: Iterable[str] = ()) -> str:
     its shortest tail no other file the launch wrote (`written`) ends in: `cfg.yaml`, or
     `a/cfg.yaml` beside `b/cfg.yaml` (read_channels maps findings back by this name). A
     relative name (`--yaml-cfg cfg.yaml`) is another key of a file, named as that file
-    (pylaunch._files keeps its path under "as"); only the files' own paths count."""
+    (pylaunch.outcome._files keeps its path under "as"); only the files' own paths count."""
     if isinstance(written, Mapping):
         path = (written.get(path) or {}).get("as", path)
     parts = path.split("/")
