@@ -44,4 +44,4 @@ wheel: $(STAMP)
 	$(PY) -m pip wheel --no-deps -q -w dist .
 
 docs: $(STAMP)
-	$(PY) -m miles_topology.codes > docs/problem-codes.md
+	$(PY) tools/gen_codes.py > docs/problem-codes.md

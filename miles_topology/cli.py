@@ -38,8 +38,8 @@ miles-topology check [--output-format text|concise|json|github|sarif] [--env KEY
 miles-topology show  [--svg FILE] [--color-by engine|ep|pp|dp|memory] [--gpu NAME]
                      [--env KEY=VALUE ...] [--isolated] [--timeout SECONDS]
                      (SCRIPT.sh | TOPOLOGY.yaml | -- FLAGS...)
-miles-topology migrate SCRIPT... [--write] [--check [--quiet] [--only-migrated]] [--inline]
-                       [--env KEY=VALUE ...]
+miles-topology migrate SCRIPT... [--dry-run | --write] [--check [--quiet] [--only-migrated]]
+                       [--inline] [--env KEY=VALUE ...]
 miles-topology plan  (CONFIG.json | MODEL.sh | MODEL.py | -- MODEL FLAGS...) --nodes N
                      [--gpus-per-node N] [--gpu NAME] [--top K] [--max-tokens-per-gpu T]
                      [--recompute] [--optimizer-cpu-offload] [--margin SHARE] [--tokens-per-step T]
@@ -84,7 +84,7 @@ examples:
       --expert-model-parallel-size 2 --num-experts 8 --colocate""",
     "migrate": """\
 examples:
-  miles-topology migrate run.sh                  # show the diff, write nothing
+  miles-topology migrate run.sh                  # show the diff, write nothing (--dry-run)
   miles-topology migrate --write run.sh          # apply it (keeps run.sh.bak)
   miles-topology migrate --check scripts/*.sh    # exit 1 while a step is pending (CI)
   miles-topology migrate --check --quiet --only-migrated scripts/*.sh   # the pre-commit hook
@@ -652,6 +652,8 @@ def cmd_plan(args, flags) -> int:
 def cmd_migrate(args, flags) -> int:
     if flags is not None:
         raise InputError("migrate takes launch scripts, not `-- FLAGS...`")
+    if args.dry_run and args.write:
+        raise InputError("migrate: --dry-run writes nothing; give it without --write")
     from .migrations.runner import main as migrate_main
 
     _stack_path(args)
@@ -875,6 +877,9 @@ def parser() -> argparse.ArgumentParser:
         if name == "migrate":
             p.add_argument("--write", action="store_true",
                            help="apply the steps (atomically; keeps SCRIPT.bak)")
+            p.add_argument("--dry-run", action="store_true",
+                           help="show the diff, write nothing: what migrate does without "
+                                "--write (the default, accepted when said)")
             p.add_argument("--check", action="store_true",
                            help="write nothing; exit 1 while a step is pending")
             p.add_argument("--inline", action="store_true",

@@ -4,9 +4,11 @@ For each of slime's five large-model scripts, `plan` is given the model file the
 sources, its node count, H100, --recompute, --optimizer-cpu-offload and its
 --max-tokens-per-gpu; the line prints the rank of the script's (tp, pp, cp, ep, etp), of its
 tp/pp/ep/etp at any cp, and the first layout. `--seq-length` adds the longest sample (the
-script's --rollout-max-response-len + 1,024 prompt tokens).
+script's --rollout-max-response-len + 1,024 prompt tokens). `--gap` prints, for each
+script, how much slower by the model the upstream layout is than the fifth proposal, and the
+terms that make the difference (what a measurement would have to move for it to be listed).
 
-    python tools/plan_upstream_ranks.py /tmp/up/THUDM+slime [--seq-length] [--nvidia]
+    python tools/plan_upstream_ranks.py /tmp/up/THUDM+slime [--seq-length] [--gap] [--nvidia]
 
 `--nvidia` ranks a second set of expert layouts, chosen for throughput by NVIDIA's performance
 team: the H100 presets of Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge
@@ -93,7 +95,19 @@ def main(argv: list[str]) -> int:
         first = key(got[0]) if got else None
         print(f"{script}: upstream {want} rank {exact or 'absent'}, at any cp "
               f"{anycp or 'absent'}, of {len(got)}; first {first}")
+        if "--gap" in argv and anycp and anycp > 5:
+            print("    " + _gap(got[anycp - 1].cost, got[4].cost))
     return 0
+
+
+def _gap(up, fifth) -> str:  # noqa: ANN001
+    """The upstream layout's step time against the fifth proposal's, and the four terms
+    that differ most (seconds, upstream minus fifth)."""
+    diff = {k: up.terms[k] - fifth.terms[k] for k in up.terms}
+    big = sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:4]
+    return (f"{up.total:.1f} s a step against the fifth's {fifth.total:.1f} s "
+            f"({(up.total / fifth.total - 1) * 100:+.0f} %; micro-batches {up.micro_batches} "
+            f"against {fifth.micro_batches}): " + ", ".join(f"{k} {v:+.1f} s" for k, v in big))
 
 
 if __name__ == "__main__":

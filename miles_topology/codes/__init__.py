@@ -8,7 +8,7 @@ its decorator (`@rule(source=..., codes={...})`, checks/; the rule's docstring i
 (below, and checks/fsdp.py). Declaring a code twice is an error, so the registry cannot
 drift from what is reported; a test scans the sources for codes no one declared. `rule
 CODE` prints a code's whole record and docs/problem-codes.md is generated from the registry
-(`python -m miles_topology.codes > docs/problem-codes.md`; a test keeps the two equal).
+(`python tools/gen_codes.py > docs/problem-codes.md`; a test keeps the two equal).
 Codes are stable kebab-case strings: add codes, never rename one. Rules run in the order
 they register (checks/__init__.py imports them in order). The registry is complete once
 `miles_topology` is imported (its `__init__` imports checks/).
@@ -391,7 +391,7 @@ def markdown() -> str:
         "# Problem codes",
         "",
         "<!-- generated from miles_topology/codes/: "
-        "python -m miles_topology.codes > docs/problem-codes.md -->",
+        "python tools/gen_codes.py > docs/problem-codes.md -->",
         "",
         "Every problem `miles-topology check`, `show`, `migrate` and the launcher report has a",
         "stable kebab-case code (never renamed) and one severity: errors make the configuration",

@@ -225,7 +225,7 @@ def layout_of(topo: Topology) -> Sizes:
         mtp=model.mtp_layers or 0,
         moe=model.moe_pattern or (False,) * model.layers, stages=layers, experts_on=owners,
         stage_of=lambda rank: grid.coord(rank)["pp"], nodes=lay.nodes,
-        engine_tp=topo.rollout.engine_size, engine_ep=topo.rollout.engine_ep_used,
+        engine_tp=topo.rollout.engine_size, engine_ep=topo.rollout.engine_ep_used(lay.framework),
         engine_dp=topo.rollout.engine_dp, dp_attention=topo.rollout.dp_attention,
         engines=topo.placement_group.rollout_engines,
     )

@@ -13,7 +13,7 @@ import difflib
 from functools import cache, cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.fields import FieldInfo
 
 from . import layers as _layers
@@ -285,29 +285,26 @@ class Rollout(_Part):
     rollout_only: bool = fact("--debug-rollout-only", False)
     """Debug: rollout only, no trainer."""
 
-    # the framework that sizes each engine's TP: the Topology's layout.framework, given to
-    # the rollout its Topology builds (`Topology._validate`); miles for a Rollout alone
-    _framework: str = PrivateAttr("miles")
-
     @property
     def a2a_forces_ep(self) -> bool:
         """SGLang sets engine EP = engine TP for this all-to-all MoE backend (`A2A_FORCES_EP`)."""
         return self.a2a_backend in A2A_FORCES_EP
 
-    @cached_property
-    def sglang_tp_used(self) -> int:
+    # The engine sizes SGLang runs depend on whose launcher sizes the engines: the framework
+    # (`Layout.framework`) is an argument, never state of the part
+    def sglang_tp_used(self, framework: str) -> int:
         """The TP each engine runs: its GPUs (miles 31f1ca9 backends/sglang_utils/arguments.py
         validate_args), divided by --sglang-pp-size on slime (624b824, same file:173: when PP
         > 1 and it divides them; else slime asserts, `sglang-pp-invalid`)."""
         size, pp = self.engine_size, self.engine_pp
-        if self._framework == "slime" and pp > 1 and size % pp == 0:
+        if framework == "slime" and pp > 1 and size % pp == 0:
             return size // pp
         return size
 
-    @cached_property
-    def engine_ep_used(self) -> int:
-        """The engine EP SGLang really runs (see `a2a_forces_ep`)."""
-        return self.sglang_tp_used if self.a2a_forces_ep else self.engine_ep
+    def engine_ep_used(self, framework: str) -> int:
+        """The engine EP SGLang really runs: the engine TP under an all-to-all backend that
+        forces it (`a2a_forces_ep`), else --sglang-ep-size."""
+        return self.sglang_tp_used(framework) if self.a2a_forces_ep else self.engine_ep
 
     @cached_property
     def eval_size(self) -> int:

@@ -239,9 +239,6 @@ class Topology(BaseModel):
 
     @model_validator(mode="after")
     def _validate(self, info: ValidationInfo) -> Topology:
-        # the rollout part `_infer` built for this Topology learns whose launcher sizes its
-        # engines (Rollout.sglang_tp_used), before any rule reads it
-        self.rollout.__pydantic_private__["_framework"] = self.layout.framework
         found = run_rules(self)
         errors = [p for p in found if p.severity == "error"]
         warnings = [p for p in found if p.severity != "error"]  # warnings, then skipped

@@ -94,9 +94,11 @@ def record(kind: str, argv=None, shell: str | None = None, env=None, **extra) ->
     rec.update(extra)
     if kind in ("subprocess", "os.system") or kind.startswith(("os.exec", "os.spawn",
                                                                "os.posix_spawn")):
-        files = _written(argv, shell)
+        files, base = _written(argv, shell, extra.get("cwd"))
         if files:
             rec["files"] = files
+        if base is not None:  # the folder its relative names were found from
+            rec["files_base"] = base
     emit(rec)
 
 
@@ -104,11 +106,12 @@ def record(kind: str, argv=None, shell: str | None = None, env=None, **extra) ->
 #
 # slime's PPO CI tests write their --megatron-config-path YAML to a NamedTemporaryFile (in
 # TMPDIR: the work folder) and pass its name; the checker reads the launch after the work
-# folder is gone. So a command's YAML flag whose value is an absolute path in the work folder
-# carries that file's text, read here when the command is recorded (under the kernel's read
-# rules) and only from a bounded regular file that resolves inside the work folder and has
-# one link: never through a link out, never a FIFO or device (records.py re-checks the shape;
-# the text is the launcher's to choose, as its argv is).
+# folder is gone. So a command's YAML flag whose value is a path in the work folder (absolute,
+# or relative to the command's working folder: its cwd=, else the launcher's current one,
+# recorded as "files_base") carries that file's text, read here when the command is recorded
+# (under the kernel's read rules) and only from a bounded regular file that resolves inside
+# the work folder and has one link: never through a link out, never a FIFO or device
+# (records.py re-checks the shape; the text is the launcher's to choose, as its argv is).
 YAML_FLAGS = ("--megatron-config-path", "--yaml-cfg", "--custom-config-path")
 WRITTEN_MAX = 1 << 20  # bytes of one file (records.TEXT_MAX)
 WRITTEN_FILES = 4  # files one command carries (records.FILES_MAX)
@@ -116,16 +119,29 @@ WRITTEN_JSON = 2 << 20  # their JSON in all: the record line stays under records
 _WORKS: tuple = ()  # the work folder, as given and resolved
 
 
-def _written(argv, shell) -> dict:
-    """{path: {"text": ...} or {"why": ...}} for each YAML flag of the command whose value
-    is a path in the work folder (at most WRITTEN_FILES)."""
+def _written(argv, shell, cwd: str | None = None) -> tuple[dict, str | None]:
+    """({path: {"text": ...} or {"why": ...}} for each YAML flag of the command whose value
+    is a path in the work folder (at most WRITTEN_FILES), the folder a relative one was
+    found from, or None when none was). A relative name is taken only when something is
+    there: else it is one of the checkout's, which the checker reads through its gate."""
     text = " ".join(argv) if argv is not None else shell or ""
     if not any(f in text for f in YAML_FLAGS):
-        return {}
-    out, size = {}, 0
-    for path in _yaml_paths(argv if argv is not None else _split(shell), 2):
+        return {}, None
+    try:
+        base = os.path.normpath(os.path.join(os.getcwd(), cwd or ""))
+    except OSError:  # its current folder was removed
+        base = None
+    out, size, relative = {}, 0, False
+    for value in _yaml_paths(argv if argv is not None else _split(shell), 2):
+        if not os.path.isabs(value) and base is None:
+            continue
+        path = os.path.normpath(os.path.join(base or "/", value))
         if path in out or not path.startswith(_WORKS):
             continue
+        if not os.path.isabs(value):
+            if not os.path.lexists(path):
+                continue
+            relative = True
         if len(out) == WRITTEN_FILES:
             break
         got = _capture(path)
@@ -133,7 +149,7 @@ def _written(argv, shell) -> dict:
         if size + n > WRITTEN_JSON:
             got, n = {"why": "size"}, 20
         out[path], size = got, size + n
-    return out
+    return out, base if relative else None
 
 
 def _split(text: str) -> list[str]:
@@ -146,8 +162,8 @@ def _split(text: str) -> list[str]:
 
 
 def _yaml_paths(words: list, depth: int) -> list[str]:
-    """The absolute paths given to a YAML flag (`--flag PATH`, `--flag=PATH`), also inside a
-    word that is a command of its own (`bash -c "..."`, a ray job's entrypoint)."""
+    """The paths given to a YAML flag (`--flag PATH`, `--flag=PATH`), also inside a word
+    that is a command of its own (`bash -c "..."`, a ray job's entrypoint)."""
     out = []
     for i, w in enumerate(words):
         if not isinstance(w, str):
@@ -155,8 +171,8 @@ def _yaml_paths(words: list, depth: int) -> list[str]:
         flag, eq, value = w.partition("=")
         if flag in YAML_FLAGS:
             value = value if eq else words[i + 1] if i + 1 < len(words) else ""
-            if isinstance(value, str) and os.path.isabs(value):
-                out.append(os.path.normpath(value))
+            if isinstance(value, str) and value:
+                out.append(value)
         elif depth and any(f in w for f in YAML_FLAGS) and any(c.isspace() for c in w):
             out += _yaml_paths(_split(w), depth - 1)
     return out

@@ -6,7 +6,7 @@ types, bounded sizes; other keys dropped), and a source location only when it na
 file inside the launcher's checkout: the checker reads those files (report columns), so a
 forged `/dev/zero` or `/dev/stdin` must never reach it. What the record cannot forge (how the
 launcher ended, the supervisor's verdict, its typer commands) is taken elsewhere
-(`pylaunch._run`, `typerapp`).
+(`pylaunch.execute`, `typerapp`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _CALL = {"kind": _STR, "argv": "words?", "shell": _OPT_STR, "source": "where",
          "server": _OPT_STR, "port": _INT,
          # the text of a YAML a command names, written in the work folder (child._written):
          # input-chosen text, as argv is; only a path inside the work folder is kept
-         "files": "files"}
+         "files": "files", "files_base": "base"}
 _SHAPES = {  # the key that names a record's kind -> the keys it may hold
     "kind": _CALL,
     "unknown": {"unknown": _INT, "what": _STR, "source": "where"},
@@ -149,6 +149,9 @@ class RecordReader:
         if shape == "files" and _FITS[shape](v):  # a forged path outside it: dropped
             return True, {k: x for k, x in v.items() if os.path.isabs(k) and
                           os.path.normpath(k) == k and k.startswith(self.works)}
+        if shape == "base":  # the folder the relative names were found from: in it too
+            return True, v if _text(v) and os.path.isabs(v) and os.path.normpath(v) == v and \
+                os.path.join(v, "").startswith(self.works) else None
         if shape in ("at", "inner"):
             n = 2 if shape == "at" else 4
             return True, v if isinstance(v, list) and len(v) == n and _text(v[0]) and \

@@ -101,7 +101,8 @@ def read_channels(pairs: Sequence[tuple[str, str | None, Location | None]],
         problems, words = _read(pairs, dirs, framework)
     finally:
         WRITTEN.reset(token)
-    gone = {written_name(v): at for _, v, at in pairs if v in (written or {}) and at}
+    gone = {written_name(v, written or ()): at for _, v, at in pairs
+            if v in (written or {}) and at}
     if not gone:
         return problems, words
     return ([p.at(gone[p.location.path]) if p.location and p.location.path in gone else p

@@ -22,8 +22,12 @@ _PREFIX = {
     "nice": {"-n"}, "env": {"-u", "--unset", "-C", "--chdir", "-S"},
     "timeout": {"-s", "-k", "--signal", "--kill-after"}, "sudo": {"-u", "-g", "-C"},
     "stdbuf": {"-i", "-o", "-e"}, "setsid": set(),
-    # SLURM's srun runs the command on each task of the allocation (srun(1)); its options
-    # that take a value as the next word (pyxis adds the --container-* ones)
+}
+# launchers that run the rest of the line as a command on other nodes, for the command's
+# form only (a file they name is another machine's: shell/containers.py reads srun's
+# container mounts): SLURM's srun runs it on each task (srun(1)); its options that take a
+# value as the next word (pyxis adds the --container-* ones)
+_RUNNERS = {
     "srun": {"-A", "-B", "-b", "-C", "-c", "-D", "-d", "-e", "-G", "-i", "-J", "-L", "-M",
              "-m", "-N", "-n", "-o", "-p", "-q", "-r", "-S", "-T", "-t", "-W", "-w", "-x",
              "--account", "--begin", "--chdir", "--constraint", "--cpu-bind",
@@ -69,7 +73,7 @@ def command_form(vals: list[str | None]) -> Form | None:
     of command forms for bash scripts and Python launchers alike; None values are words
     not known here."""
     env: dict[str, str] = {}
-    k = _skip_wrappers(vals, 0, env)
+    k = _skip_wrappers(vals, 0, env, runners=True)
     if k >= len(vals) or vals[k] is None:
         return None
     base = os.path.basename(vals[k])
@@ -139,8 +143,10 @@ def wrapped_shell(vals: list[str | None]) -> int | None:
     return None
 
 
-def _skip_wrappers(vals: list[str | None], k: int, env: dict[str, str]) -> int:
-    """Index of the first word after leading assignments and wrapper commands."""
+def _skip_wrappers(vals: list[str | None], k: int, env: dict[str, str],
+                   runners: bool = False) -> int:
+    """Index of the first word after leading assignments and wrapper commands (`runners`:
+    also srun, `_RUNNERS`)."""
     while k < len(vals):
         v = vals[k]
         if v is None:
@@ -149,8 +155,8 @@ def _skip_wrappers(vals: list[str | None], k: int, env: dict[str, str]) -> int:
             name, _, value = v.partition("=")
             env[name] = value
             k += 1
-        elif os.path.basename(v) in _PREFIX:
-            opts = _PREFIX[os.path.basename(v)]
+        elif (b := os.path.basename(v)) in _PREFIX or runners and b in _RUNNERS:
+            opts = _PREFIX[b] if b in _PREFIX else _RUNNERS[b]
             k += 1
             while k < len(vals) and vals[k] is not None and vals[k].startswith("-"):
                 k += 2 if vals[k] in opts else 1

@@ -17,7 +17,8 @@ arguments, judged as slime 624b824 applies them.
   their tensor/pipeline/context/expert sizes to `mpu.initialize_model_parallel`. A parallel
   size in the actor's overrides is the layout the actor trains with, so it is applied to the
   judged layout (its source the YAML line) and every rule judges it, except a virtual
-  pipeline size: only validate_args reads those keys (`VIRTUAL`, a warning); but Megatron's
+  pipeline size: only validate_args reads those keys (`VIRTUAL`, a warning; the count it
+  derived from the command line stays under an actor's pp, `_virtual`); but Megatron's
   validate_args checked, and derived its values (data_parallel_size, sequence_parallel off at
   tp 1, expert_tensor_parallel_size = tp when not given, the virtual pipeline size) from, the
   command line's sizes before (a warning). The role keeps those: an actor's tp override gets
@@ -111,7 +112,8 @@ def read_roles(value: str | None, at: Location | None, dirs: Sequence[str],
     actor = [yv for yv in roles.get("actor", {}).values()
              if yv.key in grid_dest and grid_dest[yv.key] not in VIRTUAL
              and isinstance(yv.value, SCALARS)]
-    return problems, actor + _kept(roles.get("actor", {}), pairs, grid_dest)
+    virtual, stale = _virtual(roles.get("actor", {}), pairs, grid_dest)
+    return problems + virtual, actor + _kept(roles.get("actor", {}), pairs, grid_dest) + stale
 
 
 def _broken(e: _Broken, where: str, at: Location | None, severity: str) -> Problem:
@@ -335,14 +337,80 @@ def _kept(keys: Mapping[str, YamlValue], pairs, grid_dest) -> list[YamlValue]:
     cli_tp = _size(pairs, "tp")
     if tp_yv is None or tp is None or cli_tp is None or tp == cli_tp:
         return []
-    dest = {n: d for d, n in grid_dest.items()}
     by = {grid_dest.get(yv.key) for yv in keys.values()}
     out = []
     if sp_yv is None and sp is False and tp > 1 and _on(pairs, "sp"):
-        out.append(YamlValue(dest["sp"], False, tp_yv.path, tp_yv.line))
+        out.append(YamlValue(_dest(grid_dest, "sp"), False, tp_yv.path, tp_yv.line))
     if "etp" not in by and not _last(pairs, "etp")[0]:
-        out.append(YamlValue(dest["etp"], cli_tp, tp_yv.path, tp_yv.line))
+        out.append(YamlValue(_dest(grid_dest, "etp"), cli_tp, tp_yv.path, tp_yv.line))
     return out
+
+
+def _virtual(keys: Mapping[str, YamlValue], pairs, grid_dest
+             ) -> tuple[list[Problem], list[YamlValue]]:
+    """The actor's virtual pipeline when its override changes pp under the command line's
+    --num-layers-per-virtual-pipeline-stage. Megatron-LM validate_args (1dcf0da, slime's
+    docker/Dockerfile pin: training/arguments.py:528-556) asserted the command line's layers
+    % pp and layers per stage % that value, then set args.virtual_pipeline_model_parallel_size
+    = layers // pp // it (None for 1), before slime's overrides; the count stays. The role's
+    _initialize_distributed passes it with the role's pp (megatron-core initialize_model_
+    parallel raises RuntimeError at pp 1), training.get_model builds that many chunks, and
+    transformer_block.get_num_layers_to_build asserts layers // the role's pp % it == 0. The
+    judged layout gets the layers per virtual stage that give that count at the role's pp (at
+    the override's line); an error where validate_args or that assert fails. Not read: the
+    embedding / loss in the split, uneven stages, slime's --debug-rollout-only (no
+    validate_args), a value known only at run time."""
+    by = {grid_dest.get(yv.key): yv for yv in keys.values()}
+    pp_yv, (given, per), n = by.get("pp"), _last(pairs, "vpp_layers"), _last(pairs, "layers")[1]
+    cli_pp, pp = _size(pairs, "pp"), _yaml_int(pp_yv.value) if pp_yv else None
+    n, per = _int(n or ""), _int(per or "")
+    if not given or None in (pp, n, per, cli_pp) or pp == cli_pp or min(pp, per) < 1 \
+            or not _even(by, pairs):
+        return [], []
+    at = Location(pp_yv.path, pp_yv.line)
+    flags = (flag_of("pp"), flag_of("vpp_layers"))
+    if n % cli_pp or n // cli_pp % per:
+        return [Problem(
+            "layers-not-divisible-by-pp",
+            f"the command line's {n} layers do not split into {flag_of('pp')} {cli_pp} "
+            f"stages of chunks of {flag_of('vpp_layers')} {per} layers: Megatron's "
+            "validate_args asserts it on the command line's values, before slime applies "
+            f"the actor's {pp_yv.key}: {_shown(pp_yv.value)} (arguments.py "
+            "_apply_megatron_role_overrides).",
+            f"give {flag_of('vpp_layers')} dividing {n} // {cli_pp} layers, or the actor's "
+            "pp on the command line", flags[::-1],
+            location=next((w for f, _, w in reversed(pairs) if field_of(f) == "vpp_layers"),
+                          None) or at)], []
+    count = n // cli_pp // per
+    if n % pp or (pp == 1 and count > 1):
+        return [], []  # the judged layout's layers-not-divisible-by-pp / vpp-requires-pp
+    if count == 1 or n // pp % count == 0:
+        return [], [YamlValue(_dest(grid_dest, "vpp_layers"), n // pp // count, at.path,
+                              at.line)]
+    return [Problem(
+        "layers-not-divisible-by-pp",
+        f"the actor's {pp_yv.key}: {_shown(pp_yv.value)} leaves {n // pp} layers a stage, "
+        f"which do not split into the {count} virtual stages Megatron's validate_args "
+        f"derived from the command line ({n} // {flag_of('pp')} {cli_pp} // "
+        f"{flag_of('vpp_layers')} {per}) before slime applied the override: megatron-core "
+        "get_num_layers_to_build asserts it when the actor builds its model.",
+        f"give the actor's pp on the command line (with {flag_of('vpp_layers')}), or keep "
+        f"a pp whose {n} // pp layers a stage divide by {count}", flags, location=at)], []
+
+
+def _even(by: Mapping[str | None, YamlValue], pairs) -> bool:
+    """Layers split evenly over the stages, no embedding / loss slot, the virtual pipeline
+    given by layers only, and validate_args run (not slime's --debug-rollout-only): what
+    `_virtual` models."""
+    return not any(name in by or _on(pairs, name) is not False
+                   for name in ("embedding_in_split", "loss_in_split", "rollout_only")) \
+        and not any(name in by or _last(pairs, name)[0]
+                    for name in ("first_stage_layers", "last_stage_layers", "vpp"))
+
+
+def _dest(grid_dest: Mapping[str, str], name: str) -> str:
+    """The argparse name that sets field `name` (the words a judged value becomes)."""
+    return next(d for d, n in grid_dest.items() if n == name)
 
 
 def _int(value: Any) -> int | None:

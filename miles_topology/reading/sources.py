@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -600,7 +600,7 @@ def yaml_values(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
     return [YamlValue(str(k), v, where, lines.get(str(k), 0)) for k, v in data.items()]
 
 
-# the folder a Python launcher runs in (pylaunch/__init__.py, spare.py: its TMPDIR)
+# the folder a Python launcher runs in (pylaunch/execute.py, spare.py: its TMPDIR)
 SANDBOX = "/miles-topology-launcher-"
 # The YAML files a Python launch's flags name in its sandbox's work folder, gone when the
 # checker reads the launch: their text as the sandboxed child read it when the launch was
@@ -611,9 +611,19 @@ WRITTEN: ContextVar[Mapping[str, Mapping[str, str]] | None] = ContextVar("writte
 WRITTEN_BY = "<written by the launcher: "
 
 
-def written_name(path: str) -> str:
-    """How a YAML the launcher wrote is named: not by its path, which no longer exists."""
-    return f"{WRITTEN_BY}{path.rpartition('/')[2]}>"
+def written_name(path: str, written: Iterable[str] = ()) -> str:
+    """How a YAML the launcher wrote is named: not by its path, which no longer exists, but by
+    its shortest tail no other file the launch wrote (`written`) ends in: `cfg.yaml`, or
+    `a/cfg.yaml` beside `b/cfg.yaml` (read_channels maps findings back by this name). A
+    relative name (`--yaml-cfg cfg.yaml`) is another key of a file, named as that file
+    (pylaunch.outcome._files keeps its path under "as"); only the files' own paths count."""
+    if isinstance(written, Mapping):
+        path = (written.get(path) or {}).get("as", path)
+    parts = path.split("/")
+    others = [o.split("/") for o in written if o != path and o.startswith("/")]
+    n = next((n for n in range(1, len(parts)) if all(o[-n:] != parts[-n:] for o in others)),
+             len(parts))
+    return f"{WRITTEN_BY}{'/'.join(parts[-n:])}>"
 
 
 def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
@@ -630,7 +640,7 @@ def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
 
     kept = (WRITTEN.get() or {}).get(value) or {}
     if isinstance(kept.get("text"), str):
-        text, where = kept["text"], written_name(value)
+        text, where = kept["text"], written_name(value, WRITTEN.get() or ())
     elif base64 and value.startswith("base64:"):
         try:
             text, where = b64decode(value[7:], validate=True).decode(), "<base64>"
@@ -651,7 +661,7 @@ def yaml_doc(value: str, dirs: Sequence[str | Path] = (), base64: bool = True
             except OSError:
                 continue
         else:
-            if SANDBOX in value:  # slime's PPO CI tests write it to a NamedTemporaryFile
+            if SANDBOX in value or kept:  # slime's PPO CI tests write a NamedTemporaryFile
                 why = f"; it was not read when the launch was recorded: {kept['why']}" \
                     if kept.get("why") else ""
                 return f"a file the launcher writes when it runs, gone when its sandbox ends{why}"

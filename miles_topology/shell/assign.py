@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from ..model.errors import Location
 from . import syntax
@@ -279,32 +280,40 @@ class Assignments:
 
 def walk(body: list, funcs: dict[str, list]) -> Iterator:
     """Every command node of `body`, the functions it calls included (their text, not run)."""
-    seen, todo = set(), list(body)
+    return (node for node, _ in walk_called(body, funcs))
+
+
+def walk_called(body: list, funcs: dict[str, list]) -> Iterator[tuple[Any, bool]]:
+    """`walk`'s nodes, each with whether it lies in a function the body calls (a `return`
+    there leaves the function, not the body)."""
+    seen, todo = set(), [(node, False) for node in body]
     while todo:
-        node = todo.pop()
+        node, called = todo.pop()
         t = type(node)
         if isinstance(node, list):
-            todo.extend(node)
+            todo.extend((n, called) for n in node)
             continue
-        yield node
+        yield node, called
+        kids: list = []
         if t is syntax.Simple:
             head = node.words[0].literal() if node.words else None
             if head in funcs and head not in seen:
                 seen.add(head)
-                todo.extend(funcs[head])
+                todo.extend((n, True) for n in funcs[head])
         elif t is syntax.AndOr:
-            todo.extend(c for _, c in node.items)
+            kids = [c for _, c in node.items]
         elif t is syntax.Pipe:
-            todo.extend(node.cmds)
+            kids = node.cmds
         elif t is syntax.If:
-            for test, body in node.branches:
-                todo.extend(test + body)
-            todo.extend(node.orelse or ())
+            for test, branch in node.branches:
+                kids += test + branch
+            kids += node.orelse or ()
         elif t is syntax.Case:
             for arm in node.arms:
-                todo.extend(arm[1])
+                kids += arm[1]
         elif t in (syntax.Loop, syntax.Group):
-            todo.extend(node.body)
+            kids = node.body
+        todo.extend((n, called) for n in kids)
 
 
 def sets(body: list, funcs: dict[str, list]) -> set[str]:

@@ -41,6 +41,7 @@ class Commands(Protocol):
     returned: list[list[tuple]]  # per one of them: the states its `return`s left in
     checked: int  # >0 where a command's failure is tested (set -e ignores it)
     guards: list[frozenset[str]]  # paths a run-time test requires to exist, innermost last
+    boxed: str | None  # reading a container's `bash -c` text: the container, as said
 
 
 class Builtins:

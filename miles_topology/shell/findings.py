@@ -21,7 +21,7 @@ class _Capped(list):
 
 class Findings:
     __slots__ = ("launches", "notes", "unresolved", "missing", "uses", "machine", "written",
-                 "hidden")
+                 "contained", "hidden")
 
     def __init__(self):
         self.launches: list = []  # launch.Launch, in the order run
@@ -33,6 +33,8 @@ class Findings:
         # files it writes from a here-document naming a training entry (a Kubernetes
         # manifest, an sbatch file), another program runs: (where, the file)
         self.written: list[tuple[Location, str]] = []
+        # scripts a container runs that are not read (containers.follow): (where, why)
+        self.contained: list[tuple[Location, str]] = []
         # `bash -c TEXT` naming a training entry whose TEXT is not known here: (where, why)
         # (launches whose entry word is not known are marked in `launches`)
         self.hidden: list[tuple[Location, str]] = []

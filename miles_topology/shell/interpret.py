@@ -14,10 +14,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..model.errors import Location
-from ..reading.commandline import wrapped_shell
 from ..reading.textfilters import FILTERS
+from . import containers, syntax
 from . import launch as launches
-from . import syntax
 from .assign import Assignments
 from .branches import Branches
 from .budget import (
@@ -86,6 +85,7 @@ class Reader:
         # per function, sourced file or other shell running: the states its `return`s left
         # in (with the condition of the branch they ran in), joined where it ends
         self.returned: list[list[tuple]] = []
+        self.boxed: str | None = None  # a container's `bash -c` text is read (containers)
 
     def run_main(self):
         abs_path = self.at.main_abs
@@ -128,6 +128,11 @@ class Reader:
         """``bash FILE ARGS``: another shell runs the file (one on disk, or `written` by the
         script: `path` is its key) with ARGS as $1... and FILE as $0; it sees only the
         exported variables, and nothing it sets comes back here."""
+        if self.boxed is not None:  # in a container's `bash -c` text (containers._text)
+            self.found.contained.append((self.at.src(n.line), f"{self.boxed}: its text runs "
+                                         f"`bash {shown}`, a path of the container, which "
+                                         "is not followed"))
+            return
         if self.budget.deep:
             return
         with self.child_shell(args, shown):
@@ -414,10 +419,8 @@ class Reader:
         elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
                 [f.value for f in fields]):
             self.texts.heredoc(n.stdin, cond)
-        elif (k := launches.shell_text(fields)) is not None:  # srun ... bash -lc '...'
-            self.texts.command(fields, k, cond)
-        elif (k := wrapped_shell([f.value for f in fields])) is not None:  # nohup bash F &
-            self.builtins.script(fields[k:], n, cond)
+        else:  # bash -c '...' (srun ... bash -lc), nohup bash F &, docker run -v ... bash F
+            containers.follow(self, fields, n, cond)
 
     def orphan(self, n: syntax.Simple, fields: list[Field], prev: int | None):
         flags = [f.value or f.text for f in fields if (f.value or f.text).startswith("-")]

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from ..model.errors import Location
 from . import syntax
-from .assign import walk
+from .assign import walk_called
 from .budget import MAX_READ_LOOP_STEPS
 from .values import ArithError, Field, Unk, Var, arith, arith_targets
 
@@ -245,7 +245,8 @@ def _endless(n: syntax.Loop, body: list, funcs: dict[str, list]) -> bool:
     forever = ("false",) if n.kind == "until" else ("true", ":")
     if word not in forever:
         return False
-    heads = [m.words[0].literal() if m.words else "" for m in walk(body, funcs)
-             if type(m) is syntax.Simple]
-    own = [m.words[0].literal() for m in walk(body, {}) if type(m) is syntax.Simple and m.words]
-    return None not in heads and not _LEAVE.intersection(heads) and "return" not in own
+    heads = [(m.words[0].literal() if m.words else "", called)
+             for m, called in walk_called(body, funcs) if type(m) is syntax.Simple]
+    # a `return` in a function the body calls leaves that function, not the body
+    return all(h is not None and h not in _LEAVE and (called or h != "return")
+               for h, called in heads)

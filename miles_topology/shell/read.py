@@ -74,6 +74,10 @@ def require_launch(found: ScriptRead) -> ScriptRead:
         at, name = found.written[0]
         why = f" It writes a training launch into {name} at {at} (a here-document), which " \
             "this script does not run itself: check the command that file holds where it runs"
+    if found.contained:  # docker exec CONTAINER bash /root/slime/scripts/run.sh
+        why = f" {found.contained[0][1]}: check the script that path holds by its own name " \
+            "(its copy in this checkout), or mount its folder by the command (-v HOST:DIR, " \
+            "--bind HOST:DIR; --env NAME=VALUE for a word known only at run time)"
     raise NoTrainingLaunch(
         f"{found.path}: no training launch found (python3 train.py, train_async.py, torchrun, "
         f"or ray job submit ... -- python3 train.py){instead}.{why}")
@@ -129,7 +133,7 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
                       launch.site if launch else None,
                       {k: frozenset(v) for k, v in res.uses.items()}, gaps, others,
                       launch.world if launch else None, _frameworks(res.machine),
-                      list(res.written), list(res.hidden) + [
+                      list(res.written), list(res.contained), list(res.hidden) + [
                           (x.src, x.unknown) for x in res.launches if x.unknown and not x.training])
     return read
 

@@ -148,6 +148,8 @@ class ScriptRead:
     frameworks: tuple[str, ...] = ()
     # files it writes from a here-document naming train.py, another program runs (where, file)
     written: list[tuple[Location, str]] = field(default_factory=list)
+    # scripts a container runs that are not read (a path no mount maps here): (where, why)
+    contained: list[tuple[Location, str]] = field(default_factory=list)
     # what may launch training but is not known here (where, why): a `bash -c TEXT` naming
     # train.py whose TEXT is unknown, a python/ray launch whose entry word is unknown
     hidden: list[tuple[Location, str]] = field(default_factory=list)

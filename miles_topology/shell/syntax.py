@@ -340,6 +340,18 @@ class _Text:
     def text(self, n) -> str:
         return self.back(self.data[n.start_byte:n.end_byte].decode("utf-8", "replace"))
 
+    def lead(self, n) -> int:
+        """Blank bytes before an expansion's `$`: tree-sitter-bash 0.25.1 starts the second
+        of two expansions a blank apart in a string at the blank (``"$A $B"``)."""
+        k = n.start_byte
+        while k < n.end_byte and self.data[k] in b" \t":
+            k += 1
+        return k - n.start_byte
+
+    def expr(self, n) -> str:
+        """An expansion's text, from its `$` (`lead`)."""
+        return self.gap(n.start_byte + self.lead(n), n.end_byte)
+
     def gap(self, a: int, b: int) -> str:
         return self.back(self.data[a:b].decode("utf-8", "replace"))
 
@@ -812,21 +824,22 @@ class _Words:
                 self.parts(c, quoted, out)
                 pos = c.end_byte
         elif t == "simple_expansion":
-            name = self.src.text(n)[1:]
-            out.append(Param.make(name=name, quoted=quoted, text=self.src.text(n), line=line))
+            text = self.src.expr(n)
+            out.append(Param.make(name=text[1:], quoted=quoted, text=text, line=line))
         elif t == "expansion":
             self.src.enter(n)
             try:
                 out.append(self.expansion(n, quoted))
             finally:
                 self.src.depth -= 1
-        elif t == "command_substitution" and _misread_arith(n, self.src.text(n)):
+        elif t == "command_substitution" and _misread_arith(n, self.src.expr(n)):
             # tree-sitter-bash 0.25.1 reads ``${X:-$((A - B))}`` as $( (A - B) ); bash reads
             # ``$((`` as arithmetic whenever it can
             self.src.enter(n)
             try:
-                out.append(Arith.make(expr=self.region(n, n.start_byte + 3, n.end_byte - 2, True),
-                                 quoted=quoted, text=self.src.text(n), line=line))
+                a = n.start_byte + self.src.lead(n) + 3
+                out.append(Arith.make(expr=self.region(n, a, n.end_byte - 2, True),
+                                 quoted=quoted, text=self.src.expr(n), line=line))
             finally:
                 self.src.depth -= 1
         elif t == "command_substitution":
@@ -839,7 +852,7 @@ class _Words:
                 a = n.children[0].end_byte if n.children else n.start_byte
                 b = n.children[-1].start_byte if len(n.children) > 1 else n.end_byte
                 out.append(Arith.make(expr=self.region(n, a, b, True), quoted=quoted,
-                                 text=self.src.text(n), line=line))
+                                 text=self.src.expr(n), line=line))
             finally:
                 self.src.depth -= 1
         elif t == "$" and self.src.text(n) == "$$":  # ends a concatenation: still the pid
@@ -854,8 +867,9 @@ class _Words:
         end = n.end_byte - 1
         before = len(out)
         for c in kids:
-            if c.start_byte > pos:
-                out.append(Lit.make(text=_dq_unescape(self.src.gap(pos, c.start_byte)), quoted=True,
+            start = c.start_byte + (self.src.lead(c) if c.type != "string_content" else 0)
+            if start > pos:
+                out.append(Lit.make(text=_dq_unescape(self.src.gap(pos, start)), quoted=True,
                                line=line))
             if c.type == "string_content":
                 out.append(Lit.make(text=_dq_unescape(self.src.text(c)), quoted=True, line=line))
@@ -874,7 +888,7 @@ class _Words:
         finally:
             self.src.depth -= 1
         proc = self.src.text(n)[:2] if n.type == "process_substitution" else None
-        return Sub.make(body=body, quoted=quoted, text=self.src.text(n), line=self.src.line(n),
+        return Sub.make(body=body, quoted=quoted, text=self.src.expr(n), line=self.src.line(n),
                         proc=proc)
 
     def region(self, n, a: int, b: int, quoted: bool, kids=None, line=None) -> Word:
@@ -955,7 +969,7 @@ class _Words:
         if bad or not name:
             op = "?bad"
         return Param.make(name=name, index=index, op=op, arg=arg, arg2=arg2, length=length,
-                     quoted=quoted, text=self.src.text(n), line=line)
+                     quoted=quoted, text=self.src.expr(n), line=line)
 
 
 # ---------------------------------------------------------------- errors

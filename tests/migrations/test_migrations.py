@@ -448,6 +448,18 @@ def test_check_exit_codes(tmp_path, capsys):
     assert cli(["migrate", "--check", "--write", str(run)], capsys)[0] == 2
 
 
+def test_dry_run_is_the_default_said_aloud(tmp_path, capsys):
+    # `migrate --dry-run` was the top-level usage (exit 2): the flag names the default
+    run = staged(step_dir(STEPS[0]), tmp_path)
+    original = run.read_bytes()
+    dry = cli(["migrate", "--dry-run", str(run)], capsys)
+    assert dry == cli(["migrate", str(run)], capsys) and dry[0] == 0 and "+++" in dry[1]
+    assert cli(["migrate", "--dry-run", "--check", str(run)], capsys)[0] == 1
+    code, _, err = cli(["migrate", "--dry-run", "--write", str(run)], capsys)
+    assert code == 2 and "--dry-run writes nothing" in err and "usage" not in err
+    assert run.read_bytes() == original and not list(tmp_path.glob("*.bak"))
+
+
 # ---------------------------------------------------------------- the launcher takes both forms
 
 

@@ -369,7 +369,7 @@ def test_problem_codes_doc_is_generated_from_the_registry():
     from miles_topology.migrations import fix  # noqa: F401  (the fixers mark their codes)
 
     doc = (ROOT / "docs" / "problem-codes.md").read_text()
-    assert doc == markdown(), "regenerate: python -m miles_topology.codes > docs/problem-codes.md"
+    assert doc == markdown(), "regenerate: python tools/gen_codes.py > docs/problem-codes.md"
     assert all(f"| [`{code}`](#{code}) |" in doc and f"\n## {code}\n" in doc for code in CODES)
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from miles_topology.cli import main
-from miles_topology.pylaunch import _tail
 from miles_topology.pylaunch.checkout import paths, root_of
+from miles_topology.pylaunch.outcome import last_words as _tail
 
 # the package lives at the checkout's root; the launcher two folders down imports it
 PACKAGE = '''import subprocess

@@ -16,7 +16,8 @@ import time
 import pytest
 from support import UNHOOK
 
-from miles_topology.pylaunch import _servers, read_python_launches, records, typerapp
+from miles_topology.pylaunch import read_python_launches, records, typerapp
+from miles_topology.pylaunch.outcome import _servers
 from miles_topology.pylaunch.records import RecordReader
 
 LAUNCH = {"kind": "subprocess", "argv": ["python3", "train.py", "--colocate"]}

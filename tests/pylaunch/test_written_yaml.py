@@ -136,6 +136,38 @@ def test_a_custom_config_yaml_goes_through_the_same_reader(tmp_path):
     assert "custom-config-layout" in [p.code for p in v.errors], said(v)
 
 
+def test_a_relative_name_from_the_launchers_folder_is_judged(tmp_path):
+    # `--megatron-config-path m.yaml` written in the launcher's current folder (the work
+    # folder), or in a folder it changed to: the name is found from where the command runs
+    for body, name in (("""
+    with open("m.yaml", "w") as f:
+        f.write(text)
+    return "m.yaml"
+    """, "m.yaml"), ("""
+    os.makedirs("run/cfg")
+    os.chdir("run")
+    with open("cfg/m2.yaml", "w") as f:
+        f.write(text)
+    return "./cfg/m2.yaml"
+    """, "m2.yaml")):
+        path = launcher(tmp_path, body)
+        v = judged(path)
+        assert v.ok and v.summary["tp"] == 4, said(v)
+        (w,) = [p for p in v.warnings if p.code == "megatron-config-topology"]
+        assert w.location.path == str(path) and f"launcher: {name}>" in w.message
+
+
+def test_a_relative_name_of_the_checkout_is_read_there_not_captured(tmp_path):
+    # nothing of that name in the work folder: the checker reads the checkout's file
+    (tmp_path / "slime-ci" / "tests").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "slime-ci" / "tests" / "roles.yaml").write_text(ACTOR_TP)
+    path = launcher(tmp_path, 'return "roles.yaml"\n')
+    v = judged(path)
+    assert v.summary["tp"] == 4, said(v)
+    (w,) = [p for p in v.warnings if p.code == "megatron-config-topology"]
+    assert "written by the launcher" not in w.message
+
+
 # ---- what the guard keeps out ---------------------------------------------------------------
 
 
@@ -156,6 +188,30 @@ def test_a_link_out_of_the_sandbox_is_not_read(tmp_path, secret):
     return os.path.join(tempfile.gettempdir(), "d", "secret.yaml")
     """  # a folder linked out: O_NOFOLLOW alone would not see it
     unread(judged(launcher(tmp_path, folder), reads=[secret]), "resolves outside")
+
+
+def test_a_relative_name_linked_out_of_the_sandbox_is_not_read(tmp_path, secret):
+    last = f"""
+    posix.symlink({str(secret / 'secret.yaml')!r}, "m.yaml")
+    return "m.yaml"
+    """
+    unread(judged(launcher(tmp_path, last), reads=[secret]), "resolves outside")
+    folder = f"""
+    posix.symlink({str(secret)!r}, "d")
+    return "d/secret.yaml"
+    """
+    unread(judged(launcher(tmp_path, folder), reads=[secret]), "resolves outside")
+
+
+def test_a_forged_base_outside_the_sandbox_is_ignored(tmp_path, secret):
+    work = tmp_path / "launcher-x" / "work"
+    launch = {"kind": "subprocess", "argv": ["python3", "train.py"],
+              "files": {str(work / "m.yaml"): {"text": "a"}}}
+    for base, kept in ((str(work), str(work)), (str(work / "sub"), str(work / "sub")),
+                       (str(secret), None), (str(work / ".." / "x"), None), ("work", None)):
+        (got,) = RecordReader(str(tmp_path), str(work)).parse(
+            json.dumps({**launch, "files_base": base}).encode())
+        assert got["files_base"] == kept, base
 
 
 @pytest.mark.parametrize("trust", [False, True])

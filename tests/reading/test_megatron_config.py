@@ -19,8 +19,10 @@ from hostile import clean
 from support import FIXTURES
 
 from miles_topology.judging.check_script import check_script
+from miles_topology.model.errors import Location
 from miles_topology.reading import gate
 from miles_topology.reading.channels import read_channels
+from miles_topology.reading.sources import written_name
 
 FIX = FIXTURES / "stack" / "megatron-config"
 RUN = str(FIX / "run-qwen3-4B-ppo.sh")
@@ -133,6 +135,51 @@ def test_an_actor_tp_keeps_what_validate_args_derived_from_the_command_line(repo
     assert "moe-tp-requires-sp" not in codes(check_script(str(repo / "run.sh"), {}))
 
 
+VIRTUAL = ("python3 /root/slime/train.py --actor-num-nodes 3 --actor-num-gpus-per-node 8 "
+           "--colocate --num-layers 24 --pipeline-model-parallel-size 2 "
+           "--advantage-estimator grpo --megatron-config-path m.yaml "
+           "--num-layers-per-virtual-pipeline-stage {per}\n")
+
+
+@pytest.mark.parametrize("per, pp, vpp, error", [
+    (3, 3, 4, None),  # 8 layers a stage in the 4 chunks validate_args made (was an error)
+    (3, 6, 4, None),  # 4 layers a stage, 4 chunks of 1 (was an error)
+    (12, 4, 1, None),  # validate_args: 24 // 2 // 12 = 1, no virtual pipeline (was an error)
+    (3, 4, None, "6 layers a stage, which do not split into the 4 virtual stages"),
+    (5, 4, None, "the command line's 24 layers do not split"),  # validate_args fails first
+])
+def test_an_actor_pp_keeps_the_virtual_size_validate_args_derived(repo, per, pp, vpp, error):
+    # Megatron-LM validate_args turned the command line's layers per virtual stage into
+    # virtual_pipeline_model_parallel_size = 24 // 2 // per before slime's override of pp;
+    # get_model builds that many chunks at the role's pp, get_num_layers_to_build asserts
+    (repo / "m.yaml").write_text("megatron:\n  - role: actor\n    overrides:\n"
+                                 f"      pipeline_model_parallel_size: {pp}\n")
+    (repo / "run.sh").write_text(VIRTUAL.format(per=per))
+    v = check_script(str(repo / "run.sh"), {})
+    if error is None:
+        assert v.ok and (v.summary["pp"], v.summary.get("vpp") or 1) == (pp, vpp), codes(v)
+        return
+    (e,) = [p for p in v.errors if error in p.message]
+    assert e.code == "layers-not-divisible-by-pp"
+    assert e.location.path.endswith("m.yaml" if per == 3 else "run.sh")
+
+
+def test_an_actor_pp_with_a_virtual_pipeline_not_modelled_is_left_as_read(repo):
+    # the embedding in the split (validate_args counts it as a layer): not modelled here; the
+    # judged layout is the command line's with the actor's pp, as before
+    (repo / "m.yaml").write_text("megatron:\n  - role: actor\n    overrides:\n"
+                                 "      pipeline_model_parallel_size: 3\n")
+    pairs = [("--num-layers", "24", None), ("--pipeline-model-parallel-size", "2", None),
+             ("--num-layers-per-virtual-pipeline-stage", "3", None),
+             ("--megatron-config-path", "m.yaml", None)]
+    words = [w.text for w in _channels(pairs, (repo / "m.yaml").read_text())[1]]
+    assert words == ["--pipeline-model-parallel-size", "3",
+                     "--num-layers-per-virtual-pipeline-stage", "2"]
+    embedding = pairs + [("--account-for-embedding-in-pipeline-split", "", None)]
+    words = [w.text for w in _channels(embedding, (repo / "m.yaml").read_text())[1]]
+    assert words == ["--pipeline-model-parallel-size", "3"]
+
+
 # ---- actor and critic ------------------------------------------------------------------------
 
 
@@ -211,6 +258,27 @@ def test_an_unknown_or_absent_file_is_skipped_never_defaults():
     (p,) = read_channels([("--advantage-estimator", "ppo", None),
                           ("--megatron-config-path", written, None)], framework="slime")[0]
     assert p.severity == "skipped" and "the launcher writes when it runs" in p.message
+
+
+def test_two_written_yamls_of_one_basename_keep_their_own_names_and_launcher_lines():
+    # a launcher writes a/cfg.yaml (--custom-config-path) and b/cfg.yaml
+    # (--megatron-config-path): each finding names its own file and points at the line that
+    # passed it (read_channels maps back by sources.written_name, once the basename alone)
+    work = "/tmp/miles-topology-launcher-x1/work/"
+    custom, roles = work + "a/cfg.yaml", work + "b/cfg.yaml"
+    written = {custom: {"text": "tensor_model_parallel_size: 4\n"},
+               roles: {"text": "megatron:\n  - name: default\n    role: actor\n    overrides:\n"
+                               "      tensor_model_parallel_size: 4\n"}}
+    pairs = [("--custom-config-path", custom, Location("l.py", 10)),
+             ("--megatron-config-path", roles, Location("l.py", 20))]
+    problems, _ = read_channels(pairs, framework="slime", written=written)
+    got = {p.code: (p.location.line, p.message) for p in problems}
+    assert got["custom-config-layout"][0] == 10 and got["megatron-config-topology"][0] == 20
+    assert "<written by the launcher: a/cfg.yaml>:1" in got["custom-config-layout"][1]
+    assert "<written by the launcher: b/cfg.yaml>:5" in got["megatron-config-topology"][1]
+    # one file of its basename keeps the basename alone
+    assert written_name(custom, [custom, work + "b/other.yaml"]) == \
+        "<written by the launcher: cfg.yaml>"
 
 
 # ---- hostile input ---------------------------------------------------------------------------

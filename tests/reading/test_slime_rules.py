@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from miles_topology.judging.check_script import check_script
+from miles_topology.model.errors import TopologyError
 from miles_topology.model.topology import Topology
 from miles_topology.reading import stack
+from miles_topology.reading.sources import to_yaml
 
 FLAGS = ("--train-backend fsdp --actor-num-nodes 1 --actor-num-gpus-per-node 8 "
          "--tensor-model-parallel-size 2 --hf-checkpoint /root/Qwen3-4B --colocate")
@@ -236,14 +238,52 @@ def test_slime_engine_tp_is_gpus_over_engine_pp(tmp_path):
     assert "engine's TP 2" in e.message
 
 
-def test_the_engine_tp_and_ep_slime_runs_are_the_rollouts_own():
-    # Rollout.sglang_tp_used and engine_ep_used: one definition, for the rules and the estimate;
-    # an a2a backend makes SGLang set EP = the TP it runs (server_args.py _handle_a2a_moe)
+@pytest.mark.parametrize("framework, said", [
+    ("miles", "the engine's 4 GPUs (engine TP)"),
+    ("slime", "the engine's TP 2 (--rollout-num-gpus-per-engine 4 // --sglang-pp-size 2)")])
+def test_the_dp_and_ep_rules_name_the_engine_tp_alike(framework, said):
+    # sglang-dp-invalid and sglang-ep-invalid say the engine TP in one wording (engines.py
+    # _engine_tp): its GPUs, or on slime the TP they make under --sglang-pp-size
+    kw = dict(framework=framework, nodes=1, gpus_per_node=8, rollout_gpus=8, engine_size=4,
+              engine_pp=2, dp_attention=True, experts=9)
+    with pytest.raises(TopologyError) as dp:
+        Topology(engine_dp=3, **kw)
+    with pytest.raises(TopologyError) as ep:
+        Topology(engine_ep=3, **kw)
+    for info, code in ((dp, "sglang-dp-invalid"), (ep, "sglang-ep-invalid")):
+        (p,) = [p for p in info.value.problems if p.code == code]
+        assert said in p.message, p.message
+
+
+def test_the_engine_tp_and_ep_follow_the_framework_given_not_hidden_state(tmp_path):
+    # Rollout.sglang_tp_used and engine_ep_used: one definition, for the rules and the
+    # estimate, whose launcher sizes the engines an argument; an a2a backend makes SGLang set
+    # EP = the TP it runs (server_args.py _handle_a2a_moe)
     kw = dict(nodes=1, gpus_per_node=8, rollout_gpus=8, engine_size=4, engine_pp=2,
               experts=8, a2a_backend="deepep")
-    slime, miles = Topology(framework="slime", **kw).rollout, Topology(**kw).rollout
-    assert (slime.sglang_tp_used, slime.engine_ep_used) == (2, 2)
-    assert (miles.sglang_tp_used, miles.engine_ep_used) == (4, 4)
+    slime, miles = Topology(framework="slime", **kw), Topology(**kw)
+    assert slime.rollout == miles.rollout  # the same part: no framework hidden in it
+
+    def used(topo):
+        fw = topo.layout.framework
+        return topo.rollout.sglang_tp_used(fw), topo.rollout.engine_ep_used(fw)
+
+    assert (used(slime), used(miles)) == ((2, 2), (4, 4))
+    # a copy is validated again and keeps its framework's sizes; switching the framework
+    # (or the engine PP) in a copy changes them
+    assert [used(t.model_copy(update={"experts": 16})) for t in (slime, miles)] == \
+        [(2, 2), (4, 4)]
+    assert used(miles.model_copy(update={"framework": "slime"})) == (2, 2)
+    assert used(slime.model_copy(update={"engine_pp": 1})) == (4, 4)
+    # and one read back from its YAML (the framework is written once, on the layout)
+    (tmp_path / "t.yaml").write_text(text := to_yaml(slime))
+    assert used(Topology.from_yaml(str(tmp_path / "t.yaml"))) == (2, 2)
+    assert not any("_used" in out for out in (text, slime.model_dump_json()))
+    # the rules read the same: engine DP 4 divides miles' TP 4, not slime's TP 2
+    dp4 = dict(kw, a2a_backend=None, engine_dp=4, dp_attention=True)
+    assert Topology(**dp4).rollout.engine_dp == 4
+    with pytest.raises(TopologyError, match="sglang-dp-invalid"):
+        Topology(framework="slime", **dp4)
 
 
 @pytest.mark.parametrize("ep, slime_warns, miles_warns", [(2, False, True), (4, True, False)])
@@ -333,6 +373,31 @@ def test_debug_rollout_only_with_external_engines_keeps_slime_s_actor(tmp_path):
         script.write_text(f"#!/bin/bash\npython3 /root/{fw}/train.py {flags}\n")
         got[fw] = check_script(str(script), {}).summary["world_size"]
     assert got == {"slime": 4, "miles": 16}
+
+
+def test_debug_rollout_only_on_slime_skips_megatron_s_grid_rules(tmp_path):
+    # slime 624b824 utils/arguments.py:1637 runs megatron_validate_args only `if
+    # pre.train_backend == "megatron" and not args.debug_rollout_only`, and its train actors
+    # return from init before any process group or model (backends/megatron_utils/actor.py:67);
+    # miles 31f1ca9 utils/arguments.py:2711 validates the grid in every mode
+    flags = ("--actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate --num-layers 6 "
+             "--num-attention-heads 14 --num-experts 6 --tensor-model-parallel-size 3 "
+             "--expert-model-parallel-size 4 --pipeline-model-parallel-size 4 "
+             "--num-virtual-stages-per-pipeline-rank 2 --debug-rollout-only")
+    codes = {}
+    for fw in ("slime", "miles"):
+        script = tmp_path / f"{fw}.sh"
+        script.write_text(f"#!/bin/bash\npython3 /root/{fw}/train.py {flags}\n")
+        codes[fw] = {p.code for p in check_script(str(script), {}).problems
+                     if p.severity == "error"}
+    assert codes["slime"] == set()
+    assert {"dense-grid-divisibility", "heads-not-divisible-by-tp",
+            "experts-not-divisible-by-ep"} <= codes["miles"]
+    # without the flag slime's Megatron refuses the same layout
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\npython3 /root/slime/train.py "
+                      + flags.replace(" --debug-rollout-only", "") + "\n")
+    assert "dense-grid-divisibility" in {p.code for p in check_script(str(script), {}).problems}
 
 
 def test_a_user_function_s_add_arguments_is_miles_only(tmp_path):

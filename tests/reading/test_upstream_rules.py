@@ -202,7 +202,8 @@ def test_deepep_sets_engine_ep_to_engine_tp():
     base = ["--colocate", "--rollout-num-gpus-per-engine", "4", "--num-experts", "8",
             "--sglang-moe-a2a-backend", "deepep"]
     topo = Topology.from_flags(base + ["--sglang-ep-size", "2"])
-    assert topo.rollout.engine_ep_used == 4 and codes(topo.warnings) == ["sglang-ep-overridden"]
+    assert topo.rollout.engine_ep_used("miles") == 4
+    assert codes(topo.warnings) == ["sglang-ep-overridden"]
     assert not Topology.from_flags(base).warnings
     e = refused(["--colocate", "--rollout-num-gpus-per-engine", "4", "--num-experts", "6",
                  "--sglang-moe-a2a-backend", "deepep"])
@@ -475,11 +476,12 @@ def test_every_a2a_backend_that_sets_ep_to_tp_warns(backend):
     topo = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
                                 "--num-experts", "8", "--sglang-moe-a2a-backend", backend,
                                 "--sglang-ep-size", "2"])
-    assert topo.rollout.engine_ep_used == 4 and codes(topo.warnings) == ["sglang-ep-overridden"]
+    assert topo.rollout.engine_ep_used("miles") == 4
+    assert codes(topo.warnings) == ["sglang-ep-overridden"]
     plain = Topology.from_flags(["--colocate", "--rollout-num-gpus-per-engine", "4",
                                  "--num-experts", "8", "--sglang-moe-a2a-backend", "none",
                                  "--sglang-ep-size", "2"])
-    assert plain.rollout.engine_ep_used == 2 and not plain.warnings
+    assert plain.rollout.engine_ep_used("miles") == 2 and not plain.warnings
 
 
 def test_fsdp_refuses_context_parallel():

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ROOT, SCRIPTS
+from support import ROOT, SCRIPTS, bash_launch, flag_values
 
 from miles_topology.model.errors import Location
 from miles_topology.shell import (
@@ -859,3 +859,15 @@ def test_past_the_call_depth_cap_what_may_be_set_is_unknown(tmp_path):
     assert "more than 32 calls deep" in read.unresolved[0].why
     read = read_text(tmp_path, "TP=1\nf(){ TP=$((TP+1)); f; }\nf\npython3 train.py --tp $TP\n")
     assert final(read) == {"--tp": None}  # the form: not 32
+
+
+def test_two_expansions_a_blank_apart_in_double_quotes_keep_the_blank(tmp_path):
+    # tree-sitter-bash 0.25.1 starts the second of "$A $B" at the blank: it was read as a
+    # variable named "$B" (unknown), and "${A} ${B}" as "41"; checked against bash
+    script = tmp_path / "run.sh"
+    script.write_text('A=4\nB=1\nX="$A $B"\nY="a$A\t$B $(echo 7) $((1+1)) ${B} $(( A - B ))"\n'
+                      'python3 train.py --y "$A $B" --x "$X" --z "$Y" --w "${A} ${B}" '
+                      '--v "$A ${Q:-$(( A - B ))}"\n')
+    truth = flag_values(bash_launch(script, [], tmp_path))
+    assert truth["--y"] == "4 1" and truth["--v"] == "4 3"
+    assert {fv.flag: fv.value for fv in read_script(script).argv} == truth

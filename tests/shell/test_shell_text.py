@@ -129,3 +129,15 @@ def test_a_source_of_an_unknown_path_is_named_as_written(tmp_path):
     script.write_text('source "${A:-/opt/a.sh}"\nsource "$B"\npython3 train.py --tp "$TP"\n')
     why = next(u.why for u in read_script(script).unresolved if u.flag == "--tp")
     assert "may be set by 'source \"$B\"' at" in why and "source source" not in why
+
+
+@pytest.mark.parametrize("head,want", [
+    # pyxis's srun passes the environment (--export=ALL); docker only its -e words
+    ('srun -N 2 --container-image=nvcr.io/x --container-mounts="$PWD":/ws bash -lc',
+     {"--tp": "4", "--pp": "8"}),
+    ("docker run --rm -e TP=2 img bash -c", {"--tp": "2", "--pp": "1"})])
+def test_a_bash_c_text_in_a_container_gets_what_the_container_passes(tmp_path, head, want):
+    script = tmp_path / "run.sh"
+    script.write_text(f"export TP=4 PP=8\n{head} 'python3 train.py --tp ${{TP:-1}} "
+                      "--pp ${PP:-1}'\n")
+    assert {fv.flag: fv.value for fv in read_script(script).argv} == want

@@ -30,6 +30,16 @@ def _fw(topo: Topology) -> str:
     return topo.layout.framework
 
 
+def builds_megatron(topo: Topology) -> bool:
+    """Whether Megatron validates and builds this training grid and model, so its rules
+    apply: the Megatron backend, except slime's --debug-rollout-only, which skips Megatron's
+    validate_args (slime 624b824 utils/arguments.py:1637) and whose train actors return from
+    init before any process group or model is made (backends/megatron_utils/actor.py:67).
+    miles runs validate_args whatever the mode (31f1ca9 utils/arguments.py:2711)."""
+    return topo.layout.train_backend == "megatron" and not (
+        topo.layout.framework == "slime" and topo.rollout.rollout_only)
+
+
 def _found(code: str, message: str, fix: str, *fields: str) -> Problem:
     """A rule's finding, at its code's severity (the record's, codes/)."""
     return Problem(code, message, fix, tuple(flag_of(f) for f in fields))

@@ -86,6 +86,17 @@ def whole_engines(topo: Topology) -> Iterator[Problem]:
         return
 
 
+def _engine_tp(topo: Topology) -> str:
+    """The engine TP as a message names it: the engine's GPUs, or on slime with
+    --sglang-pp-size its TP and how it follows from them (`Rollout.sglang_tp_used`)."""
+    ro = topo.rollout
+    tp = ro.sglang_tp_used(_fw(topo))
+    if tp == ro.engine_size:
+        return f"the engine's {tp} GPUs (engine TP)"
+    return f"the engine's TP {tp} ({F.engine_size} {ro.engine_size} // {F.engine_pp} " \
+        f"{ro.engine_pp})"
+
+
 @rule(
     source=("sglang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism; miles "
             "and slime backends/sglang_utils/arguments.py validate_args"),
@@ -105,7 +116,7 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
     when --sglang-pp-size > 1, then engine TP = GPUs per engine // PP (miles 31f1ca9 has no
     such assert and runs TP = GPUs per engine)."""
     ro = topo.rollout
-    size, dp = ro.sglang_tp_used, ro.engine_dp
+    size, dp = ro.sglang_tp_used(_fw(topo)), ro.engine_dp
     if _fw(topo) == "slime" and ro.engine_pp > 1 and ro.engine_size % ro.engine_pp:
         yield _found(
             "sglang-pp-invalid",
@@ -121,14 +132,12 @@ def sglang_dp(topo: Topology) -> Iterator[Problem]:
         # SGLang python/sglang/srt/server_args.py ServerArgs._handle_data_parallelism: with DP
         # attention `assert self.tp_size % self.dp_size == 0` (engine TP = the engine's GPUs:
         # miles sglang_utils validate_args sets sglang_tp_size = rollout_num_gpus_per_engine;
-        # slime divides it by --sglang-pp-size, Rollout.sglang_tp_used); without DP attention the
-        # framework's assert below fires first
+        # slime divides it by --sglang-pp-size, Rollout.sglang_tp_used); without DP attention
+        # the framework's assert below fires first
         yield _found(
             "sglang-dp-invalid",
-            (f"engine DP {dp} does not divide the engine's {size} GPUs (engine TP)"
-             if size == ro.engine_size else f"engine DP {dp} does not divide the engine's TP "
-             f"{size} ({F.engine_size} // {F.engine_pp})")
-            + "; in SGLang DP subdivides the engine, it does not multiply it.",
+            f"engine DP {dp} does not divide {_engine_tp(topo)}; in SGLang DP subdivides the "
+            "engine, it does not multiply it.",
             f"try {F.engine_dp} {_or(_nearest(_divisors(size), dp))}",
             "engine_dp", "engine_size",
         )
@@ -158,13 +167,12 @@ def sglang_ep(topo: Topology) -> Iterator[Problem]:
     parallel_state.py initialize_model_parallel splits the TP group into tp // ep MoE-TP
     groups (no explicit assert for tp % ep; uneven groups cannot be built)."""
     ro, mod = topo.rollout, topo.model
-    size, ep = ro.sglang_tp_used, ro.engine_ep_used  # slime: GPUs per engine // --sglang-pp-size
+    size, ep = ro.sglang_tp_used(_fw(topo)), ro.engine_ep_used(_fw(topo))
     ok = [d for d in _divisors(size) if mod.experts is None or mod.experts % d == 0]
     if size % ep or (mod.experts is not None and mod.experts % ep):
         yield _found(
             "sglang-ep-invalid",
-            f"engine EP {ep} must divide the engine's "
-            + (f"{size} GPUs" if size == ro.engine_size else f"TP {size}")
+            f"engine EP {ep} must divide {_engine_tp(topo)}"
             + (f" and the {mod.experts} experts" if mod.experts is not None else "")
             + f" ({size} % {ep} = {size % ep}"
             + (f", {mod.experts} % {ep} = {mod.experts % ep}" if mod.experts else "")
@@ -195,7 +203,7 @@ def sglang_overridden(topo: Topology) -> Iterator[Problem]:
     """Engine sizes miles, slime or SGLang overwrite silently: warnings, with what is really
     used."""
     ro = topo.rollout
-    tp = ro.sglang_tp_used
+    tp = ro.sglang_tp_used(_fw(topo))
     if ro.sglang_tp is not None and ro.sglang_tp != tp:
         # miles backends/sglang_utils/arguments.py validate_args:
         # `args.sglang_tp_size = args.rollout_num_gpus_per_engine`; slime 624b824 (same

@@ -10,7 +10,7 @@ from ...codes import rule
 from ..errors import Problem
 from ..parts import flag_of
 from ..topology import Topology
-from .base import F, _divisors, _found, _nearest, _or, _skip
+from .base import F, _divisors, _found, _nearest, _or, _skip, builds_megatron
 
 
 @rule(
@@ -28,7 +28,7 @@ def experts_by_ep(topo: Topology) -> Iterator[Problem]:
     """Megatron-LM training/arguments.py validate_args ("Expert parallelism check"): num_experts
     % expert_model_parallel_size == 0 is asserted."""
     lay, mod = topo.layout, topo.model
-    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    if not builds_megatron(topo):
         return
     if mod.experts is None and lay.ep > 1 and mod.layers is not None:
         # validate_args: "num_experts must be non None to use expert model parallelism"; only
@@ -69,9 +69,9 @@ def moe_pattern_length(topo: Topology) -> Iterator[Problem]:
     """megatron/core/models/gpt/gpt_layer_specs.py get_gpt_decoder_block_spec: a list
     --moe-layer-freq must have one entry per layer (asserted while building the layer specs,
     before training starts). FSDP builds no Megatron layer specs."""
-    lay, mod = topo.layout, topo.model
+    mod = topo.model
     freq = mod.moe_layer_freq
-    if lay.train_backend == "fsdp" or mod.experts is None or mod.layers is None \
+    if not builds_megatron(topo) or mod.experts is None or mod.layers is None \
             or isinstance(freq, int) or len(freq) == mod.layers:
         return
     yield _found(
@@ -98,7 +98,7 @@ def heads_by_tp(topo: Topology) -> Iterator[Problem]:
     num_query_groups a multiple OR a divisor of tp (fewer KV groups than TP ranks are
     replicated: Attention.__init__ gives each rank one group), else ValueError."""
     lay, mod = topo.layout, topo.model
-    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    if not builds_megatron(topo):
         return
     for name, count in (("heads", mod.heads), ("query_groups", mod.query_groups)):
         if count is None or count % lay.tp == 0:
@@ -137,7 +137,7 @@ def layers_by_pp(topo: Topology) -> Iterator[Problem]:
     stages) and transformer_block.get_num_layers_to_build (per stage % vpp); miles
     utils/arguments.py parse_args_and_get_parser asserts no first/last stage sizes with pp 1."""
     lay, mod = topo.layout, topo.model
-    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    if not builds_megatron(topo):
         return
     if mod.layers is None or (lay.pp == 1 and lay.vpp is None and lay.vpp_layers is None
                                and lay.first_stage_layers is None
@@ -281,6 +281,8 @@ def vpp_needs_pp(topo: Topology) -> Iterator[Problem]:
     virtual size of 1 becomes None (no interleaving, accepted with any pp); a larger one needs
     pp > 1 (also parallel_state.initialize_model_parallel raises RuntimeError)."""
     lay, mod = topo.layout, topo.model
+    if not builds_megatron(topo):
+        return
     if lay.vpp is not None and lay.vpp_layers is not None:
         yield _found(
             "vpp-requires-pp",
@@ -350,7 +352,7 @@ def moe_needs_sp(topo: Topology) -> Iterator[Problem]:
     """megatron/core/transformer/moe/moe_layer.py MoELayer.forward raises ValueError in training
     when TP > 1 without sequence parallel (ModelParallelConfig only warns); Megatron-LM
     validate_args turns SP off with a warning when tp == 1."""
-    if topo.layout.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    if not builds_megatron(topo):
         return
     if topo.model.is_moe and topo.layout.tp > 1 and not topo.layout.sp:
         yield _found(

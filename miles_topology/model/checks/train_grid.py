@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from ...codes import rule
 from ..errors import Problem
 from ..topology import Topology
-from .base import F, _divisors, _found, _nearest, _or, _with_nodes
+from .base import F, _divisors, _found, _nearest, _or, _with_nodes, builds_megatron
 
 
 @rule(
@@ -24,7 +24,7 @@ def dense_grid_divides(topo: Topology) -> Iterator[Problem]:
     """Megatron-LM training/arguments.py validate_args asserts world % (tp*pp*cp) == 0;
     megatron/core/parallel_state.py initialize_model_parallel raises RuntimeError too."""
     lay = topo.layout
-    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    if not builds_megatron(topo):
         return
     world, m = topo.world_size, lay.dense_model_size
     if world % m == 0:
@@ -57,7 +57,7 @@ def expert_grid_divides(topo: Topology) -> Iterator[Problem]:
     """megatron/core/parallel_state.py initialize_model_parallel: RuntimeError unless world %
     (etp*ep*pp) == 0 (expert_tensor_model_pipeline_parallel size)."""
     lay, mod = topo.layout, topo.model
-    if lay.train_backend == "fsdp":  # FSDP builds no Megatron grid
+    if not builds_megatron(topo):
         return
     world, m = topo.world_size, lay.expert_model_size
     if world % m == 0:
@@ -98,7 +98,8 @@ def pipeline_groups_agree(topo: Topology) -> Iterator[Problem]:
     order that holds only when the dense and expert data-parallel sizes are equal
     (megatron/core/parallel_state.py initialize_model_parallel asserts it)."""
     lay = topo.layout
-    if lay.order.endswith("pp") or lay.pp == 1 or not lay.forms_grid or topo.dp == topo.edp:
+    if not builds_megatron(topo) or lay.order.endswith("pp") or lay.pp == 1 \
+            or not lay.forms_grid or topo.dp == topo.edp:
         return
     yield _found(
         "order-requires-equal-dp",
