@@ -25,20 +25,36 @@ _PREFIX = {
 }
 # launchers that run the rest of the line as a command on other nodes, for the command's
 # form only (a file they name is another machine's: shell/containers.py reads srun's
-# container mounts): SLURM's srun runs it on each task (srun(1)); its options that take a
-# value as the next word (pyxis adds the --container-* ones)
-_RUNNERS = {
-    "srun": {"-A", "-B", "-b", "-C", "-c", "-D", "-d", "-e", "-G", "-i", "-J", "-L", "-M",
-             "-m", "-N", "-n", "-o", "-p", "-q", "-r", "-S", "-T", "-t", "-W", "-w", "-x",
-             "--account", "--begin", "--chdir", "--constraint", "--cpu-bind",
-             "--cpus-per-gpu", "--cpus-per-task", "--dependency", "--distribution",
-             "--error", "--exclude", "--export", "--gpus", "--gpus-per-node",
-             "--gpus-per-task", "--gres", "--input", "--job-name", "--jobid", "--mem",
-             "--mem-per-cpu", "--mem-per-gpu", "--mpi", "--nodelist", "--nodes", "--ntasks",
-             "--ntasks-per-node", "--output", "--partition", "--qos", "--reservation",
-             "--time", "--container-image", "--container-mounts", "--container-workdir",
-             "--container-name", "--container-save", "--container-env"},
-}
+# container mounts by the same table): SLURM's srun runs it on each task (srun(1)). Its
+# options that take a value as the next word: those of SchedMD/slurm src/common/slurm_opt.c
+# (284c3b95f0) with `.has_arg = required_argument` that srun sets (`set_func` or
+# `set_func_srun`), and pyxis' --container-* ones (NVIDIA/pyxis, a SPANK plugin); an option
+# whose value is optional takes it only after `=` (getopt_long), so it reads as a switch, as
+# does any option not listed
+SRUN_SHORT = "ABCDFGJLMNSTWbcdeimnopqrtwx"  # its short options that take a value
+SRUN_VALUED = frozenset((
+    *(f"-{c}" for c in SRUN_SHORT),
+    "--accel-bind", "--account", "--acctg-freq", "--autocomplete", "--bb", "--bbf",
+    "--bcast-exclude", "--begin", "--chdir", "--cluster", "--cluster-constraint", "--clusters",
+    "--comment", "--constraint", "--container", "--container-id", "--context", "--core-spec",
+    "--cores-per-socket", "--cpu-bind", "--cpu-freq", "--cpu_bind", "--cpus-per-gpu",
+    "--cpus-per-task", "--deadline", "--delay-boot", "--dependency", "--distribution",
+    "--epilog", "--error", "--exclude", "--export", "--extra", "--extra-node-info",
+    "--gpu-bind", "--gpu-freq", "--gpus", "--gpus-per-node", "--gpus-per-socket",
+    "--gpus-per-task", "--gres", "--gres-flags", "--het-group", "--hint", "--ignore-signals",
+    "--input", "--job-name", "--jobid", "--licenses", "--mail-type", "--mail-user",
+    "--mcs-label", "--mem", "--mem-bind", "--mem-per-cpu", "--mem-per-gpu", "--mem-update",
+    "--mincpus", "--mpi", "--msg-timeout", "--network", "--nodefile", "--nodelist", "--nodes",
+    "--ntasks", "--ntasks-per-core", "--ntasks-per-gpu", "--ntasks-per-node",
+    "--ntasks-per-socket", "--ntasks-per-tres", "--open-mode", "--output", "--pack-group",
+    "--partition", "--prefer", "--priority", "--profile", "--prolog", "--qos", "--relative",
+    "--reservation", "--resources", "--runtime", "--segment", "--signal", "--slurmd-debug",
+    "--sockets-per-node", "--switches", "--task-epilog", "--task-prolog", "--tasks-per-node",
+    "--thread-spec", "--threads", "--threads-per-core", "--time", "--time-min", "--tmp",
+    "--treewidth", "--tres-bind", "--tres-per-task", "--wait", "--wckey", "--container-image",
+    "--container-mounts", "--container-workdir", "--container-name", "--container-save",
+    "--container-env"))
+_RUNNERS = {"srun": SRUN_VALUED}
 _SHELL_VALUED = frozenset(("-o", "+o", "-O", "+O", "--rcfile", "--init-file"))
 _TORCHRUN_SWITCHES = frozenset(("--standalone", "--no-python", "--no_python", "--run-path",
                                 "--run_path", "--module", "-m"))

@@ -17,7 +17,13 @@ import re
 from typing import NamedTuple
 
 from ..reading import gate
-from ..reading.commandline import _SHELLS, _skip_wrappers, wrapped_shell
+from ..reading.commandline import (
+    _SHELLS,
+    SRUN_SHORT,
+    SRUN_VALUED,
+    _skip_wrappers,
+    wrapped_shell,
+)
 from .launch import shell_text
 from .values import Field, Unk, Var
 
@@ -76,14 +82,9 @@ _APPTAINER = _Spec(frozenset((  # apptainer exec --help: the long options with a
      "-W": "--scratch", "--workdir": "--scratch"}, comma=True)  # its --workdir: scratch space
 _ENROOT = _Spec(frozenset(("--conf", "--env", "--mount")), "cem",
                 {"-m": "--bind", "--mount": "--bind", "-e": "--env"})  # SRC:DST
-_SRUN = _Spec(frozenset((  # srun's long switches (pyxis's among them)
-    "--exclusive", "--overlap", "--label", "--unbuffered", "--pty", "--quiet", "--verbose",
-    "--no-kill", "--container-mount-home", "--no-container-mount-home",
-    "--container-remap-root", "--no-container-remap-root", "--container-writable",
-    "--container-readonly", "--container-entrypoint", "--no-container-entrypoint",
-    "--contiguous", "--disable-status", "--exact", "--multi-prog", "--no-allocate",
-    "--overcommit", "--oversubscribe", "--spread-job", "--test-only", "--hold", "--help")),
-    "ABCDJLMNSTWabcdeimnoprtwxG", {}, switches=True, comma=True, image=False)
+# srun's options as the command-form reader reads them (reading/commandline.py): one table
+_SRUN = _Spec(frozenset(o for o in SRUN_VALUED if o.startswith("--")), SRUN_SHORT, {},
+              comma=True, image=False)
 
 
 def words(fields: list[Field], syn: list) -> list[str | None]:

@@ -367,12 +367,18 @@ def test_debug_rollout_only_with_external_engines_keeps_slime_s_actor(tmp_path):
     flags = ("--actor-num-nodes 1 --actor-num-gpus-per-node 4 --num-layers 4 "
              "--debug-rollout-only --rollout-num-gpus 16 "
              "--rollout-external-engine-addrs 10.0.0.1:3000")
+    got = _on_each_framework(tmp_path, flags)
+    assert {fw: v.summary["world_size"] for fw, v in got.items()} == {"slime": 4, "miles": 16}
+
+
+def _on_each_framework(tmp_path, flags: str) -> dict:
+    """The verdict of one command line run as slime's train.py and as miles'."""
     got = {}
     for fw in ("slime", "miles"):
         script = tmp_path / f"{fw}.sh"
         script.write_text(f"#!/bin/bash\npython3 /root/{fw}/train.py {flags}\n")
-        got[fw] = check_script(str(script), {}).summary["world_size"]
-    assert got == {"slime": 4, "miles": 16}
+        got[fw] = check_script(str(script), {})
+    return got
 
 
 def test_debug_rollout_only_on_slime_skips_megatron_s_grid_rules(tmp_path):
@@ -384,12 +390,8 @@ def test_debug_rollout_only_on_slime_skips_megatron_s_grid_rules(tmp_path):
              "--num-attention-heads 14 --num-experts 6 --tensor-model-parallel-size 3 "
              "--expert-model-parallel-size 4 --pipeline-model-parallel-size 4 "
              "--num-virtual-stages-per-pipeline-rank 2 --debug-rollout-only")
-    codes = {}
-    for fw in ("slime", "miles"):
-        script = tmp_path / f"{fw}.sh"
-        script.write_text(f"#!/bin/bash\npython3 /root/{fw}/train.py {flags}\n")
-        codes[fw] = {p.code for p in check_script(str(script), {}).problems
-                     if p.severity == "error"}
+    codes = {fw: {p.code for p in v.problems if p.severity == "error"}
+             for fw, v in _on_each_framework(tmp_path, flags).items()}
     assert codes["slime"] == set()
     assert {"dense-grid-divisibility", "heads-not-divisible-by-tp",
             "experts-not-divisible-by-ep"} <= codes["miles"]

@@ -60,6 +60,13 @@ FOLLOWED = [
     ('srun -N 1 --container-image=nvcr.io/x --container-mounts="$PWD":/ws:ro '
      "--container-workdir=/ws bash scripts/run-x.sh", ("4", "2")),
     ('enroot start --rw --mount "$PWD:/ws" pytorch bash /ws/scripts/run-x.sh', ("1", "1")),
+    # srun's switches and its options whose value is optional (--kill-on-bad-exit, -K:
+    # only after `=`) take no word; -q, -F and --ntasks-per-gpu take the next one
+    # (SchedMD/slurm src/common/slurm_opt.c has_arg)
+    ("srun --exclusive --kill-on-bad-exit -q normal -F nodes.txt --ntasks-per-gpu 1 "
+     "--no-container-mount-home --container-image nvcr.io/x "
+     '--container-mounts "$PWD":/ws --container-workdir /ws bash scripts/run-x.sh',
+     ("4", "2")),
 ]
 
 
