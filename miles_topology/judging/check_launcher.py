@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -76,13 +77,15 @@ STANDIN_WHY = ("a value from a stand-in module, which the check does not guess "
                "(--real-imports uses the installed modules)")
 
 
-def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]], list[dict],
-                                         int | None]:
+def _untaint(got: PythonLaunch, words: list[str], opaque: Mapping[str, dict]
+             ) -> tuple[list[str], list[tuple[str, str | None]], list[dict], int | None,
+                        list[int]]:
     """The launch's argv without the flags whose value holds a stand-in's Unknown, as (argv
     for the rules, (flag, value or None) pairs, unresolved entries, position of the last
-    unknown word that may hold any flag)."""
-    argv, pairs, unresolved, gap = [], [], [], None
-    words = got.argv
+    unknown word that may hold any flag, the index in `words` of each pair's flag).
+    `opaque`: words that may stand for any flags (an array of a sourced file not read), with
+    their unresolved entry."""
+    argv, pairs, unresolved, gap, at = [], [], [], None, []
     i = 0
 
     def entry(flag, word):
@@ -100,7 +103,13 @@ def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]]
     while i < len(words):
         w = words[i]
         flag, eq, value = w.partition("=")
+        if w in opaque:
+            unresolved.append(opaque[w])
+            gap = len(pairs)
+            i += 1
+            continue
         if w.startswith("--") and not unknowns_in(flag):
+            at.append(i)
             nxt = words[i + 1] if not eq and i + 1 < len(words) else None
             if eq and unknowns_in(value):
                 entry(flag, value)
@@ -121,7 +130,62 @@ def _untaint(got: PythonLaunch) -> tuple[list[str], list[tuple[str, str | None]]
             continue
         argv.append(w)
         i += 1
-    return argv, pairs, unresolved, gap
+    return argv, pairs, unresolved, gap, at
+
+
+# a word of a shell string that bash expands to a variable's words: ${MODEL_ARGS[@]}, $X
+_EXPANSION = re.compile(r"\$(?:\{[A-Za-z_]\w*(?:\[[@*]\])?\}|[A-Za-z_]\w*)")
+
+
+def _sourced(path: str, got: PythonLaunch) -> tuple[list[str], list[Location | None],
+                                                    dict[str, dict]]:
+    """The launch's words with each ``${NAME[@]}`` its shell string leaves to the files it
+    sources first spelled out, as bash runs it (slime's execute_train: ``source
+    scripts/models/X.sh && ray job submit ... -- python3 train.py ${MODEL_ARGS[@]} ...``,
+    624b824 slime/utils/external_utils/command_utils.py:164-176): (words, where each word is
+    written, None for the launcher's own; the words not spelled out, with why). The files
+    are read by the script reader, inside the launcher's checkout (gate.py); nothing runs."""
+    words, where, opaque = [], [], {}
+    for w in got.argv:
+        if not (got.sourced and _EXPANSION.fullmatch(w)):
+            words.append(w)
+            where.append(None)
+            continue
+        toks, why = _array(path, got.sourced, w)
+        if toks is None:
+            if "[" in w:  # a list of words, which may hold any flag; `$X` stays a word
+                opaque[w] = {"flag": None, "expression": w, "source": _raw(got.source),
+                             "why": why, "kind": "sourced"}
+            words.append(w)
+            where.append(None)
+            continue
+        words.extend(t.text for t in toks)
+        where.extend(t.source for t in toks)
+    return words, where, opaque
+
+
+def _array(path: str, files: list[str], word: str) -> tuple[list | None, str]:
+    """The words `word` expands to after `source FILE` of each file, or None and why."""
+    import tempfile
+
+    from ..reading import gate
+    from ..shell import ScriptReadError, read_script
+
+    text = "".join(f"source {shlex.quote(f)}\n" for f in files)
+    with tempfile.TemporaryDirectory() as tmp:
+        launch = os.path.join(tmp, "launch.sh")
+        with open(launch, "w") as f:
+            f.write(f"{text}python3 train.py {word}\n")
+        try:
+            with gate.also(tmp):
+                found = read_script(launch, {})
+        except ScriptReadError as e:
+            return None, str(e)
+    if found.unresolved or found.gaps:
+        u = found.unresolved[0] if found.unresolved else None
+        return None, (f"{word} is set by {', '.join(files)}, not read here"
+                      + (f" ({u.why})" if u else ""))
+    return found.tokens(), ""
 
 
 def _imports(path: str) -> tuple[str, ...]:
@@ -141,7 +205,8 @@ def launch_of(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int)
     the entry really gets: under ray job submit only the runtime env; else what the command
     sets and --env, the rest being known only at run time (this process's environment is
     never read: in CI it holds secrets, which a YAML's ${oc.env:NAME} would print)."""
-    argv, pairs, tainted, gap = _untaint(got)
+    words, where_w, opaque = _sourced(path, got)
+    argv, pairs, tainted, gap, at_w = _untaint(got, words, opaque)
     argv = actor_words(got.world, {f for f, _ in pairs}) + argv  # torchrun's world
     argv, refused = refused_topology(argv)  # a --topology the gate refuses: unknown, with why
     tainted = tainted + [{"flag": TOPOLOGY, "expression": f"{TOPOLOGY} {value}",
@@ -158,7 +223,7 @@ def launch_of(path: str, got: PythonLaunch, env, cluster: ClusterModel, of: int)
              "notes": got.notes}
     # a YAML written in the sandbox is gone: its findings point at the line passing it
     args = [Arg(f, val, _shown(path, got.spelled[f]) if f in got.spelled else where)
-            if val in got.files else Arg(f, val) for f, val in pairs]
+            if val in got.files else Arg(f, val, where_w[k]) for (f, val), k in zip(pairs, at_w)]
     return Launch(
         path, got.launcher, got.entry, argv, args,
         _environ(got, env), [os.path.dirname(os.path.abspath(path)), os.getcwd()],

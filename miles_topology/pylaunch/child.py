@@ -136,6 +136,13 @@ def _written(argv, shell, cwd: str | None = None) -> tuple[dict, str | None]:
         if not os.path.isabs(value) and base is None:
             continue
         path = os.path.normpath(os.path.join(base or "/", value))
+        if os.path.isabs(value) and not path.startswith(_WORKS):
+            # written outside the work folder, so into its shadow (slime's
+            # U.save_to_temp_file: /tmp/slime_temp_file_*.yaml): that copy, when this run
+            # made one; never the real path
+            path = os.path.join(WORK, "outside", path.lstrip(os.sep))
+            if not os.path.lexists(path):
+                continue
         if path in out or not path.startswith(_WORKS):
             continue
         if not os.path.isabs(value):

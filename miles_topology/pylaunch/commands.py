@@ -32,6 +32,9 @@ class CommandLaunch:
     env_known: bool = True  # False: a ray job's runtime env not given literally (a file)
     # torchrun's (nnodes, nproc_per_node), from its options before the entry
     world: tuple[int, int] | None = None
+    # files the shell string sources before the launch (`source F && ray job submit ...
+    # ${MODEL_ARGS[@]}`: slime's execute_train); their arrays are read by `check`
+    sourced: list[str] = field(default_factory=list)
 
 
 def split_shell(text: str) -> list[list[str]]:
@@ -82,9 +85,14 @@ def find(words: list[str], env: dict[str, str] | None = None) -> CommandLaunch |
 
 
 def find_in_shell(text: str, env: dict[str, str] | None = None) -> CommandLaunch | None:
-    """The first training launch in a shell string; `export X=Y` before it reaches it."""
+    """The first training launch in a shell string; `export X=Y` before it reaches it, and
+    the files `source F` / `. F` read before it are kept with it."""
     env = dict(env or {})
+    sourced: list[str] = []
     for words in split_shell(text):
+        if words[0] in ("source", ".") and len(words) > 1:
+            sourced.append(words[1])
+            continue
         if words[0] == "export":
             for w in words[1:]:
                 if ASSIGN.match(w):
@@ -93,6 +101,7 @@ def find_in_shell(text: str, env: dict[str, str] | None = None) -> CommandLaunch
             continue
         got = find(words, env)
         if got is not None:
+            got.sourced = sourced + got.sourced
             return got
     return None
 

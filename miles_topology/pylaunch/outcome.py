@@ -69,6 +69,7 @@ class PythonLaunch:
     # the YAML files its flags name in the sandbox's work folder, as the child read them
     # when the launch was recorded: path -> {"text": ...} or {"why": records.UNREAD key}
     files: dict = field(default_factory=dict)
+    sourced: list[str] = field(default_factory=list)  # files its shell string sources first
 
 
 MAX_LAUNCHES = 200  # launches checked per launcher file (a report entry each)
@@ -197,7 +198,8 @@ def _launches(path, found, launches, others, calls, records, notes, err, status,
                                 launch.env_known, None, i, marks, assumed, probes,
                                 servers, locate(launch.argv, rec.get("_ran") or {}, path),
                                 launch.world, _files(rec.get("files") or {}, rec.get("files_base"),
-                                                           launch.argv)))
+                                                           launch.argv),
+                                launch.sourced))
     return out
 
 
@@ -212,7 +214,17 @@ def _files(files: dict, base: str | None, argv) -> dict:
             full = os.path.normpath(os.path.join(base, name)) if name else None
             if full in files and not os.path.isabs(name):
                 out[name] = {**out[full], "as": full}  # the file it names (sources.written_name)
+    # an absolute name outside the work folder: the copy its write made in the work
+    # folder's shadow (child._shadow: WORK/outside/PATH), which the child read instead
+    shadows = {k[k.index(_OUTSIDE) + len(_OUTSIDE) - 1:]: k for k in files if _OUTSIDE in k}
+    for w in argv:
+        for name in (w, w.partition("=")[2]) if isinstance(w, str) else ():
+            if name in shadows and name not in out:
+                out[name] = {**out[shadows[name]], "as": shadows[name]}
     return out
+
+
+_OUTSIDE = f"{os.sep}outside{os.sep}"
 
 
 def _outcome(path, found, calls, notes, err, status, child_env, timeout_s, memory_mb, end

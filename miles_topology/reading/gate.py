@@ -136,7 +136,9 @@ def add_user_roots(paths: Iterable[str | os.PathLike]) -> None:
 
 
 def roots_for(path: str | os.PathLike) -> tuple[Path, ...]:
-    return (root_of(path), *USER.get())
+    """The input's checkout, then the user's roots; each once (`--path .` in the checkout
+    named it twice in a refusal)."""
+    return tuple(dict.fromkeys((root_of(path), *USER.get())))
 
 
 @contextmanager

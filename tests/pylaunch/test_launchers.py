@@ -537,3 +537,40 @@ def test_a_torchrun_launch_has_torchrun_s_world_and_another_program_is_not_judge
     (tmp_path / "mimo" / "train.py").rename(tmp_path / "train.py")
     (v,) = check_python_all(str(launcher), [])
     assert v.summary["world_size"] == 4
+
+
+def test_an_array_of_a_file_the_shell_string_sources_is_read(tmp_path, capsys):
+    """slime's execute_train runs `source scripts/models/X.sh && ray job submit ... --
+    python3 train.py ${MODEL_ARGS[@]} ...` in one shell string: the model's flags are the
+    sourced file's array, read as bash reads it (not "from the checkpoint"); a file that is
+    not there, or lies outside the checkout, leaves the shape unknown, saying so."""
+    ck = tmp_path / "ck"
+    (ck / ".git").mkdir(parents=True)
+    (ck / "models").mkdir()
+    (ck / "models" / "moe6.sh").write_text(
+        "LAYERS=2\nMODEL_ARGS=(\n  --num-layers ${LAYERS}\n  --hidden-size 128\n"
+        "  --num-attention-heads 4\n  --num-experts 6\n  --moe-router-topk 1\n)\n")
+    (tmp_path / "far.sh").write_text("MODEL_ARGS=(--num-layers 2 --wandb-key s3cr3t)\n")
+    launcher = ck / "go.py"
+    launcher.write_text(
+        "import os, subprocess\n"
+        "root = os.path.dirname(os.path.abspath(__file__))\n"
+        "name = os.environ.get('SHAPE', 'moe6')\n"
+        "subprocess.run(f'export A=1; source {root}/models/{name}.sh && '\n"
+        "               'python3 train.py ${MODEL_ARGS[@]} --actor-num-gpus-per-node 4 '\n"
+        "               '--colocate --expert-model-parallel-size 4', shell=True)\n")
+    assert main(["check", "--format", "json", str(launcher)]) == 1
+    data = json.loads(capsys.readouterr().out)
+    (err,) = data["errors"]
+    assert err["code"] == "experts-not-divisible-by-ep" and "6 experts" in err["message"]
+    assert not data.get("unresolved") and not data.get("unknown_model_facts")
+    for name in ("absent", "../../far"):  # not there; a file outside the checkout
+        assert main(["check", "--format", "json", "--env", f"SHAPE={name}",
+                     str(launcher)]) == 0
+        out = capsys.readouterr().out
+        data = json.loads(out)
+        (u,) = data["unresolved"]
+        assert u["expression"] == "${MODEL_ARGS[@]}" and "not read here" in u["why"]
+        facts = data["unknown_model_facts"]
+        assert "--num-experts" in facts["flags"] and "checkpoint" not in facts["why"]
+        assert "s3cr3t" not in out

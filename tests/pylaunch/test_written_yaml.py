@@ -18,7 +18,7 @@ from hostile import clean
 from support import run_cli
 
 from miles_topology.judging.check_launcher import check_python_all
-from miles_topology.pylaunch import records
+from miles_topology.pylaunch import read_python_launches, records
 from miles_topology.pylaunch.records import RecordReader
 from miles_topology.reading import gate
 
@@ -134,6 +134,26 @@ def test_a_custom_config_yaml_goes_through_the_same_reader(tmp_path):
     v = judged(launcher(tmp_path, yaml="tensor_model_parallel_size: 4\n",
                         flag="--custom-config-path"))
     assert "custom-config-layout" in [p.code for p in v.errors], said(v)
+
+
+def test_a_yaml_written_to_a_fixed_path_outside_the_work_folder_is_its_copy(tmp_path):
+    # slime's U.save_to_temp_file writes /tmp/slime_temp_file_<time>_<n>.yaml (624b824
+    # slime/utils/external_utils/command_utils.py:246-250): the sandbox put that write in its
+    # shadow; the copy this run made is judged, never the real path (left as it was)
+    name = f"/tmp/h9-written-{tmp_path.name}.yaml"
+    body = f"with open({name!r}, 'w') as f:\n    f.write(text)\nreturn {name!r}\n"
+    v = judged(launcher(tmp_path, body=body, yaml="tensor_model_parallel_size: 4\n",
+                        flag="--custom-config-path"))
+    assert "custom-config-layout" in [p.code for p in v.errors], said(v)
+    assert not Path(name).exists()
+    # a file already there that this run did not write is not read (the gate's, as before)
+    Path(name).write_text(f"lr: {SECRET}\n")
+    try:
+        (got,) = read_python_launches(str(launcher(tmp_path, body=f"return {name!r}\n",
+                                                   flag="--custom-config-path")), [])
+        assert got.argv[:2] == ["--custom-config-path", name] and not got.files
+    finally:
+        Path(name).unlink()
 
 
 def test_a_relative_name_from_the_launchers_folder_is_judged(tmp_path):

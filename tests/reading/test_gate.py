@@ -123,6 +123,21 @@ def test_root_is_never_home_or_slash(ws):
     assert gate.root_of(loose / "x.sh") == loose  # no checkout: its own folder
 
 
+def test_a_user_root_that_is_the_checkout_is_named_once(ws):
+    # `check --path . run.py` in the checkout: a refusal listed the checkout twice
+    home, repo, _ = ws
+    token = gate.USER.set(())
+    try:
+        gate.add_user_roots([repo, home / "work" / "other"])
+        with gate.checking(repo / "scripts" / "x.sh") as roots:
+            assert roots == (repo, home / "work" / "other")
+            with pytest.raises(gate.Refused) as e:
+                gate.check_path(home / ".netrc")
+        assert str(e.value).count(str(repo)) == 1
+    finally:
+        gate.USER.reset(token)
+
+
 def test_an_absolute_path_is_looked_up_by_its_tail_never_above_the_root(ws):
     home, repo, _ = ws
     (repo / "scripts" / "models").mkdir()
