@@ -382,7 +382,8 @@ def _at(end: dict) -> str:
     where, inner = end.get("where"), end.get("inner")
     at = f"{where[0]}:{where[1]}: " if where else ""
     if inner:
-        at += f"(in {inner[2]}, {inner[0]}:{inner[1]}: `{inner[3]}`) "
+        code = f": `{inner[3]}`" if inner[3] else ""  # a frozen module has no source line
+        at += f"(in {inner[2]}, {inner[0]}:{inner[1]}{code}) "
     return f"{at}{end.get('error')}"
 
 
