@@ -125,8 +125,11 @@ LENIENT = ("backends/megatron_utils/arguments.py", "utils/arguments.py")
 def drops_unknown(root: Path | None, framework: str, package: str | None = None) -> bool:
     """Whether that framework's parse_args drops unknown flags: the bundled slime does; a
     slime checkout does when its Megatron parse passes ignore_unknown_args=True; miles (its
-    parse_args refuses them: "unrecognized arguments") never."""
-    if framework != "slime":
+    parse_args refuses them: "unrecognized arguments") never. A fork under its own name is
+    read as it is, whichever parent it was taken for (vime, a vLLM fork of slime that names
+    neither: vime/backends/megatron_utils/arguments.py:206 passes ignore_unknown_args=True)."""
+    own = package not in (None, *FRAMEWORKS)
+    if framework != "slime" and not own:
         return False
     if root is None:
         return True
@@ -493,6 +496,28 @@ def _megatron_flags(roots: Sequence[Path]) -> tuple[str, list[Added]] | None:
     return None
 
 
+# `AsyncEngineArgs.add_cli_args(parser)`: a package's arguments module handing its parser to
+# another package's class, whose flags are not read here (vime's vLLM passthrough,
+# vime/backends/vllm_utils/arguments.py:276). SGLang's and Megatron-LM's are (surface.json).
+_ADDER = re.compile(r"\b([A-Za-z_]\w*)\.add_cli_args\(")
+_KNOWN_ADDERS = ("sglang", "megatron")
+
+
+def _foreign_adders(root: Path, package: str) -> list[str]:
+    """The other packages' `X.add_cli_args(parser)` the package's arguments modules call:
+    the flags they add are not known here, so a flag none of the known ones is may be one
+    (`unverified-flag`), not refused."""
+    out = []
+    for f in sorted((root / package).glob("**/arguments.py"))[:64]:
+        text = _read_under(root, [f]) or ""
+        for name in dict.fromkeys(_ADDER.findall(text)):
+            m = re.search(rf"^\s*from\s+([\w.]+)\s+import\s+[^\n]*\b{name}\b", text, re.M)
+            top = m.group(1).split(".")[0] if m else None
+            if top and top != package and top not in _KNOWN_ADDERS:
+                out.append(f"{m.group(1)}.{name}.add_cli_args")
+    return out
+
+
 def _oversized(files: Sequence[Path]) -> list[str]:
     """The sources among `files` too large to parse (argscan.SOURCE_MAX): their flags are
     not known, so a flag they may add is unverified, not refused."""
@@ -518,6 +543,7 @@ def _base(root: str | None, framework: str, origin: str, package: str | None = N
             for n in a.names:
                 added[n] = (f"{package} of {root}", a)
         unread = _oversized(sorted((Path(root) / package).glob("**/arguments.py")))
+        unread += _foreign_adders(Path(root), package)
     megatron = _megatron_flags([Path(root)] if root else [])
     if megatron is not None:
         for a in megatron[1]:

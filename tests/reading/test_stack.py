@@ -548,3 +548,45 @@ def test_from_flags_without_a_stack_judges_the_layout_only():
     with stack.using(stack.BUNDLED):  # a stack the caller set counts as given
         with pytest.raises(TopologyError):
             Topology.from_flags(["--colocate", *user])
+
+
+def test_a_fork_naming_neither_parent_reads_its_own_leniency_and_passthrough(tmp_path):
+    """A fork whose arguments name neither miles nor slime (vime, slime served by vLLM: taken
+    for a miles fork) drops what its Megatron parse does not know when its source says so
+    (ignore_unknown_args=True), and its vLLM flags come from vLLM's own parser
+    (`AsyncEngineArgs.add_cli_args(parser)`), not read here: unverified, not refused."""
+    pkg = tmp_path / "vfork"
+    for sub in ("utils", "backends/megatron_utils", "backends/engine_utils"):
+        (pkg / sub).mkdir(parents=True)
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text("from vfork.utils.arguments import parse_args\n"
+                                       "args = parse_args()\n")
+    (pkg / "utils" / "arguments.py").write_text(
+        "from vfork.backends.megatron_utils.arguments import parse_args as mp\n"
+        "from vfork.backends.engine_utils.arguments import add_engine_arguments\n\n\n"
+        "def add_vfork_arguments(parser):\n"
+        "    parser.add_argument('--actor-num-nodes', type=int, default=1)\n"
+        "    parser.add_argument('--actor-num-gpus-per-node', type=int, default=8)\n"
+        "    parser.add_argument('--colocate', action='store_true')\n"
+        "    return add_engine_arguments(parser)\n\n\n"
+        "def parse_args():\n    return mp(extra_args_provider=add_vfork_arguments)\n")
+    (pkg / "backends" / "megatron_utils" / "arguments.py").write_text(
+        "from megatron.training.arguments import parse_args as _parse\n\n\n"
+        "def parse_args(extra_args_provider=None):\n"
+        "    return _parse(extra_args_provider=extra_args_provider, ignore_unknown_args=True)\n")
+    (pkg / "backends" / "engine_utils" / "arguments.py").write_text(
+        "from vllm.engine.arg_utils import AsyncEngineArgs\n\n\n"
+        "def add_engine_arguments(parser):\n"
+        "    AsyncEngineArgs.add_cli_args(parser)\n    return parser\n")
+    script = tmp_path / "run.sh"
+    script.write_text("python3 train.py --actor-num-gpus-per-node 8 --colocate --num-layers 2 "
+                      "--vllm-max-num-seqs 8 --tensor-model-paralel-size 2\n")
+    st = stack.for_launch(str(script), str(tmp_path / "train.py"), [])
+    assert (st.framework, st.package) == ("miles", "vfork") and st.drops_unknown
+    assert st.unresolved == ("vllm.engine.arg_utils.AsyncEngineArgs.add_cli_args",)
+    v = check_script(str(script), {})
+    assert v.ok and not v.errors, [str(p) for p in v.errors]
+    assert [(p.code, p.flags[0]) for p in v.skipped] == [
+        ("unverified-flag", "--vllm-max-num-seqs")]
+    (typo,) = [p for p in v.warnings if p.code == "ignored-flag"]  # dropped, not refused
+    assert "--tensor-model-parallel-size" in typo.message
