@@ -498,9 +498,10 @@ def _megatron_flags(roots: Sequence[Path]) -> tuple[str, list[Added]] | None:
 
 # `AsyncEngineArgs.add_cli_args(parser)`: a package's arguments module handing its parser to
 # another package's class, whose flags are not read here (vime's vLLM passthrough,
-# vime/backends/vllm_utils/arguments.py:276). SGLang's and Megatron-LM's are (surface.json).
+# vime/backends/vllm_utils/arguments.py:276). SGLang's, its router's (miles 31f1ca9
+# utils/arguments.py: RouterArgs.add_cli_args) and Megatron-LM's are known (surface.json).
 _ADDER = re.compile(r"\b([A-Za-z_]\w*)\.add_cli_args\(")
-_KNOWN_ADDERS = ("sglang", "megatron")
+_KNOWN_ADDERS = ("sglang", "sglang_router", "megatron")
 
 
 def _foreign_adders(root: Path, package: str) -> list[str]:
@@ -543,7 +544,8 @@ def _base(root: str | None, framework: str, origin: str, package: str | None = N
             for n in a.names:
                 added[n] = (f"{package} of {root}", a)
         unread = _oversized(sorted((Path(root) / package).glob("**/arguments.py")))
-        unread += _foreign_adders(Path(root), package)
+        if package not in FRAMEWORKS:  # miles' and slime's own adders are SGLang's (known)
+            unread += _foreign_adders(Path(root), package)
     megatron = _megatron_flags([Path(root)] if root else [])
     if megatron is not None:
         for a in megatron[1]:

@@ -590,3 +590,13 @@ def test_a_fork_naming_neither_parent_reads_its_own_leniency_and_passthrough(tmp
         ("unverified-flag", "--vllm-max-num-seqs")]
     (typo,) = [p for p in v.warnings if p.code == "ignored-flag"]  # dropped, not refused
     assert "--tensor-model-parallel-size" in typo.message
+    # miles itself hands its parser to SGLang's router (31f1ca9 utils/arguments.py:1897),
+    # whose flags are known: its unknown flags stay refused
+    ms = tmp_path / "ms"
+    (ms / "miles" / "utils").mkdir(parents=True)
+    (ms / ".git").mkdir()
+    (ms / "miles" / "utils" / "arguments.py").write_text(
+        "from sglang_router.launch_router import RouterArgs\n\n\n"
+        "def add(parser):\n    RouterArgs.add_cli_args(parser, use_router_prefix=True)\n")
+    st = stack.for_launch(str(ms / "run.sh"), None, [])
+    assert (st.framework, st.unresolved, st.drops_unknown) == ("miles", (), False)
