@@ -41,7 +41,9 @@ class Commands(Protocol):
     returned: list[list[tuple]]  # per one of them: the states its `return`s left in
     checked: int  # >0 where a command's failure is tested (set -e ignores it)
     guards: list[frozenset[str]]  # paths a run-time test requires to exist, innermost last
-    boxed: str | None  # reading a container's `bash -c` text: the container, as said
+    box: object  # in a container (containers.Box): its paths are mapped by its mounts
+
+    def contained(self, fields: list[Field], n: syntax.Simple, cond: Unk | None): ...
 
 
 class Builtins:
@@ -388,6 +390,8 @@ class Builtins:
         if key in self.sh.written:  # a script it wrote (cat > start.sh <<EOF ... EOF)
             self.r.run_child(key, _frame(fields[2:]), n, cond, fields[1].value, written=True)
             return None
+        if self.r.box is not None:  # a path of the container: mapped by its mounts, if any
+            return self.r.contained(fields, n, cond)
         found = self.locate(fields[1].value, self.at.src(n.line), note=False)
         if found is None or not found.endswith(".sh"):
             return False

@@ -60,6 +60,14 @@ FOLLOWED = [
     ('srun -N 1 --container-image=nvcr.io/x --container-mounts="$PWD":/ws:ro '
      "--container-workdir=/ws bash scripts/run-x.sh", ("4", "2")),
     ('enroot start --rw --mount "$PWD:/ws" pytorch bash /ws/scripts/run-x.sh', ("1", "1")),
+    # a `bash FILE` in the container's text: FILE mapped by the container's mounts
+    ('docker run -e TP=2 -v "$PWD":/w img bash -c "bash /w/scripts/run-x.sh"', ("2", "1")),
+    ('docker run -v "$PWD":/w -w /w img bash -lc "cd /w/scripts && bash run-x.sh"',
+     ("1", "1")),
+    # srun runs the container (the environment passes), the container runs the shell
+    ("srun -N 2 --ntasks-per-node=1 apptainer exec --nv --bind $(pwd):/work img.sif "
+     "bash /work/scripts/run-x.sh", ("4", "2")),
+    ("srun -N 2 apptainer exec img.sif bash -c 'export PP=3; bash scripts/run-x.sh'", ("4", "3")),
     # srun's switches and its options whose value is optional (--kill-on-bad-exit, -K:
     # only after `=`) take no word; -q, -F and --ntasks-per-gpu take the next one
     # (SchedMD/slurm src/common/slurm_opt.c has_arg)
@@ -98,8 +106,6 @@ UNMAPPED = [
     # "$PWD/$B" is not the working folder: never taken for it
     ('docker run -v "$PWD/$B:/w" img bash /w/scripts/run-x.sh', "img", "not known here"),
     ("apptainer exec --containall x.sif bash scripts/run-x.sh", "x.sif", "working folder"),
-    ('docker run -v "$PWD":/w img bash -c "bash /w/scripts/run-x.sh"', "img",
-     "not followed"),
 ]
 
 
