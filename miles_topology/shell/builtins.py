@@ -381,9 +381,8 @@ class Builtins:
         return None
 
     def script(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``bash FILE ARGS`` / ``sh FILE ARGS`` of a script found beside this one (a wrapper
-        such as ``bash common_train.sh "$@"``): read as another shell runs it, so the
-        wrapped script's launch is the wrapper's. Anything else is any other command."""
+        """``bash FILE ARGS`` of a script found beside this one (``bash common_train.sh "$@"``):
+        read as another shell runs it (its launch is the wrapper's); else any other command."""
         if len(fields) < 2 or fields[1].value is None or fields[1].value.startswith("-"):
             return False
         key = self.w.file_key(fields[1].value)
@@ -395,8 +394,7 @@ class Builtins:
         found = self.locate(fields[1].value, self.at.src(n.line), note=False)
         if found is None or not found.endswith(".sh"):
             return False
-        self.r.run_child(found, _frame(fields[2:]), n, cond, fields[1].value)
-        return None
+        return self.r.run_child(found, _frame(fields[2:]), n, cond, fields[1].value)  # None
 
     def locate(self, path: str, where: Location, note: bool = True) -> str | None:
         """The file a relative or absolute path names, through the gate (gate.py): from the
