@@ -159,6 +159,7 @@ def boxed(launch: Launch) -> str:
     if launch.box is None:
         return ""
     said, host, why = launch.box
+    said = "the launch runs " + said.removeprefix("It runs ")
     if host is not None:
         return f" ({said}; its entry {launch.entry} is {host} here, by the container's mount)"
     return f" ({said}; its entry {launch.entry} {why}: the image's own stack is not known " \

@@ -392,11 +392,15 @@ def _mapped(r, box: Box, path: str) -> tuple[str | None, str]:
         except OSError:
             return None, f"is {host} on this machine, which does not exist"
         return host, ""
-    found = r.builtins.locate(host, r.at.src(r.at.stmt_line), note=False)
+    cwd, r.sh.cwd = r.sh.cwd, box.cwd  # relative to the host's folder, not the container's
+    try:
+        found = r.builtins.locate(host, r.at.src(r.at.stmt_line), note=False)
+    finally:
+        r.sh.cwd = cwd
     if found is None:
         why = f"refused: {r.builtins.refused}" if r.builtins.refused else \
             "not found inside the checkout"
-        return None, f"is {host} on this machine, {why}"
+        return None, f"is {host} in the host's working folder, {why}"
     return found, ""
 
 
