@@ -157,3 +157,22 @@ def test_a_launch_in_a_container_text_is_the_container_s(tmp_path):
     got = read_script(path)
     assert got.box[1] is None and "no mount" in got.box[2]
     assert check_script(str(path), {}).ok is not None  # judged, on the bundled stack
+
+
+@pytest.mark.parametrize("line,why", [
+    ("docker exec mycont ray job submit -- python3 /root/miles/train.py", "already running"),
+    ("docker run img python3 /root/miles/train.py", "no mount of the command covers it"),
+    ('docker run -v "$PWD":/w img python3 train.py', "image's own working folder"),
+    ("srun --container-image=x python3 -m miles.train", "(as miles/train.py)"),
+    ('docker run -v "$PWD":/w -w "$WD" img python3 train.py', "working folder is not known"),
+])
+def test_an_entry_nothing_maps_says_why(tmp_path, line, why):
+    (tmp_path / "train.py").write_text(ALIEN)  # the same tail here: not taken for it
+    got = read_script(outer(tmp_path, f"{line} {FLAGS}"))
+    assert got.box[1] is None and why in got.box[2]
+
+
+def test_a_converter_in_a_container_is_found_instead(tmp_path):
+    with pytest.raises(NoTrainingLaunch, match="found instead: python3 tools/convert.py"):
+        check_script(str(outer(tmp_path, "docker run -v \"$PWD\":/w -w /w img python3 "
+                               "tools/convert.py --hf-checkpoint x")), {})
