@@ -377,3 +377,17 @@ def test_a_layout_is_proposed_once_with_its_fastest_virtual_stage_count(monkeypa
         variants = [o for o in every if key(o) == key(c)]
         assert c.cost.total == min(o.cost.total for o in variants)
     assert any(c.topo.stages.chunks > 1 for c in got)  # interleaving still wins somewhere
+
+
+def test_the_readme_s_plan_example_is_what_plan_prints(capsys, monkeypatch):
+    """README.md shows `plan`'s real output: a change of the model or its wording shows there."""
+    import shlex
+
+    monkeypatch.chdir(ROOT)  # its path is the checkout's (CI runs the wheel's tests elsewhere)
+    text = (ROOT / "README.md").read_text()
+    head = "$ miles-topology plan "
+    start = text.index(head)
+    block = text[start:text.index("\n```", start)]
+    command, shown = block.split("\n", 1)
+    code, out, _ = run_cli(capsys, *shlex.split(command[len("$ miles-topology "):]))
+    assert code == 0 and out.rstrip("\n") == shown.rstrip("\n")
