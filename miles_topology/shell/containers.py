@@ -8,7 +8,13 @@ own mounts (``-v``/``--volume``, ``--mount type=bind``, ``--bind``/``-B``,
 innermost mount that covers the path decides, as the container's mount table does.
 Anything else (``docker exec`` into a running container, a path of the image's own files,
 a mount whose words are not known here) is not mapped, and says why: it is never looked
-for by name. The host path it gives is read as ``bash FILE``'s is, through the gate."""
+for by name. The host path it gives is read as ``bash FILE``'s is, through the gate.
+
+What runs in the container is read as the container runs it: a script (``bash FILE``, a
+``bash -c`` text, and the ``bash FILE`` those run) with only the variables the container
+passes and its paths mapped by its mounts; a training launch (``IMAGE python3 train.py
+...``) with its words, the environment the container passes, and its entry's file here,
+when a mount maps it, for its stack (`launch`, `placed`)."""
 
 from __future__ import annotations
 
@@ -39,9 +45,11 @@ _CWD = re.compile(r"((?:[^$`\\']*[=,])?)(?:\$PWD|\$\{PWD\}|\$\(pwd(?: -[LP])?\)|
 
 
 class Inside(NamedTuple):
-    """A shell that one command starts in a container, with what maps its paths."""
+    """A command (a shell, a launch) that one command runs in a container, with what maps
+    its paths."""
 
-    how: str  # "docker run", "docker exec", "apptainer exec", "srun", "enroot start"
+    how: str  # "docker run", "docker exec", "apptainer exec", "srun", "enroot start",
+    # "srun, apptainer exec" (srun running the container)
     image: int  # index of the image or container word (-1: srun's --container-image)
     name: str  # srun's image ("?" when not known here)
     cmd: int  # index of the command the container runs (a shell, python3, ray, ...)
@@ -136,7 +144,8 @@ def container(vals: list[str | None], at: int = 0) -> Inside | None:
     elif head == "srun":
         got = _read(vals, k + 1, "srun", _SRUN)
         if got is None and (j := _skip_wrappers(vals, k, {}, runners=True)) > k:
-            return container(vals, j)  # srun runs the container: the environment passes
+            got = container(vals, j)  # srun runs the container: the environment passes
+            return got._replace(how=f"srun, {got.how}") if got is not None else None
     else:
         got = None
     return got if got is not None and got.cmd < len(vals) else None
