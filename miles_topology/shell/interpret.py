@@ -346,8 +346,11 @@ class Reader:
         """A function, else a built-in, else any other command (bash's order)."""
         if n.stdout is not None:
             self.write(fields, n, cond)
-        held = n.prefix if name in self.sh.funcs or name in ("source", ".") else ()
-        with self.assigns.held(held, cond):  # X=4 source F / X=4 func: X set while it runs
+        # X=4 source F / X=4 func: X set while it runs; X=4 bash F / X=4 nohup bash F / any
+        # other program: X in its environment too (a shell it starts sees it)
+        here = name in self.sh.funcs or name in ("source", ".")
+        other = not here and (name in ("bash", "sh") or name not in self.builtins.table)
+        with self.assigns.held(n.prefix if here or other else (), cond, export=other):
             if name in self.sh.funcs:
                 if self.budget.deep:
                     self.assigns.too_deep(name, n)
