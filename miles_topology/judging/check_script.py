@@ -34,7 +34,10 @@ def read(path: str, env: dict[str, str], args: Sequence[str] | None = None,
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
     found = require_launch(found)
-    not_ours(path, found.entry)
+    if found.box is None:
+        not_ours(path, found.entry)
+    elif found.box[1] is not None:  # in a container: the file its mount maps the entry to
+        not_ours(found.box[1], found.box[1] if found.entry.endswith(".py") else found.entry)
     return found
 
 
@@ -112,7 +115,9 @@ def launch_of(path: str, found: ScriptRead, env: dict[str, str]) -> Launch:
         or any(u.flag is None for u in found.unresolved)
         or any(p.code == "missing-line-continuation" for p in found.notes),  # its cause
         at=_where(found), problems=list(found.notes), values=values,
-        head=[f"launch: {found.launcher or '?'} {found.entry}"], imports=found.frameworks)
+        head=[f"launch: {found.launcher or '?'} {found.entry}"] + (
+            [f"container: {found.box[0].removeprefix('It runs ')}"] if found.box else []),
+        imports=found.frameworks, box=found.box)
 
 
 def _at(fv: FlagValue) -> Location:

@@ -88,6 +88,9 @@ class Launch:
     # the YAML files a launcher wrote in its sandbox, kept when the launch was recorded
     # (reading.sources.WRITTEN): path -> {"text": ...} or {"why": ...}
     written: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # run in a container (shell/containers.py): (how it is said, the file of this machine
+    # its entry is, None when none is known: why)
+    box: tuple[str, str | None, str] | None = None
 
     def pairs(self) -> list[tuple[str, str | None]]:
         return [(a.flag, a.value) for a in self.args]
@@ -96,7 +99,7 @@ class Launch:
 def judge(launch: Launch, cluster: ClusterModel | None) -> Verdict:
     """The verdict on one launch: `check`'s steps, once, for scripts and launchers alike."""
     pairs = launch.pairs()
-    stack = for_launch(launch.path, launch.entry, pairs, imports=launch.imports)
+    stack = _stack(launch, pairs)
     channel, words = read_channels([(a.flag, a.value, a.at) for a in launch.args],
                                    [*launch.dirs, *([stack.root] if stack.root else [])],
                                    stack.framework, launch.written)
@@ -139,11 +142,36 @@ def judge(launch: Launch, cluster: ClusterModel | None) -> Verdict:
     return v
 
 
+def _stack(launch: Launch, pairs: list[tuple[str, str | None]]):
+    """The stack a launch is judged against; in a container, the one of the file its entry
+    is here (mapped by a mount), else none of this machine's (stack.for_launch `image`)."""
+    if launch.box is None:
+        return for_launch(launch.path, launch.entry, pairs, imports=launch.imports)
+    host = launch.box[1]
+    if host is None:
+        return for_launch(None, launch.entry, pairs, imports=launch.imports, image=True)
+    entry = host if (launch.entry or "").endswith(".py") else launch.entry
+    return for_launch(host, entry, pairs, imports=launch.imports)
+
+
+def boxed(launch: Launch) -> str:
+    """What the report says of a launch run in a container, beside its stack ("" if not)."""
+    if launch.box is None:
+        return ""
+    said, host, why = launch.box
+    said = "the launch runs " + said.removeprefix("It runs ")
+    if host is not None:
+        return f" ({said}; its entry {launch.entry} is {host} here, by the container's mount)"
+    return f" ({said}; its entry {launch.entry} {why}: the image's own stack is not known " \
+        "here)"
+
+
 def _report(v: Verdict, launch: Launch, stack, words: list, unresolved: list[dict],
             facts: set[str], why: str) -> None:
     """The report's entries beyond the problems: the stack, the launch, where each value is
     set (a script), the reader's own entries, what stayed unknown, and its lines."""
-    v.extra = {"stack": stack.describe(), "launcher": launch.launcher, "entry": launch.entry}
+    v.extra = {"stack": stack.describe() + boxed(launch), "launcher": launch.launcher,
+               "entry": launch.entry}
     lines = list(launch.head)
     if launch.values is not None:
         values = dict(launch.values)

@@ -558,9 +558,12 @@ def _base(root: str | None, framework: str, origin: str, package: str | None = N
 
 
 def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, str | None]],
-               stack_path: str | None = None, imports: Sequence[str] = ()) -> Stack:
+               stack_path: str | None = None, imports: Sequence[str] = (),
+               image: bool = False) -> Stack:
     """The stack a launch (its (flag, value) pairs, value None when unknown) is judged
-    against; see the module docstring for the order."""
+    against; see the module docstring for the order. `image`: the entry is a file of a
+    container's image, not of this machine: no stack here is its stack (only --stack, else
+    the bundled one)."""
     where: tuple[Path, str] | None = None  # (the folder holding the package, the package)
     origin = "bundled"
     stack_path = stack_path or STACK_PATH.get()
@@ -582,7 +585,7 @@ def for_launch(script: str | None, entry: str | None, argv: Sequence[tuple[str, 
     if where is None and script:
         got = checkout_of(script)
         where, origin = (got, "checkout") if got and kept(got[0]) else (None, origin)
-    if where is None:
+    if where is None and not image:
         got = installed()
         where, origin = (got, "installed") if got else (None, origin)
     framework = entry_framework(entry, imports) or entry_framework(None, named_frameworks(argv)) \

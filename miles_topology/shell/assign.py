@@ -36,18 +36,25 @@ class Assignments:
         self.sh, self.w, self.env, self.budget, self.at = sh, w, env, budget, at
 
     @contextmanager
-    def held(self, prefix: tuple, cond: Unk | None) -> Iterator[None]:
+    def held(self, prefix: tuple, cond: Unk | None, export: bool = False) -> Iterator[None]:
         """``X=4 source FILE`` / ``X=4 func``: X is set while the file or function runs and
         given back after it (bash outside POSIX mode), so a model file's
-        ``${MODEL_ARGS_NUM_LAYERS:-61}`` reads 4."""
+        ``${MODEL_ARGS_NUM_LAYERS:-61}`` reads 4. `export`: the command is another program
+        (``PP=2 bash run.sh``, ``PP=2 nohup bash run.sh``): bash puts X in its environment,
+        so a shell it starts sees it."""
         sh = self.sh
         names = dict.fromkeys(a.name for a in prefix)
         saved, given = {k: sh.vars.get(k) for k in names}, sh.inherited & set(names)
+        was = set(sh.exported)
         for a in prefix:
             self.assign(a, cond)
+        if export:
+            sh.exported |= set(names)
         try:
             yield
         finally:
+            if export:
+                sh.exported = (sh.exported - set(names)) | (was & set(names))
             for k, old in saved.items():
                 if old is None:
                     sh.vars.pop(k, None)

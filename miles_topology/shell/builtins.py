@@ -41,7 +41,9 @@ class Commands(Protocol):
     returned: list[list[tuple]]  # per one of them: the states its `return`s left in
     checked: int  # >0 where a command's failure is tested (set -e ignores it)
     guards: list[frozenset[str]]  # paths a run-time test requires to exist, innermost last
-    boxed: str | None  # reading a container's `bash -c` text: the container, as said
+    box: object  # in a container (containers.Box): its paths are mapped by its mounts
+
+    def contained(self, fields: list[Field], n: syntax.Simple, cond: Unk | None): ...
 
 
 class Builtins:
@@ -379,20 +381,20 @@ class Builtins:
         return None
 
     def script(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
-        """``bash FILE ARGS`` / ``sh FILE ARGS`` of a script found beside this one (a wrapper
-        such as ``bash common_train.sh "$@"``): read as another shell runs it, so the
-        wrapped script's launch is the wrapper's. Anything else is any other command."""
+        """``bash FILE ARGS`` of a script found beside this one (``bash common_train.sh "$@"``):
+        read as another shell runs it (its launch is the wrapper's); else any other command."""
         if len(fields) < 2 or fields[1].value is None or fields[1].value.startswith("-"):
             return False
         key = self.w.file_key(fields[1].value)
         if key in self.sh.written:  # a script it wrote (cat > start.sh <<EOF ... EOF)
             self.r.run_child(key, _frame(fields[2:]), n, cond, fields[1].value, written=True)
             return None
+        if self.r.box is not None:  # a path of the container: mapped by its mounts, if any
+            return self.r.contained(fields, n, cond)
         found = self.locate(fields[1].value, self.at.src(n.line), note=False)
         if found is None or not found.endswith(".sh"):
             return False
-        self.r.run_child(found, _frame(fields[2:]), n, cond, fields[1].value)
-        return None
+        return self.r.run_child(found, _frame(fields[2:]), n, cond, fields[1].value)  # None
 
     def locate(self, path: str, where: Location, note: bool = True) -> str | None:
         """The file a relative or absolute path names, through the gate (gate.py): from the

@@ -8,12 +8,20 @@ own mounts (``-v``/``--volume``, ``--mount type=bind``, ``--bind``/``-B``,
 innermost mount that covers the path decides, as the container's mount table does.
 Anything else (``docker exec`` into a running container, a path of the image's own files,
 a mount whose words are not known here) is not mapped, and says why: it is never looked
-for by name. The host path it gives is read as ``bash FILE``'s is, through the gate."""
+for by name. The host path it gives is read as ``bash FILE``'s is, through the gate.
+
+What runs in the container is read as the container runs it: a script (``bash FILE``, a
+``bash -c`` text, and the ``bash FILE`` those run) with only the variables the container
+passes and its paths mapped by its mounts; a training launch (``IMAGE python3 train.py
+...``) with its words, the environment the container passes, and its entry's file here,
+when a mount maps it, for its stack (`launch`, `placed`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from ..reading import gate
@@ -24,6 +32,8 @@ from ..reading.commandline import (
     _skip_wrappers,
     wrapped_shell,
 )
+from . import launch as launches
+from .builtins import _frame
 from .launch import shell_text
 from .values import Field, Unk, Var
 
@@ -35,12 +45,14 @@ _CWD = re.compile(r"((?:[^$`\\']*[=,])?)(?:\$PWD|\$\{PWD\}|\$\(pwd(?: -[LP])?\)|
 
 
 class Inside(NamedTuple):
-    """A shell that one command starts in a container, with what maps its paths."""
+    """A command (a shell, a launch) that one command runs in a container, with what maps
+    its paths."""
 
-    how: str  # "docker run", "docker exec", "apptainer exec", "srun", "enroot start"
+    how: str  # "docker run", "docker exec", "apptainer exec", "srun", "enroot start",
+    # "srun, apptainer exec" (srun running the container)
     image: int  # index of the image or container word (-1: srun's --container-image)
     name: str  # srun's image ("?" when not known here)
-    shell: int  # index of the shell word (bash, sh) the container runs
+    cmd: int  # index of the command the container runs (a shell, python3, ray, ...)
     # (host folder, container folder); the host folder None: not a folder of this machine
     # (a named volume) or not known here; the container folder None: not known here
     mounts: tuple[tuple[str | None, str | None], ...] = ()
@@ -103,11 +115,21 @@ def words(fields: list[Field], syn: list) -> list[str | None]:
 
 
 def inside(vals: list[str | None]) -> Inside | None:
-    """How a command runs a shell in a container: ``docker|podman run|exec``, ``apptainer|
+    """How a command runs a shell in a container (`container`, the command a shell)."""
+    got = container(vals)
+    if got is None or vals[got.cmd] is None or posixpath.basename(vals[got.cmd]) not in _SHELLS:
+        return None
+    return got
+
+
+def container(vals: list[str | None], at: int = 0) -> Inside | None:
+    """How a command runs another in a container: ``docker|podman run|exec``, ``apptainer|
     singularity exec``, ``srun --container-image``, ``enroot start``, behind wrappers (sudo,
-    nohup, ...); None for any other command, or when its options are not read to the end
+    nohup, ...) and behind srun without an image (``srun -N 2 apptainer exec IMG ...``: srun
+    runs the container on each task, passing the environment); None for any other command,
+    for one with no command after the image, or when its options are not read to the end
     here (an unknown word)."""
-    k = _skip_wrappers(vals, 0, {})
+    k = _skip_wrappers(vals, at, {})
     head = posixpath.basename(vals[k] or "") if k < len(vals) else ""
     verb = vals[k + 1] if k + 1 < len(vals) else None
     if head in ("docker", "podman", "nvidia-docker"):
@@ -119,12 +141,14 @@ def inside(vals: list[str | None]) -> Inside | None:
         got = _read(vals, k + 2, f"{head} exec", _APPTAINER)
     elif head == "enroot" and verb == "start":
         got = _read(vals, k + 2, "enroot start", _ENROOT)
+    elif head == "srun":
+        got = _read(vals, k + 1, "srun", _SRUN)
+        if got is None and (j := _skip_wrappers(vals, k, {}, runners=True)) > k:
+            got = container(vals, j)  # srun runs the container: the environment passes
+            return got._replace(how=f"srun, {got.how}") if got is not None else None
     else:
-        got = _read(vals, k + 1, "srun", _SRUN) if head == "srun" else None
-    if got is None or got.shell >= len(vals) or vals[got.shell] is None or \
-            posixpath.basename(vals[got.shell]) not in _SHELLS:
-        return None
-    return got
+        got = None
+    return got if got is not None and got.cmd < len(vals) else None
 
 
 def host_path(c: Inside, path: str) -> tuple[str | None, str]:
@@ -267,12 +291,23 @@ def _source(src: str) -> str | None:
     return None
 
 
+class Box(NamedTuple):
+    """A container the read is in (`Reader.box`): what maps its paths, what it says of
+    itself, and the host's working folder when it started (a later ``cd`` there names a
+    folder of the container)."""
+
+    c: Inside
+    said: str
+    cwd: str | None
+
+
 def follow(r, fields: list[Field], n, cond) -> None:
     """A script another shell runs behind wrappers (``nohup bash F &``, ``srun bash -lc
     '...'``) or in a container (`inside`): read as ``bash FILE`` is (Builtins.script: through
     the gate), a ``bash -c TEXT`` as its text (texts.Texts.command); a container's shell sees
-    only the variables its command passes. A container's script that is not read is kept in
-    `found.contained`, with why, for the refusal's message."""
+    only the variables its command passes, and the paths it names are the container's
+    (`script`). A container's script that is not read is kept in `found.contained`, with
+    why, for the refusal's message."""
     c = inside(words(fields, n.words))
     if c is None:
         if (k := shell_text(fields)) is not None:
@@ -281,59 +316,128 @@ def follow(r, fields: list[Field], n, cond) -> None:
             r.builtins.script(fields[k:], n, cond)
         return
     where = r.at.src(n.line)
-    f = fields[c.shell + 1] if c.shell + 1 < len(fields) else None
-    ran = " ".join(x.text for x in fields[c.shell:c.shell + 3])
-    name = c.name if c.image < 0 else fields[c.image].value or fields[c.image].text
-    said = f"It runs `{ran if len(ran) <= 80 else ran[:77] + '...'}` in the container " \
-        f"{name} ({c.how}) at {where}"
-    if f is not None and (k := shell_text(fields[c.shell:])) is not None:
-        return _text(r, c, fields, c.shell + k, cond, said)
+    box = _box(r, c, fields, where)
+    f = fields[c.cmd + 1] if c.cmd + 1 < len(fields) else None
+    if f is not None and (k := shell_text(fields[c.cmd:])) is not None:
+        with _in(r, box, fields[c.cmd + k].src):
+            r.texts.command(fields, c.cmd + k, cond)
+        return
     if f is None or f.value is None or f.value.startswith("-"):
         why = "its script is its standard input" if f is None else "its script's path is " \
             "not known here" if f.value is None else "a shell with options is not followed"
-        r.found.contained.append((where, f"{said}: {why}; it is not read"))
+        r.found.contained.append((where, f"{box.said}: {why}; it is not read"))
         return
-    host, why = host_path(c, f.value)
+    with _in(r, box, where):
+        script(r, fields[c.cmd:], n, cond)
+
+
+def launch(r, fields: list[Field], n, cond) -> bool:
+    """A program the container runs that is a launch (``docker run --gpus all -v
+    "$PWD":/w -w /w IMAGE python3 train.py --tensor-model-parallel-size 2``, ``srun
+    --container-image=IMG python3 train.py``, ``docker exec C ray job submit -- python3
+    train.py``): its words are the container's command, its environment what the container
+    passes, its entry a path of the container (`placed`). False: not one (nothing kept)."""
+    c = container(words(fields, n.words))
+    head = fields[c.cmd].value if c is not None else None
+    if c is None or head is not None and posixpath.basename(head) in _SHELLS:
+        return False
+    got = launches.find(fields[c.cmd:], r.at.src(n.line), cond)
+    if got is None:
+        return False
+    site = r.prov.site(fields, got, n)  # what the host sees (`miles-topology flags` runs here)
+    with _in(r, _box(r, c, fields, got.src), got.src):
+        r.found.launch(placed(r, got, fields, n, site))
+    return True
+
+
+def placed(r, got: launches.Launch, fields: list[Field], n, site=None) -> launches.Launch:
+    """A launch with its site; in a container (`r.box`), with the file of this machine its
+    entry is (mapped by the container's mounts and admitted by the gate, else None and
+    why) and the environment its process gets (the container's shell's)."""
+    here = r.prov.site(fields, got, n)
+    box = r.box
+    if box is None:
+        return got._replace(site=here)
+    path = got.entry if got.entry.endswith(".py") else got.entry.replace(".", "/") + ".py"
+    host, why = (None, "is a word not known here") if got.unknown else _mapped(r, box, path)
+    if host is None and path != got.entry:  # python -m M: imported from the working folder
+        why = f"(as {path}) {why}"
+    env = (here.environ(), "the container's --env-file is not read" if box.c.env_file
+           else None)
+    return got._replace(site=dataclasses.replace(site or here, box_env=env),
+                        box=(box.said, host, why))
+
+
+def script(r, fields: list[Field], n, cond) -> None:
+    """``bash FILE ARGS`` in the container `r.box`: FILE is a path of the container, read
+    as the file its mounts map it to (through the gate), with FILE as $0; one that maps to
+    no script here is kept in `found.contained`, with why, and not read."""
+    f, where = fields[1], r.at.src(n.line)
+    host, why = _mapped(r, r.box, f.value)
+    if host is not None and not host.endswith(".sh"):
+        host, why = None, f"is {host} on this machine, not a script (.sh)"
     if host is None:
-        r.found.contained.append((where, f"{said}: {f.value} maps to no file here, as {why}; "
-                                  "that script is not read"))
+        r.found.contained.append((where, f"{r.box.said}: {f.value} {why}; that script is "
+                                  "not read"))
         return
+    r.run_child(host, _frame(fields[2:]), n, cond, f.value)
+
+
+def _mapped(r, box: Box, path: str) -> tuple[str | None, str]:
+    """(the file of this machine a container path is, "") when the container's mounts map
+    it (`host_path`; a relative one from the folder a ``cd`` in the container moved to) and
+    the gate admits it; else (None, why). Never looked for by its tail."""
+    c = box.c
+    if not path.startswith("/") and r.sh.cwd != box.cwd:
+        c = c._replace(workdir=r.sh.cwd or "", cwd_same=False)  # cd DIR: a container folder
+    host, why = host_path(c, path)
+    if host is None:
+        return None, f"maps to no file here, as {why}"
     if host.startswith("/"):  # named by the mount: no other file is looked for by its tail
         try:
             gate.admit(host, r.at.roots)
-        except (gate.Refused, OSError) as e:
-            why = f"refused: {e}" if isinstance(e, gate.Refused) else "which does not exist"
-            r.found.contained.append((where, f"{said}: {f.value} is {host} on this machine, "
-                                      f"{why}"))
-            return
-    sh = r.sh
-    saved = sh.snapshot()
-    _pass_env(sh, c, where)
+        except gate.Refused as e:
+            return None, f"is {host} on this machine, refused: {e}"
+        except OSError:
+            return None, f"is {host} on this machine, which does not exist"
+        return host, ""
+    cwd, r.sh.cwd = r.sh.cwd, box.cwd  # relative to the host's folder, not the container's
     try:
-        got = r.builtins.script([fields[c.shell], Field(host, f.src, text=f.text),
-                                 *fields[c.shell + 2:]], n, cond)
+        found = r.builtins.locate(host, r.at.src(r.at.stmt_line), note=False)
     finally:
-        sh.restore(saved)
-    if got is False:
+        r.sh.cwd = cwd
+    if found is None:
         why = f"refused: {r.builtins.refused}" if r.builtins.refused else \
-            "not a script (.sh) found inside the checkout; it is not read"
-        r.found.contained.append((where, f"{said}: {f.value} is {host} on this machine, "
-                                  f"{why}"))
+            "not found inside the checkout"
+        return None, f"is {host} in the host's working folder, {why}"
+    return found, ""
 
 
-def _text(r, c: Inside, fields: list[Field], k: int, cond, said: str) -> None:
-    """``bash -c TEXT`` in the container (``srun --container-image=IMG bash -lc '...'``): its
-    text is read with what the container's shell gets; a ``bash FILE`` in it names a path of
-    the container, which is not followed from there (Reader.run_child: `r.boxed`)."""
+def _box(r, c: Inside, fields: list[Field], where) -> Box:
+    """The container `c` of a command, as said in messages. One run inside another's
+    (docker in docker): its mounts name the outer container's folders, not known here."""
+    ran = " ".join(x.text for x in fields[c.cmd:c.cmd + 3])
+    name = c.name if c.image < 0 else fields[c.image].value or fields[c.image].text
+    said = f"It runs `{ran if len(ran) <= 80 else ran[:77] + '...'}` in the container " \
+        f"{name} ({c.how}) at {where}"
+    if r.box is not None:
+        c = c._replace(mounts=((None, None),))
+    return Box(c, said, r.sh.cwd)
+
+
+@contextmanager
+def _in(r, box: Box, where):
+    """Read what runs in the container `box`: with what its shell gets of the variables,
+    its paths mapped by its mounts (`r.box`)."""
     sh = r.sh
-    saved, boxed = sh.snapshot(), r.boxed
-    _pass_env(sh, c, fields[k].src)
-    r.boxed = said
+    saved, outer = sh.snapshot(), r.box
+    _pass_env(sh, box.c, where)
+    r.box = box
     try:
-        r.texts.command(fields, k, cond)
+        yield
     finally:
         sh.restore(saved)
-        r.boxed = boxed
+        r.box = outer
 
 
 def _pass_env(sh, c: Inside, where) -> None:

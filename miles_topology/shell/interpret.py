@@ -85,7 +85,7 @@ class Reader:
         # per function, sourced file or other shell running: the states its `return`s left
         # in (with the condition of the branch they ran in), joined where it ends
         self.returned: list[list[tuple]] = []
-        self.boxed: str | None = None  # a container's `bash -c` text is read (containers)
+        self.box: containers.Box | None = None  # in a container: what maps its paths
 
     def run_main(self):
         abs_path = self.at.main_abs
@@ -123,16 +123,15 @@ class Reader:
                                  shell=child):
                     self.run(self.files.parse_file(path, self.at.disp(path)), cond)
 
+    def contained(self, fields: list[Field], n: syntax.Simple, cond: Unk | None):
+        """``bash FILE`` in a container (`box`): FILE is the container's (containers.script)."""
+        containers.script(self, fields, n, cond)
+
     def run_child(self, path: str, args: list[Field] | None, n: syntax.Simple,
                   cond: Unk | None, shown: str, written: bool = False):
         """``bash FILE ARGS``: another shell runs the file (one on disk, or `written` by the
         script: `path` is its key) with ARGS as $1... and FILE as $0; it sees only the
         exported variables, and nothing it sets comes back here."""
-        if self.boxed is not None:  # in a container's `bash -c` text (containers._text)
-            self.found.contained.append((self.at.src(n.line), f"{self.boxed}: its text runs "
-                                         f"`bash {shown}`, a path of the container, which "
-                                         "is not followed"))
-            return
         if self.budget.deep:
             return
         with self.child_shell(args, shown):
@@ -347,8 +346,11 @@ class Reader:
         """A function, else a built-in, else any other command (bash's order)."""
         if n.stdout is not None:
             self.write(fields, n, cond)
-        held = n.prefix if name in self.sh.funcs or name in ("source", ".") else ()
-        with self.assigns.held(held, cond):  # X=4 source F / X=4 func: X set while it runs
+        # X=4 source F / X=4 func: X set while it runs; X=4 bash F / X=4 nohup bash F / any
+        # other program: X in its environment too (a shell it starts sees it)
+        here = name in self.sh.funcs or name in ("source", ".")
+        other = not here and (name in ("bash", "sh") or name not in self.builtins.table)
+        with self.assigns.held(n.prefix if here or other else (), cond, export=other):
             if name in self.sh.funcs:
                 if self.budget.deep:
                     self.assigns.too_deep(name, n)
@@ -413,9 +415,11 @@ class Reader:
         if any(f.value is not None and PID in f.value for f in fields):
             fields = [_pid_unknown(f) if f.value is not None and PID in f.value else f
                       for f in fields]
+        if containers.launch(self, fields, n, cond):  # docker run ... IMAGE python3 train.py
+            return
         got = launches.find(fields, self.at.src(n.line), cond)
         if got:
-            self.found.launch(got._replace(site=self.prov.site(fields, got, n)))
+            self.found.launch(containers.placed(self, got, fields, n))
         elif type(n.stdin) is syntax.Heredoc and launches.reads_stdin_script(
                 [f.value for f in fields]):
             self.texts.heredoc(n.stdin, cond)

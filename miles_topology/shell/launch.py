@@ -40,6 +40,9 @@ class Launch(NamedTuple):
     job_env: dict[str, str] | None = None  # ray job submit: its runtime env (None: unknown)
     world: tuple[int, int] | None = None  # torchrun's (nnodes, nproc_per_node); None: unknown
     unknown: str | None = None  # why the entry word is not known here (None: it is)
+    # run in a container (shell/containers.py): (how it is said, the file of this machine
+    # the entry is, None when none is known: why)
+    box: tuple[str, str | None, str] | None = None
 
     @property
     def training(self) -> bool:

@@ -134,7 +134,8 @@ def _read(r: Reader, path: str | Path) -> ScriptRead:
                       {k: frozenset(v) for k, v in res.uses.items()}, gaps, others,
                       launch.world if launch else None, _frameworks(res.machine),
                       list(res.written), list(res.contained), list(res.hidden) + [
-                          (x.src, x.unknown) for x in res.launches if x.unknown and not x.training])
+                          (x.src, x.unknown) for x in res.launches if x.unknown and not x.training],
+                      launch.box if launch else None)
     return read
 
 

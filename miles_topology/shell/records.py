@@ -96,15 +96,22 @@ class LaunchSite:
     # runtime env's env_vars (`job_env`; None when not written literally in the script)
     job: bool = False
     job_env: Mapping[str, str] | None = None
+    # run in a container (shell/containers.py): what its command passes the process, and
+    # why more may be set (an --env-file), None when that is all
+    box_env: tuple[Mapping[str, str], str | None] | None = None
 
     def environ(self) -> dict[str, str]:
         """The environment the launched process gets, as far as it is known (under ray job
-        submit, a `PartialEnv` when the runtime env is not known: its names are unknown)."""
+        submit, a `PartialEnv` when the runtime env is not known: its names are unknown; in
+        a container, what the container passes)."""
         if self.job:
             if self.job_env is None:
                 return PartialEnv(why="ray job submit's runtime env is not written literally "
                                   "in the script (the entrypoint sees only the runtime env)")
             return dict(self.job_env)
+        if self.box_env is not None:
+            env, why = self.box_env
+            return PartialEnv(env, why=why) if why else dict(env)
         return {k: v for k, v in self.variables.items() if k in self.exported and v is not None}
 
 
@@ -153,6 +160,9 @@ class ScriptRead:
     # what may launch training but is not known here (where, why): a `bash -c TEXT` naming
     # train.py whose TEXT is unknown, a python/ray launch whose entry word is unknown
     hidden: list[tuple[Location, str]] = field(default_factory=list)
+    # the launch runs in a container: (how it is said, the file of this machine its entry
+    # is, None when none is known: why) (shell/containers.py)
+    box: tuple[str, str | None, str] | None = None
 
     def flags(self) -> list[str]:
         """argv as plain strings for ``Topology.from_flags``; unknown values drop their flag."""

@@ -7,6 +7,7 @@ container and the path, never a file looked for by name (shell/containers.py).""
 import subprocess
 
 import pytest
+from support import bash_launch, flag_values
 
 from miles_topology.judging.check_script import check_script
 from miles_topology.model.errors import NoTrainingLaunch
@@ -60,6 +61,14 @@ FOLLOWED = [
     ('srun -N 1 --container-image=nvcr.io/x --container-mounts="$PWD":/ws:ro '
      "--container-workdir=/ws bash scripts/run-x.sh", ("4", "2")),
     ('enroot start --rw --mount "$PWD:/ws" pytorch bash /ws/scripts/run-x.sh', ("1", "1")),
+    # a `bash FILE` in the container's text: FILE mapped by the container's mounts
+    ('docker run -e TP=2 -v "$PWD":/w img bash -c "bash /w/scripts/run-x.sh"', ("2", "1")),
+    ('docker run -v "$PWD":/w -w /w img bash -lc "cd /w/scripts && bash run-x.sh"',
+     ("1", "1")),
+    # srun runs the container (the environment passes), the container runs the shell
+    ("srun -N 2 --ntasks-per-node=1 apptainer exec --nv --bind $(pwd):/work img.sif "
+     "bash /work/scripts/run-x.sh", ("4", "2")),
+    ("srun -N 2 apptainer exec img.sif bash -c 'export PP=3; bash scripts/run-x.sh'", ("4", "3")),
     # srun's switches and its options whose value is optional (--kill-on-bad-exit, -K:
     # only after `=`) take no word; -q, -F and --ntasks-per-gpu take the next one
     # (SchedMD/slurm src/common/slurm_opt.c has_arg)
@@ -98,8 +107,6 @@ UNMAPPED = [
     # "$PWD/$B" is not the working folder: never taken for it
     ('docker run -v "$PWD/$B:/w" img bash /w/scripts/run-x.sh', "img", "not known here"),
     ("apptainer exec --containall x.sif bash scripts/run-x.sh", "x.sif", "working folder"),
-    ('docker run -v "$PWD":/w img bash -c "bash /w/scripts/run-x.sh"', "img",
-     "not followed"),
 ]
 
 
@@ -150,3 +157,29 @@ def test_a_mapped_script_linked_out_of_the_checkout_is_refused(tmp_path):
     (repo / "scripts" / "link.sh").unlink()  # twin: a link inside the checkout is read
     (repo / "scripts" / "link.sh").symlink_to(repo / "scripts" / "run-x.sh")
     assert sizes(outer) == ("1", "1")
+
+
+# stand-ins: srun runs its command; apptainer runs its command in the host's working folder
+# with the environment passed (its defaults), as the reader assumes
+STANDINS = {
+    "srun": "while [[ $1 == -* ]]; do case $1 in -N|-n|--nodes) shift 2;; *) shift;; esac; "
+            'done\nexec "$@"\n',
+    "apptainer": "shift\nwhile [[ $1 == -* ]]; do case $1 in -B|--bind) shift 2;; *) shift;; "
+                 'esac; done\nshift\nexec "$@"\n',
+}
+
+
+@pytest.mark.parametrize("line", [
+    "srun -N 2 apptainer exec img.sif bash -c 'export PP=3; bash scripts/run-x.sh'",
+    "srun -N 2 --exclusive apptainer exec --nv img.sif bash scripts/run-x.sh",
+    "srun -N 2 apptainer exec img.sif bash -c 'export TP=5; bash -c \"bash scripts/run-x.sh\"'",
+])
+def test_srun_running_a_container_is_read_as_bash_runs_it(tmp_path, line):
+    outer = checkout(tmp_path, line)
+    (tmp_path / "bin").mkdir()
+    for name, body in STANDINS.items():
+        (tmp_path / "bin" / name).write_text("#!/bin/bash\n" + body)
+        (tmp_path / "bin" / name).chmod(0o755)
+    truth = flag_values(bash_launch(outer, [], tmp_path))
+    assert sizes(outer) == (truth["--tensor-model-parallel-size"],
+                            truth["--pipeline-model-parallel-size"])

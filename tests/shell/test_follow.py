@@ -110,6 +110,25 @@ def test_a_script_run_behind_nohup_or_timeout_is_followed(tmp_path):
         assert values(tmp_path / "outer.sh")["--tensor-model-parallel-size"] == "4"
 
 
+def test_a_prefix_assignment_reaches_the_shell_a_command_starts(tmp_path):
+    # `PP=2 bash run.sh`: bash puts PP in that command's environment (a child shell sees it,
+    # exported or not), and PP is not set after it; was read as not given (pp 1)
+    (tmp_path / "inner.sh").write_text("python3 train.py --tensor-model-parallel-size "
+                                       '"${TP:-1}" --pipeline-model-parallel-size "${PP:-1}"\n')
+    for run in ('PP=2 bash "$(dirname "$0")/inner.sh"',
+                'PP=2 nohup bash "$(dirname "$0")/inner.sh" &> "$HOME/t.out" &\nwait'):
+        (tmp_path / "outer.sh").write_text(f"TP=4\n{run}\n")
+        truth = flag_values(bash_launch(tmp_path / "outer.sh", [], tmp_path))
+        assert truth == {"--tensor-model-parallel-size": "1",  # TP=4 is not exported
+                         "--pipeline-model-parallel-size": "2"}
+        assert values(tmp_path / "outer.sh") == truth, run
+    # after such a command PP is not set: the launch reads its default
+    (tmp_path / "after.sh").write_text(
+        'PP=2 nohup echo started\npython3 train.py --pipeline-model-parallel-size "${PP:-1}"\n')
+    truth = flag_values(bash_launch(tmp_path / "after.sh", [], tmp_path))
+    assert truth == {"--pipeline-model-parallel-size": "1"} == values(tmp_path / "after.sh")
+
+
 def test_set_o_takes_its_option_name(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text('set -euo pipefail\nset +o xtrace\npython3 train.py --x "${1:-none}"\n')
