@@ -35,6 +35,7 @@ from .memory import (
     run_from_flags,
     shape_from_flags,
     train_memory,
+    unmodelled,
     vary,
 )
 
@@ -78,8 +79,8 @@ def _skip_reason(topo: Topology, argv: Sequence[str]) -> str | None:
         return "LoRA (frozen base weights)"
     if given.get("--megatron-to-hf-mode") == "bridge":
         return "the model is built by Megatron-Bridge from the HF checkpoint, not the flags"
-    if "--moe-latent-size" in given or "--hybrid-override-pattern" in given:
-        return "latent MoE or hybrid (Mamba) layers are not modelled"
+    if (why := unmodelled(given)) is not None:
+        return why
     if "--use-megatron-fsdp" in given or "--use-torch-fsdp2" in given:
         return "FSDP inside Megatron shards weights and grads (not modelled)"
     if topo.model.layers is None or topo.model.heads is None:

@@ -614,6 +614,15 @@ def _int(v: Mapping[str, str | None], name: str) -> int | None:
     return n if n is not None and n > 0 else None
 
 
+def unmodelled(given: Mapping[str, str | None]) -> str | None:
+    """Why the flags describe layers the estimate does not count (their parameters would be
+    wrong): experts on a latent width (--moe-latent-size: two extra projections a MoE layer,
+    the experts narrower) or a hybrid stack of Mamba layers (--hybrid-override-pattern)."""
+    if "--moe-latent-size" in given or "--hybrid-override-pattern" in given:
+        return "latent MoE or hybrid (Mamba) layers are not modelled"
+    return None
+
+
 def shape_from_flags(argv: Sequence[str]) -> Shape | None:
     """The model shape from Megatron's flags (None without --hidden-size)."""
     v = flag_values(argv)

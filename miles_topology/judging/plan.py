@@ -39,6 +39,7 @@ from .memory import (
     Shape,
     Sizes,
     engine_memory,
+    flag_values,
     gib,
     gpu_bytes,
     layout_of,
@@ -46,6 +47,7 @@ from .memory import (
     reserve_bytes,
     shape_from_flags,
     train_memory,
+    unmodelled,
     vary,
 )
 
@@ -389,6 +391,9 @@ def read_model(inputs: Sequence[str], flags: list[str] | None) -> tuple[Shape, d
                 raise InputError(f"{path}: cannot read an HF config: {e}") from None
         flags = _python_flags(path) if path.endswith(".py") else _script_flags(path)
     shape = shape_from_flags(flags)
+    if (why := unmodelled(flag_values(flags))) is not None:
+        raise InputError(f"plan: {why}: the parameters of this model would be wrong, so no "
+                         "layout is proposed")
     parsed = parse_flags(flags)
     model = {k: v for k, v in parsed.fields.items() if k in MODEL_FIELDS}
     if shape is None or "layers" not in model or "heads" not in model:

@@ -391,3 +391,17 @@ def test_the_readme_s_plan_example_is_what_plan_prints(capsys, monkeypatch):
     command, shown = block.split("\n", 1)
     code, out, _ = run_cli(capsys, *shlex.split(command[len("$ miles-topology "):]))
     assert code == 0 and out.rstrip("\n") == shown.rstrip("\n")
+
+
+def test_a_model_with_layers_the_estimate_does_not_count_is_refused(capsys):
+    """A latent MoE (--moe-latent-size: miles' Nemotron-3 Super model file) or a hybrid Mamba
+    stack: its parameter count would be wrong (Nemotron-3 Super's flags counted 1.0e12 for
+    a 120B model), so plan proposes nothing (exit 2), as check skips its memory estimate."""
+    model = ["--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8",
+             "--ffn-hidden-size", "2048", "--num-experts", "16", "--moe-ffn-hidden-size", "512",
+             "--moe-router-topk", "2", "--vocab-size", "32000"]
+    code, out, _ = run_cli(capsys, "plan", "--nodes", "1", "--", *model)
+    assert code == 0 and "parameters;" in out  # the control
+    for extra in (["--moe-latent-size", "256"], ["--hybrid-override-pattern", "M*M*M*M*"]):
+        code, out, err = run_cli(capsys, "plan", "--nodes", "1", "--", *model, *extra)
+        assert code == 2 and "are not modelled" in err and "parameters;" not in out
