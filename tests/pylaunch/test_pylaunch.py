@@ -138,8 +138,9 @@ def test_an_environment_variable_the_launcher_indexes_is_named_whatever_its_case
     with pytest.raises(InputError) as e:
         read_python_launcher(str(launcher), [])
     assert str(e.value).endswith("KeyError: 'http_proxy' (give --env http_proxy=...)")
-    # raised in <frozen os>, which has no source line to quote (was "<frozen os>:679: ``")
-    assert "<frozen os>" in str(e.value) and "``" not in str(e.value)
+    # raised in os (frozen since Python 3.11: no source line to quote, was
+    # "<frozen os>:679: ``"; a file with its line on 3.10)
+    assert ("<frozen os>" in str(e.value) or "os.py" in str(e.value)) and "``" not in str(e.value)
     launcher.write_text("raise KeyError('model_name')\n")  # not os.environ's: no --env
     with pytest.raises(InputError) as e:
         read_python_launcher(str(launcher), [])
