@@ -448,7 +448,7 @@ def _pass_env(sh, c: Inside, where) -> None:
         sh.taint = Unk("--env-file", where, "the container's --env-file is not read")
     if c.env is None:
         return
-    given = set(sh.vars) if sh.allexport else sh.exported | sh.inherited
+    given = sh.child_names()
     kept: dict[str, Var] = {}
     for name, value in c.env:
         if value is not None:

@@ -146,7 +146,7 @@ class Reader:
         `args` as $1... and `zero` as $0; nothing it sets comes back here."""
         sh = self.sh
         saved = sh.snapshot()
-        given = set(sh.vars) if sh.allexport else sh.exported | sh.inherited
+        given = sh.child_names()
         sh.vars = {k: v for k, v in sh.vars.items() if k in given and not v.array}
         sh.funcs, sh.func_file, sh.frames, sh.positions, sh.scopes = {}, {}, [args], [], []
         sh.zero = zero

@@ -61,6 +61,12 @@ class Shell:
         # under one of them is set as in a way of its own, not made unknown
         self.joins: list[Unk] = []
 
+    def child_names(self) -> set[str]:
+        """The variables a child process gets in its environment: exported (export,
+        declare -x, a prefix assignment), every one under ``set -a``, and those the
+        environment gave (--env)."""
+        return set(self.vars) if self.allexport else self.exported | self.inherited
+
     def copy_vars(self) -> dict[str, Var]:
         """The variables, to put back after a subshell, a here-document script or a loop
         that cannot be stepped through (associative arrays keep their keys)."""

@@ -376,7 +376,7 @@ class Substitutions:
 
     def exports(self) -> dict[str, str]:
         """The known variables a child process gets (export, declare -x, set -a, --env)."""
-        names = set(self.sh.vars) if self.sh.allexport else self.sh.exported | self.sh.inherited
+        names = self.sh.child_names()
         out = {}
         for name in names:
             var = self.sh.vars.get(name)
