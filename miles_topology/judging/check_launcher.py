@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -166,21 +165,12 @@ def _sourced(path: str, got: PythonLaunch) -> tuple[list[str], list[Location | N
 
 def _array(path: str, files: list[str], word: str) -> tuple[list | None, str]:
     """The words `word` expands to after `source FILE` of each file, or None and why."""
-    import tempfile
+    from ..shell import ScriptReadError, read_sourced
 
-    from ..reading import gate
-    from ..shell import ScriptReadError, read_script
-
-    text = "".join(f"source {shlex.quote(f)}\n" for f in files)
-    with tempfile.TemporaryDirectory() as tmp:
-        launch = os.path.join(tmp, "launch.sh")
-        with open(launch, "w") as f:
-            f.write(f"{text}python3 train.py {word}\n")
-        try:
-            with gate.also(tmp):
-                found = read_script(launch, {})
-        except ScriptReadError as e:
-            return None, str(e)
+    try:
+        found = read_sourced(files, word)
+    except ScriptReadError as e:
+        return None, str(e)
     if found.unresolved or found.gaps:
         u = found.unresolved[0] if found.unresolved else None
         return None, (f"{word} is set by {', '.join(files)}, not read here"

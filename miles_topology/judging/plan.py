@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -451,19 +450,15 @@ def _python_flags(path: str) -> list[str]:
 def _script_flags(path: str) -> list[str]:
     """MODEL_ARGS of a bash model file, read by the script reader (nothing runs)."""
     from ..reading import gate
-    from ..shell import ScriptReadError, read_script
+    from ..shell import ScriptReadError, read_sourced
 
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such model file")
-    with tempfile.TemporaryDirectory() as tmp:
-        launch = os.path.join(tmp, "plan.sh")
-        with open(launch, "w") as f:
-            f.write(f'source "{os.path.abspath(path)}"\npython3 train.py "${{MODEL_ARGS[@]}}"\n')
-        try:  # what the model file names: inside its checkout (gate.py); ours in tmp
-            with gate.checking(path), gate.also(tmp):
-                found = read_script(launch, {})
-        except ScriptReadError as e:
-            raise InputError(f"{path}: {e}") from None
+    try:  # what the model file names: inside its checkout (gate.py)
+        with gate.checking(path):
+            found = read_sourced([os.path.abspath(path)], '"${MODEL_ARGS[@]}"')
+    except ScriptReadError as e:
+        raise InputError(f"{path}: {e}") from None
     return [str(t.text) for t in found.tokens()]
 
 

@@ -9,7 +9,7 @@ with parameters (params.py) and command substitution (substitute.py) as its own.
 Importing this package does not import tree_sitter; the parser is built on first use.
 """
 
-from .read import read_script, require_launch
+from .read import read_script, read_sourced, require_launch
 from .records import (
     FlagValue,
     LaunchSite,
@@ -21,4 +21,4 @@ from .records import (
 )
 
 __all__ = ["FlagValue", "LaunchSite", "ScriptRead", "ScriptReadError", "Span",
-           "Unresolved", "is_switch", "read_script", "require_launch"]
+           "Unresolved", "is_switch", "read_script", "read_sourced", "require_launch"]

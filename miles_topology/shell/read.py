@@ -51,6 +51,25 @@ def read_script(path: str | Path, env: Mapping[str, str] | None = None,
 _DRIVER = re.compile(r"[ /](train_\w+\.py)$")  # "LAUNCHER ENTRY" of a found launch
 
 
+def read_sourced(files: Sequence[str], words: str) -> ScriptRead:
+    """What ``python3 train.py WORDS`` gets after ``source FILE`` of each file, read as bash
+    would (nothing runs): a model file's MODEL_ARGS for `plan`, the arrays a launcher's shell
+    string sources before its launch for `check`. The files are read under the caller's gate
+    (gate.py); the script that sources them is ours, in a temporary folder the gate admits."""
+    import shlex
+    import tempfile
+
+    from ..reading import gate
+
+    text = "".join(f"source {shlex.quote(f)}\n" for f in files)
+    with tempfile.TemporaryDirectory() as tmp:
+        launch = os.path.join(tmp, "launch.sh")
+        with open(launch, "w") as f:
+            f.write(f"{text}python3 train.py {words}\n")
+        with gate.also(tmp):
+            return read_script(launch, {})
+
+
 def require_launch(found: ScriptRead) -> ScriptRead:
     """`found`, or NoTrainingLaunch (exit 2) when it launches no training job."""
     if found.entry is not None and found.site is not None:
